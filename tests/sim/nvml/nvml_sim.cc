@@ -1,0 +1,336 @@
+// The simulated NVML (libnvidia-ml.so.1): the subset p2ptrace and NCCL ask about, answered from
+// the topology file (DESIGN.md §9). NVML sees every GPU of the host, whatever CUDA_VISIBLE_DEVICES
+// says, indexed in the file's order. Types and values from NVML_API_VERSION 13 (notes/interposer.md §4.3).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tests/sim/common/sim_topology.h"
+
+#define NVML_API extern "C" __attribute__((visibility("default")))
+
+extern "C" {
+typedef int nvmlReturn_t;
+typedef struct nvmlDevice_st* nvmlDevice_t;
+typedef struct {
+  char busIdLegacy[16];
+  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+  char busId[32];
+} nvmlPciInfo_t;
+}
+
+namespace {
+
+enum : int {
+  NVML_SUCCESS = 0, NVML_ERROR_UNINITIALIZED = 1, NVML_ERROR_INVALID_ARGUMENT = 2, NVML_ERROR_NOT_SUPPORTED = 3,
+  NVML_ERROR_NOT_FOUND = 6, NVML_ERROR_INSUFFICIENT_SIZE = 7, NVML_ERROR_DRIVER_NOT_LOADED = 9,
+  NVML_ERROR_UNKNOWN = 999
+};
+enum { kCapsRead = 0, kCapsWrite = 1, kCapsNvlink = 2, kCapsAtomics = 3, kCapsPci = 4 };
+constexpr int kMaxNvLinks = 36;
+
+struct Dev { int host_gpu; };
+
+struct NvmlState {
+  bool loaded = false;
+  std::string error;
+  p2psim::Topology topo;
+  const p2ptrace::Host* host = nullptr;
+  std::vector<Dev> devs;  // NVML index order
+  int init_count = 0;
+};
+
+std::mutex g_mu;
+NvmlState* g_nvml = nullptr;
+
+NvmlState& N() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* st = new NvmlState();
+    const char* path = std::getenv("P2PSIM_TOPOLOGY");
+    if (path == nullptr || *path == '\0') st->error = "P2PSIM_TOPOLOGY is not set; it must name the simulated node's topology file";
+    else if (p2psim::LoadTopology(path, &st->topo, &st->error)) st->host = p2psim::SelectHost(st->topo, &st->error);
+    st->loaded = st->host != nullptr;
+    if (st->loaded) {
+      std::vector<int> idx;
+      for (const auto& g : st->host->gpus) idx.push_back(g.index);
+      std::sort(idx.begin(), idx.end());
+      for (int i : idx) st->devs.push_back({i});
+    }
+    g_nvml = st;
+  });
+  return *g_nvml;
+}
+
+const p2ptrace::Gpu* GpuOf(nvmlDevice_t d) {
+  NvmlState& st = N();
+  auto* p = reinterpret_cast<Dev*>(d);
+  if (st.devs.empty() || p < st.devs.data() || p >= st.devs.data() + st.devs.size()) return nullptr;
+  return st.host->FindGpu(p->host_gpu);
+}
+
+#define NVML_ENTER()                                               \
+  NvmlState& st = N();                                             \
+  {                                                                \
+    std::lock_guard<std::mutex> lock(g_mu);                        \
+    if (st.init_count == 0) return NVML_ERROR_UNINITIALIZED;       \
+  }                                                                \
+  (void)st
+
+#define NVML_DEVICE(var, handle)                      \
+  const p2ptrace::Gpu* var = GpuOf(handle);           \
+  if (var == nullptr) return NVML_ERROR_INVALID_ARGUMENT
+
+nvmlReturn_t Init() {
+  NvmlState& st = N();
+  if (!st.loaded) {
+    std::fprintf(stderr, "p2psim: %s; NVML initialisation fails with NVML_ERROR_DRIVER_NOT_LOADED\n", st.error.c_str());
+    return NVML_ERROR_DRIVER_NOT_LOADED;
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  ++st.init_count;
+  return NVML_SUCCESS;
+}
+
+struct Bus { unsigned domain = 0, bus = 0, device = 0, function = 0; };
+Bus ParseBus(const std::string& s) {
+  Bus b;
+  std::sscanf(s.c_str(), "%x:%x:%x.%x", &b.domain, &b.bus, &b.device, &b.function);
+  return b;
+}
+
+void FillPci(const p2ptrace::Gpu& g, nvmlPciInfo_t* pci) {
+  Bus b = ParseBus(g.bus_id);
+  std::memset(pci, 0, sizeof *pci);
+  std::snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.0", b.domain, b.bus, b.device);
+  std::snprintf(pci->busId, sizeof pci->busId, "%08X:%02X:%02X.0", b.domain, b.bus, b.device);
+  pci->domain = b.domain;
+  pci->bus = b.bus;
+  pci->device = b.device;
+  pci->pciDeviceId = 0x233010de;  // vendor 10de in the low half, as NVML packs it
+  pci->pciSubSystemId = 0x16c110de;
+}
+
+// The NVLink lanes of one GPU, in file order: (peer GPU, active?) per link index.
+std::vector<std::pair<int, bool>> Lanes(const p2ptrace::Host& h, int gpu) {
+  std::vector<std::pair<int, bool>> lanes;
+  for (const auto& l : h.nvlinks) {
+    if (l.a != gpu && l.b != gpu) continue;
+    int peer = l.a == gpu ? l.b : l.a;
+    for (int i = 0; i < l.links; ++i) lanes.emplace_back(peer, i < l.active);
+  }
+  return lanes;
+}
+
+}  // namespace
+
+NVML_API nvmlReturn_t nvmlInit_v2(void) { return Init(); }
+NVML_API nvmlReturn_t nvmlInit(void) { return Init(); }
+NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int) { return Init(); }
+
+NVML_API nvmlReturn_t nvmlShutdown(void) {
+  NvmlState& st = N();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (st.init_count == 0) return NVML_ERROR_UNINITIALIZED;
+  --st.init_count;
+  return NVML_SUCCESS;
+}
+
+NVML_API const char* nvmlErrorString(nvmlReturn_t r) {
+  switch (r) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    default: return "Unknown Error";
+  }
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  NVML_ENTER();
+  if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const char* v = "580.95.05";
+  if (length < std::strlen(v) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::strcpy(version, v);
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* v) {
+  NVML_ENTER();
+  if (v == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *v = 13000;
+  return NVML_SUCCESS;
+}
+NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) { return nvmlSystemGetCudaDriverVersion(v); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  NVML_ENTER();
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *count = static_cast<unsigned>(st.devs.size());
+  return NVML_SUCCESS;
+}
+NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { return nvmlDeviceGetCount_v2(count); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* dev) {
+  NVML_ENTER();
+  if (dev == nullptr || index >= st.devs.size()) return NVML_ERROR_INVALID_ARGUMENT;
+  *dev = reinterpret_cast<nvmlDevice_t>(&st.devs[index]);
+  return NVML_SUCCESS;
+}
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t* d) { return nvmlDeviceGetHandleByIndex_v2(i, d); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* dev) {
+  NVML_ENTER();
+  if (bus_id == nullptr || dev == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  Bus want;
+  if (std::sscanf(bus_id, "%x:%x:%x", &want.domain, &want.bus, &want.device) != 3) {
+    want.domain = 0;
+    if (std::sscanf(bus_id, "%x:%x", &want.bus, &want.device) != 2) return NVML_ERROR_INVALID_ARGUMENT;
+  }
+  for (auto& d : st.devs) {
+    Bus b = ParseBus(st.host->FindGpu(d.host_gpu)->bus_id);
+    if (b.domain == want.domain && b.bus == want.bus && b.device == want.device) {
+      *dev = reinterpret_cast<nvmlDevice_t>(&d);
+      return NVML_SUCCESS;
+    }
+  }
+  return NVML_ERROR_NOT_FOUND;
+}
+NVML_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char* b, nvmlDevice_t* d) { return nvmlDeviceGetHandleByPciBusId_v2(b, d); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned int* index) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (index == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *index = static_cast<unsigned>(reinterpret_cast<Dev*>(dev) - st.devs.data());
+  return NVML_SUCCESS;
+}
+NVML_API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t dev, unsigned int* minor) { return nvmlDeviceGetIndex(dev, minor); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t dev, char* name, unsigned int length) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (name == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (length < g->name.size() + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::strcpy(name, g->name.c_str());
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char* uuid, unsigned int length) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (uuid == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  unsigned h = 2166136261u;
+  for (char c : st.host->name + "/" + g->bus_id) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "GPU-%08x-%04x-%04x-%04x-%012x", h, g->index, 0x5157, 0x1d, h ^ 0xabcdef);
+  if (length < std::strlen(buf) + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
+  std::strcpy(uuid, buf);
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t dev, nvmlPciInfo_t* pci) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (pci == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  FillPci(*g, pci);
+  return NVML_SUCCESS;
+}
+NVML_API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t* p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+NVML_API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t* p) { return nvmlDeviceGetPciInfo_v3(d, p); }
+
+NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t dev, unsigned int* node) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (node == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  std::vector<std::string> chain = p2ptrace::PcieAncestors(*st.host, g->parent);
+  auto it = std::find(st.host->cpus.begin(), st.host->cpus.end(), chain.empty() ? "" : chain.back());
+  *node = static_cast<unsigned>(it == st.host->cpus.end() ? 0 : it - st.host->cpus.begin());
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t d1, nvmlDevice_t d2, int caps, int* status) {
+  NVML_ENTER();
+  NVML_DEVICE(a, d1);
+  NVML_DEVICE(b, d2);
+  if (status == nullptr || caps < kCapsRead || caps > kCapsPci) return NVML_ERROR_INVALID_ARGUMENT;
+  if (a == b) { *status = static_cast<int>(p2psim::P2PStatus::kNotSupported); return NVML_SUCCESS; }
+  p2psim::P2PStatus s = p2psim::PeerStatus(st.topo, *st.host, a->index, b->index);
+  if (caps == kCapsNvlink && s == p2psim::P2PStatus::kOk) {
+    p2ptrace::GpuPath path = p2ptrace::ClassifyGpuPath(*st.host, a->index, b->index);
+    if (path.type != p2ptrace::PathType::kNVLink || path.active_links == 0) s = p2psim::P2PStatus::kNotSupported;
+  }
+  *status = static_cast<int>(s);
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t d1, nvmlDevice_t d2, int* level) {
+  NVML_ENTER();
+  NVML_DEVICE(a, d1);
+  NVML_DEVICE(b, d2);
+  if (level == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (a == b) { *level = 0; return NVML_SUCCESS; }  // NVML_TOPOLOGY_INTERNAL
+  switch (p2ptrace::ClassifyGpuPath(*st.host, a->index, b->index).pcie) {
+    case p2ptrace::PathType::kPIX: *level = 10; break;   // SINGLE
+    case p2ptrace::PathType::kPXB: *level = 20; break;   // MULTIPLE
+    case p2ptrace::PathType::kPHB: *level = 30; break;   // HOSTBRIDGE
+    case p2ptrace::PathType::kNODE: *level = 40; break;  // NODE
+    default: *level = 50; break;                          // SYSTEM
+  }
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned int link, int* active) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (active == nullptr || link >= kMaxNvLinks) return NVML_ERROR_INVALID_ARGUMENT;
+  auto lanes = Lanes(*st.host, g->index);
+  if (link >= lanes.size()) return NVML_ERROR_NOT_SUPPORTED;
+  *active = lanes[link].second ? 1 : 0;
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsigned int link, nvmlPciInfo_t* pci) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (pci == nullptr || link >= kMaxNvLinks) return NVML_ERROR_INVALID_ARGUMENT;
+  auto lanes = Lanes(*st.host, g->index);
+  if (link >= lanes.size()) return NVML_ERROR_NOT_SUPPORTED;
+  FillPci(*st.host->FindGpu(lanes[link].first), pci);
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int* current, unsigned int* pending) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *current = *pending = g->mig ? 1 : 0;
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t dev, int* mode) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (mode == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *mode = static_cast<int>(st.host->virtualization);  // NONE 0, PASSTHROUGH 1, VGPU 2
+  return NVML_SUCCESS;
+}
+
+#define NVML_PCIE(fn, field)                                        \
+  NVML_API nvmlReturn_t fn(nvmlDevice_t dev, unsigned int* value) { \
+    NVML_ENTER();                                                   \
+    NVML_DEVICE(g, dev);                                            \
+    if (value == nullptr) return NVML_ERROR_INVALID_ARGUMENT;       \
+    *value = static_cast<unsigned>(g->pcie.field);                  \
+    return NVML_SUCCESS;                                            \
+  }
+NVML_PCIE(nvmlDeviceGetCurrPcieLinkGeneration, gen)
+NVML_PCIE(nvmlDeviceGetMaxPcieLinkGeneration, max_gen)
+NVML_PCIE(nvmlDeviceGetCurrPcieLinkWidth, width)
+NVML_PCIE(nvmlDeviceGetMaxPcieLinkWidth, max_width)
