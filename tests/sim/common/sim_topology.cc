@@ -134,7 +134,8 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
   }
   for (size_t i = 0; i < host.switches.size(); ++i) {
     std::string sf = f + ".switches[" + std::to_string(i) + "]";
-    if (!ids.count(host.switches[i].parent) || host.switches[i].parent == host.switches[i].id)
+    if (host.switches[i].parent == host.switches[i].id) Fail(sf + ".parent", "a switch cannot be its own parent");
+    if (!ids.count(host.switches[i].parent))
       Fail(sf + ".parent", "unknown CPU or switch \"" + host.switches[i].parent + "\"");
     if (p2ptrace::PcieAncestors(host, host.switches[i].id).empty())
       Fail(sf + ".parent", "the chain of parents does not reach a CPU (a cycle?)");
