@@ -41,9 +41,9 @@ using Matrix = std::vector<std::vector<T>>;  // [row device][column device]
   std::exit(1);
 }
 
-#define CUDA_CHECK(call)                                 \
-  do {                                                   \
-    cudaError_t cuda_check_error_ = (call);              \
+#define CUDA_CHECK(call)                                                      \
+  do {                                                                        \
+    cudaError_t cuda_check_error_ = (call);                                   \
     if (cuda_check_error_ != cudaSuccess) FailCuda(cuda_check_error_, #call); \
   } while (0)
 

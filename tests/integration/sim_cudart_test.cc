@@ -363,6 +363,7 @@ TEST_F(Demo, CapturedWorkIsRecordedNotRun) {
   EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
   ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+  EXPECT_EQ(cudaMemsetAsync(d, 1, n, s), cudaErrorStreamCaptureInvalidated);
   EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
   cudaEventDestroy(e);
   cudaStreamDestroy(s);

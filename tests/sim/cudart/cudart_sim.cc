@@ -397,6 +397,21 @@ bool ClaimsDevice(cudaMemcpyKind kind, bool src_side) {
   }
 }
 
+// Work queued on a capturing stream becomes a graph node instead of running; on a stream whose
+// capture was invalidated it fails. Returns true when the caller must return `*result` at once.
+bool Captured(Stream* s, cudaError_t* result) {
+  if (s->capture == cudaStreamCaptureStatusActive) {
+    ++s->capture_nodes;
+    *result = cudaSuccess;
+    return true;
+  }
+  if (s->capture == cudaStreamCaptureStatusInvalidated) {
+    *result = cudaErrorStreamCaptureInvalidated;
+    return true;
+  }
+  return false;
+}
+
 struct Rows {  // a 2D/3D copy flattened to rows
   size_t width = 0, height = 1, spitch = 0, dpitch = 0;
 };
@@ -419,8 +434,7 @@ cudaError_t Copy(State& st, std::unique_lock<std::mutex>& lock, void* dst, const
   size_t span_s = rows.spitch * (rows.height - 1) + rows.width;
   size_t span_d = rows.dpitch * (rows.height - 1) + rows.width;
   if (!InBounds(ws, src, span_s) || !InBounds(wd, dst, span_d)) return cudaErrorInvalidValue;
-  if (s->capture == cudaStreamCaptureStatusActive) { ++s->capture_nodes; return cudaSuccess; }
-  if (s->capture == cudaStreamCaptureStatusInvalidated) return cudaErrorStreamCaptureInvalidated;
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   for (size_t r = 0; r < rows.height; ++r)
     std::memmove(static_cast<char*>(dst) + r * rows.dpitch, static_cast<const char*>(src) + r * rows.spitch, rows.width);
   int other = -1;
@@ -438,17 +452,18 @@ cudaError_t PeerCopy(State& st, std::unique_lock<std::mutex>& lock, void* dst, i
   return Copy(st, lock, dst, src, Linear(count), cudaMemcpyDeviceToDevice, stream, false, sync, sync);
 }
 
-cudaError_t Memset(State& st, void* p, int value, size_t count, cudaStream_t handle, bool ptsz, bool sync) {
+cudaError_t Memset(State& st, std::unique_lock<std::mutex>& lock, void* p, int value, size_t count,
+                   cudaStream_t handle, bool ptsz, bool sync) {
   if (t_in_host_func) return cudaErrorNotPermitted;
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (count == 0) return cudaSuccess;
   Where w = Locate(st, p);
   if (!w.known || !InBounds(w, p, count)) return cudaErrorInvalidValue;
-  if (s->capture == cudaStreamCaptureStatusActive) { ++s->capture_nodes; return cudaSuccess; }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   std::memset(p, value, count);
   double end = Enqueue(st, s, static_cast<double>(count) / (p2psim::kDeviceLocalGbps * 1e9));
-  if (sync) st.host_now = std::max(st.host_now, end);
+  if (sync) WaitUntil(st, lock, end);
   return cudaSuccess;
 }
 
@@ -477,7 +492,7 @@ cudaError_t QueueHostFunc(State& st, cudaStream_t handle, bool ptsz, cudaHostFn_
   if (fn == nullptr && cb == nullptr) return cudaErrorInvalidValue;
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  if (s->capture == cudaStreamCaptureStatusActive) { ++s->capture_nodes; return cudaSuccess; }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   if (!st.worker_running) {
     st.worker_running = true;
     std::thread(Worker).detach();
@@ -508,7 +523,7 @@ cudaError_t EventRecord(State& st, cudaEvent_t ev, cudaStream_t handle, bool pts
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (s->device != e->device) return cudaErrorInvalidResourceHandle;  // event and stream on one device
-  if (s->capture == cudaStreamCaptureStatusActive) { ++s->capture_nodes; return cudaSuccess; }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   e->recorded = true;
   e->t = StartTime(st, s);
   return cudaSuccess;
@@ -518,7 +533,7 @@ cudaError_t Launch(State& st, cudaStream_t handle, bool ptsz) {
   if (t_in_host_func) return cudaErrorNotPermitted;
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  if (s->capture == cudaStreamCaptureStatusActive) { ++s->capture_nodes; return cudaSuccess; }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   Enqueue(st, s, kKernelSeconds);  // device code does not run on the simulated node
   return cudaSuccess;
 }
@@ -784,7 +799,9 @@ SIM_API cudaError_t cudaDeviceReset(void) {
       ++it;
     }
   }
+  // The device's context goes, and with it every peer mapping from or to it.
   std::fill(st.peer_on[d].begin(), st.peer_on[d].end(), 0);
+  for (auto& row : st.peer_on) row[d] = 0;
   return cudaSuccess;
 }
 
@@ -1010,19 +1027,19 @@ SIM_API cudaError_t cudaMemcpy3DPeerAsync_ptsz(const cudaMemcpy3DPeerParms* p, c
 
 SIM_API cudaError_t cudaMemset(void* p, int value, size_t count) {
   SIM_COPY_PROLOGUE();
-  return Ret(Memset(st, p, value, count, nullptr, false, true));
+  return Ret(Memset(st, lock, p, value, count, nullptr, false, true));
 }
 SIM_API cudaError_t cudaMemset_ptds(void* p, int value, size_t count) {
   SIM_COPY_PROLOGUE();
-  return Ret(Memset(st, p, value, count, nullptr, true, true));
+  return Ret(Memset(st, lock, p, value, count, nullptr, true, true));
 }
 SIM_API cudaError_t cudaMemsetAsync(void* p, int value, size_t count, cudaStream_t s) {
   SIM_COPY_PROLOGUE();
-  return Ret(Memset(st, p, value, count, s, false, false));
+  return Ret(Memset(st, lock, p, value, count, s, false, false));
 }
 SIM_API cudaError_t cudaMemsetAsync_ptsz(void* p, int value, size_t count, cudaStream_t s) {
   SIM_COPY_PROLOGUE();
-  return Ret(Memset(st, p, value, count, s, true, false));
+  return Ret(Memset(st, lock, p, value, count, s, true, false));
 }
 
 // =============================================================================================
@@ -1090,7 +1107,7 @@ static cudaError_t StreamWaitEvent(cudaStream_t handle, cudaEvent_t ev, unsigned
   auto* e = reinterpret_cast<Event*>(ev);
   if (s == nullptr || !st.events.count(e)) return Ret(cudaErrorInvalidResourceHandle);
   if (flags & ~1u) return Ret(cudaErrorInvalidValue);
-  if (s->capture == cudaStreamCaptureStatusActive) { ++s->capture_nodes; return cudaSuccess; }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   if (e->recorded) s->t = std::max(s->t, e->t);
   return cudaSuccess;
 }
