@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -136,6 +138,34 @@ TEST(Sim, Cudart12FlavourUsesCuda12Abi) {
   RunResult r = RunProgram({CUDART12_PROGRAM}, SimEnv());
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "runtime 12080 props 0 name NVIDIA H100 80GB HBM3 bus 2a\n");
+}
+
+TEST(PeerCopy, RealRuntimeWithoutDriverReportsError35Cleanly) {
+  RunResult r = RunProgram({PEER_COPY}, {{"LD_LIBRARY_PATH", std::nullopt}});
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "peer_copy: CUDA error 35 (cudaErrorInsufficientDriver): CUDA driver version is insufficient for "
+            "CUDA runtime version at cudaGetDeviceCount(&count)\n");
+}
+
+TEST(PeerCopy, MeasuresTheSimulatedNode) {
+  RunResult r = RunProgram({PEER_COPY, "--size", "16M", "--iters", "2", "--json"}, SimEnv());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["devices"].size(), 8u);
+  EXPECT_EQ(j["devices"][5]["pci_bus_id"], "0000:AB:00.0");
+  EXPECT_EQ(j["can_access"][0][3], 1);
+  EXPECT_EQ(j["can_access"][3][4], 0);
+  // Off: every pair staged through the host; on: NV6 inside an island, still staged across sockets.
+  EXPECT_NEAR(j["gbps_p2p_off"][0][1].get<double>(), 20, 0.01);
+  EXPECT_NEAR(j["gbps_p2p_on"][0][1].get<double>(), 123, 0.01);
+  EXPECT_NEAR(j["gbps_p2p_on"][7][4].get<double>(), 123, 0.01);
+  EXPECT_NEAR(j["gbps_p2p_on"][0][4].get<double>(), 20, 0.01);
+  RunResult bad = RunProgram({PEER_COPY, "--size", "zero"}, SimEnv());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(CountLines(bad.err), 1) << bad.err;
 }
 
 std::set<std::string> ReadLines(const std::string& path) {

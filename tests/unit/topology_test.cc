@@ -83,6 +83,15 @@ TEST(SimRules, PeerStatusSaysWhy) {
   EXPECT_EQ(p2psim::PeerStatus(v, v.hosts[0], 0, 1), p2psim::P2PStatus::kChipsetNotSupported);
 }
 
+TEST(SimRules, DefaultsNeedNoCpusOrParents) {
+  p2psim::Topology t = Load(R"({"version": 1, "hosts": [{"name": "m", "gpus": [{"index": 0, "bus_id": "0000:01:00.0"},
+    {"index": 1, "bus_id": "0000:02:00.0"}]}]})");
+  ASSERT_EQ(t.hosts.size(), 1u);
+  EXPECT_EQ(t.hosts[0].gpus[0].parent, "cpu0");
+  EXPECT_EQ(p2ptrace::ClassifyGpuPath(t.hosts[0], 0, 1).Label(), "PHB");
+  EXPECT_EQ(t.hosts[0].gpus[1].name, "NVIDIA H100 80GB HBM3");
+}
+
 TEST(SimRules, Bandwidths) {
   p2psim::Topology t = Load();
   const p2ptrace::Host& h = t.hosts[0];

@@ -121,7 +121,10 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
     if (!ids.insert(id).second) Fail(cf + ".id", "duplicate id \"" + id + "\"");
     host.cpus.push_back(id);
   }
-  if (host.cpus.empty()) host.cpus.push_back("cpu0");  // a host has at least one socket
+  if (host.cpus.empty()) {  // a host has at least one socket
+    host.cpus.push_back("cpu0");
+    ids.insert("cpu0");
+  }
   const json& sws = Array(h, f, "switches");
   for (size_t i = 0; i < sws.size(); ++i) {
     std::string sf = f + ".switches[" + std::to_string(i) + "]";

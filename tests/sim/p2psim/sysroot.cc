@@ -17,7 +17,7 @@ namespace p2psim {
 const char kSysrootRules[] =
     "  PCI tree: CPU i is root bus pci0000:<i*0x40> (closer spacing past 4 CPUs); each switch is\n"
     "  one bridge directory under its parent; GPUs sit under their parent at their bus_id; switches\n"
-    "  and NICs get synthetic ids dddd:bb:00.0 on the first bus after their CPU's root bus that no\n"
+    "  and NICs get synthetic ids 0000:bb:00.0 on the first bus after their CPU's root bus that no\n"
     "  GPU uses. Bridges and NICs report the host's best GPU link generation, x16.\n"
     "  IOMMU: groups exist when the command line has intel_iommu=on or amd_iommu=on (iommu=pt\n"
     "  included: group type \"identity\" instead of \"DMA-FQ\"; iommu=off turns them off). A switch\n"
@@ -51,6 +51,7 @@ class TreeWriter {
     if (!ok()) return;
     std::error_code ignored;
     fs::remove(root_ / rel, ignored);  // a stale symlink here must not redirect the write
+    errno = 0;
     std::ofstream out(root_ / rel, std::ios::binary | std::ios::trunc);
     if (out) out << text;
     if (out) out.close();

@@ -1,0 +1,20 @@
+// Names of the stable numbers in include/p2ptrace/vocabulary.h, as the CLI and JSON print them.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "p2ptrace/vocabulary.h"
+
+namespace p2ptrace {
+
+// "nvlink", "pcie_p2p", "p2p", …, "unknown" for values it does not know.
+std::string_view TransportName(int transport);
+std::optional<int> ParseTransport(std::string_view name);
+// True for the classes that move bytes directly between the two GPUs.
+bool IsDirect(int transport);
+// "cudaMemcpyPeer", …; "unknown" for values it does not know.
+std::string_view ApiName(int api);
+
+}  // namespace p2ptrace

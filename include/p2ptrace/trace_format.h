@@ -1,0 +1,171 @@
+/* p2ptrace trace file format, version 1.0 (DESIGN.md §6). One file per traced process.
+ *
+ * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
+ * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
+ * Unwritten space is a hole and reads as zeros. All integers little-endian.
+ *
+ *   [0, 4096)                      p2ptrace_file_header
+ *   [env_offset, +env_size)        allow-listed environment: "NAME=VALUE\0" strings, then zeros
+ *   [counters_offset, +size)       p2ptrace_pair_counters[max_devices][max_devices][2]
+ *                                  (src, dst, path: 0 direct, 1 host-staged); exact totals, updated
+ *                                  with atomic adds, never dropped; [d][d][0] counts same-device copies
+ *   [chunks_offset, file_size)     chunk_size-byte chunks. A thread claims the next free chunk
+ *                                  (atomic chunks_claimed) and appends records to it alone; a
+ *                                  chunk's `used` is published after each record, so a reader sees
+ *                                  only complete records.
+ *
+ * Readers must reject a newer major version, and skip record types and trailing fields they do not
+ * know (minor versions only append). */
+#ifndef P2PTRACE_TRACE_FORMAT_H_
+#define P2PTRACE_TRACE_FORMAT_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define P2PTRACE_MAGIC "P2PTRACE"
+#define P2PTRACE_FORMAT_MAJOR 1
+#define P2PTRACE_FORMAT_MINOR 0
+#define P2PTRACE_MAX_DEVICES 32
+#define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
+
+enum p2ptrace_process_state {
+  P2PTRACE_STATE_RUNNING = 1,     /* still running, or killed without a chance to say so */
+  P2PTRACE_STATE_EXITED = 2,      /* exit() or return from main */
+  P2PTRACE_STATE_FATAL_SIGNAL = 3 /* a fatal signal reached the shim's handler */
+};
+
+/* What the shim could see (capture_flags). */
+enum p2ptrace_capture_flag {
+  P2PTRACE_CAPTURE_CUDART_11 = 1u << 0, /* calls reached wrappers for each runtime node */
+  P2PTRACE_CAPTURE_CUDART_12 = 1u << 1,
+  P2PTRACE_CAPTURE_CUDART_13 = 1u << 2,
+  P2PTRACE_CAPTURE_NVML_LINKS = 1u << 3,   /* link types came from NVML */
+  P2PTRACE_CAPTURE_FORK_CHILD = 1u << 4,   /* this process was forked from a traced parent */
+  P2PTRACE_CAPTURE_TIMING_OFF = 1u << 5    /* copy timing disabled by P2PTRACE_SAMPLE */
+};
+
+typedef struct p2ptrace_file_header {
+  char magic[8]; /* "P2PTRACE" */
+  uint16_t major, minor;
+  uint32_t header_size;
+  uint64_t file_size;
+  uint32_t chunk_size, max_devices;
+  uint64_t env_offset, env_size;
+  uint64_t counters_offset, counters_size;
+  uint64_t chunks_offset;
+  /* updated while the process runs (atomically) */
+  uint64_t chunks_claimed;
+  uint64_t dropped_records; /* records that found no free chunk */
+  uint32_t state;           /* p2ptrace_process_state */
+  int32_t fatal_signal;
+  uint32_t capture_flags;   /* p2ptrace_capture_flag */
+  int32_t cuda_runtime_version, cuda_driver_version; /* 0 until known */
+  int32_t device_count;     /* visible devices, once known */
+  /* identity */
+  int32_t pid, ppid;
+  int32_t rank, local_rank, world_size, local_world_size; /* -1 when unknown */
+  uint64_t start_realtime_ns, start_monotonic_ns, end_monotonic_ns;
+  char host[64];
+  char boot_id[40];
+  char job_id[64];
+  char exe[128];
+  /* timing policy in force (P2PTRACE_SAMPLE) */
+  uint32_t sample_first, sample_every;
+  uint64_t sample_min_bytes;
+  /* per visible device: PCI bus id ("0000:1a:00.0") when known */
+  char bus_id[P2PTRACE_MAX_DEVICES][16];
+  /* per directional pair: the transport of a direct copy (p2ptrace_transport), 0 until known */
+  uint8_t direct_transport[P2PTRACE_MAX_DEVICES][P2PTRACE_MAX_DEVICES];
+} p2ptrace_file_header;
+
+typedef struct p2ptrace_pair_counters {
+  uint64_t calls;       /* copies that succeeded */
+  uint64_t bytes;
+  uint64_t errors;      /* copies that returned an error */
+  uint64_t timed_calls; /* the sampled subset with a measured duration */
+  uint64_t timed_bytes;
+  uint64_t timed_ns;
+} p2ptrace_pair_counters;
+
+typedef struct p2ptrace_chunk_header {
+  uint32_t magic; /* P2PTRACE_CHUNK_MAGIC */
+  uint32_t tid;
+  uint64_t used;  /* bytes of complete records after this header */
+} p2ptrace_chunk_header;
+
+enum p2ptrace_record_type {
+  P2PTRACE_RECORD_COPY = 1,
+  P2PTRACE_RECORD_PEER = 2,
+  P2PTRACE_RECORD_TIMING = 3,
+  P2PTRACE_RECORD_IPC = 4
+};
+
+typedef struct p2ptrace_record_header {
+  uint16_t type; /* p2ptrace_record_type */
+  uint16_t size; /* of the whole record, a multiple of 8 */
+  uint32_t seq;  /* per process, in call order per thread */
+  uint64_t time_ns; /* CLOCK_MONOTONIC at the call */
+} p2ptrace_record_header;
+
+enum p2ptrace_copy_flag {
+  P2PTRACE_COPY_ASYNC = 1u << 0,
+  P2PTRACE_COPY_PER_THREAD_STREAM = 1u << 1, /* a _ptds/_ptsz entry point */
+  P2PTRACE_COPY_TIMED = 1u << 2,             /* a TIMING record with this seq follows */
+  P2PTRACE_COPY_IPC_MEMORY = 1u << 3         /* one side was opened with cudaIpcOpenMemHandle */
+};
+
+/* A cross-device copy (same-device copies are only counted). */
+typedef struct p2ptrace_copy_record {
+  p2ptrace_record_header h;
+  uint64_t bytes;
+  uint64_t stream;
+  int32_t result;    /* cudaError_t */
+  uint8_t api;       /* p2ptrace_api */
+  int8_t src_device; /* visible ordinal; -1 unknown */
+  int8_t dst_device;
+  uint8_t transport; /* p2ptrace_transport: the path at that moment */
+  uint32_t flags;    /* p2ptrace_copy_flag */
+  uint32_t reserved;
+} p2ptrace_copy_record;
+
+/* A capability query or a peer access change. */
+typedef struct p2ptrace_peer_record {
+  p2ptrace_record_header h;
+  uint8_t api;
+  int8_t device; /* the querying/current device */
+  int8_t peer;
+  uint8_t reserved0;
+  int32_t result;
+  int32_t value;  /* canAccessPeer / attribute value / flags */
+  int32_t attr;   /* cudaDeviceP2PAttr for GetP2PAttribute */
+} p2ptrace_peer_record;
+
+/* The measured duration of a timed copy. */
+typedef struct p2ptrace_timing_record {
+  p2ptrace_record_header h;  /* seq: the copy's seq */
+  uint64_t bytes;
+  uint64_t duration_ns;
+  int8_t src_device, dst_device;
+  uint8_t transport, reserved0;
+  uint32_t reserved1;
+} p2ptrace_timing_record;
+
+/* IPC export/import. */
+typedef struct p2ptrace_ipc_record {
+  p2ptrace_record_header h;
+  uint8_t api;
+  int8_t device;       /* current device */
+  int8_t owner_device; /* device of the memory, when known */
+  uint8_t reserved0;
+  int32_t result;
+  uint64_t address;
+  uint64_t size;
+} p2ptrace_ipc_record;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* P2PTRACE_TRACE_FORMAT_H_ */

@@ -1,0 +1,53 @@
+/* p2ptrace vocabulary (DESIGN.md §5): transport classes of a GPU pair and the intercepted APIs.
+ * Stable numbers: they are stored in trace files. Append only. */
+#ifndef P2PTRACE_VOCABULARY_H_
+#define P2PTRACE_VOCABULARY_H_
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How bytes moved between two GPUs, best first. */
+enum p2ptrace_transport {
+  P2PTRACE_TRANSPORT_UNKNOWN = 0,
+  P2PTRACE_TRANSPORT_NVLINK = 1,       /* direct P2P over NVLink/NVSwitch */
+  P2PTRACE_TRANSPORT_PCIE_P2P = 2,     /* direct P2P over PCIe */
+  P2PTRACE_TRANSPORT_P2P = 3,          /* direct P2P, link type unknown (no NVML, no probe) */
+  P2PTRACE_TRANSPORT_P2P_INDIRECT = 4, /* through another GPU */
+  P2PTRACE_TRANSPORT_SHM = 5,          /* NCCL SHM: host memory on the same node */
+  P2PTRACE_TRANSPORT_HOST_STAGED = 6,  /* a CUDA peer copy the driver staged through the host */
+  P2PTRACE_TRANSPORT_NET_GDR = 7,
+  P2PTRACE_TRANSPORT_NET_IB = 8,
+  P2PTRACE_TRANSPORT_NET_SOCKET = 9,
+  P2PTRACE_TRANSPORT_NVLS = 10,
+  P2PTRACE_TRANSPORT_COLLNET = 11,
+  P2PTRACE_TRANSPORT_SAME_DEVICE = 12, /* both ends on one GPU: not a pair */
+  P2PTRACE_TRANSPORT_COUNT_
+};
+
+/* The CUDA runtime calls the shim records. */
+enum p2ptrace_api {
+  P2PTRACE_API_UNKNOWN = 0,
+  P2PTRACE_API_cudaDeviceCanAccessPeer = 1,
+  P2PTRACE_API_cudaDeviceGetP2PAttribute = 2,
+  P2PTRACE_API_cudaDeviceEnablePeerAccess = 3,
+  P2PTRACE_API_cudaDeviceDisablePeerAccess = 4,
+  P2PTRACE_API_cudaMemPoolSetAccess = 5,
+  P2PTRACE_API_cudaMemcpyPeer = 6,
+  P2PTRACE_API_cudaMemcpyPeerAsync = 7,
+  P2PTRACE_API_cudaMemcpy = 8,
+  P2PTRACE_API_cudaMemcpyAsync = 9,
+  P2PTRACE_API_cudaMemcpy2D = 10,
+  P2PTRACE_API_cudaMemcpy2DAsync = 11,
+  P2PTRACE_API_cudaMemcpy3DPeer = 12,
+  P2PTRACE_API_cudaMemcpy3DPeerAsync = 13,
+  P2PTRACE_API_cudaIpcGetMemHandle = 14,
+  P2PTRACE_API_cudaIpcOpenMemHandle = 15,
+  P2PTRACE_API_cudaIpcCloseMemHandle = 16,
+  P2PTRACE_API_COUNT_
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* P2PTRACE_VOCABULARY_H_ */
