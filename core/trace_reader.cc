@@ -1,0 +1,130 @@
+#include "core/trace_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace p2ptrace {
+namespace {
+
+std::string Bounded(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+template <typename R>
+bool Take(const unsigned char* p, size_t size, TraceRecord* out) {
+  if (size < sizeof(R)) return false;  // older minor with a shorter record: not ours to guess
+  R r;
+  std::memcpy(&r, p, sizeof r);
+  out->body = r;
+  return true;
+}
+
+// A read-only mapping that unmaps itself.
+struct Mapping {
+  const unsigned char* data = nullptr;
+  size_t size = 0;
+  ~Mapping() {
+    if (data) munmap(const_cast<unsigned char*>(data), size);
+  }
+};
+
+}  // namespace
+
+std::string Trace::Host() const { return Bounded(header.host, sizeof header.host); }
+
+std::string Trace::BusId(int device) const {
+  if (device < 0 || device >= P2PTRACE_MAX_DEVICES) return "";
+  return Bounded(header.bus_id[device], sizeof header.bus_id[device]);
+}
+
+Expected<Trace> ReadTrace(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error{path + ": " + std::strerror(errno)};
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return Error{path + ": not a regular file"};
+  }
+  Mapping m;
+  m.size = static_cast<size_t>(st.st_size);
+  if (m.size < sizeof(p2ptrace_file_header)) {
+    close(fd);
+    return Error{path + ": " + (m.size == 0 ? "empty file" : "truncated before the end of its header") +
+                 " (not a complete p2ptrace trace)"};
+  }
+  void* p = mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return Error{path + ": cannot map: " + std::strerror(errno)};
+  m.data = static_cast<const unsigned char*>(p);
+
+  Trace t;
+  t.path = path;
+  std::memcpy(&t.header, m.data, sizeof t.header);
+  const p2ptrace_file_header& h = t.header;
+  if (std::memcmp(h.magic, P2PTRACE_MAGIC, 8) != 0) return Error{path + ": not a p2ptrace trace (bad magic)"};
+  if (h.major > P2PTRACE_FORMAT_MAJOR)
+    return Error{path + ": trace format " + std::to_string(h.major) + "." + std::to_string(h.minor) +
+                 " is newer than this p2ptrace reads (" + std::to_string(P2PTRACE_FORMAT_MAJOR) + ".x); upgrade p2ptrace"};
+  if (h.max_devices == 0 || h.max_devices > P2PTRACE_MAX_DEVICES || h.chunk_size < sizeof(p2ptrace_chunk_header) ||
+      h.chunk_size % 8 != 0)
+    return Error{path + ": corrupt header (max_devices " + std::to_string(h.max_devices) + ", chunk_size " +
+                 std::to_string(h.chunk_size) + ")"};
+  // Regions are read only as far as the file reaches (a copied, cut-off file still yields what it holds).
+  auto in_file = [&](uint64_t off, uint64_t len) { return off <= m.size && len <= m.size - off; };
+  if (in_file(h.env_offset, h.env_size)) {
+    const char* env = reinterpret_cast<const char*>(m.data + h.env_offset);
+    size_t i = 0;
+    while (i < h.env_size && env[i] != '\0') {
+      std::string kv = Bounded(env + i, h.env_size - i);
+      i += kv.size() + 1;
+      size_t eq = kv.find('=');
+      if (eq != std::string::npos) t.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    }
+  }
+  size_t n_counters = static_cast<size_t>(h.max_devices) * h.max_devices * 2;
+  t.counters.assign(n_counters, p2ptrace_pair_counters{});
+  if (h.counters_size >= n_counters * sizeof(p2ptrace_pair_counters) && in_file(h.counters_offset, h.counters_size))
+    std::memcpy(t.counters.data(), m.data + h.counters_offset, n_counters * sizeof(p2ptrace_pair_counters));
+
+  for (uint64_t c = 0; c < h.chunks_claimed; ++c) {
+    uint64_t off = h.chunks_offset + c * h.chunk_size;
+    if (!in_file(off, sizeof(p2ptrace_chunk_header))) break;
+    p2ptrace_chunk_header ch;
+    std::memcpy(&ch, m.data + off, sizeof ch);
+    if (ch.magic != P2PTRACE_CHUNK_MAGIC) {
+      if (ch.magic != 0) ++t.bad_chunks;  // 0: claimed, then the process died before writing it
+      continue;
+    }
+    uint64_t avail = std::min<uint64_t>(h.chunk_size - sizeof ch, m.size - off - sizeof ch);
+    uint64_t used = std::min<uint64_t>(ch.used, avail);
+    const unsigned char* r = m.data + off + sizeof ch;
+    uint64_t pos = 0;
+    while (pos + sizeof(p2ptrace_record_header) <= used) {
+      p2ptrace_record_header rh;
+      std::memcpy(&rh, r + pos, sizeof rh);
+      if (rh.size < sizeof rh || rh.size % 8 != 0 || pos + rh.size > used) {
+        ++t.bad_chunks;  // the rest of this chunk cannot be framed
+        break;
+      }
+      TraceRecord rec;
+      rec.tid = ch.tid;
+      bool ok = false;
+      switch (rh.type) {
+        case P2PTRACE_RECORD_COPY: ok = Take<p2ptrace_copy_record>(r + pos, rh.size, &rec); break;
+        case P2PTRACE_RECORD_PEER: ok = Take<p2ptrace_peer_record>(r + pos, rh.size, &rec); break;
+        case P2PTRACE_RECORD_TIMING: ok = Take<p2ptrace_timing_record>(r + pos, rh.size, &rec); break;
+        case P2PTRACE_RECORD_IPC: ok = Take<p2ptrace_ipc_record>(r + pos, rh.size, &rec); break;
+        default: break;
+      }
+      if (ok) t.records.push_back(rec);
+      else ++t.skipped_records;
+      pos += rh.size;
+    }
+  }
+  return t;
+}
+
+}  // namespace p2ptrace
