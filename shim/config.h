@@ -1,0 +1,35 @@
+// The shim's settings (DESIGN.md §8), read once from the environment in the constructor.
+// A malformed value gets one warning on stderr and its default; the job always runs on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace p2ptrace::shim {
+
+struct SampleSpec {
+  bool enabled = true;
+  uint32_t first = 8;                 // time the first K copies of each pair…
+  uint32_t every = 64;                // …then 1 in N…
+  uint64_t min_bytes = 16ull << 20;   // …and every copy at least this large
+};
+
+struct Config {
+  std::string dir;        // absolute; where this process's trace goes
+  SampleSpec sample;
+  uint64_t max_bytes = 64ull << 20;   // P2PTRACE_MAX_MB
+  std::string sysroot;    // P2PTRACE_SYSROOT, "" for /
+  bool disabled = false;  // P2PTRACE_DISABLE=1: the shim passes everything through and records nothing
+};
+
+// Parses the environment. `warn` receives each warning line (without the "p2ptrace: warning: ").
+Config ReadConfig(void (*warn)(const std::string&));
+
+// "K:N:SIZE" (e.g. "8:64:16M"), "all", or "off". False when malformed.
+bool ParseSample(const std::string& text, SampleSpec* out);
+// "64", "1.5" … megabytes. False when malformed or out of range.
+bool ParseMaxMb(const std::string& text, uint64_t* bytes);
+// "16M", "4096", "1G", "512K".
+bool ParseSize(const std::string& text, uint64_t* bytes);
+
+}  // namespace p2ptrace::shim

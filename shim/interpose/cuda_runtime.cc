@@ -1,0 +1,29 @@
+#include "shim/interpose/cuda_runtime.h"
+
+#include <mutex>
+
+namespace p2ptrace::shim {
+
+const CudaRuntime& Runtime(Node node) {
+  static CudaRuntime runtimes[static_cast<int>(Node::kCount)];
+  static std::once_flag once[static_cast<int>(Node::kCount)];
+  int i = static_cast<int>(node);
+  std::call_once(once[i], [&] {
+    CudaRuntime& r = runtimes[i];
+    r.node = node;
+    auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(ResolveReal(name, node));
+      return fn != nullptr;
+    };
+    r.complete = get(r.GetDevice, "cudaGetDevice") & get(r.SetDevice, "cudaSetDevice") &
+                 get(r.GetDeviceCount, "cudaGetDeviceCount") & get(r.DeviceGetPCIBusId, "cudaDeviceGetPCIBusId") &
+                 get(r.PointerGetAttributes, "cudaPointerGetAttributes") &
+                 get(r.EventCreateWithFlags, "cudaEventCreateWithFlags") & get(r.EventRecord, "cudaEventRecord") &
+                 get(r.EventQuery, "cudaEventQuery") & get(r.EventElapsedTime, "cudaEventElapsedTime") &
+                 get(r.EventDestroy, "cudaEventDestroy") & get(r.RuntimeGetVersion, "cudaRuntimeGetVersion") &
+                 get(r.DriverGetVersion, "cudaDriverGetVersion");
+  });
+  return runtimes[i];
+}
+
+}  // namespace p2ptrace::shim

@@ -1,0 +1,31 @@
+// The real runtime functions the shim itself calls, per runtime node, so that its own calls go to
+// the same runtime as the call it intercepted (never mixing cudart 12 and 13 state).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "shim/interpose/resolve.h"
+
+namespace p2ptrace::shim {
+
+struct CudaRuntime {
+  Node node;
+  cudaError_t (*GetDevice)(int*);
+  cudaError_t (*SetDevice)(int);
+  cudaError_t (*GetDeviceCount)(int*);
+  cudaError_t (*DeviceGetPCIBusId)(char*, int, int);
+  cudaError_t (*PointerGetAttributes)(cudaPointerAttributes*, const void*);
+  cudaError_t (*EventCreateWithFlags)(cudaEvent_t*, unsigned int);
+  cudaError_t (*EventRecord)(cudaEvent_t, cudaStream_t);
+  cudaError_t (*EventQuery)(cudaEvent_t);
+  cudaError_t (*EventElapsedTime)(float*, cudaEvent_t, cudaEvent_t);
+  cudaError_t (*EventDestroy)(cudaEvent_t);
+  cudaError_t (*RuntimeGetVersion)(int*);
+  cudaError_t (*DriverGetVersion)(int*);
+  bool complete;  // every pointer above was found
+};
+
+// Resolved once per node, at the first intercepted call of that node.
+const CudaRuntime& Runtime(Node node);
+
+}  // namespace p2ptrace::shim
