@@ -1,10 +1,13 @@
 #include "shim/interpose/cuda_runtime.h"
 
 #include <mutex>
+#include <type_traits>
 
 namespace p2ptrace::shim {
 
-const CudaRuntime& Runtime(Node node) {
+std::atomic<const CudaRuntime*> g_runtimes[static_cast<int>(Node::kCount)];
+
+const CudaRuntime& ResolveRuntime(Node node) {
   static CudaRuntime runtimes[static_cast<int>(Node::kCount)];
   static std::once_flag once[static_cast<int>(Node::kCount)];
   int i = static_cast<int>(node);
@@ -22,6 +25,7 @@ const CudaRuntime& Runtime(Node node) {
                  get(r.EventQuery, "cudaEventQuery") & get(r.EventElapsedTime, "cudaEventElapsedTime") &
                  get(r.EventDestroy, "cudaEventDestroy") & get(r.RuntimeGetVersion, "cudaRuntimeGetVersion") &
                  get(r.DriverGetVersion, "cudaDriverGetVersion");
+    g_runtimes[i].store(&r, std::memory_order_release);
   });
   return runtimes[i];
 }

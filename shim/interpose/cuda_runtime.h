@@ -4,6 +4,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
+
 #include "shim/interpose/resolve.h"
 
 namespace p2ptrace::shim {
@@ -25,7 +27,13 @@ struct CudaRuntime {
   bool complete;  // every pointer above was found
 };
 
+const CudaRuntime& ResolveRuntime(Node node);
+extern std::atomic<const CudaRuntime*> g_runtimes[static_cast<int>(Node::kCount)];
+
 // Resolved once per node, at the first intercepted call of that node.
-const CudaRuntime& Runtime(Node node);
+inline const CudaRuntime& Runtime(Node node) {
+  const CudaRuntime* rt = g_runtimes[static_cast<int>(node)].load(std::memory_order_acquire);
+  return __builtin_expect(rt != nullptr, 1) ? *rt : ResolveRuntime(node);
+}
 
 }  // namespace p2ptrace::shim

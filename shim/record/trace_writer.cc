@@ -39,7 +39,12 @@ constexpr uint64_t kChunkSize = 64 * 1024;
 constexpr uint64_t kChunksOffset = (kCountersOffset + kCountersSize + kChunkSize - 1) / kChunkSize * kChunkSize;
 static_assert(sizeof(p2ptrace_file_header) <= kEnvOffset);
 
-Config g_config;
+// Heap-allocated on first use: the constructor that fills it may run before this file's static
+// initialisers (their order across translation units is unspecified).
+Config& TheConfig() {
+  static Config* config = new Config();
+  return *config;
+}
 std::mutex g_open_mu;
 unsigned char* g_map = nullptr;
 size_t g_map_size = 0;
@@ -143,17 +148,17 @@ void Warn(const std::string& message) {
 }
 
 void TraceWriter::Configure(const Config& config) {
-  g_config = config;
+  TheConfig() = config;
   if (config.disabled) detail::g_state.store(2);
   pthread_atfork(ForkPrepare, ForkParent, ForkChild);
 }
 
-const Config& TraceWriter::config() { return g_config; }
+const Config& TraceWriter::config() { return TheConfig(); }
 
 bool TraceWriter::Open() {
   std::lock_guard<std::mutex> lock(g_open_mu);
   if (detail::g_state.load() != 0) return detail::g_state.load() == 1;
-  const Config& c = g_config;
+  const Config& c = TheConfig();
   std::string host = ReadSmallFile(c.sysroot + "/proc/sys/kernel/hostname");
   if (host.empty()) {
     char buf[256] = {};

@@ -1,0 +1,566 @@
+// What each intercepted CUDA function does around the real call (the list: cuda_functions.h).
+// Rules every hook keeps: the real function is called exactly once with the caller's arguments and
+// its result is returned unchanged; the shim never calls cudaGetLastError; its own CUDA calls go
+// to the same runtime (node) as the intercepted call and are made only where they cannot fail
+// (so they cannot leave a sticky error behind); a query that switches the device switches it back.
+#include "shim/interpose/cuda_hooks.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "p2ptrace/vocabulary.h"
+#include "shim/interpose/memory_map.h"
+#include "shim/record/copy_timer.h"
+#include "shim/record/trace_writer.h"
+
+namespace p2ptrace::shim {
+namespace {
+
+constexpr int kMaxDev = P2PTRACE_MAX_DEVICES;
+constexpr uint8_t kPeerByApi = 1, kPeerByIpc = 2;
+
+// Peer mappings in force, per direction [from][to], as the wrapped calls changed them.
+std::atomic<uint8_t> g_peer[kMaxDev][kMaxDev];
+// The transport of a direct copy per pair; 0 until first needed.
+std::atomic<uint8_t> g_link[kMaxDev][kMaxDev];
+std::atomic<bool> g_runtime_noted[static_cast<int>(Node::kCount)];
+std::mutex g_slow_mu;  // slow paths only
+
+// Streams the application created, with their device (for timing events on the right device).
+std::mutex g_streams_mu;
+std::unordered_map<cudaStream_t, int>& Streams() {
+  static auto* m = new std::unordered_map<cudaStream_t, int>();
+  return *m;
+}
+
+bool ValidDevice(int d) { return d >= 0 && d < kMaxDev; }
+
+int CurrentDevice(const CudaRuntime& rt) {
+  int d = -1;
+  return rt.GetDevice(&d) == cudaSuccess ? d : -1;
+}
+
+// Once per runtime node: what the header should say about it.
+void NoteRuntime(const CudaRuntime& rt) {
+  if (g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(g_slow_mu);
+  if (g_runtime_noted[static_cast<int>(rt.node)].exchange(true)) return;
+  p2ptrace_file_header* h = TraceWriter::header();
+  if (h == nullptr || !rt.complete) return;
+  static const uint32_t kFlag[] = {P2PTRACE_CAPTURE_CUDART_11, P2PTRACE_CAPTURE_CUDART_12, P2PTRACE_CAPTURE_CUDART_13};
+  __atomic_fetch_or(&h->capture_flags, kFlag[static_cast<int>(rt.node)], __ATOMIC_RELAXED);
+  int v = 0;
+  if (rt.RuntimeGetVersion(&v) == cudaSuccess) h->cuda_runtime_version = v;
+  if (rt.DriverGetVersion(&v) == cudaSuccess) h->cuda_driver_version = v;
+  int n = 0;
+  if (rt.GetDeviceCount(&n) == cudaSuccess) {
+    h->device_count = n;
+    for (int d = 0; d < n && d < kMaxDev; ++d) {
+      char bus[32] = {};
+      if (rt.DeviceGetPCIBusId(bus, sizeof bus, d) != cudaSuccess) continue;
+      for (char* c = bus; *c; ++c) *c = static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
+      std::snprintf(h->bus_id[d], sizeof h->bus_id[d], "%s", bus);
+    }
+  }
+}
+
+bool Ready(const CudaRuntime& rt) {
+  if (!TraceWriter::Ready()) return false;
+  NoteRuntime(rt);
+  return true;
+}
+
+// --- NVML, for the link type of a direct pair ---------------------------------------------------
+
+struct Nvml {
+  bool ok = false;
+  int (*GetHandleByPciBusId)(const char*, void**) = nullptr;
+  int (*GetP2PStatus)(void*, void*, int, int*) = nullptr;
+};
+
+const Nvml& LoadNvml() {
+  static Nvml nvml = [] {
+    Nvml n;
+    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return n;
+    auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
+    n.GetHandleByPciBusId = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    n.GetP2PStatus = reinterpret_cast<int (*)(void*, void*, int, int*)>(dlsym(lib, "nvmlDeviceGetP2PStatus"));
+    n.ok = init && n.GetHandleByPciBusId && n.GetP2PStatus && init() == 0;
+    return n;
+  }();
+  return nvml;
+}
+
+uint8_t ResolveLink(const CudaRuntime& rt, int a, int b) {
+  std::lock_guard<std::mutex> lock(g_slow_mu);
+  if (uint8_t t = g_link[a][b].load(std::memory_order_relaxed)) return t;
+  uint8_t t = P2PTRACE_TRANSPORT_P2P;  // direct, link unknown
+  char bus_a[32] = {}, bus_b[32] = {};
+  const Nvml& nvml = LoadNvml();
+  if (nvml.ok && rt.DeviceGetPCIBusId(bus_a, sizeof bus_a, a) == cudaSuccess &&
+      rt.DeviceGetPCIBusId(bus_b, sizeof bus_b, b) == cudaSuccess) {
+    void *ha = nullptr, *hb = nullptr;
+    int status = -1;
+    constexpr int kNvmlP2PCapsNvlink = 2;
+    if (nvml.GetHandleByPciBusId(bus_a, &ha) == 0 && nvml.GetHandleByPciBusId(bus_b, &hb) == 0 &&
+        nvml.GetP2PStatus(ha, hb, kNvmlP2PCapsNvlink, &status) == 0) {
+      t = status == 0 ? P2PTRACE_TRANSPORT_NVLINK : P2PTRACE_TRANSPORT_PCIE_P2P;
+      if (p2ptrace_file_header* h = TraceWriter::header())
+        __atomic_fetch_or(&h->capture_flags, static_cast<uint32_t>(P2PTRACE_CAPTURE_NVML_LINKS), __ATOMIC_RELAXED);
+    }
+  }
+  g_link[a][b].store(t, std::memory_order_relaxed);
+  g_link[b][a].store(t, std::memory_order_relaxed);
+  if (p2ptrace_file_header* h = TraceWriter::header()) h->direct_transport[a][b] = h->direct_transport[b][a] = t;
+  return t;
+}
+
+// The path a copy a→b takes now: direct when either side mapped the other.
+uint8_t PathNow(const CudaRuntime& rt, int a, int b, int* path) {
+  bool direct = (g_peer[a][b].load(std::memory_order_relaxed) | g_peer[b][a].load(std::memory_order_relaxed)) != 0;
+  *path = direct ? 0 : 1;
+  if (!direct) return P2PTRACE_TRANSPORT_HOST_STAGED;
+  uint8_t t = g_link[a][b].load(std::memory_order_relaxed);
+  return t ? t : ResolveLink(rt, a, b);
+}
+
+// --- copies ----------------------------------------------------------------------------------------
+
+struct Copy {
+  uint8_t api;
+  uint32_t flags;          // p2ptrace_copy_flag
+  const void* dst;
+  const void* src;
+  int dst_dev = -1, src_dev = -1;  // given by the call (peer copies), else looked up
+  uint64_t bytes;
+  cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
+  cudaStream_t stream = nullptr;  // the stream it runs on: 0 is the legacy default stream
+};
+
+bool HostSide(cudaMemcpyKind k) {
+  return k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToHost || k == cudaMemcpyHostToHost;
+}
+
+// Where timing events for this copy go: the stream's device, when the shim knows it.
+int StreamDevice(const CudaRuntime& rt, const Copy& c) {
+  uintptr_t s = reinterpret_cast<uintptr_t>(c.stream);
+  if (s == 0 || c.stream == cudaStreamLegacy || c.stream == cudaStreamPerThread) return CurrentDevice(rt);
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  auto it = Streams().find(c.stream);
+  return it == Streams().end() ? -1 : it->second;
+}
+
+bool Sampled(const p2ptrace_pair_counters* counter, uint64_t bytes) {
+  const SampleSpec& s = TraceWriter::config().sample;
+  if (!s.enabled) return false;
+  uint64_t n = __atomic_load_n(&counter->calls, __ATOMIC_RELAXED);
+  return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
+}
+
+void Account(int src, int dst, int path, cudaError_t r, uint64_t bytes) {
+  p2ptrace_pair_counters* c = TraceWriter::Counter(src, dst, path);
+  if (c == nullptr) return;
+  if (r == cudaSuccess) {
+    AddRelaxed(&c->calls, 1);
+    AddRelaxed(&c->bytes, bytes);
+  } else {
+    AddRelaxed(&c->errors, 1);
+  }
+}
+
+void WriteCopy(const Copy& c, int src, int dst, uint8_t transport, cudaError_t r, uint32_t seq, uint32_t flags) {
+  p2ptrace_copy_record rec{};
+  rec.h.type = P2PTRACE_RECORD_COPY;
+  rec.h.seq = seq;
+  rec.h.time_ns = MonotonicNs();
+  rec.bytes = c.bytes;
+  rec.stream = reinterpret_cast<uintptr_t>(c.stream);
+  rec.result = r;
+  rec.api = c.api;
+  rec.src_device = static_cast<int8_t>(src);
+  rec.dst_device = static_cast<int8_t>(dst);
+  rec.transport = transport;
+  rec.flags = c.flags | flags;
+  TraceWriter::Append(rec);
+}
+
+template <typename Call>
+cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
+  if (!Ready(rt) || HostSide(c.kind)) return real();
+  int src = c.src_dev >= 0 ? c.src_dev : MemoryMap::Lookup(c.src);
+  int dst = c.dst_dev >= 0 ? c.dst_dev : MemoryMap::Lookup(c.dst);
+  if (src >= 0 && src == dst) {  // the common case, not a pair: count and go
+    cudaError_t r = real();
+    if (r == cudaSuccess) Account(src, src, 0, r, c.bytes);
+    return r;
+  }
+  if (!ValidDevice(src) || !ValidDevice(dst)) {
+    // A side the shim did not allocate: ask the runtime after the copy succeeded (asking first
+    // could record an error the application would then see).
+    cudaError_t r = real();
+    if (r != cudaSuccess) return r;
+    for (auto [p, dev] : {std::pair{c.src, &src}, std::pair{c.dst, &dst}}) {
+      if (*dev != MemoryMap::kUnknown) continue;
+      cudaPointerAttributes a{};
+      if (rt.PointerGetAttributes(&a, p) != cudaSuccess) return r;
+      *dev = a.type == cudaMemoryTypeDevice ? a.device : MemoryMap::kHost;
+      MemoryMap::Learn(p, *dev);
+    }
+    if (!ValidDevice(src) || !ValidDevice(dst)) return r;
+    if (src == dst) {
+      Account(src, src, 0, r, c.bytes);
+      return r;
+    }
+    int path = 0;
+    uint8_t transport = PathNow(rt, src, dst, &path);
+    Account(src, dst, path, r, c.bytes);
+    WriteCopy(c, src, dst, transport, r, TraceWriter::NextSeq(), 0);
+    return r;
+  }
+  int path = 0;
+  uint8_t transport = PathNow(rt, src, dst, &path);
+  uint32_t seq = TraceWriter::NextSeq();
+  p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, path);
+  TimedCopy t;
+  bool timed = counter && Sampled(counter, c.bytes);
+  if (timed) timed = CopyTimer::Begin(rt, StreamDevice(rt, c), c.stream, &t);
+  cudaError_t r = real();
+  if (timed) {
+    t.src = src;
+    t.dst = dst;
+    t.path = path;
+    t.transport = transport;
+    t.bytes = c.bytes;
+    t.seq = seq;
+    CopyTimer::End(c.stream, r == cudaSuccess, &t);
+  }
+  Account(src, dst, path, r, c.bytes);
+  WriteCopy(c, src, dst, transport, r, seq, timed && r == cudaSuccess ? P2PTRACE_COPY_TIMED : 0);
+  return r;
+}
+
+void WritePeer(uint8_t api, int device, int peer, cudaError_t r, int value, int attr) {
+  p2ptrace_peer_record rec{};
+  rec.h.type = P2PTRACE_RECORD_PEER;
+  rec.h.seq = TraceWriter::NextSeq();
+  rec.h.time_ns = MonotonicNs();
+  rec.api = api;
+  rec.device = static_cast<int8_t>(device);
+  rec.peer = static_cast<int8_t>(peer);
+  rec.result = r;
+  rec.value = value;
+  rec.attr = attr;
+  TraceWriter::Append(rec);
+}
+
+void WriteIpc(uint8_t api, int device, int owner, cudaError_t r, const void* address) {
+  p2ptrace_ipc_record rec{};
+  rec.h.type = P2PTRACE_RECORD_IPC;
+  rec.h.seq = TraceWriter::NextSeq();
+  rec.h.time_ns = MonotonicNs();
+  rec.api = api;
+  rec.device = static_cast<int8_t>(device);
+  rec.owner_device = static_cast<int8_t>(owner);
+  rec.result = r;
+  rec.address = reinterpret_cast<uintptr_t>(address);
+  TraceWriter::Append(rec);
+}
+
+cudaStream_t PerThread(cudaStream_t s) { return s == nullptr ? cudaStreamPerThread : s; }
+
+
+uint64_t Bytes3D(const cudaMemcpy3DPeerParms* p) {
+  return p ? static_cast<uint64_t>(p->extent.width) * p->extent.height * p->extent.depth : 0;
+}
+
+}  // namespace
+
+// ================================================================================================
+// Bookkeeping
+
+namespace hooks {
+
+static void NoteAlloc(const CudaRuntime& rt, cudaError_t r, void** p, size_t n) {
+  if (r == cudaSuccess && p != nullptr && *p != nullptr) MemoryMap::Add(*p, n, CurrentDevice(rt));
+}
+
+cudaError_t cudaMalloc(const CudaRuntime& rt, Real<decltype(&::cudaMalloc)> real, void** p, size_t n) {
+  cudaError_t r = real(p, n);
+  NoteAlloc(rt, r, p, n);
+  return r;
+}
+cudaError_t cudaMallocAsync(const CudaRuntime& rt, Real<decltype(&::cudaMallocAsync)> real, void** p, size_t n,
+                            cudaStream_t s) {
+  cudaError_t r = real(p, n, s);
+  NoteAlloc(rt, r, p, n);
+  return r;
+}
+cudaError_t cudaMallocAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMallocAsync_ptsz)> real, void** p,
+                                 size_t n, cudaStream_t s) {
+  cudaError_t r = real(p, n, s);
+  NoteAlloc(rt, r, p, n);
+  return r;
+}
+
+// The range leaves the map before the real free: afterwards the address may already be reused.
+cudaError_t cudaFree(const CudaRuntime&, Real<decltype(&::cudaFree)> real, void* p) {
+  MemoryMap::Remove(p);
+  return real(p);
+}
+cudaError_t cudaFreeAsync(const CudaRuntime&, Real<decltype(&::cudaFreeAsync)> real, void* p, cudaStream_t s) {
+  MemoryMap::Remove(p);
+  return real(p, s);
+}
+cudaError_t cudaFreeAsync_ptsz(const CudaRuntime&, Real<decltype(&::cudaFreeAsync_ptsz)> real, void* p,
+                               cudaStream_t s) {
+  MemoryMap::Remove(p);
+  return real(p, s);
+}
+
+static void NoteStream(const CudaRuntime& rt, cudaError_t r, cudaStream_t* s) {
+  if (r != cudaSuccess || s == nullptr) return;
+  int d = CurrentDevice(rt);
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  Streams()[*s] = d;
+}
+cudaError_t cudaStreamCreate(const CudaRuntime& rt, Real<decltype(&::cudaStreamCreate)> real, cudaStream_t* s) {
+  cudaError_t r = real(s);
+  NoteStream(rt, r, s);
+  return r;
+}
+cudaError_t cudaStreamCreateWithFlags(const CudaRuntime& rt, Real<decltype(&::cudaStreamCreateWithFlags)> real,
+                                      cudaStream_t* s, unsigned int f) {
+  cudaError_t r = real(s, f);
+  NoteStream(rt, r, s);
+  return r;
+}
+cudaError_t cudaStreamCreateWithPriority(const CudaRuntime& rt, Real<decltype(&::cudaStreamCreateWithPriority)> real,
+                                         cudaStream_t* s, unsigned int f, int prio) {
+  cudaError_t r = real(s, f, prio);
+  NoteStream(rt, r, s);
+  return r;
+}
+cudaError_t cudaStreamDestroy(const CudaRuntime&, Real<decltype(&::cudaStreamDestroy)> real, cudaStream_t s) {
+  {
+    std::lock_guard<std::mutex> lock(g_streams_mu);
+    Streams().erase(s);
+  }
+  return real(s);
+}
+
+cudaError_t cudaStreamBeginCapture(const CudaRuntime&, Real<decltype(&::cudaStreamBeginCapture)> real,
+                                   cudaStream_t s, cudaStreamCaptureMode m) {
+  CopyTimer::CaptureBegan();  // before the capture starts, so no event lands inside it
+  cudaError_t r = real(s, m);
+  if (r != cudaSuccess) CopyTimer::CaptureEnded();
+  return r;
+}
+cudaError_t cudaStreamBeginCapture_ptsz(const CudaRuntime&, Real<decltype(&::cudaStreamBeginCapture_ptsz)> real,
+                                        cudaStream_t s, cudaStreamCaptureMode m) {
+  CopyTimer::CaptureBegan();
+  cudaError_t r = real(s, m);
+  if (r != cudaSuccess) CopyTimer::CaptureEnded();
+  return r;
+}
+// A capture ends with EndCapture whether it succeeded or was invalidated; IllegalState: none was running.
+cudaError_t cudaStreamEndCapture(const CudaRuntime&, Real<decltype(&::cudaStreamEndCapture)> real, cudaStream_t s,
+                                 cudaGraph_t* g) {
+  cudaError_t r = real(s, g);
+  if (r != cudaErrorIllegalState && r != cudaErrorInvalidResourceHandle && r != cudaErrorInvalidValue)
+    CopyTimer::CaptureEnded();
+  return r;
+}
+cudaError_t cudaStreamEndCapture_ptsz(const CudaRuntime&, Real<decltype(&::cudaStreamEndCapture_ptsz)> real,
+                                      cudaStream_t s, cudaGraph_t* g) {
+  cudaError_t r = real(s, g);
+  if (r != cudaErrorIllegalState && r != cudaErrorInvalidResourceHandle && r != cudaErrorInvalidValue)
+    CopyTimer::CaptureEnded();
+  return r;
+}
+
+// ================================================================================================
+// Peer capability and access
+
+cudaError_t cudaDeviceCanAccessPeer(const CudaRuntime& rt, Real<decltype(&::cudaDeviceCanAccessPeer)> real, int* can,
+                                    int dev, int peer) {
+  cudaError_t r = real(can, dev, peer);
+  if (Ready(rt))
+    WritePeer(P2PTRACE_API_cudaDeviceCanAccessPeer, dev, peer, r, r == cudaSuccess && can ? *can : -1, 0);
+  return r;
+}
+
+cudaError_t cudaDeviceGetP2PAttribute(const CudaRuntime& rt, Real<decltype(&::cudaDeviceGetP2PAttribute)> real,
+                                      int* v, cudaDeviceP2PAttr a, int src, int dst) {
+  cudaError_t r = real(v, a, src, dst);
+  if (Ready(rt))
+    WritePeer(P2PTRACE_API_cudaDeviceGetP2PAttribute, src, dst, r, r == cudaSuccess && v ? *v : -1,
+              static_cast<int>(a));
+  return r;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(const CudaRuntime& rt, Real<decltype(&::cudaDeviceEnablePeerAccess)> real,
+                                       int peer, unsigned int flags) {
+  cudaError_t r = real(peer, flags);
+  if (!Ready(rt)) return r;
+  int d = CurrentDevice(rt);
+  // 704 means it was already on: either way the mapping exists now.
+  if ((r == cudaSuccess || r == cudaErrorPeerAccessAlreadyEnabled) && ValidDevice(d) && ValidDevice(peer))
+    g_peer[d][peer].fetch_or(kPeerByApi, std::memory_order_relaxed);
+  WritePeer(P2PTRACE_API_cudaDeviceEnablePeerAccess, d, peer, r, static_cast<int>(flags), 0);
+  return r;
+}
+
+cudaError_t cudaDeviceDisablePeerAccess(const CudaRuntime& rt, Real<decltype(&::cudaDeviceDisablePeerAccess)> real,
+                                        int peer) {
+  cudaError_t r = real(peer);
+  if (!Ready(rt)) return r;
+  int d = CurrentDevice(rt);
+  if ((r == cudaSuccess || r == cudaErrorPeerAccessNotEnabled) && ValidDevice(d) && ValidDevice(peer))
+    g_peer[d][peer].fetch_and(static_cast<uint8_t>(~kPeerByApi), std::memory_order_relaxed);
+  WritePeer(P2PTRACE_API_cudaDeviceDisablePeerAccess, d, peer, r, 0, 0);
+  return r;
+}
+
+// Pools are stream-ordered memory; the access it grants is recorded, not modelled per pointer.
+cudaError_t cudaMemPoolSetAccess(const CudaRuntime& rt, Real<decltype(&::cudaMemPoolSetAccess)> real,
+                                 cudaMemPool_t pool, const cudaMemAccessDesc* d, size_t n) {
+  cudaError_t r = real(pool, d, n);
+  if (!Ready(rt) || d == nullptr) return r;
+  for (size_t i = 0; i < n; ++i)
+    if (d[i].location.type == cudaMemLocationTypeDevice)
+      WritePeer(P2PTRACE_API_cudaMemPoolSetAccess, -1, d[i].location.id, r, static_cast<int>(d[i].flags), 0);
+  return r;
+}
+
+// ================================================================================================
+// Copies
+
+cudaError_t cudaMemcpyPeer(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyPeer)> real, void* dst, int dd,
+                           const void* src, int sd, size_t n) {
+  Copy c{P2PTRACE_API_cudaMemcpyPeer, 0, dst, src, dd, sd, n, cudaMemcpyDeviceToDevice, nullptr};
+  return TraceCopy(rt, c, [&] { return real(dst, dd, src, sd, n); });
+}
+cudaError_t cudaMemcpyPeerAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyPeerAsync)> real, void* dst, int dd,
+                                const void* src, int sd, size_t n, cudaStream_t s) {
+  Copy c{P2PTRACE_API_cudaMemcpyPeerAsync, P2PTRACE_COPY_ASYNC, dst, src, dd, sd, n, cudaMemcpyDeviceToDevice, s};
+  return TraceCopy(rt, c, [&] { return real(dst, dd, src, sd, n, s); });
+}
+cudaError_t cudaMemcpy(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy)> real, void* dst, const void* src, size_t n,
+                       cudaMemcpyKind k) {
+  Copy c{P2PTRACE_API_cudaMemcpy, 0, dst, src, -1, -1, n, k, nullptr};
+  return TraceCopy(rt, c, [&] { return real(dst, src, n, k); });
+}
+cudaError_t cudaMemcpy_ptds(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy_ptds)> real, void* dst,
+                            const void* src, size_t n, cudaMemcpyKind k) {
+  Copy c{P2PTRACE_API_cudaMemcpy, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k, cudaStreamPerThread};
+  return TraceCopy(rt, c, [&] { return real(dst, src, n, k); });
+}
+cudaError_t cudaMemcpyAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyAsync)> real, void* dst,
+                            const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s) {
+  Copy c{P2PTRACE_API_cudaMemcpyAsync, P2PTRACE_COPY_ASYNC, dst, src, -1, -1, n, k, s};
+  return TraceCopy(rt, c, [&] { return real(dst, src, n, k, s); });
+}
+// In the _ptsz entry points stream 0 is the per-thread default stream.
+cudaError_t cudaMemcpyAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyAsync_ptsz)> real, void* dst,
+                                 const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s) {
+  Copy c{P2PTRACE_API_cudaMemcpyAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k,
+         PerThread(s)};
+  return TraceCopy(rt, c, [&] { return real(dst, src, n, k, s); });
+}
+cudaError_t cudaMemcpy2D(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2D)> real, void* dst, size_t dp,
+                         const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k) {
+  Copy c{P2PTRACE_API_cudaMemcpy2D, 0, dst, src, -1, -1, uint64_t{w} * h, k, nullptr};
+  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k); });
+}
+cudaError_t cudaMemcpy2D_ptds(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2D_ptds)> real, void* dst, size_t dp,
+                              const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k) {
+  Copy c{P2PTRACE_API_cudaMemcpy2D, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, uint64_t{w} * h, k,
+         cudaStreamPerThread};
+  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k); });
+}
+cudaError_t cudaMemcpy2DAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2DAsync)> real, void* dst, size_t dp,
+                              const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k, cudaStream_t s) {
+  Copy c{P2PTRACE_API_cudaMemcpy2DAsync, P2PTRACE_COPY_ASYNC, dst, src, -1, -1, uint64_t{w} * h, k, s};
+  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k, s); });
+}
+cudaError_t cudaMemcpy2DAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2DAsync_ptsz)> real, void* dst,
+                                   size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k,
+                                   cudaStream_t s) {
+  Copy c{P2PTRACE_API_cudaMemcpy2DAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1,
+         uint64_t{w} * h, k, PerThread(s)};
+  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k, s); });
+}
+
+static Copy Copy3D(uint8_t api, uint32_t flags, const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
+  return Copy{api, flags, p->dstPtr.ptr, p->srcPtr.ptr, p->dstDevice, p->srcDevice, Bytes3D(p),
+              cudaMemcpyDeviceToDevice, s};
+}
+cudaError_t cudaMemcpy3DPeer(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeer)> real,
+                             const cudaMemcpy3DPeerParms* p) {
+  if (p == nullptr) return real(p);
+  return TraceCopy(rt, Copy3D(P2PTRACE_API_cudaMemcpy3DPeer, 0, p, nullptr), [&] { return real(p); });
+}
+cudaError_t cudaMemcpy3DPeer_ptds(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeer_ptds)> real,
+                                  const cudaMemcpy3DPeerParms* p) {
+  if (p == nullptr) return real(p);
+  return TraceCopy(rt, Copy3D(P2PTRACE_API_cudaMemcpy3DPeer, P2PTRACE_COPY_PER_THREAD_STREAM, p, cudaStreamPerThread),
+                   [&] { return real(p); });
+}
+cudaError_t cudaMemcpy3DPeerAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeerAsync)> real,
+                                  const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
+  if (p == nullptr) return real(p, s);
+  return TraceCopy(rt, Copy3D(P2PTRACE_API_cudaMemcpy3DPeerAsync, P2PTRACE_COPY_ASYNC, p, s), [&] { return real(p, s); });
+}
+cudaError_t cudaMemcpy3DPeerAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeerAsync_ptsz)> real,
+                                       const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
+  if (p == nullptr) return real(p, s);
+  return TraceCopy(rt,
+                   Copy3D(P2PTRACE_API_cudaMemcpy3DPeerAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM,
+                          p, PerThread(s)),
+                   [&] { return real(p, s); });
+}
+
+// ================================================================================================
+// IPC
+
+cudaError_t cudaIpcGetMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcGetMemHandle)> real,
+                                cudaIpcMemHandle_t* h, void* p) {
+  cudaError_t r = real(h, p);
+  if (Ready(rt)) WriteIpc(P2PTRACE_API_cudaIpcGetMemHandle, CurrentDevice(rt), MemoryMap::Lookup(p), r, p);
+  return r;
+}
+
+cudaError_t cudaIpcOpenMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcOpenMemHandle)> real, void** p,
+                                 cudaIpcMemHandle_t h, unsigned int f) {
+  cudaError_t r = real(p, h, f);
+  if (!Ready(rt)) return r;
+  int d = CurrentDevice(rt), owner = -1;
+  if (r == cudaSuccess && p != nullptr) {
+    cudaPointerAttributes a{};
+    if (rt.PointerGetAttributes(&a, *p) == cudaSuccess && a.type == cudaMemoryTypeDevice) {
+      owner = a.device;
+      MemoryMap::Learn(*p, owner);
+      // cudaIpcMemLazyEnablePeerAccess maps the owner's memory into this device: copies go direct.
+      if ((f & cudaIpcMemLazyEnablePeerAccess) && ValidDevice(d) && ValidDevice(owner) && owner != d)
+        g_peer[d][owner].fetch_or(kPeerByIpc, std::memory_order_relaxed);
+    }
+  }
+  WriteIpc(P2PTRACE_API_cudaIpcOpenMemHandle, d, owner, r, p ? *p : nullptr);
+  return r;
+}
+
+cudaError_t cudaIpcCloseMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcCloseMemHandle)> real, void* p) {
+  int owner = MemoryMap::Lookup(p);
+  cudaError_t r = real(p);
+  if (Ready(rt)) WriteIpc(P2PTRACE_API_cudaIpcCloseMemHandle, CurrentDevice(rt), owner, r, p);
+  return r;
+}
+
+}  // namespace hooks
+}  // namespace p2ptrace::shim
