@@ -77,8 +77,12 @@ typedef struct p2ptrace_file_header {
   uint64_t sample_min_bytes;
   /* per visible device: PCI bus id ("0000:1a:00.0") when known */
   char bus_id[P2PTRACE_MAX_DEVICES][16];
-  /* per directional pair: the transport of a direct copy (p2ptrace_transport), 0 until known */
+  /* per directional pair, filled when the pair first copies: the transport a direct copy takes
+   * (p2ptrace_transport: nvlink, pcie_p2p, or p2p when NVML could not say), and NVML's P2P READ
+   * status + 1 (0 unknown; 1 OK; 2 chipset, 3 GPU, 4 IOH topology not supported, 5 disabled by
+   * regkey, 6 not supported, 7 unknown) */
   uint8_t direct_transport[P2PTRACE_MAX_DEVICES][P2PTRACE_MAX_DEVICES];
+  uint8_t nvml_p2p_status[P2PTRACE_MAX_DEVICES][P2PTRACE_MAX_DEVICES];
 } p2ptrace_file_header;
 
 typedef struct p2ptrace_pair_counters {

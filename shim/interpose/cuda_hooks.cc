@@ -106,13 +106,17 @@ uint8_t ResolveLink(const CudaRuntime& rt, int a, int b) {
   if (nvml.ok && rt.DeviceGetPCIBusId(bus_a, sizeof bus_a, a) == cudaSuccess &&
       rt.DeviceGetPCIBusId(bus_b, sizeof bus_b, b) == cudaSuccess) {
     void *ha = nullptr, *hb = nullptr;
-    int status = -1;
-    constexpr int kNvmlP2PCapsNvlink = 2;
+    int nvlink = -1, read = -1;
+    constexpr int kNvmlP2PCapsRead = 0, kNvmlP2PCapsNvlink = 2;
     if (nvml.GetHandleByPciBusId(bus_a, &ha) == 0 && nvml.GetHandleByPciBusId(bus_b, &hb) == 0 &&
-        nvml.GetP2PStatus(ha, hb, kNvmlP2PCapsNvlink, &status) == 0) {
-      t = status == 0 ? P2PTRACE_TRANSPORT_NVLINK : P2PTRACE_TRANSPORT_PCIE_P2P;
-      if (p2ptrace_file_header* h = TraceWriter::header())
+        nvml.GetP2PStatus(ha, hb, kNvmlP2PCapsNvlink, &nvlink) == 0) {
+      t = nvlink == 0 ? P2PTRACE_TRANSPORT_NVLINK : P2PTRACE_TRANSPORT_PCIE_P2P;
+      if (p2ptrace_file_header* h = TraceWriter::header()) {
         __atomic_fetch_or(&h->capture_flags, static_cast<uint32_t>(P2PTRACE_CAPTURE_NVML_LINKS), __ATOMIC_RELAXED);
+        // Whether the driver allows P2P at all: what "expected" means for a host-staged pair.
+        if (nvml.GetP2PStatus(ha, hb, kNvmlP2PCapsRead, &read) == 0 && read >= 0 && read < 7)
+          h->nvml_p2p_status[a][b] = h->nvml_p2p_status[b][a] = static_cast<uint8_t>(read + 1);
+      }
     }
   }
   g_link[a][b].store(t, std::memory_order_relaxed);
@@ -125,9 +129,9 @@ uint8_t ResolveLink(const CudaRuntime& rt, int a, int b) {
 uint8_t PathNow(const CudaRuntime& rt, int a, int b, int* path) {
   bool direct = (g_peer[a][b].load(std::memory_order_relaxed) | g_peer[b][a].load(std::memory_order_relaxed)) != 0;
   *path = direct ? 0 : 1;
-  if (!direct) return P2PTRACE_TRANSPORT_HOST_STAGED;
   uint8_t t = g_link[a][b].load(std::memory_order_relaxed);
-  return t ? t : ResolveLink(rt, a, b);
+  if (t == 0) t = ResolveLink(rt, a, b);  // once per pair: what a direct copy would use
+  return direct ? t : static_cast<uint8_t>(P2PTRACE_TRANSPORT_HOST_STAGED);
 }
 
 // --- copies ----------------------------------------------------------------------------------------
@@ -286,8 +290,12 @@ uint64_t Bytes3D(const cudaMemcpy3DPeerParms* p) {
 
 namespace hooks {
 
+// A process that allocates device memory "used CUDA": its trace exists even if it never copies.
 static void NoteAlloc(const CudaRuntime& rt, cudaError_t r, void** p, size_t n) {
-  if (r == cudaSuccess && p != nullptr && *p != nullptr) MemoryMap::Add(*p, n, CurrentDevice(rt));
+  if (r == cudaSuccess && p != nullptr && *p != nullptr) {
+    MemoryMap::Add(*p, n, CurrentDevice(rt));
+    Ready(rt);
+  }
 }
 
 cudaError_t cudaMalloc(const CudaRuntime& rt, Real<decltype(&::cudaMalloc)> real, void** p, size_t n) {

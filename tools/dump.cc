@@ -1,0 +1,85 @@
+#include "tools/dump.h"
+
+#include "core/vocabulary.h"
+#include "fmt/format.h"
+#include "fmt/ostream.h"
+#include "nlohmann/json.hpp"
+
+namespace p2ptrace::cli {
+namespace {
+
+using nlohmann::json;
+
+json Header(const Trace& t) {
+  const p2ptrace_file_header& h = t.header;
+  json env = json::object();
+  for (const auto& [k, v] : t.env) env[k] = v;
+  json buses = json::array();
+  for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) buses.push_back(t.BusId(d));
+  return {{"kind", "header"}, {"file", t.path}, {"format", fmt::format("{}.{}", h.major, h.minor)},
+          {"host", t.Host()}, {"pid", h.pid}, {"ppid", h.ppid}, {"rank", h.rank}, {"local_rank", h.local_rank},
+          {"world_size", h.world_size}, {"state", h.state}, {"fatal_signal", h.fatal_signal},
+          {"capture_flags", h.capture_flags}, {"cuda_runtime_version", h.cuda_runtime_version},
+          {"cuda_driver_version", h.cuda_driver_version}, {"device_count", h.device_count}, {"bus_ids", buses},
+          {"start_realtime_ns", h.start_realtime_ns}, {"start_monotonic_ns", h.start_monotonic_ns},
+          {"end_monotonic_ns", h.end_monotonic_ns}, {"chunks", h.chunks_claimed},
+          {"dropped_records", h.dropped_records}, {"skipped_records", t.skipped_records},
+          {"bad_chunks", t.bad_chunks}, {"env", env}};
+}
+
+json Record(const TraceRecord& r) {
+  const p2ptrace_record_header& h = r.header();
+  json j{{"seq", h.seq}, {"time_ns", h.time_ns}, {"tid", r.tid}};
+  if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
+    j.update({{"kind", "copy"}, {"api", ApiName(c->api)}, {"src", c->src_device}, {"dst", c->dst_device},
+              {"transport", TransportName(c->transport)}, {"bytes", c->bytes}, {"result", c->result},
+              {"stream", c->stream}, {"flags", c->flags}});
+  } else if (const auto* p = std::get_if<p2ptrace_peer_record>(&r.body)) {
+    j.update({{"kind", "peer"}, {"api", ApiName(p->api)}, {"device", p->device}, {"peer", p->peer},
+              {"result", p->result}, {"value", p->value}, {"attr", p->attr}});
+  } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body)) {
+    j.update({{"kind", "timing"}, {"src", t->src_device}, {"dst", t->dst_device},
+              {"transport", TransportName(t->transport)}, {"bytes", t->bytes}, {"duration_ns", t->duration_ns}});
+  } else if (const auto* i = std::get_if<p2ptrace_ipc_record>(&r.body)) {
+    j.update({{"kind", "ipc"}, {"api", ApiName(i->api)}, {"device", i->device}, {"owner", i->owner_device},
+              {"result", i->result}, {"address", i->address}});
+  }
+  return j;
+}
+
+template <typename F>
+void ForEachCounter(const Trace& t, F&& f) {
+  for (int a = 0; a < static_cast<int>(t.header.max_devices); ++a)
+    for (int b = 0; b < static_cast<int>(t.header.max_devices); ++b)
+      for (int path = 0; path < 2; ++path) {
+        const p2ptrace_pair_counters& c = t.Counter(a, b, path);
+        if (c.calls || c.errors) f(a, b, path, c);
+      }
+}
+
+}  // namespace
+
+void DumpJson(const Trace& t, std::ostream& out) {
+  out << Header(t).dump() << "\n";
+  ForEachCounter(t, [&](int a, int b, int path, const p2ptrace_pair_counters& c) {
+    out << json{{"kind", "counter"}, {"src", a}, {"dst", b}, {"path", path == 0 ? "direct" : "host_staged"},
+                {"calls", c.calls}, {"bytes", c.bytes}, {"errors", c.errors}, {"timed_calls", c.timed_calls},
+                {"timed_bytes", c.timed_bytes}, {"timed_ns", c.timed_ns}}.dump()
+        << "\n";
+  });
+  for (const TraceRecord& r : t.records) out << Record(r).dump() << "\n";
+}
+
+void DumpText(const Trace& t, std::ostream& out) {
+  const p2ptrace_file_header& h = t.header;
+  fmt::print(out, "{}: format {}.{}, host {}, pid {}, rank {}, {} device(s), {} record(s), {} dropped\n", t.path,
+             h.major, h.minor, t.Host(), h.pid, h.rank, h.device_count, t.records.size(), h.dropped_records);
+  ForEachCounter(t, [&](int a, int b, int path, const p2ptrace_pair_counters& c) {
+    fmt::print(out, "  pair {} -> {} {}: {} copies, {} bytes, {} errors, {} timed ({} bytes in {} ns)\n", a, b,
+               a == b ? "same device" : path == 0 ? "direct" : "host-staged", c.calls, c.bytes, c.errors,
+               c.timed_calls, c.timed_bytes, c.timed_ns);
+  });
+  for (const TraceRecord& r : t.records) fmt::print(out, "  {}\n", Record(r).dump());
+}
+
+}  // namespace p2ptrace::cli

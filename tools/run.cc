@@ -1,0 +1,126 @@
+#include "tools/run.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "fmt/format.h"
+#include "tools/report.h"
+#include "tools/traces.h"
+
+namespace p2ptrace::cli {
+
+std::string ShimPath(const std::string& self_exe) {
+  if (const char* p = std::getenv("P2PTRACE_LIB"); p && *p) return p;
+  std::filesystem::path exe(self_exe);
+  return (exe.parent_path() / ".." / "lib" / "libp2ptrace.so").lexically_normal().string();
+}
+
+bool HasStaticCudart(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  static const std::string kMarker = "libcudart_static_";
+  std::string window;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    window.append(buf, static_cast<size_t>(in.gcount()));
+    if (window.find(kMarker) != std::string::npos) return true;
+    window.erase(0, window.size() > kMarker.size() ? window.size() - kMarker.size() : 0);
+  }
+  return false;
+}
+
+namespace {
+
+std::string FindInPath(const std::string& cmd) {
+  if (cmd.find('/') != std::string::npos) return cmd;
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    std::string dir = p.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string full = (dir.empty() ? "." : dir) + "/" + cmd;
+    if (access(full.c_str(), X_OK) == 0) return full;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return cmd;
+}
+
+}  // namespace
+
+int Run(const RunOptions& o, const std::string& self_exe) {
+  std::string shim = ShimPath(self_exe);
+  if (access(shim.c_str(), R_OK) != 0) {
+    std::cerr << "p2ptrace run: cannot find the shim at " << shim << " (set P2PTRACE_LIB)\n";
+    return 2;
+  }
+  std::string dir = o.dir;
+  if (dir.empty()) {
+    char stamp[32];
+    time_t now = time(nullptr);
+    struct tm tm {};
+    localtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    dir = fmt::format("p2ptrace-{}", stamp);
+  }
+  dir = std::filesystem::absolute(dir).lexically_normal().string();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "p2ptrace run: cannot create " << dir << ": " << ec.message() << "\n";
+    return 2;
+  }
+  const char* preload = std::getenv("LD_PRELOAD");
+  std::string new_preload = shim + (preload && *preload ? std::string(":") + preload : "");
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    std::cerr << "p2ptrace run: fork: " << std::strerror(errno) << "\n";
+    return 2;
+  }
+  if (pid == 0) {
+    setenv("LD_PRELOAD", new_preload.c_str(), 1);
+    setenv("P2PTRACE_DIR", dir.c_str(), 1);
+    std::vector<char*> argv;
+    for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::cerr << "p2ptrace run: " << o.command[0] << ": " << std::strerror(errno) << "\n";
+    _exit(errno == ENOENT ? 127 : 126);
+  }
+  // Like `time`: the terminal's ^C goes to the job; p2ptrace waits to report what it recorded.
+  signal(SIGINT, SIG_IGN);
+  signal(SIGQUIT, SIG_IGN);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+
+  auto loaded = LoadTraces(dir);
+  if (!loaded.ok() || loaded->traces.empty()) {
+    std::string why = HasStaticCudart(FindInPath(o.command[0]))
+                          ? fmt::format("{} carries a statically linked CUDA runtime (nvcc's default --cudart "
+                                        "static), which LD_PRELOAD cannot intercept: rebuild it with "
+                                        "`nvcc -cudart shared` or link CUDA::cudart",
+                                        o.command[0])
+                          : "no process made a CUDA call through a shared libcudart";
+    std::cerr << "p2ptrace run: untraced: " << why << "; nothing recorded in " << dir << "\n";
+    return code != 0 ? code : 1;
+  }
+  Report rep = BuildReport(dir, *loaded);
+  if (o.json) std::cout << RenderJson(rep).dump(2) << "\n";
+  else std::cout << RenderText(rep, isatty(1) && std::getenv("NO_COLOR") == nullptr);
+  return code;
+}
+
+}  // namespace p2ptrace::cli
