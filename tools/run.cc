@@ -75,6 +75,7 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   }
   dir = std::filesystem::absolute(dir).lexically_normal().string();
   std::error_code ec;
+  bool created = !std::filesystem::exists(dir, ec);
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     std::cerr << "p2ptrace run: cannot create " << dir << ": " << ec.message() << "\n";
@@ -114,7 +115,8 @@ int Run(const RunOptions& o, const std::string& self_exe) {
                                         "`nvcc -cudart shared` or link CUDA::cudart",
                                         o.command[0])
                           : "no process made a CUDA call through a shared libcudart";
-    std::cerr << "p2ptrace run: untraced: " << why << "; nothing recorded in " << dir << "\n";
+    std::cerr << "p2ptrace run: untraced: " << why << "; nothing was recorded\n";
+    if (created) std::filesystem::remove(dir, ec);  // only if still empty
     return code != 0 ? code : 1;
   }
   Report rep = BuildReport(dir, *loaded);

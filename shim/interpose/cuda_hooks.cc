@@ -28,7 +28,9 @@ constexpr uint8_t kPeerByApi = 1, kPeerByIpc = 2;
 std::atomic<uint8_t> g_peer[kMaxDev][kMaxDev];
 // The transport of a direct copy per pair; 0 until first needed.
 std::atomic<uint8_t> g_link[kMaxDev][kMaxDev];
-std::atomic<bool> g_runtime_noted[static_cast<int>(Node::kCount)];
+// The trace generation (file) each runtime node was last described in; a fork child's new file
+// must be described again.
+std::atomic<uint64_t> g_runtime_noted[static_cast<int>(Node::kCount)];
 std::mutex g_slow_mu;  // slow paths only
 
 // Streams the application created, with their device (for timing events on the right device).
@@ -45,13 +47,17 @@ int CurrentDevice(const CudaRuntime& rt) {
   return rt.GetDevice(&d) == cudaSuccess ? d : -1;
 }
 
-// Once per runtime node: what the header should say about it.
+// Once per runtime node and trace file: what the header should say about it. Called only after a
+// call of that runtime succeeded, so the runtime's own queries here cannot fail and leave an error.
 void NoteRuntime(const CudaRuntime& rt) {
-  if (g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed)) return;
+  uint64_t gen = detail::g_generation.load(std::memory_order_relaxed);
+  if (g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed) == gen) return;
   std::lock_guard<std::mutex> lock(g_slow_mu);
-  if (g_runtime_noted[static_cast<int>(rt.node)].exchange(true)) return;
+  if (g_runtime_noted[static_cast<int>(rt.node)].exchange(gen) == gen) return;
   p2ptrace_file_header* h = TraceWriter::header();
   if (h == nullptr || !rt.complete) return;
+  for (int a = 0; a < kMaxDev; ++a)  // links learnt before this file opened (a fork child's)
+    for (int b = 0; b < kMaxDev; ++b) h->direct_transport[a][b] = g_link[a][b].load(std::memory_order_relaxed);
   static const uint32_t kFlag[] = {P2PTRACE_CAPTURE_CUDART_11, P2PTRACE_CAPTURE_CUDART_12, P2PTRACE_CAPTURE_CUDART_13};
   __atomic_fetch_or(&h->capture_flags, kFlag[static_cast<int>(rt.node)], __ATOMIC_RELAXED);
   int v = 0;
@@ -69,9 +75,10 @@ void NoteRuntime(const CudaRuntime& rt) {
   }
 }
 
-bool Ready(const CudaRuntime& rt) {
+// Whether to record, given the intercepted call's result.
+bool Ready(const CudaRuntime& rt, cudaError_t r) {
   if (!TraceWriter::Ready()) return false;
-  NoteRuntime(rt);
+  if (r == cudaSuccess) NoteRuntime(rt);
   return true;
 }
 
@@ -194,9 +201,29 @@ void WriteCopy(const Copy& c, int src, int dst, uint8_t transport, cudaError_t r
   TraceWriter::Append(rec);
 }
 
+bool RuntimeNoted(const CudaRuntime& rt) {
+  return g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed) ==
+         detail::g_generation.load(std::memory_order_relaxed);
+}
+
+// The current device, asked only of a runtime known to answer (see TraceCopy).
+int NotedDevice(const CudaRuntime& rt) { return RuntimeNoted(rt) ? CurrentDevice(rt) : -1; }
+
+// Counts and records a copy whose sides were found after the fact.
+void RecordAfter(const CudaRuntime& rt, const Copy& c, int src, int dst, cudaError_t r) {
+  if (src == dst) {
+    Account(src, src, 0, r, c.bytes);
+    return;
+  }
+  int path = 0;
+  uint8_t transport = PathNow(rt, src, dst, &path);
+  Account(src, dst, path, r, c.bytes);
+  WriteCopy(c, src, dst, transport, r, TraceWriter::NextSeq(), 0);
+}
+
 template <typename Call>
 cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
-  if (!Ready(rt) || HostSide(c.kind)) return real();
+  if (!TraceWriter::Ready() || HostSide(c.kind)) return real();
   int src = c.src_dev >= 0 ? c.src_dev : MemoryMap::Lookup(c.src);
   int dst = c.dst_dev >= 0 ? c.dst_dev : MemoryMap::Lookup(c.dst);
   if (src >= 0 && src == dst) {  // the common case, not a pair: count and go
@@ -204,11 +231,19 @@ cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
     if (r == cudaSuccess) Account(src, src, 0, r, c.bytes);
     return r;
   }
-  if (!ValidDevice(src) || !ValidDevice(dst)) {
-    // A side the shim did not allocate: ask the runtime after the copy succeeded (asking first
-    // could record an error the application would then see).
+  // Until the runtime has answered a call successfully, the shim asks it nothing before the call
+  // (its question could fail first and leave an error behind for the application to see).
+  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeNoted(rt)) {
     cudaError_t r = real();
-    if (r != cudaSuccess) return r;
+    if (r != cudaSuccess) {
+      if (ValidDevice(src) && ValidDevice(dst) && src != dst) {
+        Account(src, dst, 1, r, c.bytes);
+        WriteCopy(c, src, dst, P2PTRACE_TRANSPORT_UNKNOWN, r, TraceWriter::NextSeq(), 0);
+      }
+      return r;
+    }
+    NoteRuntime(rt);
+    // A side the shim did not allocate: ask the runtime now that the copy succeeded.
     for (auto [p, dev] : {std::pair{c.src, &src}, std::pair{c.dst, &dst}}) {
       if (*dev != MemoryMap::kUnknown) continue;
       cudaPointerAttributes a{};
@@ -216,15 +251,7 @@ cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
       *dev = a.type == cudaMemoryTypeDevice ? a.device : MemoryMap::kHost;
       MemoryMap::Learn(p, *dev);
     }
-    if (!ValidDevice(src) || !ValidDevice(dst)) return r;
-    if (src == dst) {
-      Account(src, src, 0, r, c.bytes);
-      return r;
-    }
-    int path = 0;
-    uint8_t transport = PathNow(rt, src, dst, &path);
-    Account(src, dst, path, r, c.bytes);
-    WriteCopy(c, src, dst, transport, r, TraceWriter::NextSeq(), 0);
+    if (ValidDevice(src) && ValidDevice(dst)) RecordAfter(rt, c, src, dst, r);
     return r;
   }
   int path = 0;
@@ -232,8 +259,7 @@ cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
   uint32_t seq = TraceWriter::NextSeq();
   p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, path);
   TimedCopy t;
-  bool timed = counter && Sampled(counter, c.bytes);
-  if (timed) timed = CopyTimer::Begin(rt, StreamDevice(rt, c), c.stream, &t);
+  bool timed = counter && Sampled(counter, c.bytes) && CopyTimer::Begin(rt, StreamDevice(rt, c), c.stream, &t);
   cudaError_t r = real();
   if (timed) {
     t.src = src;
@@ -294,7 +320,7 @@ namespace hooks {
 static void NoteAlloc(const CudaRuntime& rt, cudaError_t r, void** p, size_t n) {
   if (r == cudaSuccess && p != nullptr && *p != nullptr) {
     MemoryMap::Add(*p, n, CurrentDevice(rt));
-    Ready(rt);
+    Ready(rt, r);
   }
 }
 
@@ -398,7 +424,7 @@ cudaError_t cudaStreamEndCapture_ptsz(const CudaRuntime&, Real<decltype(&::cudaS
 cudaError_t cudaDeviceCanAccessPeer(const CudaRuntime& rt, Real<decltype(&::cudaDeviceCanAccessPeer)> real, int* can,
                                     int dev, int peer) {
   cudaError_t r = real(can, dev, peer);
-  if (Ready(rt))
+  if (Ready(rt, r))
     WritePeer(P2PTRACE_API_cudaDeviceCanAccessPeer, dev, peer, r, r == cudaSuccess && can ? *can : -1, 0);
   return r;
 }
@@ -406,7 +432,7 @@ cudaError_t cudaDeviceCanAccessPeer(const CudaRuntime& rt, Real<decltype(&::cuda
 cudaError_t cudaDeviceGetP2PAttribute(const CudaRuntime& rt, Real<decltype(&::cudaDeviceGetP2PAttribute)> real,
                                       int* v, cudaDeviceP2PAttr a, int src, int dst) {
   cudaError_t r = real(v, a, src, dst);
-  if (Ready(rt))
+  if (Ready(rt, r))
     WritePeer(P2PTRACE_API_cudaDeviceGetP2PAttribute, src, dst, r, r == cudaSuccess && v ? *v : -1,
               static_cast<int>(a));
   return r;
@@ -415,8 +441,8 @@ cudaError_t cudaDeviceGetP2PAttribute(const CudaRuntime& rt, Real<decltype(&::cu
 cudaError_t cudaDeviceEnablePeerAccess(const CudaRuntime& rt, Real<decltype(&::cudaDeviceEnablePeerAccess)> real,
                                        int peer, unsigned int flags) {
   cudaError_t r = real(peer, flags);
-  if (!Ready(rt)) return r;
-  int d = CurrentDevice(rt);
+  if (!Ready(rt, r)) return r;
+  int d = NotedDevice(rt);
   // 704 means it was already on: either way the mapping exists now.
   if ((r == cudaSuccess || r == cudaErrorPeerAccessAlreadyEnabled) && ValidDevice(d) && ValidDevice(peer))
     g_peer[d][peer].fetch_or(kPeerByApi, std::memory_order_relaxed);
@@ -427,8 +453,8 @@ cudaError_t cudaDeviceEnablePeerAccess(const CudaRuntime& rt, Real<decltype(&::c
 cudaError_t cudaDeviceDisablePeerAccess(const CudaRuntime& rt, Real<decltype(&::cudaDeviceDisablePeerAccess)> real,
                                         int peer) {
   cudaError_t r = real(peer);
-  if (!Ready(rt)) return r;
-  int d = CurrentDevice(rt);
+  if (!Ready(rt, r)) return r;
+  int d = NotedDevice(rt);
   if ((r == cudaSuccess || r == cudaErrorPeerAccessNotEnabled) && ValidDevice(d) && ValidDevice(peer))
     g_peer[d][peer].fetch_and(static_cast<uint8_t>(~kPeerByApi), std::memory_order_relaxed);
   WritePeer(P2PTRACE_API_cudaDeviceDisablePeerAccess, d, peer, r, 0, 0);
@@ -439,7 +465,7 @@ cudaError_t cudaDeviceDisablePeerAccess(const CudaRuntime& rt, Real<decltype(&::
 cudaError_t cudaMemPoolSetAccess(const CudaRuntime& rt, Real<decltype(&::cudaMemPoolSetAccess)> real,
                                  cudaMemPool_t pool, const cudaMemAccessDesc* d, size_t n) {
   cudaError_t r = real(pool, d, n);
-  if (!Ready(rt) || d == nullptr) return r;
+  if (!Ready(rt, r) || d == nullptr) return r;
   for (size_t i = 0; i < n; ++i)
     if (d[i].location.type == cudaMemLocationTypeDevice)
       WritePeer(P2PTRACE_API_cudaMemPoolSetAccess, -1, d[i].location.id, r, static_cast<int>(d[i].flags), 0);
@@ -540,15 +566,15 @@ cudaError_t cudaMemcpy3DPeerAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::c
 cudaError_t cudaIpcGetMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcGetMemHandle)> real,
                                 cudaIpcMemHandle_t* h, void* p) {
   cudaError_t r = real(h, p);
-  if (Ready(rt)) WriteIpc(P2PTRACE_API_cudaIpcGetMemHandle, CurrentDevice(rt), MemoryMap::Lookup(p), r, p);
+  if (Ready(rt, r)) WriteIpc(P2PTRACE_API_cudaIpcGetMemHandle, NotedDevice(rt), MemoryMap::Lookup(p), r, p);
   return r;
 }
 
 cudaError_t cudaIpcOpenMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcOpenMemHandle)> real, void** p,
                                  cudaIpcMemHandle_t h, unsigned int f) {
   cudaError_t r = real(p, h, f);
-  if (!Ready(rt)) return r;
-  int d = CurrentDevice(rt), owner = -1;
+  if (!Ready(rt, r)) return r;
+  int d = NotedDevice(rt), owner = -1;
   if (r == cudaSuccess && p != nullptr) {
     cudaPointerAttributes a{};
     if (rt.PointerGetAttributes(&a, *p) == cudaSuccess && a.type == cudaMemoryTypeDevice) {
@@ -566,7 +592,7 @@ cudaError_t cudaIpcOpenMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpc
 cudaError_t cudaIpcCloseMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcCloseMemHandle)> real, void* p) {
   int owner = MemoryMap::Lookup(p);
   cudaError_t r = real(p);
-  if (Ready(rt)) WriteIpc(P2PTRACE_API_cudaIpcCloseMemHandle, CurrentDevice(rt), owner, r, p);
+  if (Ready(rt, r)) WriteIpc(P2PTRACE_API_cudaIpcCloseMemHandle, NotedDevice(rt), owner, r, p);
   return r;
 }
 

@@ -1,0 +1,157 @@
+// The CLI end to end: `p2ptrace run` of a real CUDA program on the simulated node, then the report
+// (text and JSON), dump, and what happens when nothing can be traced.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace {
+
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+
+std::map<std::string, std::optional<std::string>> SimEnv() {
+  return {{"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR},
+          {"P2PSIM_TOPOLOGY", std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json"},
+          {"P2PSIM_HOST", std::nullopt}, {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"P2PTRACE_SAMPLE", std::nullopt},
+          {"NO_COLOR", "1"}};
+}
+
+const nlohmann::json* FindPair(const nlohmann::json& report, int src, int dst, const std::string& transport) {
+  for (const auto& p : report["pairs"])
+    if (p["src"]["gpu"] == src && p["dst"]["gpu"] == dst && p["transport"] == transport) return &p;
+  return nullptr;
+}
+
+// peer_copy --size 1M --iters 1: per cell one warm-up and one timed copy, first with peer access
+// off (every pair host-staged), then with it on (islands of four over NVLink, the rest staged).
+class PeerCopyTraced : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = TempDir() + "/peer_copy";
+    run_ = RunProgram({P2PTRACE_CLI, "run", "--dir", dir_, "--json", "--", PEER_COPY, "--size", "1M", "--iters", "1"},
+                      SimEnv());
+  }
+  static std::string dir_;
+  static RunResult run_;
+};
+std::string PeerCopyTraced::dir_;
+RunResult PeerCopyTraced::run_;
+
+TEST_F(PeerCopyTraced, ReportListsEveryDirectionalPairWithItsPath) {
+  ASSERT_EQ(run_.exit_code, 0) << run_.err;
+  // stdout holds peer_copy's own output, then the JSON report.
+  size_t start = run_.out.find("{\n  \"capture\"");
+  ASSERT_NE(start, std::string::npos) << run_.out;
+  nlohmann::json j = nlohmann::json::parse(run_.out.substr(start));
+  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["pairs"].size(), 24u * 2 + 32u);  // in-island pairs both ways, cross-island staged only
+  const nlohmann::json* direct = FindPair(j, 0, 1, "nvlink");
+  ASSERT_NE(direct, nullptr);
+  EXPECT_EQ((*direct)["calls"], 2);
+  EXPECT_EQ((*direct)["bytes"], 2 << 20);
+  EXPECT_EQ((*direct)["fallback"], false);
+  EXPECT_NEAR((*direct)["gbps"].get<double>(), 123, 0.5);
+  EXPECT_EQ((*direct)["src"]["bus_id"], "0000:18:00.0");
+  const nlohmann::json* staged = FindPair(j, 0, 1, "host_staged");
+  ASSERT_NE(staged, nullptr);
+  EXPECT_EQ((*staged)["calls"], 2);
+  EXPECT_EQ((*staged)["expected"], "nvlink");
+  EXPECT_EQ((*staged)["fallback"], true);
+  EXPECT_NEAR((*staged)["gbps"].get<double>(), 20, 0.2);
+  EXPECT_EQ((*staged)["causes"][0]["id"], "peer-access-not-enabled");
+  const nlohmann::json* cross = FindPair(j, 6, 1, "host_staged");
+  ASSERT_NE(cross, nullptr);
+  EXPECT_EQ((*cross)["calls"], 4);
+  EXPECT_EQ((*cross)["expected"], "host_staged");
+  EXPECT_EQ((*cross)["fallback"], false);
+  EXPECT_EQ((*cross)["causes"][0]["id"], "nvml-p2p-status");
+  EXPECT_EQ(FindPair(j, 6, 1, "nvlink"), nullptr);
+  EXPECT_EQ(j["capture"]["cudart_13"], true);
+  EXPECT_EQ(j["capture"]["nvml_link_types"], true);
+  EXPECT_EQ(j["capture"]["abnormal_exits"], 0);
+}
+
+TEST_F(PeerCopyTraced, TextReportShowsTheMatrixAndTheFindings) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU0       X  NVL*  NVL*  NVL*   HST   HST   HST   HST\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("warning [peer-access-not-enabled] host_staged instead of nvlink on 24 pairs"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("info [nvml-p2p-status] host_staged on 32 pairs"), std::string::npos) << r.out;
+}
+
+TEST_F(PeerCopyTraced, DumpPrintsHeaderCountersAndRecordsAsJsonLines) {
+  std::string file;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) file = e.path().string();
+  ASSERT_FALSE(file.empty());
+  RunResult r = RunProgram({P2PTRACE_CLI, "dump", file, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int copies = 0, timings = 0, counters = 0, peers = 0;
+  std::getline(lines, line);
+  nlohmann::json header = nlohmann::json::parse(line);
+  EXPECT_EQ(header["kind"], "header");
+  EXPECT_EQ(header["device_count"], 8);
+  EXPECT_EQ(header["bus_ids"][7], "0000:db:00.0");
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    copies += j["kind"] == "copy";
+    timings += j["kind"] == "timing";
+    counters += j["kind"] == "counter";
+    peers += j["kind"] == "peer";
+  }
+  EXPECT_EQ(copies, 24 * 4 + 32 * 4);  // every cross-device copy, none of the same-device ones
+  EXPECT_EQ(timings, copies);          // all within the first 8 of their pair: all timed
+  EXPECT_EQ(counters, 24 * 2 + 32 + 8);  // + the diagonal (same-device copies)
+  EXPECT_GT(peers, 56);                  // capability queries and enable/disable calls
+}
+
+TEST(Cli, StaticCudartIsReportedUntraced) {
+  std::string dir = TempDir() + "/static";
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", STATIC_CUDART_PROGRAM}, SimEnv());
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("untraced: " STATIC_CUDART_PROGRAM " carries a statically linked CUDA runtime"),
+            std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir));  // created by run, left empty: removed
+}
+
+TEST(Cli, BadInputGivesOneLineAndExit2) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", TempDir() + "/nonexistent"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  std::string junk = TempDir() + "/junk.p2ptrace";
+  p2ptrace::testing::WriteFile(junk, "not a trace at all, but long enough to hold a header? no.");
+  r = RunProgram({P2PTRACE_CLI, "dump", junk});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("junk.p2ptrace: truncated before the end of its header"), std::string::npos) << r.err;
+  r = RunProgram({P2PTRACE_CLI, "run"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunProgram({P2PTRACE_CLI, "frobnicate"});
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(Shim, OnlyDependsOnTheCRuntime) {
+  RunResult r = RunProgram({"readelf", "-d", P2PTRACE_SHIM});
+  ASSERT_EQ(r.exit_code, 0);
+  std::istringstream lines(r.out);
+  std::vector<std::string> needed;
+  for (std::string l; std::getline(lines, l);)
+    if (l.find("(NEEDED)") != std::string::npos) needed.push_back(l.substr(l.find('[') + 1, l.find(']') - l.find('[') - 1));
+  for (const std::string& n : needed)
+    EXPECT_TRUE(n.rfind("libc.so", 0) == 0 || n.rfind("libdl.so", 0) == 0 || n.rfind("libpthread.so", 0) == 0 ||
+                n.rfind("libm.so", 0) == 0 || n.rfind("ld-linux", 0) == 0)
+        << n;
+  r = RunProgram({"readelf", "-V", P2PTRACE_SHIM});
+  for (const char* node : {"libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"})
+    EXPECT_NE(r.out.find(std::string("Name: ") + node), std::string::npos) << node;
+}
+
+}  // namespace
