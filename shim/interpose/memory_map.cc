@@ -1,5 +1,6 @@
 #include "shim/interpose/memory_map.h"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -62,18 +63,23 @@ void MemoryMap::Learn(const void* p, int device_or_host) {
     leaf->owner[g & kLeafMask].store(static_cast<int8_t>(device_or_host), std::memory_order_relaxed);
 }
 
-// Sets one granule from the ranges overlapping it (caller holds g_mu).
+// Sets one granule from the ranges overlapping it (caller holds g_mu): its owner when one
+// device's allocations cover all of it, "mixed" (ask the exact map) when they cover part of it.
 void MemoryMap::Recompute(uintptr_t g) {
   uintptr_t lo = g << kGranuleShift, hi = lo + (uintptr_t{1} << kGranuleShift);
   int owner = kUnknown;
+  uintptr_t covered = 0;
   auto& ranges = Ranges();
   auto it = ranges.upper_bound(lo);
   if (it != ranges.begin()) --it;
   for (; it != ranges.end() && it->first < hi; ++it) {
-    if (it->first + it->second.size <= lo) continue;
+    uintptr_t end = it->first + it->second.size;
+    if (end <= lo) continue;
+    covered += std::min(end, hi) - std::max(it->first, lo);
     if (owner == kUnknown) owner = it->second.device;
     else if (owner != it->second.device) owner = kMixed;
   }
+  if (owner >= 0 && covered < hi - lo) owner = kMixed;
   Leaf* leaf = top_[(g >> kLeafBits) & kTopMask].load(std::memory_order_relaxed);
   if (leaf == nullptr) {
     if (owner == kUnknown) return;

@@ -85,6 +85,14 @@ struct Alloc {
   std::string ipc_key; // "pid:fd" of the exporter, to recognise a second open of the same handle
 };
 
+// Device memory of one GPU lives in its own reserved address range, as with CUDA's unified
+// addressing: a device allocation never shares a 2 MiB granule with host memory or another GPU's.
+struct Arena {
+  uintptr_t base = 0;
+  size_t capacity = 0, bump = 0;
+  std::map<size_t, size_t> free;  // offset -> length, coalesced
+};
+
 struct HostFunc { Stream* stream; cudaHostFn_t fn; void* data; cudaStreamCallback_t cb; cudaStream_t handle; };
 
 struct State {
@@ -99,6 +107,7 @@ struct State {
   std::set<Event*> events;
   std::set<Graph*> graphs;
   std::map<uintptr_t, Alloc> allocs;          // base address -> allocation
+  std::map<int, Arena> arenas;                 // host GPU index -> its address range
   double host_now = 0;                        // the host thread's simulated clock
   std::chrono::steady_clock::time_point wall0 = std::chrono::steady_clock::now();
   std::deque<HostFunc> host_funcs;
@@ -329,6 +338,53 @@ bool InBounds(const Where& w, const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) + bytes <= w.base + w.alloc->size;
 }
 
+constexpr size_t kGranule = 2u << 20;
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Maps `size` bytes of `fd` into the GPU's range (allocation granularity 2 MiB, like cudaMalloc's).
+void* ArenaMap(State& st, int host_gpu, int fd, size_t size) {
+  Arena& a = st.arenas[host_gpu];
+  if (a.base == 0) {
+    a.capacity = RoundUp(kDeviceMemory, kGranule) * 2;  // room for fragmentation and IPC mappings
+    void* r = mmap(nullptr, a.capacity + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return nullptr;
+    a.base = RoundUp(reinterpret_cast<uintptr_t>(r), kGranule);
+  }
+  size_t len = RoundUp(size, kGranule), off = SIZE_MAX;
+  for (auto it = a.free.begin(); it != a.free.end(); ++it)
+    if (it->second >= len) {
+      off = it->first;
+      if (it->second > len) a.free[off + len] = it->second - len;
+      a.free.erase(it);
+      break;
+    }
+  if (off == SIZE_MAX) {
+    if (a.bump + len > a.capacity) return nullptr;
+    off = a.bump;
+    a.bump += len;
+  }
+  void* p = mmap(reinterpret_cast<void*>(a.base + off), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void ArenaUnmap(State& st, int host_gpu, void* p, size_t size) {
+  Arena& a = st.arenas[host_gpu];
+  size_t len = RoundUp(size, kGranule), off = reinterpret_cast<uintptr_t>(p) - a.base;
+  // Keep the range reserved: map inaccessible memory over it instead of unmapping.
+  mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  auto next = a.free.lower_bound(off);
+  if (next != a.free.end() && next->first == off + len) {
+    len += next->second;
+    a.free.erase(next);
+  }
+  auto prev = a.free.lower_bound(off);
+  if (prev != a.free.begin() && (--prev)->first + prev->second == off) {
+    prev->second += len;
+    return;
+  }
+  a.free[off] = len;
+}
+
 cudaError_t AllocDevice(State& st, void** ptr, size_t size) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   if (size == 0) { *ptr = nullptr; return cudaSuccess; }
@@ -338,8 +394,8 @@ cudaError_t AllocDevice(State& st, void** ptr, size_t size) {
     if (fd >= 0) close(fd);
     return cudaErrorMemoryAllocation;
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) { close(fd); return cudaErrorMemoryAllocation; }
+  void* p = ArenaMap(st, st.visible[t_device], fd, size);
+  if (p == nullptr) { close(fd); return cudaErrorMemoryAllocation; }
   Alloc a;
   a.size = size;
   a.kind = Alloc::kDevice;
@@ -354,7 +410,8 @@ cudaError_t FreeKind(State& st, void* p, Alloc::Kind kind) {
   if (p == nullptr) return cudaSuccess;
   auto it = st.allocs.find(reinterpret_cast<uintptr_t>(p));
   if (it == st.allocs.end() || it->second.kind != kind) return cudaErrorInvalidValue;
-  munmap(p, it->second.size);
+  if (kind == Alloc::kDevice) ArenaUnmap(st, it->second.host_gpu, p, it->second.size);
+  else munmap(p, it->second.size);
   if (it->second.fd >= 0) close(it->second.fd);
   st.allocs.erase(it);
   return cudaSuccess;
@@ -792,7 +849,7 @@ SIM_API cudaError_t cudaDeviceReset(void) {
   int gpu = st.visible[d];
   for (auto it = st.allocs.begin(); it != st.allocs.end();) {
     if (it->second.kind == Alloc::kDevice && it->second.host_gpu == gpu) {
-      munmap(reinterpret_cast<void*>(it->first), it->second.size);
+      ArenaUnmap(st, gpu, reinterpret_cast<void*>(it->first), it->second.size);
       close(it->second.fd);
       it = st.allocs.erase(it);
     } else {
@@ -1460,9 +1517,9 @@ SIM_API cudaError_t cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, 
   std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return Ret(cudaErrorMapBufferObjectFailed);
-  void* p = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ArenaMap(st, h.host_gpu, fd, h.size);  // in the owner's range, as UVA places it
   close(fd);
-  if (p == MAP_FAILED) return Ret(cudaErrorMapBufferObjectFailed);
+  if (p == nullptr) return Ret(cudaErrorMapBufferObjectFailed);
   Alloc a;
   a.size = h.size;
   a.kind = Alloc::kIpc;
@@ -1481,7 +1538,7 @@ SIM_API cudaError_t cudaIpcCloseMemHandle(void* ptr) {
   auto it = st.allocs.find(reinterpret_cast<uintptr_t>(ptr));
   if (it == st.allocs.end() || it->second.kind != Alloc::kIpc) return Ret(cudaErrorInvalidValue);
   if (--it->second.ipc_refs == 0) {
-    munmap(ptr, it->second.size);
+    ArenaUnmap(st, it->second.host_gpu, ptr, it->second.size);
     st.allocs.erase(it);
   }
   return cudaSuccess;
