@@ -287,9 +287,8 @@ void TraceWriter::ForgetMapping() {
 void TraceWriter::MarkExited() {
   if (p2ptrace_file_header* h = header_; h && detail::g_state.load() == 1) {
     h->end_monotonic_ns = MonotonicNs();
-    uint32_t running = P2PTRACE_STATE_RUNNING;
-    __atomic_compare_exchange_n(&h->state, &running, static_cast<uint32_t>(P2PTRACE_STATE_EXITED), false,
-                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    // Exited, even after a fatal signal the program's own handler survived (fatal_signal stays).
+    __atomic_store_n(&h->state, static_cast<uint32_t>(P2PTRACE_STATE_EXITED), __ATOMIC_RELEASE);
   }
 }
 
