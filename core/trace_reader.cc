@@ -117,6 +117,8 @@ Expected<Trace> ReadTrace(const std::string& path) {
         case P2PTRACE_RECORD_PEER: ok = Take<p2ptrace_peer_record>(r + pos, rh.size, &rec); break;
         case P2PTRACE_RECORD_TIMING: ok = Take<p2ptrace_timing_record>(r + pos, rh.size, &rec); break;
         case P2PTRACE_RECORD_IPC: ok = Take<p2ptrace_ipc_record>(r + pos, rh.size, &rec); break;
+        case P2PTRACE_RECORD_NCCL_COMM: ok = Take<p2ptrace_nccl_comm_record>(r + pos, rh.size, &rec); break;
+        case P2PTRACE_RECORD_NCCL_OP: ok = Take<p2ptrace_nccl_op_record>(r + pos, rh.size, &rec); break;
         default: break;
       }
       if (ok) t.records.push_back(rec);

@@ -28,7 +28,17 @@ constexpr std::array<std::string_view, P2PTRACE_API_COUNT_> kApis = {
     "cudaIpcOpenMemHandle",
     "cudaIpcCloseMemHandle"};
 
+constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
+    "unknown",       "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommInitRankScalable",
+    "ncclCommSplit", "ncclCommFinalize", "ncclCommDestroy",        "ncclCommAbort",   "ncclAllReduce",
+    "ncclBroadcast", "ncclReduce",       "ncclAllGather",          "ncclReduceScatter", "ncclAlltoAll",
+    "ncclGather",    "ncclScatter",      "ncclSend",               "ncclRecv"};
+
 }  // namespace
+
+std::string_view NcclApiName(int api) {
+  return api >= 0 && api < static_cast<int>(kNcclApis.size()) ? kNcclApis[api] : "unknown";
+}
 
 std::string_view TransportName(int t) {
   return t >= 0 && t < static_cast<int>(kTransports.size()) ? kTransports[t] : "unknown";

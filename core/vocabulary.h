@@ -16,5 +16,7 @@ std::optional<int> ParseTransport(std::string_view name);
 bool IsDirect(int transport);
 // "cudaMemcpyPeer", …; "unknown" for values it does not know.
 std::string_view ApiName(int api);
+// "ncclAllReduce", "ncclCommInitRank", …; "unknown" for values it does not know.
+std::string_view NcclApiName(int api);
 
 }  // namespace p2ptrace

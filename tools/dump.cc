@@ -40,6 +40,13 @@ json Record(const TraceRecord& r) {
   } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body)) {
     j.update({{"kind", "timing"}, {"src", t->src_device}, {"dst", t->dst_device},
               {"transport", TransportName(t->transport)}, {"bytes", t->bytes}, {"duration_ns", t->duration_ns}});
+  } else if (const auto* nc = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
+    j.update({{"kind", "nccl_comm"}, {"api", NcclApiName(nc->api)}, {"comm", nc->comm},
+              {"id_hash", fmt::format("{:016x}", nc->id_hash)}, {"rank", nc->rank}, {"nranks", nc->nranks},
+              {"cuda_device", nc->cuda_device}, {"result", nc->result}});
+  } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
+    j.update({{"kind", "nccl_op"}, {"api", NcclApiName(o->api)}, {"comm", o->comm}, {"stream", o->stream},
+              {"bytes", o->bytes}, {"peer", o->peer}, {"result", o->result}, {"flags", o->flags}});
   } else if (const auto* i = std::get_if<p2ptrace_ipc_record>(&r.body)) {
     j.update({{"kind", "ipc"}, {"api", ApiName(i->api)}, {"device", i->device}, {"owner", i->owner_device},
               {"result", i->result}, {"address", i->address}});

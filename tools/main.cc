@@ -10,6 +10,7 @@
 
 #include "CLI/CLI.hpp"
 #include "tools/dump.h"
+#include "tools/explain.h"
 #include "tools/report.h"
 #include "tools/run.h"
 #include "tools/traces.h"
@@ -23,6 +24,7 @@ constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, 
   p2ptrace run [--dir D] [--json] -- CMD …   run CMD with libp2ptrace.so preloaded, then print the report
   p2ptrace report DIR [--json]               merged view of every trace in DIR (or one trace file)
   p2ptrace dump FILE [--json]                one trace file, record by record (--json: JSON lines)
+  p2ptrace explain FILE… [--json]            explain raw NCCL_DEBUG=INFO logs: transport per rank pair, and why
 
 Run `p2ptrace COMMAND --help` for the options of a command.
 )";
@@ -81,11 +83,16 @@ int main(int argc, char** argv) {
   auto* dump = app.add_subcommand("dump", "one trace file, record by record");
   dump->add_option("FILE", path, "a .p2ptrace file")->required();
   dump->add_flag("--json", json, "JSON lines: header, counters, records");
+  std::vector<std::string> files;
+  auto* explain = app.add_subcommand("explain", "explain raw NCCL_DEBUG=INFO logs: transport per rank pair, and why");
+  explain->add_option("FILE", files, "NCCL logs (NCCL_DEBUG=INFO output, any NCCL 2.x)")->required();
+  explain->add_flag("--json", json, "print the explanation as JSON (DESIGN.md §7 schema)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (explain->parsed()) return RunExplain(files, json, std::cout, std::cerr);
 
   auto loaded = LoadTraces(path);
   if (!loaded.ok()) {

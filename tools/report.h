@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "tools/finding.h"
 #include "tools/traces.h"
 
 namespace p2ptrace::cli {
@@ -43,12 +44,6 @@ struct ProcessInfo {
   int runtime_version = 0, driver_version = 0;
   uint32_t capture_flags = 0;
   uint64_t dropped_records = 0;
-};
-
-struct Finding {
-  std::string id, severity;  // severity: error | warning | info
-  std::vector<std::string> pairs, evidence;
-  std::string fix;
 };
 
 struct Report {

@@ -104,7 +104,9 @@ enum p2ptrace_record_type {
   P2PTRACE_RECORD_COPY = 1,
   P2PTRACE_RECORD_PEER = 2,
   P2PTRACE_RECORD_TIMING = 3,
-  P2PTRACE_RECORD_IPC = 4
+  P2PTRACE_RECORD_IPC = 4,
+  P2PTRACE_RECORD_NCCL_COMM = 5,
+  P2PTRACE_RECORD_NCCL_OP = 6
 };
 
 typedef struct p2ptrace_record_header {
@@ -168,6 +170,39 @@ typedef struct p2ptrace_ipc_record {
   uint64_t address;
   uint64_t size;
 } p2ptrace_ipc_record;
+
+/* An NCCL communicator created, split or ended in this process. */
+typedef struct p2ptrace_nccl_comm_record {
+  p2ptrace_record_header h;
+  uint64_t comm;        /* the ncclComm_t value */
+  uint64_t id_hash;     /* FNV-1a of the ncclUniqueId: the same for every rank of one communicator;
+                           for a split, of the parent's hash, color and key order (ranks agree) */
+  int32_t rank, nranks; /* -1 when the call failed before saying */
+  int32_t cuda_device;  /* the current device at init, -1 unknown */
+  int32_t result;       /* ncclResult_t */
+  uint8_t api;          /* p2ptrace_nccl_api */
+  uint8_t reserved[7];
+  char bus_id[16];
+} p2ptrace_nccl_comm_record;
+
+enum p2ptrace_nccl_op_flag {
+  P2PTRACE_NCCL_IN_GROUP = 1u << 0, /* issued between ncclGroupStart and ncclGroupEnd */
+  P2PTRACE_NCCL_TIMED = 1u << 1     /* a TIMING record with this seq follows (src = dst = -1) */
+};
+
+/* A collective or point-to-point operation. */
+typedef struct p2ptrace_nccl_op_record {
+  p2ptrace_record_header h;
+  uint64_t comm;
+  uint64_t stream;
+  uint64_t bytes;  /* of this rank's send buffer (recv for ncclRecv) */
+  int32_t peer;    /* send/recv peer, broadcast/reduce root; -1 otherwise */
+  int32_t result;
+  uint8_t api;     /* p2ptrace_nccl_api */
+  uint8_t flags;   /* p2ptrace_nccl_op_flag */
+  uint16_t reserved0;
+  uint32_t reserved1;
+} p2ptrace_nccl_op_record;
 
 #ifdef __cplusplus
 }

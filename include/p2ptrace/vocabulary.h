@@ -47,6 +47,30 @@ enum p2ptrace_api {
   P2PTRACE_API_COUNT_
 };
 
+/* The NCCL calls the shim records. */
+enum p2ptrace_nccl_api {
+  P2PTRACE_NCCL_UNKNOWN = 0,
+  P2PTRACE_NCCL_CommInitRank = 1,
+  P2PTRACE_NCCL_CommInitRankConfig = 2,
+  P2PTRACE_NCCL_CommInitAll = 3,
+  P2PTRACE_NCCL_CommInitRankScalable = 4,
+  P2PTRACE_NCCL_CommSplit = 5,
+  P2PTRACE_NCCL_CommFinalize = 6,
+  P2PTRACE_NCCL_CommDestroy = 7,
+  P2PTRACE_NCCL_CommAbort = 8,
+  P2PTRACE_NCCL_AllReduce = 9,
+  P2PTRACE_NCCL_Broadcast = 10,
+  P2PTRACE_NCCL_Reduce = 11,
+  P2PTRACE_NCCL_AllGather = 12,
+  P2PTRACE_NCCL_ReduceScatter = 13,
+  P2PTRACE_NCCL_AlltoAll = 14,
+  P2PTRACE_NCCL_Gather = 15,
+  P2PTRACE_NCCL_Scatter = 16,
+  P2PTRACE_NCCL_Send = 17,
+  P2PTRACE_NCCL_Recv = 18,
+  P2PTRACE_NCCL_COUNT_
+};
+
 #ifdef __cplusplus
 }
 #endif

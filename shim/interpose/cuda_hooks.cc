@@ -104,7 +104,7 @@ const Nvml& LoadNvml() {
   return nvml;
 }
 
-uint8_t ResolveLink(const CudaRuntime& rt, int a, int b) {
+__attribute__((noinline, cold)) uint8_t ResolveLink(const CudaRuntime& rt, int a, int b) {
   std::lock_guard<std::mutex> lock(g_slow_mu);
   if (uint8_t t = g_link[a][b].load(std::memory_order_relaxed)) return t;
   uint8_t t = P2PTRACE_TRANSPORT_P2P;  // direct, link unknown
@@ -133,7 +133,7 @@ uint8_t ResolveLink(const CudaRuntime& rt, int a, int b) {
 }
 
 // The path a copy a→b takes now: direct when either side mapped the other.
-uint8_t PathNow(const CudaRuntime& rt, int a, int b, int* path) {
+inline __attribute__((always_inline)) uint8_t PathNow(const CudaRuntime& rt, int a, int b, int* path) {
   bool direct = (g_peer[a][b].load(std::memory_order_relaxed) | g_peer[b][a].load(std::memory_order_relaxed)) != 0;
   *path = direct ? 0 : 1;
   uint8_t t = g_link[a][b].load(std::memory_order_relaxed);
@@ -159,23 +159,22 @@ bool HostSide(cudaMemcpyKind k) {
 }
 
 // Where timing events for this copy go: the stream's device, when the shim knows it.
-int StreamDevice(const CudaRuntime& rt, const Copy& c) {
-  uintptr_t s = reinterpret_cast<uintptr_t>(c.stream);
-  if (s == 0 || c.stream == cudaStreamLegacy || c.stream == cudaStreamPerThread) return CurrentDevice(rt);
+int StreamDevice(const CudaRuntime& rt, cudaStream_t stream) {
+  uintptr_t s = reinterpret_cast<uintptr_t>(stream);
+  if (s == 0 || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return CurrentDevice(rt);
   std::lock_guard<std::mutex> lock(g_streams_mu);
-  auto it = Streams().find(c.stream);
+  auto it = Streams().find(stream);
   return it == Streams().end() ? -1 : it->second;
 }
 
-bool Sampled(const p2ptrace_pair_counters* counter, uint64_t bytes) {
-  const SampleSpec& s = TraceWriter::config().sample;
+inline __attribute__((always_inline)) bool Sampled(const p2ptrace_pair_counters* counter, uint64_t bytes) {
+  static const SampleSpec& s = TraceWriter::config().sample;  // the config never moves
   if (!s.enabled) return false;
   uint64_t n = __atomic_load_n(&counter->calls, __ATOMIC_RELAXED);
   return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
 }
 
-void Account(int src, int dst, int path, cudaError_t r, uint64_t bytes) {
-  p2ptrace_pair_counters* c = TraceWriter::Counter(src, dst, path);
+inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, cudaError_t r, uint64_t bytes) {
   if (c == nullptr) return;
   if (r == cudaSuccess) {
     AddRelaxed(&c->calls, 1);
@@ -185,7 +184,12 @@ void Account(int src, int dst, int path, cudaError_t r, uint64_t bytes) {
   }
 }
 
-void WriteCopy(const Copy& c, int src, int dst, uint8_t transport, cudaError_t r, uint32_t seq, uint32_t flags) {
+inline __attribute__((always_inline)) void Account(int src, int dst, int path, cudaError_t r, uint64_t bytes) {
+  AccountAt(TraceWriter::Counter(src, dst, path), r, bytes);
+}
+
+inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int dst, uint8_t transport,
+                                                     cudaError_t r, uint32_t seq, uint32_t flags) {
   p2ptrace_copy_record rec{};
   rec.h.type = P2PTRACE_RECORD_COPY;
   rec.h.seq = seq;
@@ -221,6 +225,33 @@ void RecordAfter(const CudaRuntime& rt, const Copy& c, int src, int dst, cudaErr
   WriteCopy(c, src, dst, transport, r, TraceWriter::NextSeq(), 0);
 }
 
+// TraceCopy's rare path (a side not known, or the runtime not yet heard from), after the copy
+// returned r. Out of line, and given the copy's fields rather than the Copy: a Copy whose address
+// escapes anywhere in TraceCopy is built in memory on every call (bench/README.md).
+__attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, uint8_t api, uint32_t flags,
+                                                       const void* dst_ptr, const void* src_ptr, uint64_t bytes,
+                                                       cudaStream_t stream, int src, int dst, cudaError_t r) {
+  const Copy c{api, flags, dst_ptr, src_ptr, src, dst, bytes, cudaMemcpyDeviceToDevice, stream};
+  if (r != cudaSuccess) {
+    if (ValidDevice(src) && ValidDevice(dst) && src != dst) {
+      Account(src, dst, 1, r, c.bytes);
+      WriteCopy(c, src, dst, P2PTRACE_TRANSPORT_UNKNOWN, r, TraceWriter::NextSeq(), 0);
+    }
+    return r;
+  }
+  NoteRuntime(rt);
+  // A side the shim did not allocate: ask the runtime now that the copy succeeded.
+  for (auto [p, dev] : {std::pair{c.src, &src}, std::pair{c.dst, &dst}}) {
+    if (*dev != MemoryMap::kUnknown) continue;
+    cudaPointerAttributes a{};
+    if (rt.PointerGetAttributes(&a, p) != cudaSuccess) return r;
+    *dev = a.type == cudaMemoryTypeDevice ? a.device : MemoryMap::kHost;
+    MemoryMap::Learn(p, *dev);
+  }
+  if (ValidDevice(src) && ValidDevice(dst)) RecordAfter(rt, c, src, dst, r);
+  return r;
+}
+
 template <typename Call>
 cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
   if (!TraceWriter::Ready() || HostSide(c.kind)) return real();
@@ -233,45 +264,33 @@ cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
   }
   // Until the runtime has answered a call successfully, the shim asks it nothing before the call
   // (its question could fail first and leave an error behind for the application to see).
-  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeNoted(rt)) {
-    cudaError_t r = real();
-    if (r != cudaSuccess) {
-      if (ValidDevice(src) && ValidDevice(dst) && src != dst) {
-        Account(src, dst, 1, r, c.bytes);
-        WriteCopy(c, src, dst, P2PTRACE_TRANSPORT_UNKNOWN, r, TraceWriter::NextSeq(), 0);
-      }
-      return r;
-    }
-    NoteRuntime(rt);
-    // A side the shim did not allocate: ask the runtime now that the copy succeeded.
-    for (auto [p, dev] : {std::pair{c.src, &src}, std::pair{c.dst, &dst}}) {
-      if (*dev != MemoryMap::kUnknown) continue;
-      cudaPointerAttributes a{};
-      if (rt.PointerGetAttributes(&a, p) != cudaSuccess) return r;
-      *dev = a.type == cudaMemoryTypeDevice ? a.device : MemoryMap::kHost;
-      MemoryMap::Learn(p, *dev);
-    }
-    if (ValidDevice(src) && ValidDevice(dst)) RecordAfter(rt, c, src, dst, r);
-    return r;
-  }
+  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeNoted(rt))
+    return AfterUnknownSide(rt, c.api, c.flags, c.dst, c.src, c.bytes, c.stream, src, dst, real());
   int path = 0;
   uint8_t transport = PathNow(rt, src, dst, &path);
   uint32_t seq = TraceWriter::NextSeq();
   p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, path);
-  TimedCopy t;
-  bool timed = counter && Sampled(counter, c.bytes) && CopyTimer::Begin(rt, StreamDevice(rt, c), c.stream, &t);
-  cudaError_t r = real();
-  if (timed) {
-    t.src = src;
-    t.dst = dst;
-    t.path = path;
-    t.transport = transport;
-    t.bytes = c.bytes;
-    t.seq = seq;
-    CopyTimer::End(c.stream, r == cudaSuccess, &t);
+  cudaError_t r;
+  uint32_t timed_flag = 0;
+  if (counter && Sampled(counter, c.bytes)) {
+    TimedCopy t;
+    bool timed = CopyTimer::Begin(rt, StreamDevice(rt, c.stream), c.stream, &t);
+    r = real();
+    if (timed) {
+      t.src = src;
+      t.dst = dst;
+      t.path = path;
+      t.transport = transport;
+      t.bytes = c.bytes;
+      t.seq = seq;
+      CopyTimer::End(c.stream, r == cudaSuccess, &t);
+      if (r == cudaSuccess) timed_flag = P2PTRACE_COPY_TIMED;
+    }
+  } else {
+    r = real();
   }
-  Account(src, dst, path, r, c.bytes);
-  WriteCopy(c, src, dst, transport, r, seq, timed && r == cudaSuccess ? P2PTRACE_COPY_TIMED : 0);
+  AccountAt(counter, r, c.bytes);
+  WriteCopy(c, src, dst, transport, r, seq, timed_flag);
   return r;
 }
 
@@ -313,6 +332,8 @@ uint64_t Bytes3D(const cudaMemcpy3DPeerParms* p) {
 
 // ================================================================================================
 // Bookkeeping
+
+bool RuntimeAnswered(const CudaRuntime& rt) { return RuntimeNoted(rt); }
 
 namespace hooks {
 
@@ -598,3 +619,42 @@ cudaError_t cudaIpcCloseMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIp
 
 }  // namespace hooks
 }  // namespace p2ptrace::shim
+
+// ================================================================================================
+// The exported wrappers: every function of cuda_functions.h, once per runtime version node, bound
+// with .symver to that node (cudaMemcpyPeer@libcudart.so.12, cudaMemcpyPeer@@libcudart.so.13, …).
+// A caller linked against cudart 12 thus reaches the wrapper that calls cudart 12, and never the
+// other runtime loaded in the same process (notes/interposer.md E4). Unversioned references bind to
+// the @@libcudart.so.13 one, which falls back to whatever cudart is loaded.
+// The wrapper's first call resolves the real function and the runtime table out of line (slow),
+// so that the common path has no call to keep registers across: two loads, then the hook.
+using p2ptrace::shim::CachedReal;
+using p2ptrace::shim::Node;
+using p2ptrace::shim::Runtime;
+
+#define P2PTRACE_WRAP(node, suffix, version, name, params, args)                                         \
+  static std::atomic<void*> p2pw_slot_##name##_##suffix;                                                 \
+  __attribute__((noinline, cold)) static cudaError_t p2pw_slow_##name##_##suffix params {                \
+    auto real =                                                                                          \
+        reinterpret_cast<decltype(&::name)>(CachedReal(&p2pw_slot_##name##_##suffix, #name, node));      \
+    if (real == nullptr) return cudaErrorSharedObjectSymbolNotFound;                                     \
+    return p2ptrace::shim::hooks::name(Runtime(node), real, P2PTRACE_UNPAREN args);                      \
+  }                                                                                                      \
+  extern "C" __attribute__((visibility("default"))) cudaError_t p2pw_##name##_##suffix params {          \
+    void* real = p2pw_slot_##name##_##suffix.load(std::memory_order_acquire);                            \
+    const p2ptrace::shim::CudaRuntime* rt =                                                              \
+        p2ptrace::shim::g_runtimes[static_cast<int>(node)].load(std::memory_order_acquire);              \
+    if (__builtin_expect(real == nullptr || rt == nullptr, 0))                                           \
+      return p2pw_slow_##name##_##suffix(P2PTRACE_UNPAREN args);                                         \
+    return p2ptrace::shim::hooks::name(*rt, reinterpret_cast<decltype(&::name)>(real),                   \
+                                       P2PTRACE_UNPAREN args);                                           \
+  }                                                                                                      \
+  __asm__(".symver p2pw_" #name "_" #suffix ", " #name version);
+
+#define P2PTRACE_WRAP_11(name, params, args) P2PTRACE_WRAP(Node::kCudart11, 11, "@libcudart.so.11.0", name, params, args)
+#define P2PTRACE_WRAP_12(name, params, args) P2PTRACE_WRAP(Node::kCudart12, 12, "@libcudart.so.12", name, params, args)
+#define P2PTRACE_WRAP_13(name, params, args) P2PTRACE_WRAP(Node::kCudart13, 13, "@@libcudart.so.13", name, params, args)
+
+P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_11)
+P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_12)
+P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_13)

@@ -12,6 +12,10 @@ namespace p2ptrace::shim {
 template <typename F>
 using Real = F;
 
+// True once this runtime answered one of the application's calls successfully: from then on the
+// shim's own calls to it cannot fail and leave an error behind.
+bool RuntimeAnswered(const CudaRuntime& rt);
+
 namespace hooks {
 #define P2PTRACE_DECLARE_HOOK(name, params, args) \
   cudaError_t name(const CudaRuntime& rt, Real<decltype(&::name)> real, P2PTRACE_UNPAREN params);

@@ -21,7 +21,7 @@ std::map<uintptr_t, Range>& Ranges() {
 
 std::atomic<MemoryMap::Leaf*> MemoryMap::top_[size_t{1} << (kVaBits - kTopShift)];
 
-static_assert(sizeof(std::atomic<int8_t>) == 1);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 void MemoryMap::Add(const void* base, size_t size, int device) {
   if (base == nullptr || size == 0 || device < 0 || device > 127) return;
@@ -59,34 +59,43 @@ void MemoryMap::Learn(const void* p, int device_or_host) {
     top_[(g >> kLeafBits) & kTopMask].store(leaf, std::memory_order_release);
   }
   // Only where the range map says nothing: what the shim saw allocated wins.
-  if (leaf->owner[g & kLeafMask].load(std::memory_order_relaxed) == kUnknown)
-    leaf->owner[g & kLeafMask].store(static_cast<int8_t>(device_or_host), std::memory_order_relaxed);
+  uint64_t e = leaf->entry[g & kLeafMask].load(std::memory_order_relaxed);
+  if (static_cast<int8_t>(e & 0xff) == kUnknown)
+    leaf->entry[g & kLeafMask].store(Entry(device_or_host, 0, kGranule), std::memory_order_relaxed);
 }
 
-// Sets one granule from the ranges overlapping it (caller holds g_mu): its owner when one
-// device's allocations cover all of it, "mixed" (ask the exact map) when they cover part of it.
+// Sets one granule from the ranges overlapping it (caller holds g_mu): one owner and the one
+// contiguous span it covers, or "mixed" (ask the exact map).
 void MemoryMap::Recompute(uintptr_t g) {
-  uintptr_t lo = g << kGranuleShift, hi = lo + (uintptr_t{1} << kGranuleShift);
+  uintptr_t lo = g << kGranuleShift, hi = lo + kGranule;
   int owner = kUnknown;
-  uintptr_t covered = 0;
+  uintptr_t span_lo = 0, span_hi = 0;
   auto& ranges = Ranges();
   auto it = ranges.upper_bound(lo);
   if (it != ranges.begin()) --it;
   for (; it != ranges.end() && it->first < hi; ++it) {
     uintptr_t end = it->first + it->second.size;
     if (end <= lo) continue;
-    covered += std::min(end, hi) - std::max(it->first, lo);
-    if (owner == kUnknown) owner = it->second.device;
-    else if (owner != it->second.device) owner = kMixed;
+    uintptr_t a = std::max(it->first, lo) - lo, b = std::min(end, hi) - lo;
+    if (owner == kUnknown) {
+      owner = it->second.device;
+      span_lo = a;
+      span_hi = b;
+    } else if (owner != it->second.device || a != span_hi) {
+      owner = kMixed;  // a second owner, or a gap between spans
+      break;
+    } else {
+      span_hi = b;  // ranges come in address order: extend the span
+    }
   }
-  if (owner >= 0 && covered < hi - lo) owner = kMixed;
+  uint64_t entry = owner >= 0 ? Entry(owner, span_lo, span_hi) : Entry(owner, 0, kGranule);
   Leaf* leaf = top_[(g >> kLeafBits) & kTopMask].load(std::memory_order_relaxed);
   if (leaf == nullptr) {
     if (owner == kUnknown) return;
     leaf = new Leaf();
     top_[(g >> kLeafBits) & kTopMask].store(leaf, std::memory_order_release);
   }
-  leaf->owner[g & kLeafMask].store(static_cast<int8_t>(owner), std::memory_order_relaxed);
+  leaf->entry[g & kLeafMask].store(entry, std::memory_order_relaxed);
 }
 
 int MemoryMap::LookupExact(uintptr_t a) {
@@ -103,7 +112,7 @@ void MemoryMap::ForgetAll() {
   Ranges().clear();
   for (auto& t : top_)
     if (Leaf* leaf = t.load())
-      for (auto& o : leaf->owner) o.store(kUnknown, std::memory_order_relaxed);
+      for (auto& e : leaf->entry) e.store(Entry(kUnknown, 0, kGranule), std::memory_order_relaxed);
 }
 
 }  // namespace p2ptrace::shim

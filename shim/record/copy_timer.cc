@@ -28,6 +28,7 @@ std::vector<EventPair>* g_pool[static_cast<int>(Node::kCount)][P2PTRACE_MAX_DEVI
 bool g_thread_running = false;
 bool g_stop = false;
 bool g_thread_idle = true;
+bool g_new_work = false;  // queued since the resolver last looked
 std::atomic<int> g_captures{0};
 
 std::vector<EventPair>& Pool(Node node, int device) {
@@ -89,11 +90,15 @@ bool ResolveOnce() {
   return !g_pending->empty();
 }
 
+// Polls at most every millisecond while copies are in flight (never spins), and sleeps until new
+// work arrives otherwise.
 void* ResolverMain(void*) {
   std::unique_lock<std::mutex> lock(g_mu);
   for (;;) {
-    g_cv.wait_for(lock, std::chrono::milliseconds(2), [] { return g_stop || !g_pending->empty(); });
+    if (g_pending->empty()) g_cv.wait(lock, [] { return g_stop || g_new_work; });
+    else g_cv.wait_for(lock, std::chrono::milliseconds(1), [] { return g_stop || g_new_work; });
     if (g_stop) break;
+    g_new_work = false;
     if (g_pending->empty()) continue;
     g_thread_idle = false;
     lock.unlock();
@@ -194,7 +199,8 @@ void CopyTimer::End(cudaStream_t stream, bool copy_succeeded, TimedCopy* t) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_thread_running) StartResolver();
   g_pending->push_back(*t);
-  g_cv.notify_all();
+  if (!g_new_work && g_thread_idle) g_cv.notify_all();  // a busy resolver looks again within 1 ms
+  g_new_work = true;
 }
 
 void CopyTimer::Drain() {

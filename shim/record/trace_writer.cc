@@ -20,7 +20,7 @@ extern char** environ;
 namespace p2ptrace::shim {
 
 namespace detail {
-thread_local ThreadChunk t_chunk;
+constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("initial-exec")));
 std::atomic<uint64_t> g_generation{1};
 std::atomic<int> g_state{0};
 std::atomic<uint32_t> g_seq{0};

@@ -22,7 +22,7 @@ struct ThreadChunk {
   uint64_t capacity = 0;
   uint64_t generation = 0;           // the file this chunk belongs to
 };
-extern thread_local ThreadChunk t_chunk;
+extern constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("initial-exec")));
 extern std::atomic<uint64_t> g_generation;  // bumped when a file opens (and in a fork child)
 extern std::atomic<int> g_state;            // 0 closed, 1 open, 2 disabled
 extern std::atomic<uint32_t> g_seq;

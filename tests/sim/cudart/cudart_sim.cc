@@ -345,7 +345,11 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 void* ArenaMap(State& st, int host_gpu, int fd, size_t size) {
   Arena& a = st.arenas[host_gpu];
   if (a.base == 0) {
-    a.capacity = RoundUp(kDeviceMemory, kGranule) * 2;  // room for fragmentation and IPC mappings
+    // Room for fragmentation and IPC mappings; P2PSIM_ARENA_GB shrinks it for tools such as
+    // valgrind that cannot reserve hundreds of GiB of address space.
+    a.capacity = RoundUp(kDeviceMemory, kGranule) * 2;
+    if (const char* gb = std::getenv("P2PSIM_ARENA_GB"); gb && std::atoi(gb) > 0)
+      a.capacity = std::min(a.capacity, static_cast<size_t>(std::atoi(gb)) << 30);
     void* r = mmap(nullptr, a.capacity + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) return nullptr;
     a.base = RoundUp(reinterpret_cast<uintptr_t>(r), kGranule);
@@ -1541,5 +1545,19 @@ SIM_API cudaError_t cudaIpcCloseMemHandle(void* ptr) {
     ArenaUnmap(st, it->second.host_gpu, ptr, it->second.size);
     st.allocs.erase(it);
   }
+  return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hidden hook for the simulated NCCL (not a CUDA API; found with dlsym, listed as an extra export
+// in CMakeLists.txt and the export test): queues `seconds` of work on `stream` of the current
+// device, as a NCCL kernel would, so events around an NCCL call measure the simulated transfer.
+SIM_API cudaError_t p2psim_stream_advance(cudaStream_t handle, double seconds) {
+  SIM_ENTER();
+  std::lock_guard<std::mutex> lock(g_mu);
+  Stream* s = Resolve(st, handle, false);
+  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  Enqueue(st, s, seconds > 0 ? seconds : 0);
   return cudaSuccess;
 }

@@ -1,0 +1,350 @@
+#!/usr/bin/env python3
+"""The shim's per-call overhead on the simulated node: bench/shim_overhead run bare, under
+LD_PRELOAD=libp2ptrace.so counting only (P2PTRACE_SAMPLE=off) and timing every call
+(P2PTRACE_SAMPLE=all), then the same calls under callgrind for instruction counts.
+
+  bench/run_bench.py [--build-dir build/default] [--rounds 3] [--min-time 0.3] [--no-callgrind] ...
+
+Wall-clock numbers: each mode runs --rounds times, interleaved (bare, counting, timing, bare, ...),
+and the median per benchmark is reported, with the difference and the ratio to bare measured in the
+same invocation. The simulated runtime is far slower than a real cudart enqueue, so the absolute
+difference (shim - bare) is the number that carries over; the ratio does not.
+
+Instructions: `shim_overhead --callgrind-loop N KIND` under valgrind --tool=callgrind for N=1000 and
+N=2000; (Ir(2000) - Ir(1000)) / 1000 is one call with startup cancelled out. Budgets (issue 4):
+an untimed cross-device copy at most 100 instructions over bare, a same-device copy at most 40, a timed
+copy no more than the two event records over the untimed one. --breakdown lists, per kind, the shim's
+per-call instructions by function (the same difference method applied to each function's self cost).
+Caveat: valgrind gives the program no vDSO, so clock_gettime shows as ~10 instructions plus a system
+call whose kernel side is not counted; natively it is the vDSO's ~20-60 instructions (see the
+clock_gettime row of the wall-clock table).
+
+The callgrind runs set P2PSIM_ARENA_GB=1: valgrind cannot give the simulated runtime the 160 GiB of
+address space per GPU it reserves by default.
+
+Only the Python standard library is used. Exit status: 0 when every budget holds (or --no-callgrind,
+or --report-only), 1 when one is exceeded, 2 on a usage or run error.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = ["same", "cross", "peer", "h2d", "same_small", "cross_small", "event2"]
+DESCRIPTION = {
+    "same": "cudaMemcpyAsync D2D dev0->dev0 4KiB",
+    "cross": "cudaMemcpyAsync D2D dev0->dev1 4KiB",
+    "peer": "cudaMemcpyPeerAsync dev0->dev1 4KiB",
+    "h2d": "cudaMemcpyAsync H2D pinned->dev0 4KiB",
+    "same_small": "same, between 4 KiB allocations",
+    "cross_small": "cross, between 4 KiB allocations",
+    "event2": "2x cudaEventRecord (reference)",
+    "clock": "clock_gettime(MONOTONIC) (reference)",
+}
+# Instructions over bare, untimed (P2PTRACE_SAMPLE=off). h2d is not in the issue: it is held to the
+# same-device budget, the other uninteresting case (marked * in the table).
+BUDGET = {"same": 40, "cross": 100, "peer": 100, "h2d": 40, "same_small": 40, "cross_small": 100}
+# The wrapped function each kind calls (the shim's wrapper is NAME@@libcudart.so.13).
+API = {"peer": "cudaMemcpyPeerAsync", "event2": None}
+MODES = ["bare", "counting", "timing"]
+N_SMALL, N_LARGE = 1000, 2000
+
+
+def die(msg):
+    print("run_bench.py: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def base_env(args):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("P2PTRACE_") and k != "LD_PRELOAD"}
+    env["LD_LIBRARY_PATH"] = args.sim_lib + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env["P2PSIM_TOPOLOGY"] = args.topology
+    return env
+
+
+def mode_env(args, mode, trace_dir, preload=()):
+    env = base_env(args)
+    if preload or mode != "bare":
+        env["LD_PRELOAD"] = ":".join(list(preload) + ([args.shim] if mode != "bare" else []))
+    if mode != "bare":
+        env["P2PTRACE_DIR"] = trace_dir
+        env["P2PTRACE_MAX_MB"] = str(args.max_mb)
+        env["P2PTRACE_SAMPLE"] = "off" if mode == "counting" else "all"
+    return env
+
+
+def run(cmd, env, what):
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        die("%s failed (exit %d): %s\n%s" % (what, p.returncode, " ".join(cmd), p.stderr[-4000:]))
+    # The shim warns on stderr when something is wrong with its settings: never measure that silently.
+    if "p2ptrace: warning" in p.stderr:
+        die("%s: the shim warned:\n%s" % (what, p.stderr[-2000:]))
+    return p
+
+
+def bench_key(name):
+    return name.split("/")[0]
+
+
+# --- wall clock ----------------------------------------------------------------------------------
+
+def wall_clock(args, tmp):
+    kinds = args.kinds + ["clock"]
+    filt = "^(%s)/" % "|".join(kinds)
+    samples = {m: {k: [] for k in kinds} for m in MODES}
+    for rnd in range(args.rounds):
+        for mode in MODES:
+            trace_dir = os.path.join(tmp, "wall-%s-%d" % (mode, rnd))
+            cmd = [args.binary, "--benchmark_format=json", "--benchmark_min_time=%g" % args.min_time,
+                   "--benchmark_filter=" + filt]
+            p = run(cmd, mode_env(args, mode, trace_dir), "benchmark (%s)" % mode)
+            for b in json.loads(p.stdout)["benchmarks"]:
+                if b.get("error_occurred"):
+                    die("benchmark %s (%s): %s" % (b["name"], mode, b.get("error_message")))
+                scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b.get("time_unit", "ns")]
+                samples[mode][bench_key(b["name"])].append(b["real_time"] * scale)
+            shutil.rmtree(trace_dir, ignore_errors=True)  # sparse, but do not keep gigabytes around
+            print("  round %d/%d %-8s done" % (rnd + 1, args.rounds, mode), file=sys.stderr)
+    med = {m: {k: statistics.median(v) for k, v in samples[m].items() if v} for m in MODES}
+    return med, samples
+
+
+def print_wall(args, med, samples):
+    print()
+    print("Wall clock, ns per call (median of %d interleaved rounds, --benchmark_min_time=%g):"
+          % (args.rounds, args.min_time))
+    hdr = "%-11s %-38s %9s %9s %9s %7s %9s %9s %7s" % (
+        "kind", "call", "bare", "counting", "diff", "ratio", "timing", "diff", "ratio")
+    print(hdr)
+    print("-" * len(hdr))
+    for k in args.kinds + ["clock"]:
+        b, c, t = med["bare"].get(k), med["counting"].get(k), med["timing"].get(k)
+        if b is None:
+            continue
+        print("%-11s %-38s %9.1f %9.1f %+9.1f %6.2fx %9.1f %+9.1f %6.2fx" % (
+            k, DESCRIPTION[k], b, c, c - b, c / b, t, t - b, t / b))
+    spread = []
+    for m in MODES:
+        for k, v in samples[m].items():
+            if len(v) > 1 and min(v) > 0:
+                spread.append((max(v) / min(v) - 1) * 100)
+    if spread:
+        print("(round-to-round spread: up to %.0f%%; the machine is shared, so read differences of a few "
+              "ns as noise)" % max(spread))
+
+
+# --- callgrind -------------------------------------------------------------------------------------
+
+def callgrind_run(args, tmp, mode, kind, n):
+    out = os.path.join(tmp, "cg-%s-%s-%d.out" % (mode, kind, n))
+    trace_dir = os.path.join(tmp, "cg-trace-%s-%s-%d" % (mode, kind, n))
+    cmd = [args.valgrind, "--tool=callgrind", "--callgrind-out-file=" + out, args.binary,
+           "--callgrind-loop", str(n), kind]
+    env = mode_env(args, mode, trace_dir)
+    env["P2PSIM_ARENA_GB"] = "1"
+    run(cmd, env, "callgrind %s %s N=%d" % (mode, kind, n))
+    shutil.rmtree(trace_dir, ignore_errors=True)
+    with open(out) as f:
+        for line in f:
+            if line.startswith("totals:") or line.startswith("summary:"):
+                return out, int(line.split()[1])
+    die("no totals in " + out)
+
+
+FN_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*)$")
+
+
+def self_costs(path, inclusive=False):
+    """Ir per function, self or inclusive (inlined code of other files folded into its function)."""
+    p = subprocess.run([args_global.annotate, "--auto=no", "--threshold=100",
+                        "--inclusive=" + ("yes" if inclusive else "no"), path],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    costs, started = {}, False
+    for line in p.stdout.splitlines():
+        if "file:function" in line:
+            started = True
+            continue
+        m = FN_LINE.match(line) if started else None
+        if not m:
+            continue
+        name = re.sub(r"\s+\[[^\]]*\]$", "", m.group(2))
+        name = re.sub(r"^[^:]*:(?!:)", "", name, count=1)  # drop "file:"
+        v = int(m.group(1).replace(",", ""))
+        # Self costs of a function's fragments (its inlined code from other files) add up; each
+        # fragment's inclusive cost is already the function's whole.
+        costs[name] = max(costs.get(name, 0), v) if inclusive else costs.get(name, 0) + v
+    return costs
+
+
+def short(name):
+    name = re.sub(r"\(.*", "", name.replace("(anonymous namespace)::", ""))
+    return name.replace("p2ptrace::shim::", "")
+
+
+def callgrind(args, tmp):
+    ir = {}
+    files = {}
+    for mode in MODES:
+        for k in args.kinds:
+            for n in (N_SMALL, N_LARGE):
+                files[mode, k, n], ir[mode, k, n] = callgrind_run(args, tmp, mode, k, n)
+            print("  callgrind %-8s %-6s done" % (mode, k), file=sys.stderr)
+    per_call = {(m, k): (ir[m, k, N_LARGE] - ir[m, k, N_SMALL]) / (N_LARGE - N_SMALL)
+                for m in MODES for k in args.kinds}
+    # The shim's own instructions: its wrapper's inclusive cost minus the real function's, per call.
+    # Unlike shim - bare, this leaves out any change in what the simulated runtime itself executes
+    # (e.g. its string compares cost a little more or less at other heap addresses).
+    own = {}
+    if args.annotate:
+        for m in ("counting", "timing"):
+            for k in args.kinds:
+                api = API.get(k, "cudaMemcpyAsync")
+                if api is None:
+                    continue
+                inc = {n: self_costs(files[m, k, n], inclusive=True) for n in (N_SMALL, N_LARGE)}
+                d = lambda name: (inc[N_LARGE].get(name, 0) - inc[N_SMALL].get(name, 0)) / (N_LARGE - N_SMALL)
+                own[m, k] = d(api + "@@libcudart.so.13") - d(api)
+    return per_call, files, own
+
+
+def print_callgrind(args, per_call, files, own):
+    print()
+    print("Instructions per call (callgrind, (Ir(N=%d) - Ir(N=%d)) / %d):" % (N_LARGE, N_SMALL, N_LARGE - N_SMALL))
+    hdr = "%-11s %-38s %8s %9s %8s %8s %-5s %6s %8s %8s %6s" % (
+        "kind", "call", "bare", "counting", "+bare", "budget", "", "own", "timing", "+count", "own")
+    print(hdr)
+    print("-" * len(hdr))
+    ok = True
+    for k in args.kinds:
+        b, c, t = per_call["bare", k], per_call["counting", k], per_call["timing", k]
+        budget = BUDGET.get(k)
+        verdict = ""
+        if budget is not None:
+            verdict = "ok" if c - b <= budget else "OVER"
+            ok = ok and c - b <= budget
+        oc, ot = own.get(("counting", k)), own.get(("timing", k))
+        print("%-11s %-38s %8.1f %9.1f %+8.1f %8s %-5s %6s %8.1f %+8.1f %6s" % (
+            k, DESCRIPTION[k], b, c, c - b, ("<=%d%s" % (budget, "*" if k == "h2d" else "")) if budget else "",
+            verdict, "%.1f" % oc if oc is not None else "", t, t - c, "%.1f" % ot if ot is not None else ""))
+    if "event2" in args.kinds:
+        ev = per_call["bare", "event2"]
+        print("Timed copy (P2PTRACE_SAMPLE=all): the two event records cost %.1f instructions bare (event2); the"
+              " issue allows a timed copy that much over an untimed one." % ev)
+        print("  (two threads under valgrind's serialised scheduler, and a resolver that polls: these timed counts"
+              " vary by hundreds from run to run)")
+        for k in ("cross", "peer", "cross_small"):
+            if k not in args.kinds:
+                continue
+            total = per_call["timing", k] - per_call["counting", k]
+            if ("timing", k) in own:
+                caller = own["timing", k] - own["counting", k]
+                fits = caller <= ev
+                ok = ok and fits
+                print("  %-11s in the calling thread %+.1f -> %s (%+.1f beyond the two records); the resolver thread"
+                      " adds %+.1f more per timed copy (EventQuery, ElapsedTime, TIMING record, its wake-ups)"
+                      % (k, caller, "ok" if fits else "OVER", caller - ev, total - caller))
+            else:
+                print("  %-11s timing - counting = %+.1f (both threads)" % (k, total))
+    print("+bare: shim - bare, the issue's measure (the verdict). own: the shim's wrapper inclusive minus the real")
+    print("call inclusive, i.e. without any change in what the simulated runtime itself executes.")
+    print("* h2d is not in the issue's budgets; held to the same-device one.")
+    print("Note: valgrind gives the program no vDSO: clock_gettime counts ~10 instructions + an uncounted "
+          "system call here; natively the vDSO costs more (clock row of the wall-clock table).")
+    return ok
+
+
+def print_breakdown(args, files, mode="counting", kinds=None):
+    print()
+    print("Where the shim's instructions go (%s mode; self Ir per call by function, shim run minus bare run,"
+          " >= 0.5):" % mode)
+    d = N_LARGE - N_SMALL
+    for k in kinds if kinds is not None else args.kinds:
+        bare = {n: self_costs(files["bare", k, n]) for n in (N_SMALL, N_LARGE)}
+        shim = {n: self_costs(files[mode, k, n]) for n in (N_SMALL, N_LARGE)}
+        names = set().union(*bare.values(), *shim.values())
+        rows = []
+        for name in names:
+            pb = (bare[N_LARGE].get(name, 0) - bare[N_SMALL].get(name, 0)) / d
+            ps = (shim[N_LARGE].get(name, 0) - shim[N_SMALL].get(name, 0)) / d
+            if abs(ps - pb) >= 0.5:
+                rows.append((ps - pb, name))
+        rows.sort(reverse=True)
+        print("  %s (%s): total %+.1f" % (k, DESCRIPTION[k], sum(r[0] for r in rows)))
+        for v, name in rows:
+            print("    %+7.1f  %s" % (v, short(name)[:110]))
+
+
+args_global = None
+
+
+def main():
+    global args_global
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build", "default"))
+    ap.add_argument("--shim", default=None, help="libp2ptrace.so to measure (default: the build dir's)")
+    ap.add_argument("--topology", default=os.path.join(ROOT, "tests", "sim", "topologies", "demo-8gpu.json"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.3, help="--benchmark_min_time per benchmark (s)")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="comma list of " + ",".join(KINDS))
+    ap.add_argument("--max-mb", type=int, default=4096, help="P2PTRACE_MAX_MB (the trace file is sparse)")
+    ap.add_argument("--trace-root", default=None, help="where the temporary P2PTRACE_DIRs go (default: a temp dir)")
+    ap.add_argument("--no-benchmark", action="store_true", help="skip the wall-clock runs")
+    ap.add_argument("--no-callgrind", action="store_true", help="skip the instruction counts")
+    ap.add_argument("--breakdown", action="store_true", help="per-function instruction breakdown of the shim")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (callgrind outputs)")
+    ap.add_argument("--report-only", action="store_true", help="exit 0 even when a budget is exceeded")
+    args = ap.parse_args()
+    args_global = args
+    args.kinds = [k for k in args.kinds.split(",") if k]
+    for k in args.kinds:
+        if k not in KINDS:
+            die("unknown kind %r" % k)
+    bd = os.path.abspath(args.build_dir)
+    args.binary = os.path.join(bd, "bench", "shim_overhead")
+    args.shim = os.path.abspath(args.shim) if args.shim else os.path.join(bd, "lib", "libp2ptrace.so")
+    args.sim_lib = os.path.join(bd, "sim", "lib")
+    args.topology = os.path.abspath(args.topology)
+    for path in (args.binary, args.shim, os.path.join(args.sim_lib, "libcudart.so.13"), args.topology):
+        if not os.path.exists(path):
+            die("missing %s (build: cmake --build %s --target shim_overhead p2ptrace p2psim_libs)" % (path, bd))
+    if not args.no_callgrind:
+        args.valgrind = shutil.which("valgrind")
+        args.annotate = shutil.which("callgrind_annotate")
+        if not args.valgrind:
+            die("valgrind is needed for the instruction counts; or pass --no-callgrind")
+        if args.breakdown and not args.annotate:
+            die("callgrind_annotate is needed for --breakdown")
+
+    tmp = tempfile.mkdtemp(prefix="p2ptrace-bench-", dir=args.trace_root)
+    try:
+        print("shim_overhead: %s\nshim: %s\ntopology: %s\ndate: %s, %d CPUs"
+              % (args.binary, args.shim, args.topology, time.strftime("%Y-%m-%d %H:%M %Z"), os.cpu_count()))
+        ok = True
+        if not args.no_benchmark:
+            med, samples = wall_clock(args, tmp)
+            print_wall(args, med, samples)
+        if not args.no_callgrind:
+            per_call, files, own = callgrind(args, tmp)
+            ok = print_callgrind(args, per_call, files, own)
+            if args.breakdown:
+                print_breakdown(args, files)
+                print_breakdown(args, files, "timing", [k for k in args.kinds if k in ("cross", "peer")])
+            print("budgets: %s" % ("met" if ok else "EXCEEDED"))
+        return 0 if ok or args.report_only else 1
+    finally:
+        if args.keep:
+            print("kept: " + tmp, file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,693 @@
+// The NCCL log grammar. Every shape accepted here is quoted, by release, in
+// ../shared/notes/nccl-formats.md; the fixtures in tests/fixtures/nccl-logs are real logs of them.
+//
+// Hand-written scanning, no regex: a log of a large job has millions of lines and the log tap
+// parses them inside the traced process.
+#include "core/nccl_log.h"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+
+#include "p2ptrace/vocabulary.h"
+
+namespace p2ptrace {
+namespace {
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+std::string_view TrimRight(std::string_view s) {
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+std::string_view TrimLeft(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  return s;
+}
+
+// Strict integer: the whole of `s`, optional '-', no overflow. A malformed number is "no number".
+bool ToInt(std::string_view s, int* out) {
+  if (s.empty()) return false;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+// Forward cursor over one message. Every Take* leaves the cursor unchanged when it fails.
+class Scanner {
+ public:
+  explicit Scanner(std::string_view s) : s_(s) {}
+  std::string_view rest() const { return s_; }
+  bool empty() const { return s_.empty(); }
+  bool Take(std::string_view lit) {
+    if (!s_.starts_with(lit)) return false;
+    s_.remove_prefix(lit.size());
+    return true;
+  }
+  void SkipSpaces() {
+    while (!s_.empty() && IsSpace(s_.front())) s_.remove_prefix(1);
+  }
+  // Digits, with an optional leading '-' (NCCL prints -1 for "none").
+  bool TakeInt(int* out) {
+    size_t n = (!s_.empty() && s_.front() == '-') ? 1 : 0;
+    size_t digits_start = n;
+    while (n < s_.size() && IsDigit(s_[n])) ++n;
+    if (n == digits_start || !ToInt(s_.substr(0, n), out)) return false;
+    s_.remove_prefix(n);
+    return true;
+  }
+  // `[text]` with no ']' or space inside; returns text.
+  bool TakeBracketed(std::string_view* inside) {
+    if (s_.empty() || s_.front() != '[') return false;
+    size_t close = s_.find(']');
+    if (close == std::string_view::npos || close > 64) return false;
+    std::string_view in = s_.substr(1, close - 1);
+    if (in.empty() || std::any_of(in.begin(), in.end(), IsSpace)) return false;
+    *inside = in;
+    s_.remove_prefix(close + 1);
+    return true;
+  }
+  std::string_view TakeWord() {
+    size_t n = 0;
+    while (n < s_.size() && !IsSpace(s_[n])) ++n;
+    std::string_view w = s_.substr(0, n);
+    s_.remove_prefix(n);
+    return w;
+  }
+
+ private:
+  std::string_view s_;
+};
+
+// ---- the line prefix ----------------------------------------------------------------------------
+
+// Bytes that cannot be part of a host name as NCCL prints it: gethostname() cut at the first '.'
+// (so never a '.'), and what launchers put in front (`[1,0]<stdout>:`, `0: `, `(pid=…) `, timestamps).
+// '<' '>' '_' stay allowed: users redact names as `<cluster_name>`.
+bool IsHostStop(char c) {
+  return IsSpace(c) || c == ':' || c == '.' || c == '(' || c == ')' || c == '[' || c == ']' || c == '"' ||
+         c == '\'' || c == ',' || c == '|';
+}
+
+constexpr size_t kMaxHostBytes = 256;
+
+// `host:pid:tid` ending just before `end`; the host runs back to a stop byte. Launchers glue
+// their tags to it (`[1,2]<stdout>:host:…`), and spliced writes glue the previous line's tail
+// (`… 0.000host:…`), which the stop bytes cut off.
+bool ParseHostPidTid(std::string_view seg, size_t end, NcclLogger* out) {
+  auto digits_back = [&](size_t* pos, int* value) {
+    size_t e = *pos, b = e;
+    while (b > 0 && IsDigit(seg[b - 1]) && e - b < 10) --b;
+    if (b == e || !ToInt(seg.substr(b, e - b), value)) return false;
+    *pos = b;
+    return true;
+  };
+  size_t pos = end;
+  int tid = 0, pid = 0;
+  if (!digits_back(&pos, &tid) || pos == 0 || seg[pos - 1] != ':') return false;
+  --pos;
+  if (!digits_back(&pos, &pid) || pos == 0 || seg[pos - 1] != ':') return false;
+  size_t host_end = --pos, host_begin = host_end;
+  while (host_begin > 0 && !IsHostStop(seg[host_begin - 1]) && host_end - host_begin < kMaxHostBytes) --host_begin;
+  if (host_begin == host_end) return false;
+  out->host.assign(seg.substr(host_begin, host_end - host_begin));
+  out->pid = pid;
+  out->tid = tid;
+  return true;
+}
+
+enum class Level { kInfo, kWarn, kTrace, kCall };
+
+// Parses the prefix in front of the `NCCL <LEVEL>` marker at `marker`:
+//   INFO:  host:pid:tid [dev] NCCL INFO
+//   WARN:  host:pid:tid [dev] file:line NCCL WARN          (v2.30.7: file:line (func) NCCL WARN)
+//   TRACE: host:pid:tid [dev] ms func:line NCCL TRACE
+//   CALL:  host:pid:tid NCCL CALL                          (no device)
+bool ParsePrefix(std::string_view seg, size_t marker, Level level, NcclLogger* out) {
+  if (marker < 2 || seg[marker - 1] != ' ') return false;
+  size_t token_end = marker - 1;
+  // Tokens allowed between `[dev]` and the marker: WARN's `file:line (func)`, TRACE's `ms func:line`.
+  const int max_extra = level == Level::kWarn || level == Level::kTrace ? 2 : 0;
+  for (int i = 0; i <= max_extra; ++i) {
+    size_t token_begin = token_end;
+    while (token_begin > 0 && seg[token_begin - 1] != ' ' && token_end - token_begin < 512) --token_begin;
+    std::string_view token = seg.substr(token_begin, token_end - token_begin);
+    if (token.size() >= 3 && token.front() == '[' && token.back() == ']') {
+      int dev = 0;
+      if (!ToInt(token.substr(1, token.size() - 2), &dev)) return false;
+      if (token_begin < 2 || seg[token_begin - 1] != ' ') return false;
+      if (!ParseHostPidTid(seg, token_begin - 1, out)) return false;
+      out->cuda_dev = dev;
+      return true;
+    }
+    if (level == Level::kCall && i == 0) return ParseHostPidTid(seg, token_end, out);
+    if (i == max_extra || token_begin < 2 || seg[token_begin - 1] != ' ') return false;
+    token_end = token_begin - 1;
+  }
+  return false;
+}
+
+struct PrefixedMessage {
+  NcclLogger logger;
+  Level level = Level::kInfo;
+  std::string_view message;
+};
+
+// The last `NCCL <LEVEL> ` marker with a valid prefix wins: when processes splice their writes
+// into one line, the complete message is the last one.
+bool FindPrefixedMessage(std::string_view seg, PrefixedMessage* out) {
+  static constexpr std::pair<std::string_view, Level> kLevels[] = {
+      {"INFO", Level::kInfo}, {"WARN", Level::kWarn}, {"TRACE", Level::kTrace}, {"CALL", Level::kCall}};
+  for (size_t p = seg.rfind("NCCL "); p != std::string_view::npos; p = p ? seg.rfind("NCCL ", p - 1) : std::string_view::npos) {
+    std::string_view after = seg.substr(p + 5);
+    for (const auto& [name, level] : kLevels) {
+      if (!after.starts_with(name)) continue;
+      std::string_view tail = after.substr(name.size());
+      if (!tail.empty() && tail.front() != ' ') continue;
+      NcclLogger logger;
+      if (!ParsePrefix(seg, p, level, &logger)) continue;
+      out->logger = std::move(logger);
+      out->level = level;
+      out->message = tail.empty() ? tail : tail.substr(1);
+      return true;
+    }
+  }
+  // Pasted logs often keep only `NCCL INFO …` of the prefix: the message, with no logger.
+  std::string_view bare = TrimLeft(seg);
+  for (const auto& [name, level] : kLevels) {
+    if (!bare.starts_with("NCCL ") || !bare.substr(5).starts_with(name)) continue;
+    std::string_view tail = bare.substr(5 + name.size());
+    if (!tail.empty() && tail.front() != ' ') continue;
+    *out = PrefixedMessage{NcclLogger{}, level, tail.empty() ? tail : tail.substr(1)};
+    return true;
+  }
+  return false;
+}
+
+// `NCCL version 2.7.8+cuda11.1`: alone on its line before 2.22 (printf to stdout, possibly behind a
+// launcher tag), as an INFO message since. Returns the version or "".
+std::string_view VersionOf(std::string_view text) {
+  constexpr std::string_view kLead = "NCCL version ";
+  size_t p = text.find(kLead);
+  if (p == std::string_view::npos) return {};
+  if (p > 0 && !(IsSpace(text[p - 1]) || text[p - 1] == ':' || text[p - 1] == ']' || text[p - 1] == ')' ||
+                 text[p - 1] == '>'))
+    return {};
+  std::string_view v = TrimRight(text.substr(p + kLead.size()));
+  if (v.empty() || !IsDigit(v.front()) || std::any_of(v.begin(), v.end(), IsSpace)) return {};
+  return v;
+}
+
+// ---- messages -----------------------------------------------------------------------------------
+
+// RCCL appends ` comm 0x… nRanks NN` after the transport; NCCL never does.
+std::string_view SplitRcclSuffix(std::string_view transport, std::string* comm) {
+  size_t p = transport.rfind(" comm 0x");
+  if (p == std::string_view::npos || transport.find(" nRanks ", p) == std::string_view::npos) return transport;
+  Scanner s(transport.substr(p + 6));
+  *comm = std::string(s.TakeWord());
+  return TrimRight(transport.substr(0, p));
+}
+
+// `PREV -> ME -> NEXT` (NCCL_GRAPH's ring neighbours, 2.12+).
+bool IsRingNeighbours(std::string_view body) {
+  Scanner s(body);
+  int rank = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (i > 0 && !s.Take(" -> ")) return false;
+    if (!s.TakeInt(&rank)) return false;
+  }
+  return s.empty();
+}
+
+bool IsEnvName(std::string_view name) {
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || IsDigit(c) || c == '_';
+  });
+}
+
+bool IsZero(std::string_view v) {
+  int n = 0;
+  return ToInt(v, &n) && n == 0;
+}
+
+// Refusal kinds of `X set by environment to Y` lines: the settings that take a transport away.
+std::string_view EnvRefusalKind(std::string_view name, std::string_view value) {
+  if (name == "NCCL_P2P_DISABLE" && !IsZero(value)) return "env-p2p-disabled";
+  // ≤ 2.22 echoes NCCL_P2P_DISABLE=1 as this: level LOC means no P2P at all.
+  if (name == "NCCL_P2P_LEVEL" && (value == "LOC" || IsZero(value))) return "env-p2p-level";
+  if (name == "NCCL_SHM_DISABLE" && !IsZero(value)) return "env-shm-disabled";
+  if (name == "NCCL_IB_DISABLE" && !IsZero(value)) return "env-ib-disabled";
+  if (name == "NCCL_NET_GDR_LEVEL" && (value == "LOC" || IsZero(value))) return "env-gdr-disabled";
+  return {};
+}
+
+// Messages NCCL prints when a transport is refused (p2p.cc, paths.cc, net_ib.cc, coll_net.cc).
+std::string_view MessageRefusalKind(std::string_view m) {
+  static constexpr std::pair<std::string_view, std::string_view> kStarts[] = {
+      {"Could not enable P2P between dev", "cuda-no-peer-access"},
+      {"peer query failed between dev", "cuda-peer-query-failed"},
+      {"P2P is disabled between NVLINK connected GPUs", "nvml-p2p-disabled-nvlink"},
+      {"P2P is disabled between connected GPUs", "nvml-p2p-disabled"},
+      {"Legacy IPC not supported", "legacy-ipc-unsupported"},
+      {"failed to peer with device", "cuda-peer-enable-failed"},
+      {"Cannot initialize CollNet", "collnet-unavailable"},
+  };
+  for (const auto& [start, kind] : kStarts)
+    if (m.starts_with(start)) return kind;
+  if (m.find("GPU Direct RDMA Disabled") != std::string_view::npos) return "no-gdr";
+  return {};
+}
+
+}  // namespace
+
+// ---- public helpers -----------------------------------------------------------------------------
+
+uint64_t RankIdentity::FirstLine() const {
+  uint64_t first = UINT64_MAX;
+  for (uint64_t l : {start_line, complete_line, end_line})
+    if (l) first = std::min(first, l);
+  return first == UINT64_MAX ? 0 : first;
+}
+
+int Connection::LoggingRank() const {
+  if (dst_rank < 0) return src_rank;
+  if (direction == "receive") return dst_rank;
+  // 2.3 printed NET connections on the receiving side only, without a tag.
+  if (direction.empty() && transport.starts_with("NET/")) return dst_rank;
+  return src_rank;
+}
+
+const RankIdentity* NcclLog::FindRank(const std::string& host, int pid, const std::string& comm) const {
+  for (auto it = ranks.rbegin(); it != ranks.rend(); ++it)
+    if (it->comm == comm && it->host == host && it->pid == pid) return &*it;
+  return nullptr;
+}
+
+int ClassifyNcclTransport(std::string_view t) {
+  if (t.starts_with("P2P/")) {
+    if (t.starts_with("P2P/indirect")) return P2PTRACE_TRANSPORT_P2P_INDIRECT;
+    // MNNVL is printed only for communicators inside a multi-node NVLink domain.
+    if (t.starts_with("P2P/MNNVL")) return P2PTRACE_TRANSPORT_NVLINK;
+    if (t.starts_with("P2P/common device")) return P2PTRACE_TRANSPORT_SAME_DEVICE;
+    return P2PTRACE_TRANSPORT_P2P;  // NVLink or PCIe: the line does not say
+  }
+  if (t.starts_with("SHM/") || t == "SHM" || t.starts_with("direct shared memory")) return P2PTRACE_TRANSPORT_SHM;
+  if (t.starts_with("NET/")) {
+    if (t.find("/GDRDMA") != std::string_view::npos) return P2PTRACE_TRANSPORT_NET_GDR;
+    if (t.starts_with("NET/Socket")) return P2PTRACE_TRANSPORT_NET_SOCKET;
+    // IB, IBext*, and RDMA plugins (AWS Libfabric/EFA, …) without GPUDirect: the nearest class.
+    return P2PTRACE_TRANSPORT_NET_IB;
+  }
+  if (t.starts_with("COLLNET") || t.starts_with("CollNet")) return P2PTRACE_TRANSPORT_COLLNET;
+  if (t.starts_with("NVLS")) return P2PTRACE_TRANSPORT_NVLS;
+  return P2PTRACE_TRANSPORT_UNKNOWN;
+}
+
+// ---- feeding ------------------------------------------------------------------------------------
+
+void NcclLogParser::Feed(std::string_view bytes) {
+  while (!bytes.empty()) {
+    size_t end = bytes.find_first_of("\r\n");
+    std::string_view chunk = bytes.substr(0, end);
+    size_t room = kMaxLineBytes - line_.size();
+    if (chunk.size() > room) line_cut_ = true;
+    line_.append(chunk.substr(0, room));
+    if (!chunk.empty()) line_open_ = true;
+    if (end == std::string_view::npos) return;
+    // '\r' ends a segment but not a line: CRLF endings, and progress bars that redraw with '\r'
+    // before an NCCL line lands on the same line.
+    EndSegment();
+    if (bytes[end] == '\n') EndLine();
+    else line_open_ = true;
+    bytes.remove_prefix(end + 1);
+  }
+}
+
+void NcclLogParser::EndSegment() {
+  if (!line_.empty()) ParseSegment(line_);
+  line_.clear();
+}
+
+void NcclLogParser::EndLine() {
+  ++log_.lines_read;
+  if (line_cut_) ++log_.long_lines;
+  if (line_nccl_) ++log_.nccl_lines;
+  if (!line_used_) ++log_.lines_skipped;
+  line_cut_ = line_used_ = line_nccl_ = line_open_ = false;
+}
+
+void NcclLogParser::Finish() {
+  if (line_open_ || !line_.empty()) {
+    EndSegment();
+    EndLine();
+  }
+  for (auto& [key, state] : threads_) {
+    for (const Pending& p : state.awaiting_complete) unresolved_.emplace_back(p, key.host, key.pid);
+    state.awaiting_complete.clear();
+  }
+  for (const auto& [p, host, pid] : unresolved_) ResolveByProcess(p, host, pid);
+  unresolved_.clear();
+}
+
+void NcclLogParser::ParseSegment(std::string_view segment) {
+  PrefixedMessage pm;
+  if (FindPrefixedMessage(segment, &pm)) {
+    line_nccl_ = true;
+    if (pm.level == Level::kInfo || pm.level == Level::kWarn)
+      line_used_ |= ParseMessage(TrimRight(pm.message), pm.level == Level::kWarn, pm.logger);
+    return;
+  }
+  if (std::string_view v = VersionOf(segment); !v.empty()) {
+    line_nccl_ = line_used_ = true;
+    AddVersion(v);
+    return;
+  }
+  // A connection line whose prefix was cut away (pasted logs): the `via` grammar is strict enough
+  // to take it without one.
+  std::string_view bare = TrimRight(TrimLeft(segment));
+  bool connection_like = bare.starts_with("Channel ") || bare.starts_with("Ring ") || bare.starts_with("Coll");
+  if (connection_like && bare.find(" via ") != std::string_view::npos)
+    line_used_ |= ParseChannelLine(bare, NcclLogger{});
+}
+
+bool NcclLogParser::ParseMessage(std::string_view m, bool is_warn, const NcclLogger& logger) {
+  const uint64_t line = log_.lines_read + 1;
+  if (is_warn) log_.warnings.push_back({std::string(m), logger, line});
+  if (ParseRefusal(m, logger)) return true;
+  if (is_warn) return true;
+  if (m.starts_with("Channel ") || m.starts_with("Ring ") || m.starts_with("CollNet ") || m.starts_with("Coll "))
+    return ParseChannelLine(m, logger);
+  if (m.starts_with("Trees")) return ParseTrees(m, logger);
+  if (std::string_view v = VersionOf(m); !v.empty() && m.starts_with("NCCL version ")) {
+    AddVersion(v);
+    return true;
+  }
+  if (m.starts_with("Connected ")) {
+    log_.connected.push_back({std::string(m), logger, line});
+    return true;
+  }
+  if (m.starts_with("Check P2P Type") || m.starts_with("NVLS multicast support")) {
+    log_.p2p_notes.push_back({std::string(m), logger, line});
+    return true;
+  }
+  if (ParseEnv(m, logger)) return true;
+  return ParseIdentity(m, logger);
+}
+
+void NcclLogParser::AddVersion(std::string_view version) {
+  log_.version_lines.push_back({std::string(version), log_.lines_read + 1});
+  if (log_.nccl_version.empty()) log_.nccl_version = version;
+}
+
+bool NcclLogParser::ParseRefusal(std::string_view m, const NcclLogger& logger) {
+  std::string_view kind = MessageRefusalKind(m);
+  if (kind.empty()) return false;
+  log_.refusals.push_back({std::string(kind), std::string(m), logger, log_.lines_read + 1});
+  return true;
+}
+
+bool NcclLogParser::ParseEnv(std::string_view m, const NcclLogger& logger) {
+  constexpr std::string_view kMid = " set by environment to ";
+  size_t p = m.find(kMid);
+  if (p == std::string_view::npos || !IsEnvName(m.substr(0, p))) return false;
+  std::string_view name = m.substr(0, p), value = m.substr(p + kMid.size());
+  // param.cc prints numbers as "%lld." — the period is punctuation.
+  if (value.ends_with('.')) {
+    int n = 0;
+    if (ToInt(value.substr(0, value.size() - 1), &n)) value.remove_suffix(1);
+  }
+  const uint64_t line = log_.lines_read + 1;
+  log_.env.push_back({std::string(name), std::string(value), logger, line});
+  if (std::string_view kind = EnvRefusalKind(name, value); !kind.empty())
+    log_.refusals.push_back({std::string(kind), std::string(m), logger, line});
+  return true;
+}
+
+// `Channel 00/1 : 0[1d000] -> 1[56000] [send] via NET/IB/0/GDRDMA` and its relatives:
+//   KEYWORD CH[/N] : SRC[DEV] -> DST[DEV] [[send]|[receive]] via TRANSPORT   (a connection)
+//   CollNet CH[/N] : RANK [send]|[receive] via TRANSPORT                     (no peer)
+//   Channel CH[/NCH] :   0   1   2                                           (ring order, rank 0)
+//   Ring CH : PREV -> ME -> NEXT                                             (NCCL_GRAPH, ignored)
+bool NcclLogParser::ParseChannelLine(std::string_view m, const NcclLogger& logger) {
+  Scanner s(m);
+  std::string keyword(s.TakeWord());
+  s.SkipSpaces();
+  int channel = -1, second = -1;
+  if (!s.TakeInt(&channel)) return false;
+  bool has_second = s.Take("/");
+  if (has_second && !s.TakeInt(&second)) return false;
+  s.SkipSpaces();
+  if (!s.Take(":")) return false;
+  std::string_view body = TrimLeft(s.rest());
+  size_t via = body.find(" via ");
+  if (via == std::string_view::npos) {
+    if (keyword != "Channel" && keyword != "Ring") return false;
+    if (body.find("->") != std::string_view::npos) return IsRingNeighbours(body);  // nothing to keep
+    RingOrder ring{"", channel, has_second ? second : -1, {}, logger, log_.lines_read + 1};
+    Scanner r(body);
+    while (!r.empty()) {
+      int rank = 0;
+      if (!r.TakeInt(&rank)) return false;
+      ring.ranks.push_back(rank);
+      r.SkipSpaces();
+    }
+    if (ring.ranks.empty()) return false;
+    int max_rank = *std::max_element(ring.ranks.begin(), ring.ranks.end());
+    log_.rings.push_back(std::move(ring));
+    Attribute(ItemKind::kRing, log_.rings.size() - 1, 0, max_rank, logger);
+    return true;
+  }
+
+  Connection c;
+  c.keyword = keyword;
+  c.channel = channel;
+  // Channel N/C: C is the connection index (P2P/NET since 2.14, NET since 2.12); CollNet too.
+  if (has_second) c.conn_index = second;
+  Scanner e(body.substr(0, via));
+  std::string_view dev;
+  if (!e.TakeInt(&c.src_rank)) return false;
+  if (e.TakeBracketed(&dev)) c.src_dev = dev;
+  e.SkipSpaces();
+  const bool collnet = keyword == "CollNet" || keyword == "Coll";
+  if (!collnet) {
+    if (!e.Take("->")) return false;
+    e.SkipSpaces();
+    if (!e.TakeInt(&c.dst_rank)) return false;
+    if (e.TakeBracketed(&dev)) c.dst_dev = dev;
+    e.SkipSpaces();
+  }
+  if (e.Take("[send]")) c.direction = "send";
+  else if (e.Take("[receive]")) c.direction = "receive";
+  e.SkipSpaces();
+  if (!e.empty()) return false;
+  if (collnet && c.direction.empty()) return false;
+  std::string rccl_comm;
+  std::string_view transport = SplitRcclSuffix(TrimRight(body.substr(via + 5)), &rccl_comm);
+  if (transport.empty()) return false;
+  c.transport = transport;
+  c.transport_class = ClassifyNcclTransport(transport);
+  c.logger = logger;
+  c.line = log_.lines_read + 1;
+  log_.connections.push_back(std::move(c));
+  const Connection& added = log_.connections.back();
+  if (!rccl_comm.empty()) {
+    log_.connections.back().comm = rccl_comm;
+  } else {
+    Attribute(ItemKind::kConnection, log_.connections.size() - 1, added.LoggingRank(),
+              std::max(added.src_rank, added.dst_rank), logger);
+  }
+  return true;
+}
+
+// `Trees [0] 1/-1/-1->0->-1 [1] …`: per channel, children->me->parent (2.9+); 2.5–2.8 add
+// `|parent->me->children` (the second tree of the pair); 2.4 prints parent->me->children.
+bool NcclLogParser::ParseTrees(std::string_view m, const NcclLogger& logger) {
+  Scanner s(m.substr(5));
+  s.SkipSpaces();
+  bool any = false;
+  while (!s.empty()) {
+    std::string_view ch;
+    int channel = -1;
+    if (!s.TakeBracketed(&ch) || !ToInt(ch, &channel)) break;
+    s.SkipSpaces();
+    std::string_view spec = s.TakeWord();
+    s.SkipSpaces();
+    spec = spec.substr(0, spec.find('|'));
+    size_t a1 = spec.find("->");
+    size_t a2 = a1 == std::string_view::npos ? a1 : spec.find("->", a1 + 2);
+    if (a2 == std::string_view::npos) break;
+    std::string_view left = spec.substr(0, a1), me = spec.substr(a1 + 2, a2 - a1 - 2), right = spec.substr(a2 + 2);
+    TreeEntry t{"", channel, -1, -1, {}, logger, log_.lines_read + 1};
+    if (!ToInt(me, &t.rank)) break;
+    bool children_first = left.find('/') != std::string_view::npos;
+    std::string_view children = children_first ? left : right, parent = children_first ? right : left;
+    if (!ToInt(parent, &t.parent)) break;
+    bool ok = true;
+    for (size_t start = 0; start <= children.size();) {
+      size_t slash = std::min(children.find('/', start), children.size());
+      int child = -1;
+      if (!ToInt(children.substr(start, slash - start), &child)) { ok = false; break; }
+      if (child >= 0) t.children.push_back(child);
+      start = slash + 1;
+    }
+    if (!ok) break;
+    int max_rank = std::max(t.rank, t.parent);
+    for (int c : t.children) max_rank = std::max(max_rank, c);
+    log_.trees.push_back(std::move(t));
+    Attribute(ItemKind::kTree, log_.trees.size() - 1, log_.trees.back().rank, max_rank, logger);
+    any = true;
+  }
+  return any;
+}
+
+// `[Rank R] API comm 0x… rank R nranks N cudaDev D nvmlDev M busId B commId 0x… - Init START`
+// and the older forms (no API, no nvmlDev/busId/commId), `… - Init COMPLETE`, `… - Destroy COMPLETE`,
+// `… - Abort COMPLETE`. The `comm 0x… rank R nRanks N nNodes …` layout line is not one of them.
+bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) {
+  size_t dash = m.rfind(" - ");
+  if (dash == std::string_view::npos) return false;
+  std::string_view what = m.substr(dash + 3);
+  enum { kStart, kComplete, kEnd } stage;
+  if (what == "Init START") stage = kStart;
+  else if (what == "Init COMPLETE") stage = kComplete;
+  else if (what.ends_with(" COMPLETE")) stage = kEnd;  // Destroy, Abort, and 2.28's "%s COMPLETE"
+  else return false;
+
+  RankIdentity id;
+  Scanner s(m.substr(0, dash));
+  if (s.Take("[Rank ")) {  // 2.29+ START prefix
+    int ignored = 0;
+    if (!s.TakeInt(&ignored) || !s.Take("]")) return false;
+    s.SkipSpaces();
+  }
+  bool has_rank = false;
+  while (!s.empty()) {
+    std::string_view key = s.TakeWord();
+    if (key.empty()) break;
+    s.SkipSpaces();
+    if (key == "comm" || key == "rank" || key == "nranks" || key == "cudaDev" || key == "nvmlDev" ||
+        key == "busId" || key == "commId") {
+      std::string_view value = s.TakeWord();
+      if (key == "comm") id.comm = value;
+      else if (key == "busId") id.bus_id = value;
+      else if (key == "commId") id.comm_id = value;
+      else if (key == "rank") has_rank = ToInt(value, &id.rank);
+      else if (key == "nranks") ToInt(value, &id.nranks);
+      else if (key == "cudaDev") ToInt(value, &id.cuda_dev);
+      else ToInt(value, &id.nvml_dev);
+    } else if (id.comm.empty() && id.api.empty() && key.starts_with("nccl")) {
+      id.api = key;
+    }
+    s.SkipSpaces();
+  }
+  if (id.comm.empty() || !has_rank) return false;
+  id.host = logger.host;
+  id.pid = logger.pid;
+  const uint64_t line = log_.lines_read + 1;
+
+  auto key = std::make_tuple(id.host, id.pid, id.comm);
+  auto it = rank_index_.find(key);
+  // A comm pointer reused after destroy (another commId, or a new START) is another identity.
+  bool reuse = it != rank_index_.end() &&
+               ((!id.comm_id.empty() && !log_.ranks[it->second].comm_id.empty() &&
+                 log_.ranks[it->second].comm_id != id.comm_id) ||
+                (stage == kStart && log_.ranks[it->second].start_line));
+  if (it == rank_index_.end() || reuse) {
+    log_.ranks.push_back(id);
+    it = rank_index_.insert_or_assign(key, log_.ranks.size() - 1).first;
+  }
+  RankIdentity& r = log_.ranks[it->second];
+  // Fill what this line knows and the earlier ones did not (COMPLETE repeats START's fields).
+  if (r.api.empty()) r.api = id.api;
+  if (r.comm_id.empty()) r.comm_id = id.comm_id;
+  if (r.bus_id.empty()) r.bus_id = id.bus_id;
+  if (r.nranks < 0) r.nranks = id.nranks;
+  if (r.cuda_dev < 0) r.cuda_dev = id.cuda_dev;
+  if (r.nvml_dev < 0) r.nvml_dev = id.nvml_dev;
+  if (stage == kStart && !r.start_line) r.start_line = line;
+  if (stage == kComplete && !r.complete_line) r.complete_line = line;
+  if (stage == kEnd && !r.end_line) r.end_line = line;
+
+  if (logger.host.empty()) return true;
+  ThreadState& t = threads_[{logger.host, logger.pid, logger.tid}];
+  auto give_up_awaiting = [&] {
+    for (const Pending& p : t.awaiting_complete) unresolved_.emplace_back(p, logger.host, logger.pid);
+    t.awaiting_complete.clear();
+  };
+  if (stage == kStart) {
+    give_up_awaiting();  // printed before this START: not this communicator's init
+    t.open_comm = r.comm;
+    t.open_rank = r.rank;
+  } else if (stage == kComplete && !r.start_line) {
+    // NCCL < 2.18.3: the init thread printed this communicator's connections, then COMPLETE.
+    for (const Pending& p : t.awaiting_complete) {
+      if ((p.logging_rank < 0 || p.logging_rank == r.rank) && (r.nranks < 0 || p.max_rank < r.nranks))
+        SetComm(p, r.comm);
+      else
+        unresolved_.emplace_back(p, logger.host, logger.pid);
+    }
+    t.awaiting_complete.clear();
+  } else {
+    give_up_awaiting();
+  }
+  if (stage != kStart && t.open_comm == r.comm) t.open_comm.clear();
+  return true;
+}
+
+// ---- which communicator -------------------------------------------------------------------------
+//
+// No connection line names its communicator (RCCL's ` comm 0x…` suffix aside). What the format
+// allows:
+//  * NCCL ≥ 2.18.3 prints `Init START` on the thread that initializes a communicator, before the
+//    connections it makes at init; until that thread's `Init COMPLETE`, its lines are that comm's.
+//  * NCCL < 2.18.3 prints only `Init COMPLETE`, after the init connections, on the init thread: a
+//    thread's lines are held until its COMPLETE (ranks must agree).
+//  * Lazy connections (2.22+ collectives, every release's send/recv) are printed later, by whatever
+//    thread runs the operation. They are settled in Finish(): the process's communicators that
+//    existed by then, where the logging rank has that rank and the ranks fit in nranks; exactly one
+//    candidate → that comm, several (two comms with the same rank in one process) → left empty.
+// Rank numbers alone never decide across processes: every communicator has a rank 0.
+
+void NcclLogParser::Attribute(ItemKind kind, size_t index, int logging_rank, int max_rank,
+                              const NcclLogger& logger) {
+  if (logger.host.empty()) return;
+  Pending p{kind, index, logging_rank, max_rank, log_.lines_read + 1};
+  ThreadState& t = threads_[{logger.host, logger.pid, logger.tid}];
+  if (t.open_comm.empty()) {
+    t.awaiting_complete.push_back(p);
+    return;
+  }
+  const RankIdentity* open = log_.FindRank(logger.host, logger.pid, t.open_comm);
+  bool fits = open && (logging_rank < 0 || logging_rank == open->rank) && (open->nranks < 0 || max_rank < open->nranks);
+  if (fits) SetComm(p, t.open_comm);
+  else unresolved_.emplace_back(p, logger.host, logger.pid);
+}
+
+void NcclLogParser::SetComm(const Pending& p, const std::string& comm) {
+  switch (p.kind) {
+    case ItemKind::kConnection: log_.connections[p.index].comm = comm; break;
+    case ItemKind::kRing: log_.rings[p.index].comm = comm; break;
+    case ItemKind::kTree: log_.trees[p.index].comm = comm; break;
+  }
+}
+
+void NcclLogParser::ResolveByProcess(const Pending& p, const std::string& host, int pid) {
+  std::set<std::string> candidates;
+  for (const RankIdentity& r : log_.ranks) {
+    if (r.host != host || r.pid != pid || r.FirstLine() >= p.line) continue;
+    if (p.logging_rank >= 0 && r.rank != p.logging_rank) continue;
+    if (r.nranks >= 0 && p.max_rank >= r.nranks) continue;
+    candidates.insert(r.comm);
+  }
+  if (candidates.size() == 1) SetComm(p, *candidates.begin());
+}
+
+NcclLog ParseNcclLog(std::string_view text) {
+  NcclLogParser parser;
+  parser.Feed(text);
+  parser.Finish();
+  return parser.log();
+}
+
+}  // namespace p2ptrace

@@ -1,0 +1,203 @@
+// The NCCL debug-log grammar (NCCL_DEBUG=INFO output of releases 2.3 → 2.30; the format strings by
+// release are in ../shared/notes/nccl-formats.md): which transport NCCL chose for every (channel,
+// peer) connection, which rank sits on which host and GPU, the NCCL version, the environment NCCL
+// echoed, and the messages it prints when it refuses P2P.
+//
+// Incremental: Feed() takes any split of the input (lines cut anywhere, CRLF or LF), so a log tap
+// can feed a file as it grows. Cost is O(bytes); memory is what the result keeps plus one line
+// (capped at kMaxLineBytes). Lines it does not know are skipped, never fatal.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace p2ptrace {
+
+// Who printed a line: NCCL's `host:pid:tid [cudaDev]` prefix. cuda_dev is the printing thread's
+// current device, which is not always the rank's device (proxy threads print [0]).
+struct NcclLogger {
+  std::string host;  // short host name as printed ("" when the line had no NCCL prefix)
+  int pid = -1, tid = -1, cuda_dev = -1;
+  bool operator==(const NcclLogger&) const = default;
+};
+
+// One rank of one communicator, from `ncclCommInitRank comm 0x… rank R nranks N cudaDev D nvmlDev M
+// busId B commId 0x… - Init START|COMPLETE` and its older forms, or a Destroy/Abort COMPLETE line.
+struct RankIdentity {
+  std::string comm;     // this rank's ncclComm pointer as printed ("0x7f9e54001060"); per rank
+  std::string comm_id;  // the communicator's id shared by all its ranks ("0x9ca7…"); NCCL ≥ 2.16
+  std::string api;      // "ncclCommInitRank", "ncclCommSplit", … ("" when the format has none)
+  int rank = -1, nranks = -1, cuda_dev = -1, nvml_dev = -1;
+  std::string bus_id;   // as printed: hex without 0x ("1a000"); "" when the format has none (2.4)
+  std::string host;     // from the line prefix
+  int pid = -1;
+  uint64_t start_line = 0, complete_line = 0, end_line = 0;  // Init START / Init COMPLETE / Destroy|Abort
+  uint64_t FirstLine() const;
+  bool operator==(const RankIdentity&) const = default;
+};
+
+// One `via` line. Rank numbers are the communicator's.
+struct Connection {
+  std::string comm;      // the logging rank's comm pointer; "" when the log does not say (see .cc)
+  std::string keyword;   // "Channel", "Ring" (≤ 2.6), "CollNet", "Coll" (2.6–2.8) as printed
+  int channel = -1;
+  int conn_index = -1;   // the N of "Channel 00/N"; -1 when the format prints none
+  int src_rank = -1;
+  int dst_rank = -1;     // -1 for CollNet lines, which name only the logging rank (src_rank)
+  std::string src_dev, dst_dev;  // bracket contents as printed (busId hex, nvmlDev or cudaDev); "" if none
+  std::string transport;         // verbatim text after "via " ("P2P/CUMEM/read", "NET/IB/0/GDRDMA", …)
+  int transport_class = 0;       // p2ptrace_transport, from ClassifyNcclTransport(transport)
+  std::string direction;         // "send", "receive", or "" (P2P/SHM lines carry no tag)
+  NcclLogger logger;
+  uint64_t line = 0;
+  // The rank that printed the line: dst for [receive] (and 2.3's untagged NET lines), else src.
+  int LoggingRank() const;
+  bool operator==(const Connection&) const = default;
+};
+
+// `NAME set by environment to VALUE` (NCCL's echo of a parameter it read; a trailing '.' after a
+// number is format, not value).
+struct EnvSetting {
+  std::string name, value;
+  NcclLogger logger;
+  uint64_t line = 0;
+  bool operator==(const EnvSetting&) const = default;
+};
+
+// A message NCCL prints when it refuses P2P (or SHM/IB), verbatim.
+struct Refusal {
+  std::string kind;  // "cuda-no-peer-access", "nvml-p2p-disabled", "env-p2p-disabled", … (see .cc)
+  std::string text;  // the message after the prefix
+  NcclLogger logger;
+  uint64_t line = 0;
+  bool operator==(const Refusal&) const = default;
+};
+
+// A line worth showing but not a record of its own: WARN messages, `Check P2P Type …`, `NVLS
+// multicast support …`, `Connected all rings …`.
+struct NcclNote {
+  std::string text;
+  NcclLogger logger;
+  uint64_t line = 0;
+  bool operator==(const NcclNote&) const = default;
+};
+
+struct VersionLine {
+  std::string version;  // "2.27.5+cuda12.9"
+  uint64_t line = 0;
+  bool operator==(const VersionLine&) const = default;
+};
+
+// `Channel 00/02 :    0   1   2   3` (rank 0 prints the ring order of each channel).
+struct RingOrder {
+  std::string comm;
+  int channel = -1, nchannels = -1;
+  std::vector<int> ranks;  // as printed (2.5–2.22 print at most 20)
+  NcclLogger logger;
+  uint64_t line = 0;
+  bool operator==(const RingOrder&) const = default;
+};
+
+// One `[c] …` group of a `Trees` line: the printing rank's tree neighbours on channel c.
+struct TreeEntry {
+  std::string comm;
+  int channel = -1, rank = -1, parent = -1;
+  std::vector<int> children;  // -1 entries dropped
+  NcclLogger logger;
+  uint64_t line = 0;
+  bool operator==(const TreeEntry&) const = default;
+};
+
+struct NcclLog {
+  std::string nccl_version;  // the first version line's; "" when none was printed
+  std::vector<VersionLine> version_lines;
+  std::vector<RankIdentity> ranks;
+  std::vector<Connection> connections;
+  std::vector<EnvSetting> env;
+  std::vector<Refusal> refusals;
+  std::vector<NcclNote> p2p_notes;  // Check P2P Type, NVLS multicast support
+  std::vector<NcclNote> connected;  // Connected all rings/trees …
+  std::vector<NcclNote> warnings;   // every NCCL WARN message
+  std::vector<RingOrder> rings;
+  std::vector<TreeEntry> trees;
+  uint64_t lines_read = 0;
+  uint64_t nccl_lines = 0;     // lines with NCCL's prefix (or a bare `NCCL version` line)
+  uint64_t lines_skipped = 0;  // lines that gave no record (other programs' output, NCCL lines it does not use)
+  uint64_t long_lines = 0;     // lines cut at kMaxLineBytes
+
+  // The identity of the rank that logged `c`, or nullptr.
+  const RankIdentity* FindRank(const std::string& host, int pid, const std::string& comm) const;
+  bool operator==(const NcclLog&) const = default;
+};
+
+// p2ptrace_transport of NCCL's transport text. P2P/* is `p2p` (NVLink vs PCIe is not in the log),
+// P2P/indirect/… `p2p_indirect`, P2P/MNNVL `nvlink`, P2P/common device `same_device`, SHM/… and
+// "direct shared memory" `shm`, NET/…/GDRDMA `net_gdr`, NET/Socket `net_socket`, other NET `net_ib`,
+// COLLNET/… `collnet`, NVLS… `nvls`; anything else `unknown`.
+int ClassifyNcclTransport(std::string_view transport);
+
+class NcclLogParser {
+ public:
+  static constexpr size_t kMaxLineBytes = 64 * 1024;
+
+  void Feed(std::string_view bytes);
+  // The input ended: parses a last line without '\n' and settles the communicators that could only
+  // be decided once the whole log was seen. Feed may continue afterwards (a file that grows again).
+  void Finish();
+  const NcclLog& log() const { return log_; }
+
+ private:
+  struct ThreadKey {
+    std::string host;
+    int pid, tid;
+    bool operator<(const ThreadKey& o) const { return std::tie(host, pid, tid) < std::tie(o.host, o.pid, o.tid); }
+  };
+  enum class ItemKind { kConnection, kRing, kTree };
+  struct Pending {
+    ItemKind kind;
+    size_t index;
+    int logging_rank, max_rank;
+    uint64_t line;
+  };
+  struct ThreadState {
+    std::string open_comm;      // Init START seen, COMPLETE not yet: this thread is initializing it
+    int open_rank = -1;
+    std::vector<Pending> awaiting_complete;  // printed with no open comm: NCCL < 2.18.3 prints
+                                             // COMPLETE (and no START) after the init connections
+  };
+
+  void EndSegment();  // a '\r' or '\n' ended the bytes gathered in line_
+  void EndLine();     // a '\n' ended the line
+  void ParseSegment(std::string_view segment);
+  bool ParseMessage(std::string_view message, bool is_warn, const NcclLogger& logger);
+  bool ParseChannelLine(std::string_view message, const NcclLogger& logger);
+  bool ParseIdentity(std::string_view message, const NcclLogger& logger);
+  bool ParseTrees(std::string_view message, const NcclLogger& logger);
+  bool ParseEnv(std::string_view message, const NcclLogger& logger);
+  bool ParseRefusal(std::string_view message, const NcclLogger& logger);
+  void AddVersion(std::string_view version);
+  void Attribute(ItemKind kind, size_t index, int logging_rank, int max_rank, const NcclLogger& logger);
+  void SetComm(const Pending& p, const std::string& comm);
+  void ResolveByProcess(const Pending& p, const std::string& host, int pid);
+
+  NcclLog log_;
+  std::string line_;         // bytes of the current segment (up to kMaxLineBytes)
+  bool line_cut_ = false;    // the current line exceeded kMaxLineBytes
+  bool line_used_ = false;   // a segment of the current line gave a record
+  bool line_nccl_ = false;   // a segment of the current line had NCCL's prefix
+  bool line_open_ = false;   // bytes (or a '\r') of an unfinished line were seen
+  std::map<ThreadKey, ThreadState> threads_;
+  // Items no thread rule could place, with the process that printed them; settled in Finish().
+  std::vector<std::tuple<Pending, std::string, int>> unresolved_;
+  // (host, pid, comm) → index in log_.ranks
+  std::map<std::tuple<std::string, int, std::string>, size_t> rank_index_;
+};
+
+// Parses a whole text at once.
+NcclLog ParseNcclLog(std::string_view text);
+
+}  // namespace p2ptrace

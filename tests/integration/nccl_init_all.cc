@@ -1,0 +1,38 @@
+// One process, several devices: ncclCommInitAll, then one allreduce per device in a group, checked.
+// Linked to the real libnccl.so.2 and libcudart (RUNPATH); runs on the simulated node.
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+int main(int argc, char** argv) {
+  int ndev = argc > 1 ? std::atoi(argv[1]) : 2;
+  const size_t count = 1024;
+  std::vector<ncclComm_t> comms(ndev);
+  if (ncclCommInitAll(comms.data(), ndev, nullptr) != ncclSuccess) return 2;
+  std::vector<float*> bufs(ndev);
+  for (int d = 0; d < ndev; ++d) {
+    std::vector<float> h(count, float(d + 1));
+    if (cudaSetDevice(d) != cudaSuccess || cudaMalloc(&bufs[d], count * sizeof(float)) != cudaSuccess) return 2;
+    cudaMemcpy(bufs[d], h.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+  }
+  ncclGroupStart();
+  for (int d = 0; d < ndev; ++d) ncclAllReduce(bufs[d], bufs[d], count, ncclFloat32, ncclSum, comms[d], nullptr);
+  if (ncclGroupEnd() != ncclSuccess) return 2;
+  float want = float(ndev * (ndev + 1) / 2);
+  for (int d = 0; d < ndev; ++d) {
+    std::vector<float> h(count);
+    cudaSetDevice(d);
+    cudaMemcpy(h.data(), bufs[d], count * sizeof(float), cudaMemcpyDeviceToHost);
+    for (float v : h)
+      if (v != want) {
+        std::fprintf(stderr, "device %d: got %g, expected %g\n", d, double(v), double(want));
+        return 1;
+      }
+    ncclCommDestroy(comms[d]);
+  }
+  std::printf("ok\n");
+  return 0;
+}

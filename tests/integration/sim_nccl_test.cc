@@ -1,0 +1,346 @@
+// The simulated NCCL (tests/sim/nccl): examples/nccl_ring run through `p2psim launch` on simulated
+// nodes; results must be correct (exit 0) and the Channel lines of the NCCL_DEBUG_FILE logs must
+// name exactly the transport NCCL 2.28's rules give each ring pair. Plus the library's shape
+// (soname, weak ncclX + strong pncclX, PLT self-calls) against the real libnccl.so.2.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <tuple>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace {
+
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+using p2ptrace::testing::WriteFile;
+using Env = std::map<std::string, std::optional<std::string>>;
+// (connIndex, src, dst) → transports named by "via" (SHM lines have no connIndex: -1).
+using Connections = std::map<std::tuple<int, int, int>, std::set<std::string>>;
+
+std::string Topology(const std::string& name) { return std::string(P2PTRACE_TOPOLOGY_DIR) + "/" + name; }
+
+// A host with two CPUs, one switch each, two GPUs per switch: 0-1 and 2-3 PIX, across CPUs SYS.
+std::string PcieHost(const std::string& name, const std::string& extra) {
+  return R"({"name": ")" + name + R"(", "boot_id": "boot-)" + name + R"(", "cpus": [{"id": "cpu0"}, {"id": "cpu1"}],
+     "switches": [{"id": "sw0", "parent": "cpu0"}, {"id": "sw1", "parent": "cpu1"}],
+     "gpus": [{"index": 0, "bus_id": "0000:18:00.0", "parent": "sw0"}, {"index": 1, "bus_id": "0000:2a:00.0", "parent": "sw0"},
+              {"index": 2, "bus_id": "0000:9a:00.0", "parent": "sw1"}, {"index": 3, "bus_id": "0000:ab:00.0", "parent": "sw1"}])" +
+         extra + "}";
+}
+
+std::string WriteTopology(const std::string& dir, const std::vector<std::string>& hosts) {
+  std::string json = R"({"version": 1, "hosts": [)";
+  for (size_t i = 0; i < hosts.size(); ++i) json += (i ? "," : "") + hosts[i];
+  json += "]}";
+  std::string path = dir + "/topo.json";
+  WriteFile(path, json);
+  return path;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<std::string> Logs(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind("nccl.", 0) == 0 && std::string(e->d_name).find(".log") != std::string::npos)
+        out.push_back(ReadAll(dir + "/" + e->d_name));
+    closedir(d);
+  }
+  return out;
+}
+
+struct Job {
+  RunResult run;
+  std::string dir;
+  std::vector<std::string> logs;
+  Connections conns;
+  bool LogsContain(const std::string& text) const {
+    for (const auto& l : logs)
+      if (l.find(text) != std::string::npos) return true;
+    return false;
+  }
+};
+
+Connections ParseConnections(const std::vector<std::string>& logs) {
+  static const std::regex kLine(R"(NCCL INFO Channel \d\d(?:/(\d)) : (\d+)\[\d+\] -> (\d+)\[\d+\] (?:\[(?:send|receive)\] )?via (.+))");
+  static const std::regex kShm(R"(NCCL INFO Channel \d\d : (\d+)\[\d+\] -> (\d+)\[\d+\] via (SHM/.+))");
+  Connections out;
+  for (const auto& log : logs) {
+    std::istringstream in(log);
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, kLine))
+        out[{std::stoi(m[1]), std::stoi(m[2]), std::stoi(m[3])}].insert(m[4]);
+      else if (std::regex_search(line, m, kShm))
+        out[{-1, std::stoi(m[1]), std::stoi(m[2])}].insert(m[3]);
+    }
+  }
+  return out;
+}
+
+// Runs nccl_ring on `hosts` ("node0:4") of `topology` with NCCL_DEBUG=INFO into per-process files.
+Job RunRing(const std::string& topology, const std::string& hosts, Env env = {}, const std::string& prefix = "") {
+  Job job;
+  job.dir = TempDir() + "/job" + std::to_string(rand());
+  RunProgram({"mkdir", "-p", job.dir});
+  env["P2PSIM_NCCL_DIR"] = job.dir;
+  env["P2PSIM_NCCL_TIMEOUT"] = "30";
+  if (!env.count("NCCL_DEBUG")) env["NCCL_DEBUG"] = "INFO";
+  env["NCCL_DEBUG_FILE"] = job.dir + "/nccl.%h.%p.log";
+  std::string cmd = prefix + "exec " + NCCL_RING + " " + job.dir + " 4096";
+  job.run = RunProgram({P2PSIM_BINARY, "launch", "--topology", topology, "--hosts", hosts, "--", "sh", "-c", cmd}, env);
+  job.logs = Logs(job.dir);
+  job.conns = ParseConnections(job.logs);
+  return job;
+}
+
+// The ring pairs r → r+1 on connIndex 0 (or the SHM form) must carry exactly `want(src, dst)`.
+void ExpectRing(const Job& job, int nranks, const std::function<std::string(int, int)>& want) {
+  for (int r = 0; r < nranks; ++r) {
+    int next = (r + 1) % nranks;
+    std::string t = want(r, next);
+    int conn = t.rfind("SHM/", 0) == 0 ? -1 : 0;
+    auto it = job.conns.find({conn, r, next});
+    ASSERT_NE(it, job.conns.end()) << "no connection " << r << " -> " << next << " (" << t << ")";
+    EXPECT_EQ(it->second, std::set<std::string>{t}) << r << " -> " << next;
+  }
+}
+
+#define EXPECT_JOB_OK(job) \
+  ASSERT_EQ((job).run.exit_code, 0) << (job).run.out << (job).run.err
+
+TEST(SimNccl, NvlinkBoxIsAllP2p) {
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:4");
+  EXPECT_JOB_OK(job);
+  EXPECT_NE(job.run.out.find("all results correct"), std::string::npos);
+  // H100 is sm_90: NCCL 2.28 enables P2P read only for sm_80 NVLink pairs.
+  ExpectRing(job, 4, [](int, int) { return "P2P/CUMEM"; });
+  const std::set<std::string> cumem{"P2P/CUMEM"};
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(job.conns.at(std::make_tuple(1, r, (r + 1) % 4)), cumem);
+  EXPECT_TRUE(job.LogsContain("NCCL INFO NCCL version 2.28.9+cuda13.0"));
+  EXPECT_TRUE(job.LogsContain("nranks 4 cudaDev 1 nvmlDev 1 busId 2a000 commId 0x"));
+  EXPECT_TRUE(job.LogsContain("Connected all rings, use ring PXN 0 GDR 1"));
+}
+
+TEST(SimNccl, P2pReadEnableAddsRead) {
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:2", {{"NCCL_P2P_READ_ENABLE", "1"}});
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 2, [](int, int) { return "P2P/CUMEM/read"; });
+}
+
+TEST(SimNccl, PcieBoxBeyondPxbUsesShm) {
+  std::string topo = WriteTopology(TempDir(), {PcieHost("box", "")});
+  Job job = RunRing(topo, "box:4");
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int a, int b) { return a / 2 == b / 2 ? "P2P/CUMEM" : "SHM/direct/direct"; });
+}
+
+TEST(SimNccl, P2pLevelSysStillNeedsCudaPeerAccess) {
+  // The level admits the SYS pairs, but CUDA cannot peer across the CPUs: NCCL says so and uses SHM.
+  std::string topo = WriteTopology(TempDir(), {PcieHost("box", "")});
+  Job job = RunRing(topo, "box:4", {{"NCCL_P2P_LEVEL", "SYS"}});
+  EXPECT_JOB_OK(job);
+  EXPECT_TRUE(job.LogsContain("NCCL INFO NCCL_P2P_LEVEL set by environment to SYS\n"));
+  EXPECT_TRUE(job.LogsContain("NCCL INFO Could not enable P2P between dev 1(=2a000) and dev 2(=9a000)\n"));
+  ExpectRing(job, 4, [](int a, int b) { return a / 2 == b / 2 ? "P2P/CUMEM" : "SHM/direct/direct"; });
+}
+
+TEST(SimNccl, ConsumerGpusRefuseP2p) {
+  // Both GPUs hang off the CPU (PHB): beyond the default PXB, so raise the level to reach NVML's check.
+  Job job = RunRing(Topology("consumer-2gpu.json"), "desk:2", {{"NCCL_P2P_LEVEL", "PHB"}});
+  EXPECT_JOB_OK(job);
+  EXPECT_TRUE(job.LogsContain("P2P is disabled between connected GPUs 0 and 1. You can repress this message with "
+                              "NCCL_IGNORE_DISABLED_P2P=1."));
+  ExpectRing(job, 2, [](int, int) { return "SHM/direct/direct"; });
+}
+
+TEST(SimNccl, P2pDisableGivesShmAndSaysSo) {
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:4", {{"NCCL_P2P_DISABLE", "1"}});
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int, int) { return "SHM/direct/direct"; });
+  EXPECT_TRUE(job.LogsContain("NCCL INFO NCCL_P2P_DISABLE set by environment to 1\n"));
+}
+
+TEST(SimNccl, ShmAndP2pDisabledWithoutNicGiveSocket) {
+  std::string topo = WriteTopology(TempDir(), {PcieHost("box", "")});
+  Job job = RunRing(topo, "box:4", {{"NCCL_P2P_DISABLE", "1"}, {"NCCL_SHM_DISABLE", "1"}});
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int, int) { return "NET/Socket/0"; });
+  EXPECT_TRUE(job.LogsContain("NCCL_SHM_DISABLE set by environment to 1."));
+  EXPECT_TRUE(job.LogsContain("[receive] via NET/Socket/0"));
+}
+
+std::string TwoHosts(bool gdr) {
+  std::string extra = std::string(R"(, "gdr": )") + (gdr ? "true" : "false") + R"(, "nics": [{"name": "mlx5_0", "parent": "sw0", "kind": "ib"}])";
+  return WriteTopology(TempDir() + "/" + (gdr ? "gdr" : "nogdr"), {PcieHost("a", extra), PcieHost("b", extra)});
+}
+
+std::string CrossHost(int a, int b, const std::string& net, const std::string& local) {
+  return a / 2 == b / 2 ? local : net;
+}
+
+TEST(SimNccl, TwoHostsWithGdr) {
+  RunProgram({"mkdir", "-p", TempDir() + "/gdr"});
+  Job job = RunRing(TwoHosts(true), "a:2,b:2");
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int a, int b) { return CrossHost(a, b, "NET/IB/0/GDRDMA", "P2P/CUMEM"); });
+}
+
+TEST(SimNccl, TwoHostsWithoutGdr) {
+  RunProgram({"mkdir", "-p", TempDir() + "/nogdr"});
+  Job job = RunRing(TwoHosts(false), "a:2,b:2");
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int a, int b) { return CrossHost(a, b, "NET/IB/0", "P2P/CUMEM"); });
+}
+
+TEST(SimNccl, TwoHostsIbDisabledUseSockets) {
+  RunProgram({"mkdir", "-p", TempDir() + "/gdr"});
+  Job job = RunRing(TwoHosts(true), "a:2,b:2", {{"NCCL_IB_DISABLE", "1"}});
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int a, int b) { return CrossHost(a, b, "NET/Socket/0", "P2P/CUMEM"); });
+}
+
+TEST(SimNccl, ContainersWithSeparateShmUseNet) {
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:4", {}, "P2PSIM_SHM_DEVICE=$((LOCAL_RANK + 10)) ");
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int, int) { return "NET/IB/0/GDRDMA"; });
+}
+
+// Position of the first line containing `what` in a log, npos when absent.
+size_t Where(const std::string& log, const std::string& what) { return log.find(what); }
+
+TEST(SimNccl, LazyConnectPrintsChannelsAtTheFirstOperation) {
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:2");
+  EXPECT_JOB_OK(job);
+  ASSERT_EQ(job.logs.size(), 2u);
+  for (const auto& log : job.logs) {
+    size_t complete = Where(log, "- Init COMPLETE"), via = Where(log, " via ");
+    ASSERT_NE(complete, std::string::npos);
+    ASSERT_NE(via, std::string::npos);
+    EXPECT_GT(via, complete) << log;
+  }
+}
+
+TEST(SimNccl, RuntimeConnectZeroPrintsRingsAtInit) {
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:2", {{"NCCL_RUNTIME_CONNECT", "0"}});
+  EXPECT_JOB_OK(job);
+  for (const auto& log : job.logs) {
+    size_t complete = Where(log, "- Init COMPLETE"), ring = Where(log, "Channel 00/0 :");
+    ASSERT_NE(ring, std::string::npos) << log;
+    EXPECT_LT(ring, complete) << log;
+    EXPECT_GT(Where(log, "Channel 00/1 :"), complete) << log;  // send/recv stays lazy
+  }
+}
+
+TEST(SimNccl, DevShmExhaustionFailsLikeNccl) {
+  std::string topo = WriteTopology(TempDir() + "/small", {PcieHost("box", R"(, "dev_shm_mb": 12)")});
+  RunProgram({"mkdir", "-p", TempDir() + "/small"});
+  topo = WriteTopology(TempDir() + "/small", {PcieHost("box", R"(, "dev_shm_mb": 12)")});
+  Job job = RunRing(topo, "box:4", {{"NCCL_P2P_DISABLE", "1"}, {"NCCL_DEBUG", "WARN"}});
+  EXPECT_NE(job.run.exit_code, 0);
+  EXPECT_TRUE(job.LogsContain("NCCL WARN Error: failed to extend /dev/shm/nccl-")) << job.run.out << job.run.err;
+  EXPECT_TRUE(job.LogsContain("NCCL WARN Error while creating shared memory segment /dev/shm/nccl-"));
+  EXPECT_NE((job.run.out + job.run.err).find("unhandled system error"), std::string::npos) << job.run.out << job.run.err;
+}
+
+TEST(SimNccl, InitAllInOneProcessUsesDirectPointers) {
+  std::string dir = TempDir() + "/initall";
+  RunProgram({"mkdir", "-p", dir});
+  RunResult r = RunProgram({NCCL_INIT_ALL, "4"}, {{"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR},
+                                                  {"P2PSIM_TOPOLOGY", Topology("demo-8gpu.json")},
+                                                  {"P2PSIM_HOST", "node0"}, {"P2PSIM_NCCL_DIR", dir},
+                                                  {"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", dir + "/nccl.%h.%p.log"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto logs = Logs(dir);
+  ASSERT_EQ(logs.size(), 1u);
+  Connections c = ParseConnections(logs);
+  const std::set<std::string> direct{"P2P/direct pointer"};
+  for (int d = 0; d < 4; ++d) EXPECT_EQ(c[std::make_tuple(0, d, (d + 1) % 4)], direct);
+  EXPECT_NE(logs[0].find("ncclCommInitAll comm 0x"), std::string::npos);
+}
+
+// ---- the library's shape, compared with the real libnccl.so.2 ------------------------------------
+std::string Fake() { return std::string(P2PTRACE_SIM_LIB_DIR) + "/libnccl.so.2"; }
+
+// name → (binding, value) of the defined functions.
+std::map<std::string, std::pair<std::string, std::string>> DynSyms(const std::string& lib) {
+  RunResult r = RunProgram({"readelf", "--dyn-syms", "-W", lib});
+  std::map<std::string, std::pair<std::string, std::string>> out;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string num, value, size, type, bind, vis, ndx, name;
+    if (f >> num >> value >> size >> type >> bind >> vis >> ndx >> name && ndx != "UND" && type == "FUNC")
+      out[name] = {bind, value};
+  }
+  return out;
+}
+
+TEST(SimNcclLibrary, SonameAndNoVersionNode) {
+  RunResult d = RunProgram({"readelf", "-d", Fake()});
+  EXPECT_NE(d.out.find("Library soname: [libnccl.so.2]"), std::string::npos);
+  EXPECT_EQ(d.out.find("SYMBOLIC"), std::string::npos);
+  EXPECT_EQ(d.out.find("libcudart"), std::string::npos);  // cudaGetDevice & co. come from dlsym
+  EXPECT_EQ(RunProgram({"readelf", "-V", Fake()}).out.find("Version definition"), std::string::npos);
+}
+
+TEST(SimNcclLibrary, WeakNcclAndGlobalPncclPairsLikeTheRealOne) {
+  auto fake = DynSyms(Fake()), real = DynSyms(REAL_NCCL);
+  ASSERT_FALSE(real.empty());
+  std::set<std::string> fake_names, real_names;
+  for (auto& [n, v] : fake) fake_names.insert(n);
+  for (auto& [n, v] : real) real_names.insert(n);
+  EXPECT_EQ(fake_names, real_names);
+  for (auto& [name, bind_value] : real) {
+    ASSERT_TRUE(fake.count(name)) << name;
+    EXPECT_EQ(fake[name].first, bind_value.first) << name;
+    if (name.rfind("pnccl", 0) == 0) {
+      EXPECT_EQ(fake[name].second, fake[name.substr(1)].second) << name;
+    }
+  }
+}
+
+TEST(SimNcclLibrary, SelfCallsGoThroughThePlt) {
+  // Like the real one: ncclBcast calls ncclBroadcast and ncclCommInitAll calls ncclGetUniqueId
+  // through JUMP_SLOT relocations, so an LD_PRELOAD shim sees the nested call.
+  for (const std::string& lib : {Fake(), std::string(REAL_NCCL)}) {
+    RunResult r = RunProgram({"readelf", "-r", "-W", lib});
+    std::set<std::string> slots;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream f(line);
+      std::string offset, info, type, value, name;
+      if (f >> offset >> info >> type >> value >> name && type == "R_X86_64_JUMP_SLOT") slots.insert(name);
+    }
+    EXPECT_TRUE(slots.count("ncclBroadcast")) << lib;
+    EXPECT_TRUE(slots.count("ncclGetUniqueId")) << lib;
+  }
+}
+
+TEST(SimNcclLibrary, UnmodelledFunctionsSayNotSimulated) {
+  // ncclMemAlloc is exported but not modelled: the stub answers ncclInvalidUsage (5).
+  std::string py = "import ctypes; l = ctypes.CDLL('" + Fake() + "'); print(l.ncclMemAlloc(None, 0))";
+  RunResult r = RunProgram({"python3", "-c", py});
+  if (r.exit_code != 0) GTEST_SKIP() << "python3 unavailable: " << r.err;
+  EXPECT_EQ(r.out, "5\n");
+  EXPECT_EQ(r.err, "p2psim: ncclMemAlloc is not simulated; it returns ncclInvalidUsage (5)\n");
+}
+
+}  // namespace

@@ -1,0 +1,1636 @@
+// The simulated NCCL: a drop-in libnccl.so.2 (2.28.9) for the simulated node (DESIGN.md §9).
+//
+// Ranks are processes (or threads, or devices of one process) that meet in a rendezvous directory
+// named by the unique id. Collectives are computed on the CPU: every rank writes its contribution
+// to a file in that directory, a futex barrier in a shared segment separates "posted" from "read",
+// and each rank computes its own result — device memory on the sim is host memory, so results can
+// be checked. ncclSend/ncclRecv pass one file per message. The transport of each (channel, peer)
+// follows NCCL 2.28's rules and is printed in its exact log format; the simulated clock of the
+// caller's stream advances by the bytes over the slowest link used.
+//
+// Every exported function is defined with NCCL_API, as NCCL does under PROFAPI: a WEAK `ncclX` and
+// a strong alias `pncclX`. The build reads the NCCL_API lines of this file to leave these names out
+// of the generated "not simulated" stubs (tests/sim/symbols/stubs.cmake).
+#include <nccl.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/sim/common/sim_topology.h"
+
+#define NCCL_API(ret, func, ...)                                                                        \
+  extern "C" __attribute__((visibility("default"))) __attribute__((alias(#func))) ret p##func(__VA_ARGS__); \
+  extern "C" __attribute__((visibility("default"))) __attribute__((weak)) ret func(__VA_ARGS__)
+
+namespace {
+
+using p2ptrace::Host;
+using p2ptrace::PathType;
+
+// ---------------------------------------------------------------------------------------------
+// Logging, in NCCL 2.28's format (src/debug.cc)
+
+enum Level { kNone = 0, kVersion = 1, kWarn = 2, kInfo = 3, kAbort = 4, kTrace = 5 };
+enum Subsys : unsigned long {
+  kInit = 0x1, kColl = 0x2, kP2p = 0x4, kShm = 0x8, kNet = 0x10, kGraph = 0x20, kTuning = 0x40,
+  kEnv = 0x80, kAlloc = 0x100, kCall = 0x200, kProxy = 0x400, kNvls = 0x800, kBootstrap = 0x1000,
+  kReg = 0x2000, kProfile = 0x4000, kRas = 0x8000, kAll = ~0ul
+};
+
+struct Logger {
+  int level = kNone;
+  unsigned long mask = kInit | kBootstrap | kEnv;
+  FILE* out = stdout;
+  std::string host;
+};
+
+std::mutex g_log_mu;
+Logger* g_log = nullptr;
+
+int ParseLevel(const char* s) {
+  if (s == nullptr) return kNone;
+  static const std::pair<const char*, int> kNames[] = {
+      {"VERSION", kVersion}, {"WARN", kWarn}, {"INFO", kInfo}, {"ABORT", kAbort}, {"TRACE", kTrace}};
+  for (auto& [name, level] : kNames)
+    if (strcasecmp(s, name) == 0) return level;
+  return kNone;
+}
+
+unsigned long ParseSubsys(const char* s) {
+  if (s == nullptr) return kInit | kBootstrap | kEnv;
+  static const std::pair<const char*, unsigned long> kNames[] = {
+      {"INIT", kInit}, {"COLL", kColl}, {"P2P", kP2p}, {"SHM", kShm}, {"NET", kNet}, {"GRAPH", kGraph},
+      {"TUNING", kTuning}, {"ENV", kEnv}, {"ALLOC", kAlloc}, {"CALL", kCall}, {"PROXY", kProxy},
+      {"NVLS", kNvls}, {"BOOTSTRAP", kBootstrap}, {"REG", kReg}, {"PROFILE", kProfile}, {"RAS", kRas},
+      {"ALL", kAll}};
+  bool invert = *s == '^';
+  if (invert) ++s;
+  unsigned long mask = 0;
+  std::string list(s);
+  for (size_t start = 0; start <= list.size();) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(start, end - start);
+    for (auto& [name, bit] : kNames)
+      if (strcasecmp(item.c_str(), name) == 0) mask |= bit;
+    start = end + 1;
+  }
+  return invert ? ~mask : mask;
+}
+
+// NCCL_DEBUG_FILE: %h → host name, %p → pid, %% → %, anything else copied through.
+std::string ExpandDebugFile(const char* pattern, const std::string& host) {
+  std::string out;
+  for (const char* p = pattern; *p != '\0'; ++p) {
+    if (*p == '%' && p[1] == 'h') { out += host; ++p; }
+    else if (*p == '%' && p[1] == 'p') { out += std::to_string(getpid()); ++p; }
+    else if (*p == '%' && p[1] == '%') { out += '%'; ++p; }
+    else out += *p;
+  }
+  return out;
+}
+
+std::string SimHostName();
+
+Logger& Log() {
+  // Like ncclDebugInit: read once, at the first message (under the log mutex).
+  if (g_log == nullptr) {
+    auto* l = new Logger();
+    l->level = ParseLevel(std::getenv("NCCL_DEBUG"));
+    l->mask = ParseSubsys(std::getenv("NCCL_DEBUG_SUBSYS"));
+    l->host = SimHostName();
+    const char* file = std::getenv("NCCL_DEBUG_FILE");
+    if (l->level > kVersion && file != nullptr) {
+      if (FILE* f = std::fopen(ExpandDebugFile(file, l->host).c_str(), "w")) {
+        setlinebuf(f);
+        l->out = f;
+      }
+    }
+    g_log = l;
+  }
+  return *g_log;
+}
+
+int CurrentCudaDev();
+
+int Tid() {
+  static thread_local int tid = static_cast<int>(syscall(SYS_gettid));
+  return tid;
+}
+
+void Emit(Logger& l, const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), l.out);
+  if (l.out == stdout) std::fflush(stdout);
+}
+
+__attribute__((format(printf, 2, 3))) void Info(unsigned long flags, const char* fmt, ...) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  Logger& l = Log();
+  if (l.level < kInfo || (flags & l.mask) == 0) return;
+  char msg[1024];
+  int n = std::snprintf(msg, sizeof msg, "%s:%d:%d [%d] NCCL INFO ", l.host.c_str(), getpid(), Tid(), CurrentCudaDev());
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+  va_end(ap);
+  Emit(l, std::string(msg) + "\n");
+}
+
+// WARN: a leading empty line and (2.26+ default) a timestamp, then file:line.
+#define WARN(...) Warn(__FILE__, __LINE__, __VA_ARGS__)
+__attribute__((format(printf, 3, 4))) void Warn(const char* file, int line, const char* fmt, ...) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  Logger& l = Log();
+  if (l.level < kWarn) return;
+  char stamp[64];
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(stamp, sizeof stamp, "[%F %T] ", &tm);
+  const char* base = std::strrchr(file, '/') ? std::strrchr(file, '/') + 1 : file;
+  char msg[1024];
+  int n = std::snprintf(msg, sizeof msg, "\n%s%s:%d:%d [%d] %s:%d NCCL WARN ", stamp, l.host.c_str(), getpid(), Tid(),
+                        CurrentCudaDev(), base, line);
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+  va_end(ap);
+  Emit(l, std::string(msg) + "\n");
+}
+
+int VersionCode() {
+  const char* v = std::getenv("P2PSIM_NCCL_VERSION");
+  return v != nullptr && *v != '\0' ? std::atoi(v) : NCCL_VERSION(2, 28, 9);
+}
+
+// Once per process, at the first communicator: bare at VERSION/WARN, an INFO line above.
+void ShowVersion() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int code = VersionCode();
+    char text[64];
+    std::snprintf(text, sizeof text, "NCCL version %d.%d.%d+cuda13.0", code / 10000, code % 10000 / 100, code % 100);
+    int level;
+    {
+      std::lock_guard<std::mutex> lock(g_log_mu);
+      level = Log().level;
+      if (level == kVersion || level == kWarn) Emit(Log(), std::string(text) + "\n");
+    }
+    if (level >= kInfo) Info(kAll, "%s", text);
+  });
+}
+
+// NCCL's integer parameters: read once, echoed as "<NAME> set by environment to <v>." (NCCL_ENV).
+long long Param(const char* name, long long fallback) {
+  static std::mutex mu;
+  static std::map<std::string, long long> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(name); it != cache.end()) return it->second;
+  long long v = fallback;
+  if (const char* s = std::getenv(name); s != nullptr && *s != '\0') {
+    char* end = nullptr;
+    long long parsed = std::strtoll(s, &end, 0);
+    if (end != s) {
+      v = parsed;
+      Info(kEnv, "%s set by environment to %lld.", name, v);
+    }
+  }
+  cache[name] = v;
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA runtime, found at run time (whichever libcudart the program loaded)
+
+template <typename Fn>
+Fn Cuda(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+int CurrentCudaDev() {
+  static auto fn = Cuda<int (*)(int*)>("cudaGetDevice");
+  int dev = 0;
+  if (fn != nullptr && fn(&dev) != 0) dev = 0;
+  return dev;
+}
+
+bool CudaSetDevice(int dev) {
+  static auto fn = Cuda<int (*)(int)>("cudaSetDevice");
+  return fn != nullptr && fn(dev) == 0;
+}
+
+std::string CudaBusId(int dev) {
+  static auto fn = Cuda<int (*)(char*, int, int)>("cudaDeviceGetPCIBusId");
+  char buf[32] = {};
+  if (fn == nullptr || fn(buf, sizeof buf, dev) != 0) return "";
+  std::string s(buf);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+int CudaDevOfBus(const std::string& bus) {
+  static auto fn = Cuda<int (*)(int*, const char*)>("cudaDeviceGetByPCIBusId");
+  int dev = -1;
+  if (fn == nullptr || fn(&dev, bus.c_str()) != 0) return -1;
+  return dev;
+}
+
+int CudaCompCap(int dev) {
+  static auto fn = Cuda<int (*)(int*, int, int)>("cudaDeviceGetAttribute");
+  int major = 0, minor = 0;
+  if (fn == nullptr) return 0;
+  fn(&major, 75 /* cudaDevAttrComputeCapabilityMajor */, dev);
+  fn(&minor, 76 /* cudaDevAttrComputeCapabilityMinor */, dev);
+  return major * 10 + minor;
+}
+
+// The fake cudart's hook; absent under a real runtime, where NCCL's time is not simulated.
+void AdvanceStream(cudaStream_t stream, double seconds) {
+  static auto fn = Cuda<int (*)(cudaStream_t, double)>("p2psim_stream_advance");
+  if (fn != nullptr) fn(stream, seconds);
+}
+
+// NCCL's busId: the hex digits of "0000:1a:00.0" as one number (printed %lx → 1a000).
+int64_t BusIdToInt64(const std::string& s) {
+  int64_t id = 0;
+  for (char c : s)
+    if (std::isxdigit(static_cast<unsigned char>(c))) id = (id << 4) | std::stoi(std::string(1, c), nullptr, 16);
+  return id;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulated node this process is on
+
+struct Node {
+  bool ok = false;
+  std::string error;
+  p2psim::Topology topo;
+  const Host* host = nullptr;
+};
+
+Node& TheNode() {
+  static Node* node = [] {
+    auto* n = new Node();
+    const char* path = std::getenv("P2PSIM_TOPOLOGY");
+    if (path == nullptr || *path == '\0') {
+      n->error = "P2PSIM_TOPOLOGY is not set";
+    } else if (p2psim::LoadTopology(path, &n->topo, &n->error)) {
+      n->host = p2psim::SelectHost(n->topo, &n->error);
+      n->ok = n->host != nullptr;
+    }
+    return n;
+  }();
+  return *node;
+}
+
+std::string SimHostName() {
+  Node& n = TheNode();
+  if (n.ok) return n.host->name;
+  char buf[256] = {};
+  gethostname(buf, sizeof buf - 1);
+  std::string h(buf);
+  return h.substr(0, h.find('.'));
+}
+
+uint64_t Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// NCCL's hostHash: host name + boot_id, or NCCL_HOSTID.
+uint64_t HostHash() {
+  if (const char* id = std::getenv("NCCL_HOSTID"); id != nullptr && *id != '\0') {
+    static std::once_flag once;
+    std::call_once(once, [id] { Info(kEnv, "NCCL_HOSTID set by environment to %s", id); });
+    return Fnv1a(id);
+  }
+  Node& n = TheNode();
+  return Fnv1a(SimHostName() + (n.ok ? n.host->boot_id : ""));
+}
+
+// stat("/dev/shm").st_dev in NCCL; the topology's shm_device here, or P2PSIM_SHM_DEVICE (a container).
+long ShmDevice() {
+  if (const char* s = std::getenv("P2PSIM_SHM_DEVICE"); s != nullptr && *s != '\0') return std::atol(s);
+  Node& n = TheNode();
+  return n.ok ? n.host->shm_device : 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendezvous: the unique id names a directory; peers meet there
+
+constexpr char kIdMagic[8] = "p2psimN";
+struct IdLayout {
+  char magic[8];
+  char token[40];
+};
+static_assert(sizeof(IdLayout) <= sizeof(ncclUniqueId));
+
+std::string RootDir() {
+  const char* d = std::getenv("P2PSIM_NCCL_DIR");
+  return d != nullptr && *d != '\0' ? d : "/dev/shm";
+}
+
+std::string RandomToken() {
+  unsigned char bytes[16] = {};
+  FILE* f = std::fopen("/dev/urandom", "rb");
+  if (f == nullptr || std::fread(bytes, 1, sizeof bytes, f) != sizeof bytes) {
+    uint64_t t = std::chrono::steady_clock::now().time_since_epoch().count() ^ (uint64_t(getpid()) << 32);
+    std::memcpy(bytes, &t, sizeof t);
+  }
+  if (f != nullptr) std::fclose(f);
+  std::string token;
+  char hex[3];
+  for (unsigned char b : bytes) {
+    std::snprintf(hex, sizeof hex, "%02x", b);
+    token += hex;
+  }
+  return token;
+}
+
+bool WriteWhole(int fd, const void* data, size_t bytes) {
+  auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Writes a file so readers never see it half-written (write to a temporary name, then rename).
+bool PublishFile(const std::string& path, const void* data, size_t bytes) {
+  std::string tmp = path + ".tmp" + std::to_string(getpid()) + "." + std::to_string(Tid());
+  int fd = open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  bool ok = WriteWhole(fd, data, bytes);
+  close(fd);
+  return ok && rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// A read-only mapping of a published file.
+struct Mapped {
+  const char* data = nullptr;
+  size_t size = 0;
+  Mapped() = default;
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  ~Mapped() { if (data != nullptr && size > 0) munmap(const_cast<char*>(data), size); }
+  bool Open(const std::string& path) {
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat sb {};
+    fstat(fd, &sb);
+    size = static_cast<size_t>(sb.st_size);
+    if (size > 0) {
+      void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+      data = p == MAP_FAILED ? nullptr : static_cast<const char*>(p);
+    }
+    close(fd);
+    return size == 0 || data != nullptr;
+  }
+};
+
+double TimeoutSeconds() {
+  const char* s = std::getenv("P2PSIM_NCCL_TIMEOUT");
+  return s != nullptr && *s != '\0' ? std::atof(s) : 60.0;
+}
+
+using Clock = std::chrono::steady_clock;
+Clock::time_point Deadline() {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(TimeoutSeconds()));
+}
+
+// Waits (futex, shared across processes) while *word == seen; false at the deadline.
+bool FutexWaitChange(std::atomic<uint32_t>* word, uint32_t seen, Clock::time_point deadline) {
+  while (word->load(std::memory_order_acquire) == seen) {
+    auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) return false;
+    auto slice = std::min<Clock::duration>(left, std::chrono::milliseconds(100));
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(slice).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  }
+  return true;
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// The shared segment of one communicator: a barrier, a destroy count and, per ordered rank pair,
+// the number of point-to-point messages posted.
+struct SyncHeader {
+  std::atomic<uint32_t> count, generation, destroyed, aborted;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+struct SyncSegment {
+  SyncHeader* header = nullptr;
+  std::atomic<uint32_t>* posted = nullptr;  // [src * nranks + dst]
+  size_t bytes = 0;
+
+  bool Open(const std::string& path, int nranks) {
+    bytes = sizeof(SyncHeader) + sizeof(std::atomic<uint32_t>) * size_t(nranks) * size_t(nranks);
+    int fd = open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return false;
+    // Every rank sets the same size; a file that already has it keeps its contents.
+    bool ok = ftruncate(fd, static_cast<off_t>(bytes)) == 0;
+    void* p = ok ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return false;
+    header = static_cast<SyncHeader*>(p);
+    posted = reinterpret_cast<std::atomic<uint32_t>*>(header + 1);
+    return true;
+  }
+  void Close() {
+    if (header != nullptr) munmap(header, bytes);
+    header = nullptr;
+  }
+  // A split barrier so one thread can arrive for several communicators (ncclCommInitAll, groups)
+  // before waiting on any of them.
+  uint32_t Arrive(int nranks) {
+    uint32_t gen = header->generation.load(std::memory_order_acquire);
+    if (header->count.fetch_add(1, std::memory_order_acq_rel) + 1 == uint32_t(nranks)) {
+      header->count.store(0, std::memory_order_relaxed);
+      header->generation.fetch_add(1, std::memory_order_acq_rel);
+      FutexWakeAll(&header->generation);
+    }
+    return gen;
+  }
+  // False at the deadline, or as soon as a rank has failed an operation (no point waiting for it).
+  bool Wait(uint32_t gen, Clock::time_point deadline) {
+    while (header->aborted.load(std::memory_order_acquire) == 0) {
+      auto slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(50));
+      if (FutexWaitChange(&header->generation, gen, slice)) return header->aborted.load(std::memory_order_acquire) == 0;
+      if (Clock::now() >= deadline) return false;
+    }
+    return false;
+  }
+  // A rank failed: release everyone waiting on this communicator.
+  void Abort() {
+    header->aborted.store(1, std::memory_order_release);
+    header->generation.fetch_add(1, std::memory_order_acq_rel);
+    FutexWakeAll(&header->generation);
+  }
+};
+
+// What every rank publishes about itself at init (rank.<r> in the directory).
+struct RankInfo {
+  int rank = 0, pid = 0, cuda_dev = 0, nvml_dev = -1, comp_cap = 0;
+  long shm_dev = 0;
+  uint64_t host_hash = 0;
+  int64_t bus_id = 0;
+  char host[64] = {};
+  char bus[32] = {};
+};
+
+// ---------------------------------------------------------------------------------------------
+// Transports (NCCL 2.28: p2p.cc, shm.cc, net.cc, graph/paths.cc)
+
+// NCCL's path types, with the values ncclTopoCheckP2p compares.
+enum NcclPath { kLOC = 0, kNVL = 1, kPIX = 4, kPXB = 5, kPHB = 8, kSYS = 9 };
+
+const char* PathName(int p) {
+  switch (p) {
+    case kLOC: return "LOC";
+    case kNVL: return "NVL";
+    case kPIX: return "PIX";
+    case kPXB: return "PXB";
+    case kPHB: return "PHB";
+    default: return "SYS";
+  }
+}
+
+NcclPath ToNcclPath(PathType t) {
+  switch (t) {
+    case PathType::kNVLink: return kNVL;
+    case PathType::kPIX: return kPIX;
+    case PathType::kPXB: return kPXB;
+    case PathType::kPHB:
+    case PathType::kNODE: return kPHB;
+    default: return kSYS;
+  }
+}
+
+// The user's P2P level (NCCL_P2P_DISABLE / NCCL_P2P_LEVEL), -1 when unset; echoed once.
+int UserP2pLevel() {
+  static int level = [] {
+    if (const char* d = std::getenv("NCCL_P2P_DISABLE"); d != nullptr && *d != '\0') {
+      int disable = std::atoi(d);
+      Info(kAll, "%s set by environment to %d", "NCCL_P2P_DISABLE", disable);
+      if (disable) return int(kLOC);
+    }
+    const char* s = std::getenv("NCCL_P2P_LEVEL");
+    if (s == nullptr || *s == '\0') return -1;
+    static const int kOldToNew[] = {kLOC, kPIX, kPXB, kPHB, kSYS, kSYS};
+    int l = -1;
+    if (std::isdigit(static_cast<unsigned char>(*s))) {
+      int n = std::atoi(s);
+      l = kOldToNew[std::clamp(n, 0, 5)];
+    } else {
+      static const std::pair<const char*, int> kNames[] = {{"LOC", kLOC}, {"NVL", kNVL}, {"PIX", kPIX},
+                                                          {"PXB", kPXB}, {"PHB", kPHB}, {"SYS", kSYS}};
+      for (auto& [name, v] : kNames)
+        if (strcasecmp(s, name) == 0) l = v;
+    }
+    if (l >= 0) Info(kAll, "%s set by environment to %s", "NCCL_P2P_LEVEL", PathName(l));
+    return l;
+  }();
+  return level;
+}
+
+struct Transport {
+  enum Kind { kP2p, kShm, kNet } kind = kNet;
+  std::string text;   // what follows "via", for connIndex 0 (NET adds /Shared on connIndex 1)
+  double gbps = 0;
+};
+
+struct Comm;
+Transport SelectTransport(Comm& comm, const RankInfo& a, const RankInfo& b);
+
+// ---------------------------------------------------------------------------------------------
+// Communicators
+
+struct Comm {
+  std::string dir, api = "ncclCommInitRank";
+  uint64_t comm_hash = 0;
+  int rank = 0, nranks = 0, nchannels = 2;
+  RankInfo me;
+  std::vector<RankInfo> ranks;
+  SyncSegment sync;
+  uint32_t init_gen = 0;
+  bool ready = false, ring_connected = false;
+  std::set<int> p2p_send_connected, p2p_recv_connected;
+  std::set<std::pair<int, int>> refusals_reported;
+  std::vector<uint32_t> send_seq, recv_seq;
+  uint32_t split_seq = 0;
+  ncclResult_t async_error = ncclSuccess;
+  long long shm_charged = 0;
+  // ncclCommSplit's extra fields for the Init lines.
+  Comm* parent = nullptr;
+  int color = 0, key = 0, split_count = 0;
+};
+
+std::mutex g_comms_mu;
+std::set<Comm*> g_comms;
+thread_local std::string t_last_error;
+
+bool Valid(Comm* c) {
+  std::lock_guard<std::mutex> lock(g_comms_mu);
+  return c != nullptr && g_comms.count(c) != 0;
+}
+
+void SetError(Comm* c, ncclResult_t r, const std::string& why) {
+  t_last_error = why;
+  if (c != nullptr && r != ncclSuccess) c->async_error = r;
+}
+
+const Host* HostOf(const RankInfo& r) {
+  Node& n = TheNode();
+  return n.ok ? n.topo.FindHost(r.host) : nullptr;
+}
+
+// GPUs of this host in the communicator (NCCL raises the default level to SYS on AMD with ≤ 2).
+int LocalGpuCount(const Comm& c) {
+  std::set<int> gpus;
+  for (const RankInfo& r : c.ranks)
+    if (r.host_hash == c.me.host_hash) gpus.insert(r.nvml_dev);
+  return static_cast<int>(gpus.size());
+}
+
+// ncclTopoCheckP2p + p2pCanConnect: may a → b use P2P? Prints NCCL's refusal lines once per pair.
+bool P2pAllowed(Comm& c, const RankInfo& a, const RankInfo& b, const Host& host, bool* read) {
+  Node& node = TheNode();
+  auto path = p2ptrace::ClassifyGpuPath(host, a.nvml_dev, b.nvml_dev);
+  int type = a.nvml_dev == b.nvml_dev ? kLOC : ToNcclPath(path.type);
+  int level = UserP2pLevel();
+  if (level < 0) level = host.cpu_vendor == "amd" && LocalGpuCount(c) <= 2 ? kSYS : kPXB;
+  if (type > level) return false;
+  bool report = c.refusals_reported.insert({a.rank, b.rank}).second;
+  auto status = p2psim::PeerStatus(node.topo, host, a.nvml_dev, b.nvml_dev);
+  if (type != kLOC && status != p2psim::P2PStatus::kOk && Param("NCCL_IGNORE_DISABLED_P2P", 0) == 0) {
+    if (type == kNVL && report)
+      WARN("P2P is disabled between NVLINK connected GPUs %d and %d. This should not be the case given their "
+           "connectivity, and is probably due to a hardware issue. If you still want to proceed, you can set "
+           "NCCL_IGNORE_DISABLED_P2P=1.", a.nvml_dev, b.nvml_dev);
+    else if (type < kSYS && report)
+      Info(kInit, "P2P is disabled between connected GPUs %d and %d. You can repress this message with "
+                  "NCCL_IGNORE_DISABLED_P2P=1.", a.nvml_dev, b.nvml_dev);
+    if (type < kSYS) return false;
+  }
+  if (type != kLOC && !p2psim::PeerCapable(node.topo, host, a.nvml_dev, b.nvml_dev)) {
+    int dev_a = CudaDevOfBus(a.bus), dev_b = CudaDevOfBus(b.bus);
+    if (dev_a >= 0 && dev_b >= 0) {
+      if (report)
+        Info(kInit | kP2p, "Could not enable P2P between dev %d(=%lx) and dev %d(=%lx)", dev_a, long(a.bus_id), dev_b,
+             long(b.bus_id));
+      return false;
+    }
+  }
+  // "Enable P2P Read for Ampere/NVLink only", unless NCCL_P2P_READ_ENABLE says otherwise.
+  *read = type == kNVL && a.comp_cap == 80 && b.comp_cap == 80;
+  if (long long r = Param("NCCL_P2P_READ_ENABLE", -2); r != -2) *read = r != 0;
+  return true;
+}
+
+bool HasIbNic(const Host* h) {
+  if (h == nullptr) return false;
+  return std::any_of(h->nics.begin(), h->nics.end(), [](const p2ptrace::Nic& n) { return n.kind == "ib" || n.kind == "roce"; });
+}
+
+Transport NetTransport(const RankInfo& a, const RankInfo& b) {
+  Node& n = TheNode();
+  const Host* ha = HostOf(a);
+  const Host* hb = HostOf(b);
+  Transport t;
+  t.kind = Transport::kNet;
+  bool ib = Param("NCCL_IB_DISABLE", 0) == 0 && HasIbNic(ha) && HasIbNic(hb);
+  bool gdr = ib && ha->gdr && hb->gdr;
+  t.text = ib ? (gdr ? "NET/IB/0/GDRDMA" : "NET/IB/0") : "NET/Socket/0";
+  t.gbps = !n.ok ? 1 : ib ? (gdr ? n.topo.bandwidth.net_gdr : n.topo.bandwidth.net_ib) : n.topo.bandwidth.net_socket;
+  return t;
+}
+
+// selectTransport: P2P, then SHM, then NET — the first that can connect.
+Transport SelectTransport(Comm& c, const RankInfo& a, const RankInfo& b) {
+  Node& n = TheNode();
+  const Host* host = HostOf(a);
+  bool same_host = a.host_hash == b.host_hash && host != nullptr && HostOf(b) == host;
+  if (!same_host || a.shm_dev != b.shm_dev) return NetTransport(a, b);
+  Transport t;
+  bool read = false;
+  if (P2pAllowed(c, a, b, *host, &read)) {
+    t.kind = Transport::kP2p;
+    bool same_process = a.pid == b.pid;
+    t.text = std::string(same_process ? "P2P/direct pointer" : "P2P/CUMEM") + (read ? "/read" : "");
+    t.gbps = a.nvml_dev == b.nvml_dev ? p2psim::kDeviceLocalGbps
+                                      : p2psim::DirectBandwidth(n.topo, *host, a.nvml_dev, b.nvml_dev);
+    return t;
+  }
+  if (Param("NCCL_SHM_DISABLE", 0) == 0) {
+    t.kind = Transport::kShm;
+    t.text = "SHM/direct/direct";
+    t.gbps = n.topo.bandwidth.shm;
+    return t;
+  }
+  return NetTransport(a, b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// /dev/shm of a simulated host: each SHM connection takes NCCL_BUFFSIZE + 1 MiB of dev_shm_mb,
+// counted per live process in a file shared by all processes of that host and /dev/shm device.
+
+struct ShmRecord {
+  int32_t pid;
+  int32_t pad;
+  int64_t bytes;
+};
+
+std::string ShmAccountPath(const RankInfo& me) {
+  return RootDir() + "/p2psim-nccl-shm-" + me.host + "-" + std::to_string(me.shm_dev);
+}
+
+// Adds `delta` bytes to this process's charge; false (nothing charged) when the host would run out.
+bool ChargeShm(const RankInfo& me, long long delta, long long limit) {
+  int fd = open(ShmAccountPath(me).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return true;  // cannot account: do not invent a failure
+  flock(fd, LOCK_EX);
+  std::vector<ShmRecord> recs;
+  ShmRecord r{};
+  while (pread(fd, &r, sizeof r, off_t(recs.size() * sizeof r)) == sizeof r) recs.push_back(r);
+  long long used = 0;
+  int mine = -1;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    if (recs[i].pid == getpid()) mine = int(i);
+    else if (recs[i].pid != 0 && (kill(recs[i].pid, 0) == 0 || errno != ESRCH)) used += recs[i].bytes;
+  }
+  long long my_bytes = mine >= 0 ? recs[mine].bytes : 0;
+  bool ok = delta <= 0 || used + my_bytes + delta <= limit;
+  if (ok) {
+    ShmRecord updated{getpid(), 0, std::max(0ll, my_bytes + delta)};
+    size_t slot = mine >= 0 ? size_t(mine) : recs.size();
+    for (size_t i = 0; mine < 0 && i < recs.size(); ++i)
+      if (recs[i].pid == 0 || (kill(recs[i].pid, 0) != 0 && errno == ESRCH)) { slot = i; break; }
+    pwrite(fd, &updated, sizeof updated, off_t(slot * sizeof updated));
+  }
+  flock(fd, LOCK_UN);
+  close(fd);
+  return ok;
+}
+
+ncclResult_t AllocShmSegment(Comm& c) {
+  const Host* host = HostOf(c.me);
+  long long size = Param("NCCL_BUFFSIZE", 4ll << 20) + (1ll << 20);
+  long long limit = host != nullptr ? host->dev_shm_mb * (1ll << 20) : LLONG_MAX;
+  if (ChargeShm(c.me, size, limit)) {
+    c.shm_charged += size;
+    return ncclSuccess;
+  }
+  std::string name = "/dev/shm/nccl-" + RandomToken().substr(0, 6);
+  WARN("Error: failed to extend %s to %ld bytes, error: %s (%d)", name.c_str(), long(size), strerror(ENOSPC), ENOSPC);
+  WARN("Error while %s shared memory segment %s (size %ld), error: %s (%d)", "creating", name.c_str(),
+       long(size - 4096), strerror(ENOSPC), ENOSPC);
+  return ncclSystemError;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections and their log lines
+
+// One direction of one (channel, connIndex) connection, printed as NCCL prints it.
+ncclResult_t ConnectSend(Comm& c, int channel, int conn_index, const RankInfo& peer) {
+  Transport t = SelectTransport(c, c.me, peer);
+  switch (t.kind) {
+    case Transport::kP2p:
+      Info(kInit | kP2p, "Channel %02d/%01d : %d[%d] -> %d[%d] via %s", channel, conn_index, c.me.rank, c.me.nvml_dev,
+           peer.rank, peer.nvml_dev, t.text.c_str());
+      return ncclSuccess;
+    case Transport::kShm:
+      if (ncclResult_t r = AllocShmSegment(c); r != ncclSuccess) return r;
+      Info(kInit | kShm, "Channel %02d : %d[%d] -> %d[%d] via %s", channel, c.me.rank, c.me.nvml_dev, peer.rank,
+           peer.nvml_dev, t.text.c_str());
+      return ncclSuccess;
+    case Transport::kNet:
+      Info(kInit | kNet, "Channel %02d/%d : %d[%d] -> %d[%d] [send] via %s%s", channel, conn_index, c.me.rank,
+           c.me.nvml_dev, peer.rank, peer.nvml_dev, t.text.c_str(), conn_index == 1 ? "/Shared" : "");
+      return ncclSuccess;
+  }
+  return ncclSuccess;
+}
+
+// The receive side prints only for NET (P2P and SHM receive setups are silent in release builds).
+void ConnectRecv(Comm& c, int channel, int conn_index, const RankInfo& peer) {
+  Transport t = SelectTransport(c, peer, c.me);
+  if (t.kind == Transport::kNet)
+    Info(kInit | kNet, "Channel %02d/%d : %d[%d] -> %d[%d] [receive] via %s%s", channel, conn_index, peer.rank,
+         peer.nvml_dev, c.me.rank, c.me.nvml_dev, t.text.c_str(), conn_index == 1 ? "/Shared" : "");
+}
+
+bool RingUsesGdr(Comm& c) {
+  const Host* h = HostOf(c.me);
+  return h != nullptr && h->gdr && HasIbNic(h) && Param("NCCL_IB_DISABLE", 0) == 0;
+}
+
+ncclResult_t ConnectRing(Comm& c) {
+  if (c.ring_connected || c.nranks == 1) {
+    c.ring_connected = true;
+    return ncclSuccess;
+  }
+  const RankInfo& next = c.ranks[(c.rank + 1) % c.nranks];
+  const RankInfo& prev = c.ranks[(c.rank + c.nranks - 1) % c.nranks];
+  for (int ch = 0; ch < c.nchannels; ++ch) {
+    ConnectRecv(c, ch, 0, prev);
+    if (ncclResult_t r = ConnectSend(c, ch, 0, next); r != ncclSuccess) return r;
+  }
+  c.ring_connected = true;
+  Info(kInit, "Connected all rings, use ring PXN %d GDR %d", 0, RingUsesGdr(c) ? 1 : 0);
+  return ncclSuccess;
+}
+
+ncclResult_t ConnectP2p(Comm& c, int peer, bool send) {
+  std::set<int>& done = send ? c.p2p_send_connected : c.p2p_recv_connected;
+  if (!done.insert(peer).second) return ncclSuccess;
+  for (int ch = 0; ch < c.nchannels; ++ch) {
+    if (send) {
+      if (ncclResult_t r = ConnectSend(c, ch, 1, c.ranks[peer]); r != ncclSuccess) return r;
+    } else {
+      ConnectRecv(c, ch, 1, c.ranks[peer]);
+    }
+  }
+  return ncclSuccess;
+}
+
+// The slowest link of the ring: what a ring collective's bus bandwidth is limited by.
+double RingGbps(Comm& c) {
+  double gbps = 1e9;
+  for (int r = 0; r < c.nranks; ++r)
+    gbps = std::min(gbps, SelectTransport(c, c.ranks[r], c.ranks[(r + 1) % c.nranks]).gbps);
+  return c.nranks > 1 ? gbps : p2psim::kDeviceLocalGbps;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Init
+
+std::string RankFile(const Comm& c, int r) { return c.dir + "/rank." + std::to_string(r); }
+
+void LogInitLine(const Comm& c, const char* what) {
+  if (c.parent != nullptr)
+    Info(kInit, std::strcmp(what, "Init START") == 0
+                    ? "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx parent %p splitCount %d color %d key %d- %s"
+                    : "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx parent %p splitCount %d color %d key %d - %s",
+         c.api.c_str(), static_cast<const void*>(&c), c.rank, c.nranks, c.me.cuda_dev, c.me.nvml_dev,
+         long(c.me.bus_id), static_cast<const void*>(c.parent), c.split_count, c.color, c.key, what);
+  else
+    Info(kInit, "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx commId 0x%llx - %s", c.api.c_str(),
+         static_cast<const void*>(&c), c.rank, c.nranks, c.me.cuda_dev, c.me.nvml_dev, long(c.me.bus_id),
+         static_cast<unsigned long long>(c.comm_hash), what);
+}
+
+// First half of init: who am I; publish it and arrive at the barrier (no waiting, so one thread
+// can start several ranks in a group).
+ncclResult_t InitBegin(Comm& c, const std::string& token, int nranks, int rank) {
+  Node& node = TheNode();
+  if (!node.ok) {
+    WARN("p2psim: %s", node.error.c_str());
+    return ncclSystemError;
+  }
+  ShowVersion();
+  c.dir = RootDir() + "/p2psim-nccl-" + token;
+  c.comm_hash = Fnv1a(token);
+  c.nranks = nranks;
+  c.rank = rank;
+  c.me.rank = rank;
+  c.me.pid = getpid();
+  c.me.cuda_dev = CurrentCudaDev();
+  std::string bus = CudaBusId(c.me.cuda_dev);
+  if (bus.empty()) {
+    WARN("Cuda failure 'cudaDeviceGetPCIBusId' for device %d", c.me.cuda_dev);
+    return ncclUnhandledCudaError;
+  }
+  std::snprintf(c.me.bus, sizeof c.me.bus, "%s", bus.c_str());
+  c.me.bus_id = BusIdToInt64(bus);
+  for (const auto& g : node.host->gpus)
+    if (strcasecmp(g.bus_id.c_str(), bus.c_str()) == 0) c.me.nvml_dev = g.index;
+  c.me.comp_cap = CudaCompCap(c.me.cuda_dev);
+  c.me.host_hash = HostHash();
+  c.me.shm_dev = ShmDevice();
+  std::snprintf(c.me.host, sizeof c.me.host, "%s", node.host->name.c_str());
+  long long nch = std::clamp<long long>(2, Param("NCCL_MIN_NCHANNELS", 1), Param("NCCL_MAX_NCHANNELS", 32));
+  c.nchannels = static_cast<int>(std::clamp<long long>(nch, 1, 32));
+  mkdir(c.dir.c_str(), 0700);
+  if (!c.sync.Open(c.dir + "/sync", nranks) || !PublishFile(RankFile(c, rank), &c.me, sizeof c.me)) {
+    WARN("p2psim: cannot use the rendezvous directory %s: %s", c.dir.c_str(), strerror(errno));
+    return ncclSystemError;
+  }
+  c.send_seq.assign(nranks, 0);
+  c.recv_seq.assign(nranks, 0);
+  LogInitLine(c, "Init START");
+  c.init_gen = c.sync.Arrive(nranks);
+  return ncclSuccess;
+}
+
+// Second half: wait for every rank, read them, print the layout, connect now when asked to.
+ncclResult_t InitFinish(Comm& c) {
+  auto t0 = Clock::now();
+  if (!c.sync.Wait(c.init_gen, Deadline())) {
+    WARN("p2psim: timed out after %.0f s waiting for %d ranks in %s", TimeoutSeconds(), c.nranks, c.dir.c_str());
+    return ncclSystemError;
+  }
+  c.ranks.resize(c.nranks);
+  for (int r = 0; r < c.nranks; ++r) {
+    Mapped m;
+    if (!m.Open(RankFile(c, r)) || m.size != sizeof(RankInfo)) {
+      WARN("p2psim: rank %d's information is missing in %s", r, c.dir.c_str());
+      return ncclSystemError;
+    }
+    std::memcpy(&c.ranks[r], m.data, sizeof(RankInfo));
+  }
+  if (c.rank == 0) {
+    for (int ch = 0; ch < c.nchannels; ++ch) {
+      std::string line;
+      int width = static_cast<int>(std::to_string(std::max(0, c.nranks - 1)).size());
+      for (int r = 0; r < c.nranks; ++r) line += " " + std::string(width - std::to_string(r).size(), ' ') + std::to_string(r);
+      Info(kInit, "Channel %02d/%02d :%s", ch, c.nchannels, line.c_str());
+    }
+  }
+  std::set<uint64_t> nodes;
+  int local_ranks = 0, local_rank = 0;
+  for (const RankInfo& r : c.ranks) {
+    nodes.insert(r.host_hash);
+    if (r.host_hash == c.me.host_hash) {
+      if (r.rank < c.rank) ++local_rank;
+      ++local_ranks;
+    }
+  }
+  Info(kInit, "%d coll channels, %d collnet channels, %d nvls channels, %d p2p channels, %d p2p channels per peer",
+       c.nchannels, 0, 0, c.nchannels, 1);
+  Info(kInit, "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d", static_cast<void*>(&c), c.rank,
+       c.nranks, int(nodes.size()), local_ranks, local_rank, 0);
+  double connect_s = 0;
+  if (Param("NCCL_RUNTIME_CONNECT", 1) == 0) {  // the pre-2.22 behaviour: rings at init
+    auto tc = Clock::now();
+    if (ncclResult_t r = ConnectRing(c); r != ncclSuccess) return r;
+    connect_s = std::chrono::duration<double>(Clock::now() - tc).count();
+  }
+  c.ready = true;
+  LogInitLine(c, "Init COMPLETE");
+  double total = std::chrono::duration<double>(Clock::now() - t0).count();
+  Info(kInit, "Init timings - %s: rank %d nranks %d total %.2f (kernels %.2f, alloc %.2f, bootstrap %.2f, allgathers "
+              "%.2f, topo %.2f, graphs %.2f, connections %.2f, rest %.2f)",
+       c.api.c_str(), c.rank, c.nranks, total, 0.0, 0.0, total - connect_s, 0.0, 0.0, 0.0, connect_s, 0.0);
+  return ncclSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data types and reductions
+
+size_t TypeSize(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
+
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) { bits = sign; }
+    else {
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) { mant <<= 1; --exp; }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000 | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int exp = int((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return uint16_t(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return uint16_t(sign);
+    mant |= 0x800000;
+    uint32_t shift = uint32_t(14 - exp);
+    uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return uint16_t(sign | half);
+  }
+  uint32_t half = sign | (uint32_t(exp) << 10) | (mant >> 13), rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (half & 1))) ++half;
+  return uint16_t(half);
+}
+
+float Bf16ToFloat(uint16_t b) {
+  uint32_t bits = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return uint16_t((x >> 16) | 0x40);
+  return uint16_t((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+template <typename T>
+T Combine(T a, T b, ncclRedOp_t op) {
+  switch (op) {
+    case ncclProd: return T(a * b);
+    case ncclMax: return std::max(a, b);
+    case ncclMin: return std::min(a, b);
+    default: return T(a + b);  // sum, avg (divided at the end)
+  }
+}
+
+// acc[i] = acc[i] op x[i] for `count` elements of type T (stored as S, converted through T).
+template <typename S, typename T, T (*Load)(S), S (*Store)(T)>
+void AccumulateAs(void* acc, const void* x, size_t count, ncclRedOp_t op) {
+  auto* a = static_cast<S*>(acc);
+  auto* b = static_cast<const S*>(x);
+  for (size_t i = 0; i < count; ++i) a[i] = Store(Combine<T>(Load(a[i]), Load(b[i]), op));
+}
+
+template <typename S, typename T, T (*Load)(S), S (*Store)(T)>
+void DivideAs(void* acc, size_t count, int n) {
+  auto* a = static_cast<S*>(acc);
+  for (size_t i = 0; i < count; ++i) a[i] = Store(T(Load(a[i]) / T(n)));
+}
+
+template <typename T> T Same(T v) { return v; }
+
+#define P2PSIM_FOR_TYPES(X)                                                             \
+  X(ncclInt8, int8_t, int8_t, Same<int8_t>, Same<int8_t>)                               \
+  X(ncclUint8, uint8_t, uint8_t, Same<uint8_t>, Same<uint8_t>)                          \
+  X(ncclInt32, int32_t, int32_t, Same<int32_t>, Same<int32_t>)                          \
+  X(ncclUint32, uint32_t, uint32_t, Same<uint32_t>, Same<uint32_t>)                     \
+  X(ncclInt64, int64_t, int64_t, Same<int64_t>, Same<int64_t>)                          \
+  X(ncclUint64, uint64_t, uint64_t, Same<uint64_t>, Same<uint64_t>)                     \
+  X(ncclFloat16, uint16_t, float, HalfToFloat, FloatToHalf)                             \
+  X(ncclFloat32, float, float, Same<float>, Same<float>)                                \
+  X(ncclFloat64, double, double, Same<double>, Same<double>)                            \
+  X(ncclBfloat16, uint16_t, float, Bf16ToFloat, FloatToBf16)
+
+void Accumulate(void* acc, const void* x, size_t count, ncclDataType_t type, ncclRedOp_t op) {
+  switch (type) {
+#define X(E, S, T, L, W) case E: AccumulateAs<S, T, L, W>(acc, x, count, op); break;
+    P2PSIM_FOR_TYPES(X)
+#undef X
+    default: break;
+  }
+}
+
+void Divide(void* acc, size_t count, ncclDataType_t type, int n) {
+  switch (type) {
+#define X(E, S, T, L, W) case E: DivideAs<S, T, L, W>(acc, count, n); break;
+    P2PSIM_FOR_TYPES(X)
+#undef X
+    default: break;
+  }
+}
+
+bool Reducible(ncclDataType_t t, ncclRedOp_t op) {
+  return t >= ncclInt8 && t <= ncclBfloat16 && op >= ncclSum && op <= ncclAvg;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations and groups
+
+enum class OpKind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kSend, kRecv };
+
+struct Op {
+  OpKind kind;
+  Comm* comm;
+  const void* send;
+  void* recv;
+  size_t count;  // NCCL's count argument (per rank for AllGather/ReduceScatter/AlltoAll)
+  ncclDataType_t type;
+  ncclRedOp_t red;
+  int root_or_peer;
+  cudaStream_t stream;
+  int slot = 0;  // index among this group's collectives on the same communicator
+};
+
+bool IsP2p(const Op& op) { return op.kind == OpKind::kSend || op.kind == OpKind::kRecv; }
+
+thread_local int t_group_depth = 0;
+thread_local std::vector<Op> t_ops;
+thread_local std::vector<Comm*> t_pending_inits;
+
+std::string CollFile(const Comm& c, int rank, int slot) {
+  return c.dir + "/coll." + std::to_string(rank) + "." + std::to_string(slot);
+}
+std::string P2pFile(const Comm& c, int src, int dst, uint32_t seq) {
+  return c.dir + "/p2p." + std::to_string(src) + "." + std::to_string(dst) + "." + std::to_string(seq);
+}
+
+// What this rank contributes to a collective (its bytes, published for the others).
+std::pair<const void*, size_t> Contribution(const Op& op) {
+  size_t sz = TypeSize(op.type), n = size_t(op.comm->nranks);
+  switch (op.kind) {
+    case OpKind::kBroadcast: return {op.comm->rank == op.root_or_peer ? op.send : nullptr, op.comm->rank == op.root_or_peer ? op.count * sz : 0};
+    case OpKind::kReduceScatter:
+    case OpKind::kAlltoAll: return {op.send, op.count * n * sz};
+    default: return {op.send, op.count * sz};
+  }
+}
+
+ncclResult_t Post(Op& op) {
+  Comm& c = *op.comm;
+  if (op.kind == OpKind::kRecv) return ncclSuccess;
+  if (op.kind == OpKind::kSend) {
+    uint32_t seq = c.send_seq[op.root_or_peer]++;
+    if (!PublishFile(P2pFile(c, c.rank, op.root_or_peer, seq), op.send, op.count * TypeSize(op.type))) return ncclSystemError;
+    auto& word = c.sync.posted[size_t(c.rank) * c.nranks + op.root_or_peer];
+    word.fetch_add(1, std::memory_order_acq_rel);
+    FutexWakeAll(&word);
+    return ncclSuccess;
+  }
+  auto [data, bytes] = Contribution(op);
+  return PublishFile(CollFile(c, c.rank, op.slot), data, bytes) ? ncclSuccess : ncclSystemError;
+}
+
+ncclResult_t Receive(Op& op) {
+  Comm& c = *op.comm;
+  int peer = op.root_or_peer;
+  uint32_t seq = c.recv_seq[peer]++;
+  auto& word = c.sync.posted[size_t(peer) * c.nranks + c.rank];
+  auto deadline = Deadline();
+  for (uint32_t seen = word.load(std::memory_order_acquire); seen <= seq; seen = word.load(std::memory_order_acquire)) {
+    if (!FutexWaitChange(&word, seen, deadline)) {
+      WARN("p2psim: timed out after %.0f s waiting for rank %d's ncclSend to rank %d", TimeoutSeconds(), peer, c.rank);
+      return ncclSystemError;
+    }
+  }
+  std::string path = P2pFile(c, peer, c.rank, seq);
+  Mapped m;
+  if (!m.Open(path)) return ncclSystemError;
+  size_t want = op.count * TypeSize(op.type);
+  if (m.size != want) {
+    WARN("p2psim: rank %d received %zu bytes from rank %d but posted a receive of %zu bytes", c.rank, m.size, peer, want);
+    unlink(path.c_str());
+    return ncclInvalidUsage;
+  }
+  if (want > 0) std::memcpy(op.recv, m.data, want);
+  unlink(path.c_str());
+  return ncclSuccess;
+}
+
+// Reduces the `block`-th block (of `count` elements) of every rank's contribution into out.
+ncclResult_t ReduceBlocks(Op& op, size_t block, void* out) {
+  Comm& c = *op.comm;
+  size_t bytes = op.count * TypeSize(op.type);
+  std::vector<char> acc(bytes);
+  for (int r = 0; r < c.nranks; ++r) {
+    Mapped m;
+    if (!m.Open(CollFile(c, r, op.slot)) || m.size < (block + 1) * bytes) return ncclSystemError;
+    if (r == 0) std::memcpy(acc.data(), m.data + block * bytes, bytes);
+    else Accumulate(acc.data(), m.data + block * bytes, op.count, op.type, op.red);
+  }
+  if (op.red == ncclAvg) Divide(acc.data(), op.count, op.type, c.nranks);
+  if (bytes > 0) std::memcpy(out, acc.data(), bytes);
+  return ncclSuccess;
+}
+
+// Copies rank r's contribution's `block`-th block of `bytes` to out.
+ncclResult_t CopyBlock(const Op& op, int r, size_t block, size_t bytes, void* out) {
+  Mapped m;
+  if (!m.Open(CollFile(*op.comm, r, op.slot)) || m.size < (block + 1) * bytes) return ncclSystemError;
+  if (bytes > 0) std::memcpy(out, m.data + block * bytes, bytes);
+  return ncclSuccess;
+}
+
+ncclResult_t Complete(Op& op) {
+  Comm& c = *op.comm;
+  size_t bytes = op.count * TypeSize(op.type);
+  switch (op.kind) {
+    case OpKind::kSend: return ncclSuccess;
+    case OpKind::kRecv: return Receive(op);
+    case OpKind::kAllReduce: return ReduceBlocks(op, 0, op.recv);
+    case OpKind::kReduce: return c.rank == op.root_or_peer ? ReduceBlocks(op, 0, op.recv) : ncclSuccess;
+    case OpKind::kReduceScatter: return ReduceBlocks(op, size_t(c.rank), op.recv);
+    case OpKind::kBroadcast: return CopyBlock(op, op.root_or_peer, 0, bytes, op.recv);
+    case OpKind::kAllGather:
+      for (int r = 0; r < c.nranks; ++r)
+        if (ncclResult_t res = CopyBlock(op, r, 0, bytes, static_cast<char*>(op.recv) + r * bytes); res != ncclSuccess) return res;
+      return ncclSuccess;
+    case OpKind::kAlltoAll:
+      for (int r = 0; r < c.nranks; ++r)
+        if (ncclResult_t res = CopyBlock(op, r, size_t(c.rank), bytes, static_cast<char*>(op.recv) + r * bytes); res != ncclSuccess) return res;
+      return ncclSuccess;
+  }
+  return ncclSuccess;
+}
+
+// Simulated duration: nccl-tests' bus bytes over the slowest link the operation uses.
+double OpSeconds(Op& op) {
+  Comm& c = *op.comm;
+  double n = c.nranks, bytes = double(op.count * TypeSize(op.type));
+  double bus = bytes, gbps;
+  if (IsP2p(op)) {
+    const RankInfo& me = c.me;
+    const RankInfo& peer = c.ranks[op.root_or_peer];
+    gbps = op.kind == OpKind::kSend ? SelectTransport(c, me, peer).gbps : SelectTransport(c, peer, me).gbps;
+  } else {
+    gbps = RingGbps(c);
+    switch (op.kind) {
+      case OpKind::kAllReduce: bus = bytes * 2 * (n - 1) / n; break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter:
+      case OpKind::kAlltoAll: bus = bytes * n * (n - 1) / n; break;
+      default: break;
+    }
+  }
+  constexpr double kLaunchSeconds = 5e-6;  // like a kernel launch on the fake cudart
+  return kLaunchSeconds + bus / (gbps * 1e9);
+}
+
+// Lazy connect: the ring at a communicator's first collective, a p2p pair at its first send/recv.
+ncclResult_t ConnectFor(Op& op) {
+  Comm& c = *op.comm;
+  if (op.kind == OpKind::kSend) return ConnectP2p(c, op.root_or_peer, true);
+  if (op.kind == OpKind::kRecv) return ConnectP2p(c, op.root_or_peer, false);
+  return ConnectRing(c);
+}
+
+// One kernel per stream and group: collectives run one after another, the sends and receives of a
+// group run concurrently (the slowest one counts).
+void AdvanceClocks(std::vector<Op>& ops) {
+  std::map<cudaStream_t, std::pair<double, double>> per_stream;  // (collectives, p2p)
+  for (Op& op : ops) {
+    auto& [coll, p2p] = per_stream[op.stream];
+    if (IsP2p(op)) p2p = std::max(p2p, OpSeconds(op));
+    else coll += OpSeconds(op);
+  }
+  for (auto& [stream, t] : per_stream) AdvanceStream(stream, t.first + t.second);
+}
+
+// Every collective communicator of the batch passes one barrier round.
+ncclResult_t BarrierRound(const std::vector<Comm*>& comms) {
+  std::vector<uint32_t> gens;
+  for (Comm* c : comms) gens.push_back(c->sync.Arrive(c->nranks));
+  auto deadline = Deadline();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (!comms[i]->sync.Wait(gens[i], deadline)) {
+      if (comms[i]->sync.header->aborted.load() != 0) {
+        WARN("p2psim: another rank of comm %p failed; rank %d gives up", static_cast<void*>(comms[i]), comms[i]->rank);
+        return ncclRemoteError;
+      }
+      WARN("p2psim: timed out after %.0f s waiting for the other ranks of comm %p (rank %d of %d)", TimeoutSeconds(),
+           static_cast<void*>(comms[i]), comms[i]->rank, comms[i]->nranks);
+      return ncclSystemError;
+    }
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t Fail(std::vector<Op>& ops, ncclResult_t r) {
+  for (Op& op : ops) {
+    SetError(op.comm, r, "p2psim: operation failed");
+    if (op.comm->sync.header != nullptr) op.comm->sync.Abort();
+  }
+  return r;
+}
+
+// ncclGroupEnd (or a call outside a group): connect, post, meet, complete, meet, advance clocks.
+ncclResult_t Execute(std::vector<Op> ops) {
+  std::map<Comm*, int> slots;
+  std::vector<Comm*> coll_comms;
+  for (Op& op : ops) {
+    if (IsP2p(op)) continue;
+    if (slots.count(op.comm) == 0) coll_comms.push_back(op.comm);
+    op.slot = slots[op.comm]++;
+  }
+  for (Op& op : ops)
+    if (ncclResult_t r = ConnectFor(op); r != ncclSuccess) return Fail(ops, r);
+  for (Op& op : ops)
+    if (ncclResult_t r = Post(op); r != ncclSuccess) return Fail(ops, r);
+  if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
+  for (Op& op : ops)
+    if (ncclResult_t r = Complete(op); r != ncclSuccess) return Fail(ops, r);
+  if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
+  AdvanceClocks(ops);
+  return ncclSuccess;
+}
+
+ncclResult_t FinishPendingInits() {
+  std::vector<Comm*> pending;
+  pending.swap(t_pending_inits);
+  ncclResult_t result = ncclSuccess;
+  for (Comm* c : pending)
+    if (ncclResult_t r = InitFinish(*c); r != ncclSuccess) {
+      SetError(c, r, "p2psim: communicator init failed");
+      result = r;
+    }
+  return result;
+}
+
+ncclResult_t Enqueue(const Op& op) {
+  if (!Valid(op.comm)) return ncclInvalidArgument;
+  if (!op.comm->ready && t_group_depth == 0) return ncclInvalidUsage;
+  if (TypeSize(op.type) == 0) {
+    WARN("Invalid datatype %d", int(op.type));
+    return ncclInvalidArgument;
+  }
+  bool reduces = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce || op.kind == OpKind::kReduceScatter;
+  if (reduces && !Reducible(op.type, op.red)) {
+    WARN("Invalid reduction operation %d", int(op.red));
+    return ncclInvalidArgument;
+  }
+  if (op.root_or_peer < 0 || op.root_or_peer >= op.comm->nranks) {
+    WARN("%s : invalid root/peer %d (nranks %d)", IsP2p(op) ? "ncclSend/ncclRecv" : "collective", op.root_or_peer,
+         op.comm->nranks);
+    return ncclInvalidArgument;
+  }
+  if (t_group_depth > 0) {
+    t_ops.push_back(op);
+    return ncclSuccess;
+  }
+  return Execute({op});
+}
+
+Op MakeOp(OpKind kind, Comm* comm, const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t red,
+          int root_or_peer, cudaStream_t stream) {
+  return Op{kind, comm, send, recv, count, type, red, root_or_peer, stream, 0};
+}
+
+// Starts a communicator's init; completes it now, or at ncclGroupEnd inside a group.
+ncclResult_t InitRank(ncclComm_t* out, int nranks, const std::string& token, int rank, const char* api) {
+  if (out == nullptr) return ncclInvalidArgument;
+  if (nranks < 1 || rank < 0 || rank >= nranks) {
+    WARN("Invalid rank requested : %d/%d", rank, nranks);
+    return ncclInvalidArgument;
+  }
+  auto* c = new Comm();
+  c->api = api;
+  if (ncclResult_t r = InitBegin(*c, token, nranks, rank); r != ncclSuccess) {
+    delete c;
+    return r;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_comms_mu);
+    g_comms.insert(c);
+  }
+  *out = reinterpret_cast<ncclComm_t>(c);
+  if (t_group_depth > 0) {
+    t_pending_inits.push_back(c);
+    return ncclSuccess;
+  }
+  ncclResult_t r = InitFinish(*c);
+  if (r != ncclSuccess) SetError(c, r, "p2psim: communicator init failed");
+  return r;
+}
+
+std::string TokenOf(const ncclUniqueId& id) {
+  IdLayout l;
+  std::memcpy(&l, &id, sizeof l);
+  if (std::memcmp(l.magic, kIdMagic, sizeof kIdMagic) != 0) return "";
+  l.token[sizeof l.token - 1] = '\0';
+  return l.token;
+}
+
+Comm* C(ncclComm_t comm) { return reinterpret_cast<Comm*>(comm); }
+
+ncclResult_t Release(ncclComm_t comm, const char* what) {
+  Comm* c = C(comm);
+  if (!Valid(c)) return ncclInvalidArgument;
+  {
+    std::lock_guard<std::mutex> lock(g_comms_mu);
+    g_comms.erase(c);
+  }
+  if (c->shm_charged > 0) ChargeShm(c->me, -c->shm_charged, LLONG_MAX);
+  Info(kInit, "comm %p rank %d nranks %d cudaDev %d busId %lx - %s COMPLETE", static_cast<void*>(c), c->rank, c->nranks,
+       c->me.cuda_dev, long(c->me.bus_id), what);
+  // The last rank out removes the rendezvous directory's files.
+  if (c->sync.header != nullptr && c->sync.header->destroyed.fetch_add(1) + 1 == uint32_t(c->nranks)) {
+    for (int r = 0; r < c->nranks; ++r) {
+      unlink(RankFile(*c, r).c_str());
+      for (int slot = 0; slot < 64; ++slot)
+        if (unlink(CollFile(*c, r, slot).c_str()) != 0) break;
+    }
+    unlink((c->dir + "/sync").c_str());
+    rmdir(c->dir.c_str());
+  }
+  c->sync.Close();
+  delete c;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The API
+
+NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
+  if (version == nullptr) return ncclInvalidArgument;
+  *version = VersionCode();
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* out) {
+  if (out == nullptr) return ncclInvalidArgument;
+  ShowVersion();
+  IdLayout l{};
+  std::memcpy(l.magic, kIdMagic, sizeof kIdMagic);
+  std::string token = RandomToken();
+  std::snprintf(l.token, sizeof l.token, "%s", token.c_str());
+  std::memset(out, 0, sizeof *out);
+  std::memcpy(out, &l, sizeof l);
+  return ncclSuccess;
+}
+
+NCCL_API(const char*, ncclGetErrorString, ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+NCCL_API(const char*, ncclGetLastError, ncclComm_t comm) {
+  (void)comm;
+  return t_last_error.c_str();
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  std::string token = TokenOf(commId);
+  if (token.empty()) {
+    WARN("p2psim: the unique id was not made by ncclGetUniqueId");
+    return ncclInvalidArgument;
+  }
+  return InitRank(comm, nranks, token, rank, "ncclCommInitRank");
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+         ncclConfig_t* config) {
+  (void)config;  // blocking, CGA, netName… do not change what the sim does
+  std::string token = TokenOf(commId);
+  if (token.empty()) return ncclInvalidArgument;
+  return InitRank(comm, nranks, token, rank, "ncclCommInitRankConfig");
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId* commIds, ncclConfig_t* config) {
+  (void)config;
+  if (nId < 1 || commIds == nullptr) return ncclInvalidArgument;
+  std::string token = TokenOf(commIds[0]);
+  if (token.empty()) return ncclInvalidArgument;
+  return InitRank(newcomm, nranks, token, myrank, "ncclCommInitRankScalable");
+}
+
+namespace {
+ncclResult_t GroupStart() {
+  ++t_group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t GroupEnd() {
+  if (t_group_depth == 0) {
+    WARN("ncclGroupEnd: not in a group call.");
+    return ncclInvalidUsage;
+  }
+  if (--t_group_depth > 0) return ncclSuccess;
+  ncclResult_t r = FinishPendingInits();
+  std::vector<Op> ops;
+  ops.swap(t_ops);
+  if (r != ncclSuccess) return r;
+  return ops.empty() ? ncclSuccess : Execute(std::move(ops));
+}
+}  // namespace
+
+NCCL_API(ncclResult_t, ncclGroupStart) { return GroupStart(); }
+NCCL_API(ncclResult_t, ncclGroupEnd) { return GroupEnd(); }
+
+// One process, many devices. Calls ncclGetUniqueId through the PLT, as the real library does.
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* devlist) {
+  if (comms == nullptr || ndev < 1) return ncclInvalidArgument;
+  ncclUniqueId id;
+  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return r;
+  int saved = CurrentCudaDev();
+  GroupStart();  // internal, not through the PLT (the real library has no such self-call)
+  ncclResult_t result = ncclSuccess;
+  for (int i = 0; i < ndev && result == ncclSuccess; ++i) {
+    CudaSetDevice(devlist != nullptr ? devlist[i] : i);
+    result = InitRank(&comms[i], ndev, TokenOf(id), i, "ncclCommInitAll");
+  }
+  ncclResult_t end = GroupEnd();
+  CudaSetDevice(saved);
+  return result != ncclSuccess ? result : end;
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  (void)config;
+  Comm* c = C(comm);
+  if (!Valid(c) || newcomm == nullptr) return ncclInvalidArgument;
+  // Every rank publishes (color, key); ranks of one color form the child, ordered by (key, rank).
+  uint32_t seq = c->split_seq++;
+  int mine[2] = {color, key};
+  std::string base = c->dir + "/split" + std::to_string(seq) + ".";
+  if (!PublishFile(base + std::to_string(c->rank), mine, sizeof mine)) return ncclSystemError;
+  if (ncclResult_t r = BarrierRound({c}); r != ncclSuccess) return r;
+  std::vector<std::pair<int, int>> members;  // (key, parent rank) of my color
+  for (int r = 0; r < c->nranks; ++r) {
+    Mapped m;
+    int theirs[2];
+    if (!m.Open(base + std::to_string(r)) || m.size != sizeof theirs) return ncclSystemError;
+    std::memcpy(theirs, m.data, sizeof theirs);
+    if (color != NCCL_SPLIT_NOCOLOR && theirs[0] == color) members.push_back({theirs[1], r});
+  }
+  if (ncclResult_t r = BarrierRound({c}); r != ncclSuccess) return r;
+  unlink((base + std::to_string(c->rank)).c_str());
+  if (color == NCCL_SPLIT_NOCOLOR) {
+    *newcomm = nullptr;
+    return ncclSuccess;
+  }
+  std::sort(members.begin(), members.end());
+  int rank = int(std::find_if(members.begin(), members.end(), [&](auto& m) { return m.second == c->rank; }) - members.begin());
+  std::string token = c->dir.substr(c->dir.rfind("p2psim-nccl-") + 12) + "-s" + std::to_string(seq) + "c" + std::to_string(color);
+  auto* child = new Comm();
+  child->api = "ncclCommSplit";
+  child->parent = c;
+  child->color = color;
+  child->key = key;
+  child->split_count = int(seq);
+  if (ncclResult_t r = InitBegin(*child, token, int(members.size()), rank); r != ncclSuccess) {
+    delete child;
+    return r;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_comms_mu);
+    g_comms.insert(child);
+  }
+  *newcomm = reinterpret_cast<ncclComm_t>(child);
+  return InitFinish(*child);
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  return Valid(C(comm)) ? ncclSuccess : ncclInvalidArgument;
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  return Release(comm, "Destroy");
+}
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  return Release(comm, "Abort");
+}
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count) {
+  if (!Valid(C(comm)) || count == nullptr) return ncclInvalidArgument;
+  *count = C(comm)->nranks;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device) {
+  if (!Valid(C(comm)) || device == nullptr) return ncclInvalidArgument;
+  *device = C(comm)->me.cuda_dev;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
+  if (!Valid(C(comm)) || rank == nullptr) return ncclInvalidArgument;
+  *rank = C(comm)->rank;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
+  if (!Valid(C(comm)) || asyncError == nullptr) return ncclInvalidArgument;
+  *asyncError = C(comm)->async_error;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kAllReduce, C(comm), sendbuff, recvbuff, count, datatype, op, 0, stream));
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         int root, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kBroadcast, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, root, stream));
+}
+
+// In-place broadcast; calls ncclBroadcast through the PLT, as the real library does.
+NCCL_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+         cudaStream_t stream) {
+  return ncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kReduce, C(comm), sendbuff, recvbuff, count, datatype, op, root, stream));
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kAllGather, C(comm), sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream));
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kReduceScatter, C(comm), sendbuff, recvbuff, recvcount, datatype, op, 0, stream));
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+         ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kAlltoAll, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, 0, stream));
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kSend, C(comm), sendbuff, nullptr, count, datatype, ncclSum, peer, stream));
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+         cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kRecv, C(comm), nullptr, recvbuff, count, datatype, ncclSum, peer, stream));
+}

@@ -1,0 +1,661 @@
+// core/nccl_log: every real log in tests/fixtures/nccl-logs parses to exactly what its sidecar says
+// (the directory is listed when the test starts: adding a fixture adds a case), plus the shapes the
+// fixtures do not cover and the inputs a log tap meets (any split, CRLF, huge lines, garbage).
+#include "core/nccl_log.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "p2ptrace/vocabulary.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using p2ptrace::Connection;
+using p2ptrace::NcclLog;
+using p2ptrace::NcclLogParser;
+using p2ptrace::ParseNcclLog;
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> FixtureLogs() {
+  std::vector<std::string> logs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(NCCL_FIXTURE_DIR, ec))
+    if (entry.path().extension() == ".log") logs.push_back(entry.path().string());
+  std::sort(logs.begin(), logs.end());
+  return logs;
+}
+
+// ---- comparing with a sidecar -------------------------------------------------------------------
+//
+// Sidecar conventions (see tests/fixtures/nccl-logs/README.md): null means "the line has none"
+// (conn_index -1, devices "", direction ""); "recv" is the parser's "receive"; a field that is
+// absent from an entry is not compared (e.g. logged_by_* where the host name is redacted).
+
+class Mismatches {
+ public:
+  template <typename A, typename B>
+  void Check(uint64_t line, const std::string& what, const A& expected, const B& got) {
+    if (expected == got) return;
+    std::ostringstream s;
+    s << "line " << line << ": " << what << ": expected '" << expected << "', got '" << got << "'";
+    list_.push_back(s.str());
+  }
+  void Add(std::string text) { list_.push_back(std::move(text)); }
+  std::string Text() const {
+    std::string t;
+    for (const auto& m : list_) t += "  " + m + "\n";
+    return t;
+  }
+  bool empty() const { return list_.empty(); }
+
+ private:
+  std::vector<std::string> list_;
+};
+
+int IntOrNone(const json& e, const char* key) { return e.at(key).is_null() ? -1 : e.at(key).get<int>(); }
+std::string StrOrNone(const json& e, const char* key) { return e.at(key).is_null() ? "" : e.at(key).get<std::string>(); }
+std::string Direction(const json& e) {
+  std::string d = StrOrNone(e, "direction");
+  return d == "recv" ? "receive" : d;
+}
+
+// Expected entries and parsed records, paired by line (a line holds at most one record).
+template <typename T>
+void PairByLine(const json& expected, const std::vector<const T*>& got, const std::string& what, Mismatches* m,
+                const std::function<void(const json&, const T&)>& compare) {
+  std::map<uint64_t, const T*> by_line;
+  for (const T* g : got) by_line[g->line] = g;
+  std::set<uint64_t> seen;
+  for (const json& e : expected) {
+    uint64_t line = e.at("line").get<uint64_t>();
+    seen.insert(line);
+    auto it = by_line.find(line);
+    if (it == by_line.end()) m->Add("line " + std::to_string(line) + ": expected a " + what + ", parsed none");
+    else compare(e, *it->second);
+  }
+  for (const auto& [line, g] : by_line)
+    if (!seen.count(line)) m->Add("line " + std::to_string(line) + ": parsed a " + what + " the sidecar does not list");
+}
+
+void CompareConnections(const json& expected, const NcclLog& log, Mismatches* m) {
+  std::vector<const Connection*> peers;
+  for (const Connection& c : log.connections)
+    if (c.dst_rank >= 0) peers.push_back(&c);
+  PairByLine<Connection>(expected, peers, "connection", m, [&](const json& e, const Connection& c) {
+    uint64_t l = c.line;
+    m->Check(l, "channel", e.at("channel").get<int>(), c.channel);
+    m->Check(l, "src_rank", e.at("src_rank").get<int>(), c.src_rank);
+    m->Check(l, "dst_rank", e.at("dst_rank").get<int>(), c.dst_rank);
+    m->Check(l, "transport", e.at("transport").get<std::string>(), c.transport);
+    m->Check(l, "direction", Direction(e), c.direction);
+    m->Check(l, "conn_index", IntOrNone(e, "conn_index"), c.conn_index);
+    if (e.contains("src_dev")) m->Check(l, "src_dev", StrOrNone(e, "src_dev"), c.src_dev);
+    if (e.contains("dst_dev")) m->Check(l, "dst_dev", StrOrNone(e, "dst_dev"), c.dst_dev);
+    if (e.contains("keyword")) m->Check(l, "keyword", e.at("keyword").get<std::string>(), c.keyword);
+    if (e.contains("logged_by_host")) m->Check(l, "logged_by_host", StrOrNone(e, "logged_by_host"), c.logger.host);
+    if (e.contains("logged_by_cudaDev")) m->Check(l, "logged_by_cudaDev", IntOrNone(e, "logged_by_cudaDev"), c.logger.cuda_dev);
+    m->Check(l, "class", p2ptrace::ClassifyNcclTransport(c.transport), c.transport_class);
+  });
+}
+
+void CompareCollNet(const json& expected, const NcclLog& log, Mismatches* m) {
+  std::vector<const Connection*> collnet;
+  for (const Connection& c : log.connections)
+    if (c.dst_rank < 0) collnet.push_back(&c);
+  PairByLine<Connection>(expected, collnet, "CollNet connection", m, [&](const json& e, const Connection& c) {
+    m->Check(c.line, "channel", e.at("channel").get<int>(), c.channel);
+    m->Check(c.line, "conn_index", IntOrNone(e, "conn_index"), c.conn_index);
+    m->Check(c.line, "rank", e.at("rank").get<int>(), c.src_rank);
+    m->Check(c.line, "direction", Direction(e), c.direction);
+    m->Check(c.line, "transport", e.at("transport").get<std::string>(), c.transport);
+    m->Check(c.line, "class", int{P2PTRACE_TRANSPORT_COLLNET}, c.transport_class);
+  });
+}
+
+void CompareRefusals(const json& expected, const NcclLog& log, Mismatches* m) {
+  std::vector<const p2ptrace::Refusal*> got;
+  for (const auto& r : log.refusals) got.push_back(&r);
+  PairByLine<p2ptrace::Refusal>(expected, got, "refusal", m, [&](const json& e, const p2ptrace::Refusal& r) {
+    m->Check(r.line, "refusal text", e.at("text").get<std::string>(), r.text);
+  });
+}
+
+// The sidecars' "p2p_type_info_lines" mix two of the parser's lists: environment echoes (which must
+// be among `env`) and `Check P2P Type` / `NVLS multicast support` lines (exactly `p2p_notes`).
+void CompareP2pInfo(const json& expected, const NcclLog& log, Mismatches* m) {
+  constexpr std::string_view kEnv = " set by environment to ";
+  json notes = json::array();
+  for (const json& e : expected) {
+    std::string text = e.at("text");
+    uint64_t line = e.at("line");
+    size_t p = text.find(kEnv);
+    if (p == std::string::npos) {
+      notes.push_back(e);
+      continue;
+    }
+    auto it = std::find_if(log.env.begin(), log.env.end(), [&](const auto& env) { return env.line == line; });
+    if (it == log.env.end()) m->Add("line " + std::to_string(line) + ": expected an environment line, parsed none");
+    else m->Check(line, "env name", text.substr(0, p), it->name);
+  }
+  std::vector<const p2ptrace::NcclNote*> got;
+  for (const auto& n : log.p2p_notes) got.push_back(&n);
+  PairByLine<p2ptrace::NcclNote>(notes, got, "P2P note", m, [&](const json& e, const p2ptrace::NcclNote& n) {
+    m->Check(n.line, "note text", e.at("text").get<std::string>(), n.text);
+  });
+}
+
+void CompareVersions(const json& sidecar, const NcclLog& log, Mismatches* m) {
+  const json& expected = sidecar.at("expected").at("version_lines");
+  std::vector<const p2ptrace::VersionLine*> got;
+  for (const auto& v : log.version_lines) got.push_back(&v);
+  PairByLine<p2ptrace::VersionLine>(expected, got, "version line", m, [&](const json& e, const p2ptrace::VersionLine& v) {
+    m->Check(v.line, "version", e.at("version").get<std::string>(), v.version);
+  });
+  // Without a version line, the sidecar's nccl_version is an inference ("2.21.x (inferred)").
+  std::string want = expected.empty() ? "" : sidecar.at("nccl_version").get<std::string>();
+  m->Check(0, "nccl_version", want, log.nccl_version);
+}
+
+void CompareInitComplete(const json& expected, const NcclLog& log, Mismatches* m) {
+  struct Completed {
+    const p2ptrace::RankIdentity* r;
+    uint64_t line;
+  };
+  std::vector<Completed> storage;
+  for (const auto& r : log.ranks)
+    if (r.complete_line) storage.push_back({&r, r.complete_line});
+  std::vector<const Completed*> got;
+  for (const auto& c : storage) got.push_back(&c);
+  PairByLine<Completed>(expected, got, "Init COMPLETE identity", m, [&](const json& e, const Completed& c) {
+    const auto& r = *c.r;
+    m->Check(c.line, "comm", e.at("comm").get<std::string>(), r.comm);
+    m->Check(c.line, "rank", e.at("rank").get<int>(), r.rank);
+    m->Check(c.line, "nranks", e.at("nranks").get<int>(), r.nranks);
+    m->Check(c.line, "cudaDev", IntOrNone(e, "cudaDev"), r.cuda_dev);
+    m->Check(c.line, "nvmlDev", IntOrNone(e, "nvmlDev"), r.nvml_dev);
+    m->Check(c.line, "busId", StrOrNone(e, "busId"), r.bus_id);
+    if (e.contains("host")) m->Check(c.line, "host", StrOrNone(e, "host"), r.host);
+  });
+}
+
+void CompareSummary(const json& summary, const NcclLog& log, Mismatches* m) {
+  std::map<std::string, int> by_transport;
+  int n = 0;
+  for (const Connection& c : log.connections)
+    if (c.dst_rank >= 0) ++n, ++by_transport[c.transport];
+  m->Check(0, "summary.n_connection_lines", summary.at("n_connection_lines").get<int>(), n);
+  for (const auto& [t, count] : summary.at("by_transport").items())
+    m->Check(0, "summary.by_transport[" + t + "]", count.get<int>(), by_transport[t]);
+  m->Check(0, "summary: transports", summary.at("by_transport").size(), by_transport.size());
+}
+
+class NcclLogFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NcclLogFixture, ParsesToItsSidecar) {
+  fs::path log_path = GetParam();
+  fs::path sidecar_path = fs::path(log_path).replace_extension(".json");
+  ASSERT_TRUE(fs::exists(sidecar_path)) << log_path << " has no sidecar " << sidecar_path;
+  json sidecar = json::parse(ReadFile(sidecar_path));
+  const json& e = sidecar.at("expected");
+  NcclLog log = ParseNcclLog(ReadFile(log_path));
+
+  Mismatches m;
+  CompareConnections(e.at("connections"), log, &m);
+  CompareCollNet(e.value("collnet_connections", json::array()), log, &m);
+  CompareRefusals(e.value("p2p_disabled_or_fallback_reasons", json::array()), log, &m);
+  CompareP2pInfo(e.value("p2p_type_info_lines", json::array()), log, &m);
+  CompareVersions(sidecar, log, &m);
+  CompareInitComplete(e.value("init_complete_rank_map", json::array()), log, &m);
+  if (e.contains("summary")) CompareSummary(e.at("summary"), log, &m);
+  EXPECT_TRUE(m.empty()) << log_path.filename().string() << " differs from its sidecar:\n" << m.Text();
+  EXPECT_EQ(log.long_lines, 0u);
+}
+
+// Fixture names made into test names: "01-v2.7.8-4gpu…" → "f01_v2_7_8_4gpu…".
+std::string FixtureTestName(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = "f" + fs::path(info.param).stem().string();
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, NcclLogFixture, ::testing::ValuesIn(FixtureLogs()), FixtureTestName);
+
+TEST(NcclLogFixtures, DirectoryHoldsLogsWithSidecars) {
+  std::vector<std::string> logs = FixtureLogs();
+  EXPECT_GE(logs.size(), 20u) << NCCL_FIXTURE_DIR;
+  for (const auto& entry : fs::directory_iterator(NCCL_FIXTURE_DIR)) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_TRUE(fs::exists(fs::path(entry.path()).replace_extension(".log"))) << entry.path() << " has no log";
+  }
+}
+
+// ---- which communicator a line belongs to --------------------------------------------------------
+
+NcclLog ParseFixture(const std::string& prefix) {
+  for (const std::string& f : FixtureLogs())
+    if (fs::path(f).filename().string().starts_with(prefix)) return ParseNcclLog(ReadFile(f));
+  ADD_FAILURE() << "no fixture " << prefix;
+  return {};
+}
+
+// 2.7.8: the init thread prints its connections, then `comm … Init COMPLETE` (no START).
+TEST(NcclLogComm, Before2_18_ConnectionsBelongToTheirThreadsNextInitComplete) {
+  NcclLog log = ParseFixture("02-");
+  ASSERT_EQ(log.ranks.size(), 4u);
+  for (const Connection& c : log.connections) {
+    const p2ptrace::RankIdentity* r = log.FindRank(c.logger.host, c.logger.pid, c.comm);
+    ASSERT_NE(r, nullptr) << "line " << c.line << " has no comm";
+    EXPECT_EQ(r->rank, c.LoggingRank()) << "line " << c.line;
+  }
+  EXPECT_EQ(log.connections.front().comm, "0x7fd634001060");  // rank 3's line 40
+}
+
+// 2.21: START, the init thread's connections, (COMPLETE cut off by the failure).
+TEST(NcclLogComm, FromInitStartOnTheSameThread) {
+  NcclLog log = ParseFixture("05-");
+  ASSERT_EQ(log.connections.size(), 4u);
+  for (const Connection& c : log.connections) EXPECT_EQ(c.comm, "0x564531f27c80") << "line " << c.line;
+  EXPECT_EQ(log.trees.size(), 2u);
+  EXPECT_EQ(log.trees[0].comm, "0x564531f27c80");
+}
+
+// 2.22 lazy connect: printed by other threads after init; the process holds one comm per rank.
+TEST(NcclLogComm, LazyLinesByTheProcessCommOfTheLoggingRank) {
+  NcclLog log = ParseFixture("07-");
+  ASSERT_EQ(log.connections.size(), 16u);
+  for (const Connection& c : log.connections)
+    EXPECT_EQ(c.comm, c.src_rank == 0 ? "0xb94bf80" : "0xb981910") << "line " << c.line;
+}
+
+// 2.28 vLLM: lazy lines on the main thread, which later starts a second communicator with the same
+// rank; the lines came before it existed.
+TEST(NcclLogComm, LazyLinesBeforeASecondCommunicatorStarted) {
+  NcclLog log = ParseFixture("16-");
+  ASSERT_EQ(log.connections.size(), 4u);
+  EXPECT_EQ(log.connections[0].comm, "0x38b52f50");
+  EXPECT_EQ(log.connections[1].comm, "0x38b52f50");
+  EXPECT_EQ(log.connections[2].comm, "0x1882d0d0");
+  EXPECT_EQ(log.connections[3].comm, "0x1882d0d0");
+  // The second communicator: START only, with its commId.
+  const p2ptrace::RankIdentity* second = log.FindRank("proxmox", 1495819, "0x776f6820");
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(second->comm_id, "0x42e2e3d735bb45ab");
+  EXPECT_EQ(second->api, "ncclCommInitRankConfig");
+  EXPECT_GT(second->start_line, 0u);
+  EXPECT_EQ(second->complete_line, 0u);
+}
+
+// Two communicators with rank 0 in one process, both alive when a lazy line arrives: ambiguous.
+TEST(NcclLogComm, AmbiguousLazyLineStaysUnattributed) {
+  const char* text =
+      "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x1 - Init START\n"
+      "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x1 - Init COMPLETE\n"
+      "h:1:1 [0] NCCL INFO ncclCommSplit comm 0xb rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x2 - Init START\n"
+      "h:1:1 [0] NCCL INFO ncclCommSplit comm 0xb rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x2 - Init COMPLETE\n"
+      "h:1:7 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n";
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 1u);
+  EXPECT_EQ(log.connections[0].comm, "");
+  EXPECT_EQ(log.ranks.size(), 2u);
+}
+
+// Two hosts, same pid, same comm pointer value, interleaved line by line.
+TEST(NcclLogComm, InterleavedHostsKeepTheirOwnCommunicators) {
+  const char* text =
+      "nodeA:100:100 [0] NCCL INFO ncclCommInitRank comm 0x5555 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 1a000 commId 0xfeed - Init START\n"
+      "nodeB:100:100 [0] NCCL INFO ncclCommInitRank comm 0x5555 rank 2 nranks 4 cudaDev 0 nvmlDev 0 busId 1a000 commId 0xfeed - Init START\n"
+      "nodeA:100:100 [0] NCCL INFO Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA\n"
+      "nodeB:100:100 [0] NCCL INFO Channel 00/0 : 1[1] -> 2[0] [receive] via NET/IB/0/GDRDMA\n"
+      "nodeA:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read\n"
+      "nodeB:100:100 [0] NCCL INFO Channel 00/0 : 2[0] -> 3[1] via P2P/CUMEM/read\n"
+      "nodeA:100:100 [0] NCCL INFO ncclCommInitRank comm 0x5555 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 1a000 commId 0xfeed - Init COMPLETE\n"
+      "nodeB:100:100 [0] NCCL INFO ncclCommInitRank comm 0x5555 rank 2 nranks 4 cudaDev 0 nvmlDev 0 busId 1a000 commId 0xfeed - Init COMPLETE\n";
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.ranks.size(), 2u);
+  ASSERT_EQ(log.connections.size(), 4u);
+  for (const Connection& c : log.connections) {
+    const p2ptrace::RankIdentity* r = log.FindRank(c.logger.host, c.logger.pid, c.comm);
+    ASSERT_NE(r, nullptr) << c.line;
+    EXPECT_EQ(r->host, c.logger.host);
+    EXPECT_EQ(r->rank, c.LoggingRank()) << c.line;
+    EXPECT_EQ(r->comm_id, "0xfeed");
+  }
+  EXPECT_EQ(log.connections[1].direction, "receive");
+  EXPECT_EQ(log.connections[1].LoggingRank(), 2);
+}
+
+// ---- the shapes of every release ----------------------------------------------------------------
+
+Connection OneConnection(const std::string& line) {
+  NcclLog log = ParseNcclLog(line + "\n");
+  EXPECT_EQ(log.connections.size(), 1u) << line;
+  return log.connections.empty() ? Connection{} : log.connections[0];
+}
+
+TEST(NcclLogGrammar, ConnectionLinesOfEveryRelease) {
+  // 2.3: cudaDev in brackets; NET printed on the receiving side without a tag.
+  Connection c = OneConnection("h:1:2 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC");
+  EXPECT_EQ(c.keyword, "Ring");
+  EXPECT_EQ(c.src_dev, "0");
+  c = OneConnection("h:1:2 [0] NCCL INFO Ring 01 : 3 -> 0 via NET/IB/0/GDRDMA/GDCopy");
+  EXPECT_EQ(c.src_dev, "");
+  EXPECT_EQ(c.LoggingRank(), 0);
+  EXPECT_EQ(c.transport_class, P2PTRACE_TRANSPORT_NET_GDR);
+  c = OneConnection("h:1:2 [0] NCCL INFO Ring 00 : 0 -> 1 via P2P/common device");
+  EXPECT_EQ(c.transport_class, P2PTRACE_TRANSPORT_SAME_DEVICE);
+  // 2.8+: indirect through another GPU; 2.12 PXN proxy rank; 2.18.1 CUMEM with cudaDev in hex.
+  c = OneConnection("h:1:2 [2] NCCL INFO Channel 03 : 2[3d000] -> 5[b2000] via P2P/indirect/4[89000]/read");
+  EXPECT_EQ(c.transport, "P2P/indirect/4[89000]/read");
+  EXPECT_EQ(c.transport_class, P2PTRACE_TRANSPORT_P2P_INDIRECT);
+  c = OneConnection("h:1:2 [5] NCCL INFO Channel 02/0 : 13[5] -> 21[5] [send] via NET/IBext_v8/5(2)/GDRDMA");
+  EXPECT_EQ(c.transport, "NET/IBext_v8/5(2)/GDRDMA");
+  EXPECT_EQ(c.conn_index, 0);
+  c = OneConnection("h:1:2 [0] NCCL INFO Channel 00/1 : 0[a] -> 1[b] via P2P/CUMEM/CE");
+  EXPECT_EQ(c.dst_dev, "b");
+  EXPECT_EQ(c.transport_class, P2PTRACE_TRANSPORT_P2P);
+  // 2.26+: GDR through C2C, shared buffers; 2.30.7 two-part SHM; MNNVL.
+  c = OneConnection("h:1:2 [0] NCCL INFO Channel 01/1 : 0[0] -> 9[0] [send] via NET/IB/1/GDRDMA(PCI)/Shared");
+  EXPECT_EQ(c.transport, "NET/IB/1/GDRDMA(PCI)/Shared");
+  EXPECT_EQ(c.transport_class, P2PTRACE_TRANSPORT_NET_GDR);
+  EXPECT_EQ(OneConnection("h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct").transport_class,
+            P2PTRACE_TRANSPORT_SHM);
+  EXPECT_EQ(OneConnection("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 4[0] via P2P/MNNVL/read").transport_class,
+            P2PTRACE_TRANSPORT_NVLINK);
+  // CollNet (2.6 `Coll`, 2.9 `CollNet NN`, 2.14 `CollNet NN/c`).
+  c = OneConnection("h:1:2 [0] NCCL INFO Coll 00 : 0 [send] via COLLNET/SHARP/0/GDRDMA");
+  EXPECT_EQ(c.dst_rank, -1);
+  EXPECT_EQ(c.direction, "send");
+  EXPECT_EQ(c.transport_class, P2PTRACE_TRANSPORT_COLLNET);
+  c = OneConnection("h:1:2 [1] NCCL INFO CollNet 01/1 : 1 [receive] via COLLNET/SHARP/1/GDRDMA(PCI)");
+  EXPECT_EQ(c.conn_index, 1);
+  EXPECT_EQ(c.LoggingRank(), 1);
+  // RCCL's suffix names the comm.
+  c = OneConnection("h:1:2 [0] NCCL INFO Channel 00/0 : 0[1000] -> 1[2000] via NET/AWS Libfabric/2/GDRDMA comm 0x9bbf3b0 nRanks 4096");
+  EXPECT_EQ(c.transport, "NET/AWS Libfabric/2/GDRDMA");
+  EXPECT_EQ(c.comm, "0x9bbf3b0");
+}
+
+TEST(NcclLogGrammar, PrefixesOfLaunchersAndReleases) {
+  const char* text =
+      "[1,3]<stdout>:node-a:33:73 [3] NCCL INFO Channel 00 : 3[1] -> 4[1] via P2P/IPC\n"           // mpirun
+      "0: node-b:12:13 [1] NCCL INFO Channel 00 : 1[1] -> 2[2] via P2P/IPC\n"                      // srun -l
+      "(RayWorker pid=77) 2024-05-11 14:10:52.148 node-c:77:78 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC\n"
+      "[2025-06-12 16:57:52.123456] node-d:5:6 [2] NCCL INFO Channel 00/0 : 2[2] -> 3[3] via P2P/IPC\n"
+      "\n"
+      "[2025-06-12 16:57:52] node-d:5:6 [2] misc/socket.cc:537 NCCL WARN bad socket\n"
+      "node-e:5:6 [0] transport/p2p.cc:321 (ncclP2pImport) NCCL WARN failed to peer with device 1(=1b000): 217 peer access is not supported\n"
+      "node-f:1:1 NCCL CALL ncclAllReduce(…)\n"
+      "send 0.000node-g:9:9 [4] NCCL INFO Channel 00 : 4[4] -> 5[5] via SHM/direct/direct\n";  // spliced
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 5u);
+  EXPECT_EQ(log.connections[0].logger.host, "node-a");
+  EXPECT_EQ(log.connections[0].logger.pid, 33);
+  EXPECT_EQ(log.connections[0].logger.tid, 73);
+  EXPECT_EQ(log.connections[0].logger.cuda_dev, 3);
+  EXPECT_EQ(log.connections[1].logger.host, "node-b");
+  EXPECT_EQ(log.connections[2].logger.host, "node-c");
+  EXPECT_EQ(log.connections[3].logger.host, "node-d");
+  // The digits glued in front cannot be told from a host name that starts with digits
+  // ("10-90-43-152" is a real one); the message itself is recovered.
+  EXPECT_EQ(log.connections[4].logger.host, "000node-g");
+  EXPECT_EQ(log.connections[4].line, 9u);
+  ASSERT_EQ(log.warnings.size(), 2u);
+  EXPECT_EQ(log.warnings[0].text, "bad socket");
+  EXPECT_EQ(log.warnings[0].line, 6u);
+  ASSERT_EQ(log.refusals.size(), 1u);
+  EXPECT_EQ(log.refusals[0].kind, "cuda-peer-enable-failed");
+  EXPECT_EQ(log.refusals[0].logger.host, "node-e");
+  EXPECT_EQ(log.nccl_lines, 8u);  // all but the blank line
+  EXPECT_EQ(log.lines_read, 9u);
+}
+
+// What users paste: the prefix cut down to `NCCL INFO`, or gone.
+TEST(NcclLogGrammar, PastedLinesWithoutTheHostPrefix) {
+  const char* text =
+      "NCCL INFO Channel 00/0 : 0[0] -> 2[0] [send]    via NET/Socket/0\n"
+      "NCCL INFO P2P is disabled between connected GPUs 0 and 1.\n"
+      "  Channel 00 : 0[0] -> 1[1] via SHM/direct/direct\n"
+      "Channel 00/02 :    0   1\n";
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 2u);
+  EXPECT_EQ(log.connections[0].direction, "send");
+  EXPECT_EQ(log.connections[0].transport, "NET/Socket/0");
+  EXPECT_EQ(log.connections[0].logger.host, "");
+  EXPECT_EQ(log.connections[1].transport, "SHM/direct/direct");
+  EXPECT_EQ(log.connections[1].line, 3u);
+  ASSERT_EQ(log.refusals.size(), 1u);
+  EXPECT_EQ(log.refusals[0].kind, "nvml-p2p-disabled");
+  EXPECT_EQ(log.nccl_lines, 2u);
+  EXPECT_EQ(log.lines_skipped, 1u);  // a bare ring-order line is not taken without a prefix
+}
+
+TEST(NcclLogGrammar, IdentityLinesOfEveryRelease) {
+  const char* text =
+      "a:1:2 [0] NCCL INFO comm 0x7f3fd4001980 rank 0 nranks 2 cudaDev 0 nvmlDev 0 - Init COMPLETE\n"        // 2.4
+      "a:1:3 [1] NCCL INFO comm 0x7f6f48000dc0 rank 1 nranks 2 cudaDev 1 busId 160 - Init COMPLETE\n"         // 2.5–2.15
+      "a:1:4 [2] NCCL INFO comm 0x3 rank 2 nranks 4 cudaDev 2 busId 3000 commId 0x99 - Init COMPLETE\n"       // 2.16
+      "a:1:5 [3] NCCL INFO [Rank 3] ncclCommInitRank comm 0x4 rank 3 nranks 4 cudaDev 3 nvmlDev 5 busId 4000 commId 0x99 - Init START\n"
+      "a:1:5 [3] NCCL INFO ncclCommInitRank comm 0x4 rank 3 nranks 4 cudaDev 3 nvmlDev 5 busId 4000 commId 0x99 - Init COMPLETE\n"
+      "a:1:5 [3] NCCL INFO comm 0x4 rank 3 nRanks 4 nNodes 1 localRanks 4 localRank 3 MNNVL 0\n"             // not one
+      "a:1:5 [3] NCCL INFO comm 0x4 rank 3 nranks 4 cudaDev 3 busId 4000 - Destroy COMPLETE\n";
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.ranks.size(), 4u);
+  EXPECT_EQ(log.ranks[0].nvml_dev, 0);
+  EXPECT_EQ(log.ranks[0].bus_id, "");
+  EXPECT_EQ(log.ranks[1].bus_id, "160");
+  EXPECT_EQ(log.ranks[2].comm_id, "0x99");
+  const auto& r = log.ranks[3];
+  EXPECT_EQ(r.api, "ncclCommInitRank");
+  EXPECT_EQ(r.nvml_dev, 5);
+  EXPECT_EQ(r.start_line, 4u);
+  EXPECT_EQ(r.complete_line, 5u);
+  EXPECT_EQ(r.end_line, 7u);
+  EXPECT_EQ(r.host, "a");
+  EXPECT_EQ(r.pid, 1);
+}
+
+TEST(NcclLogGrammar, VersionEnvRefusalsRingsTrees) {
+  const char* text =
+      "[1,0]<stdout>:NCCL version 2.8.4+cuda11.2\n"                                   // bare, < 2.22
+      "h:1:1 [0] NCCL INFO NCCL version 2.22.3+cuda12.2\n"
+      "h:1:1 [0] NCCL INFO NCCL git version master be4d833-dirty\n"
+      "h:1:1 [0] NCCL INFO NCCL_SHM_DISABLE set by environment to 1.\n"
+      "h:1:1 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0.\n"
+      "h:1:1 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to PXB\n"
+      "h:1:1 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 0\n"
+      "h:1:1 [0] NCCL INFO peer query failed between dev 0(=1a000) and dev 1(=1b000)\n"
+      "h:1:1 [0] NCCL INFO Channel 00/02 :    0   1   2   3\n"
+      "h:1:1 [0] NCCL INFO Channel 01/02 : 0 3 2 1\n"
+      "h:1:1 [0] NCCL INFO Ring 00 : 3 -> 0 -> 1\n"
+      "h:1:1 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 [1] 2/3/-1->0->-1\n"                 // 2.9+
+      "h:1:1 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1|-1->0->1/-1/-1\n"                    // 2.5–2.8
+      "h:1:1 [0] NCCL INFO Trees [0] -1->0->1/-1/-1\n";                                  // 2.4
+  NcclLog log = ParseNcclLog(text);
+  EXPECT_EQ(log.nccl_version, "2.8.4+cuda11.2");
+  ASSERT_EQ(log.version_lines.size(), 2u);
+  ASSERT_EQ(log.env.size(), 4u);
+  EXPECT_EQ(log.env[0].value, "1");
+  EXPECT_EQ(log.env[1].value, "eth0.");  // not a number: the period stays
+  ASSERT_EQ(log.refusals.size(), 2u);
+  EXPECT_EQ(log.refusals[0].kind, "env-shm-disabled");
+  EXPECT_EQ(log.refusals[0].text, "NCCL_SHM_DISABLE set by environment to 1.");
+  EXPECT_EQ(log.refusals[1].kind, "cuda-peer-query-failed");
+  ASSERT_EQ(log.rings.size(), 2u);
+  EXPECT_EQ(log.rings[0].nchannels, 2);
+  EXPECT_EQ(log.rings[1].ranks, (std::vector<int>{0, 3, 2, 1}));
+  EXPECT_TRUE(log.connections.empty());
+  ASSERT_EQ(log.trees.size(), 4u);
+  EXPECT_EQ(log.trees[1].children, (std::vector<int>{2, 3}));
+  EXPECT_EQ(log.trees[1].parent, -1);
+  EXPECT_EQ(log.trees[2].children, (std::vector<int>{1}));
+  EXPECT_EQ(log.trees[3].parent, -1);
+  EXPECT_EQ(log.trees[3].children, (std::vector<int>{1}));
+}
+
+TEST(NcclLogGrammar, ClassifiesEveryTransportFamily) {
+  using p2ptrace::ClassifyNcclTransport;
+  EXPECT_EQ(ClassifyNcclTransport("P2P/CUMEM/read"), P2PTRACE_TRANSPORT_P2P);
+  EXPECT_EQ(ClassifyNcclTransport("P2P/IPC"), P2PTRACE_TRANSPORT_P2P);
+  EXPECT_EQ(ClassifyNcclTransport("P2P/direct pointer"), P2PTRACE_TRANSPORT_P2P);
+  EXPECT_EQ(ClassifyNcclTransport("SHM/CE/direct"), P2PTRACE_TRANSPORT_SHM);
+  EXPECT_EQ(ClassifyNcclTransport("direct shared memory"), P2PTRACE_TRANSPORT_SHM);
+  EXPECT_EQ(ClassifyNcclTransport("NET/IB/0"), P2PTRACE_TRANSPORT_NET_IB);
+  EXPECT_EQ(ClassifyNcclTransport("NET/AWS Libfabric/0"), P2PTRACE_TRANSPORT_NET_IB);
+  EXPECT_EQ(ClassifyNcclTransport("NET/Socket/0/Shared"), P2PTRACE_TRANSPORT_NET_SOCKET);
+  EXPECT_EQ(ClassifyNcclTransport("NET/IB/0/GDRDMA"), P2PTRACE_TRANSPORT_NET_GDR);
+  EXPECT_EQ(ClassifyNcclTransport("NVLS"), P2PTRACE_TRANSPORT_NVLS);
+  EXPECT_EQ(ClassifyNcclTransport("COLLNET/SHARP/0"), P2PTRACE_TRANSPORT_COLLNET);
+  EXPECT_EQ(ClassifyNcclTransport("carrier pigeon"), P2PTRACE_TRANSPORT_UNKNOWN);
+}
+
+TEST(NcclLogGrammar, MalformedLinesAreSkipped) {
+  const char* text =
+      "h:1:1 [0] NCCL INFO Channel 99999999999999999999/0 : 0[0] -> 1[1] via P2P/IPC\n"
+      "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via \n"
+      "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> x[1] via P2P/IPC\n"
+      "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0 -> 1[1] via P2P/IPC\n"
+      "h:1:1 [0] NCCL INFO comm 0x1 rank abc nranks 2 cudaDev 0 - Init COMPLETE\n"
+      "h:1:1 [0] NCCL INFO comm 0x1 rank 1 nranks 99999999999 cudaDev x - Init COMPLETE\n"
+      "h:1:1 [0] NCCL INFO Trees [0] 1/x/-1->0->-1\n"
+      "h:99999999999:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+      "h:1:1 [x] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
+      "NCCL INFO Channel 00/0 : 0[0] -> 1[1]\n";
+  NcclLog log = ParseNcclLog(text);
+  EXPECT_TRUE(log.connections.empty());
+  ASSERT_EQ(log.ranks.size(), 1u);  // rank 1 is readable; the bad numbers stay unknown
+  EXPECT_EQ(log.ranks[0].nranks, -1);
+  EXPECT_EQ(log.ranks[0].cuda_dev, -1);
+  EXPECT_TRUE(log.trees.empty());
+  EXPECT_EQ(log.lines_read, 10u);
+  EXPECT_EQ(log.lines_skipped, 9u);
+}
+
+// ---- what a log tap meets -----------------------------------------------------------------------
+
+std::string AllFixturesText() {
+  std::string all;
+  for (const std::string& f : FixtureLogs()) all += ReadFile(f);
+  return all;
+}
+
+TEST(NcclLogFeed, EverySplitOfALineGivesTheSameLog) {
+  const std::string text =
+      "[1,0]<stdout>:node-a:26:67 [0] NCCL INFO Channel 01/0 : 0[101c0] -> 3[201d0] via P2P/IPC/read\r\n"
+      "node-a:26:67 [0] NCCL INFO ncclCommInitRank comm 0x5 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 101c0 commId 0x7 - Init COMPLETE\n"
+      "NCCL version 2.8.4+cuda11.2\n"
+      "node-a:26:67 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1\n"
+      "node-a:26:67 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer";  // no final newline
+  const NcclLog whole = ParseNcclLog(text);
+  ASSERT_EQ(whole.connections.size(), 2u);
+  ASSERT_EQ(whole.lines_read, 5u);
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    NcclLogParser p;
+    p.Feed(std::string_view(text).substr(0, cut));
+    p.Feed(std::string_view(text).substr(cut));
+    p.Finish();
+    ASSERT_EQ(p.log(), whole) << "split at byte " << cut;
+  }
+  for (size_t a = 0; a < text.size(); a += 7) {
+    for (size_t b = a; b <= text.size(); b += 13) {
+      NcclLogParser p;
+      p.Feed(std::string_view(text).substr(0, a));
+      p.Feed(std::string_view(text).substr(a, b - a));
+      p.Feed(std::string_view(text).substr(b));
+      p.Finish();
+      ASSERT_EQ(p.log(), whole) << "splits at " << a << " and " << b;
+    }
+  }
+}
+
+TEST(NcclLogFeed, EveryFixtureByteByByte) {
+  for (const std::string& f : FixtureLogs()) {
+    std::string text = ReadFile(f);
+    NcclLogParser p;
+    for (char c : text) p.Feed(std::string_view(&c, 1));
+    p.Finish();
+    EXPECT_EQ(p.log(), ParseNcclLog(text)) << f;
+  }
+}
+
+TEST(NcclLogFeed, CrlfLineEndsGiveTheSameLog) {
+  std::string lf = AllFixturesText(), crlf;
+  for (char c : lf) {
+    if (c == '\n') crlf += '\r';
+    crlf += c;
+  }
+  NcclLog a = ParseNcclLog(lf), b = ParseNcclLog(crlf);
+  EXPECT_GT(a.connections.size(), 200u);
+  EXPECT_EQ(a, b);
+}
+
+TEST(NcclLogFeed, MegabyteLines) {
+  const std::string conn = "h:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC\n";
+  std::string junk(1 << 20, 'A');
+  std::string progress;
+  while (progress.size() < (1u << 20)) progress += " 42%|#####     | 420/1000 [00:42<00:58]\r";
+  std::string text = conn + junk + "\n" + conn + progress + conn + junk + conn;
+  NcclLogParser p;
+  for (size_t i = 0; i < text.size(); i += 4096) p.Feed(std::string_view(text).substr(i, 4096));
+  p.Finish();
+  const NcclLog& log = p.log();
+  ASSERT_EQ(log.connections.size(), 3u);  // the one glued after a megabyte of 'A' is cut away
+  EXPECT_EQ(log.connections[0].line, 1u);
+  EXPECT_EQ(log.connections[1].line, 3u);
+  EXPECT_EQ(log.connections[2].line, 4u);  // a progress bar redrawn with '\r', then the NCCL line
+  EXPECT_EQ(log.lines_read, 5u);
+  EXPECT_EQ(log.long_lines, 2u);
+  EXPECT_EQ(log.lines_skipped, 2u);
+}
+
+TEST(NcclLogFeed, BinaryGarbageNeverCrashesAndKeepsCounting) {
+  std::mt19937 rng(12345);
+  const std::string seed = AllFixturesText();
+  std::string garbage;
+  for (int i = 0; i < 200000; ++i) {
+    int r = static_cast<int>(rng() % 100);
+    if (r < 70) garbage += static_cast<char>(rng() & 0xff);
+    else if (r < 85) garbage += seed.substr(rng() % seed.size(), rng() % 80);
+    else if (r < 95) garbage += " NCCL INFO ";
+    else garbage += (r % 2) ? "[0] " : "\n";
+  }
+  NcclLogParser p;
+  for (size_t i = 0; i < garbage.size();) {
+    size_t n = 1 + rng() % 3000;
+    p.Feed(std::string_view(garbage).substr(i, n));
+    i += n;
+  }
+  p.Finish();
+  size_t newlines = static_cast<size_t>(std::count(garbage.begin(), garbage.end(), '\n'));
+  bool trailing = !garbage.empty() && garbage.back() != '\n';
+  EXPECT_EQ(p.log().lines_read, newlines + (trailing ? 1 : 0));
+  EXPECT_EQ(p.log(), ParseNcclLog(garbage));
+  // A valid log after the garbage still parses.
+  NcclLogParser q;
+  q.Feed(garbage + "\nh:1:2 [0] NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC\n");
+  q.Finish();
+  ASSERT_FALSE(q.log().connections.empty());
+  EXPECT_EQ(q.log().connections.back().transport, "P2P/IPC");
+}
+
+}  // namespace

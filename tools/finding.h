@@ -1,0 +1,17 @@
+// One finding of the viewer (DESIGN.md §7 `findings`): what is wrong, on which pairs, the evidence
+// and the fix. Shared by `report` and `explain`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace p2ptrace::cli {
+
+struct Finding {
+  std::string id, severity;  // severity: error | warning | info
+  std::string cause;         // optional: the cause id when `id` names a symptom
+  std::string fix;
+  std::vector<std::string> pairs, evidence;
+};
+
+}  // namespace p2ptrace::cli
