@@ -56,6 +56,11 @@ class Scanner {
     s_.remove_prefix(n);
     return true;
   }
+  // Digits only: channels, connection indices and ranks are never negative in a `via` line.
+  bool TakeCount(int* out) {
+    if (s_.empty() || !IsDigit(s_.front())) return false;
+    return TakeInt(out);
+  }
   // `[text]` with no ']' or space inside; returns text.
   bool TakeBracketed(std::string_view* inside) {
     if (s_.empty() || s_.front() != '[') return false;
@@ -215,7 +220,7 @@ bool IsRingNeighbours(std::string_view body) {
   int rank = 0;
   for (int i = 0; i < 3; ++i) {
     if (i > 0 && !s.Take(" -> ")) return false;
-    if (!s.TakeInt(&rank)) return false;
+    if (!s.TakeCount(&rank)) return false;
   }
   return s.empty();
 }
@@ -346,7 +351,22 @@ void NcclLogParser::Finish() {
     for (const Pending& p : state.awaiting_complete) unresolved_.emplace_back(p, key.host, key.pid);
     state.awaiting_complete.clear();
   }
-  for (const auto& [p, host, pid] : unresolved_) ResolveByProcess(p, host, pid);
+  // Lazy lines: the process's communicators that existed by then and where the logging rank fits.
+  std::map<std::tuple<std::string, int, int>, std::vector<size_t>> by_rank;  // (host, pid, rank) → ranks
+  for (size_t i = 0; i < log_.ranks.size(); ++i) {
+    const RankIdentity& r = log_.ranks[i];
+    by_rank[{r.host, r.pid, r.rank}].push_back(i);
+  }
+  for (const auto& [p, host, pid] : unresolved_) {
+    auto it = by_rank.find({host, pid, p.logging_rank});
+    if (it == by_rank.end()) continue;
+    std::set<std::string> candidates;
+    for (size_t i : it->second) {
+      const RankIdentity& r = log_.ranks[i];
+      if (r.FirstLine() < p.line && Fits(p, r)) candidates.insert(r.comm);
+    }
+    if (candidates.size() == 1) SetComm(p, *candidates.begin());
+  }
   unresolved_.clear();
 }
 
@@ -434,9 +454,9 @@ bool NcclLogParser::ParseChannelLine(std::string_view m, const NcclLogger& logge
   std::string keyword(s.TakeWord());
   s.SkipSpaces();
   int channel = -1, second = -1;
-  if (!s.TakeInt(&channel)) return false;
+  if (!s.TakeCount(&channel)) return false;
   bool has_second = s.Take("/");
-  if (has_second && !s.TakeInt(&second)) return false;
+  if (has_second && !s.TakeCount(&second)) return false;
   s.SkipSpaces();
   if (!s.Take(":")) return false;
   std::string_view body = TrimLeft(s.rest());
@@ -448,7 +468,7 @@ bool NcclLogParser::ParseChannelLine(std::string_view m, const NcclLogger& logge
     Scanner r(body);
     while (!r.empty()) {
       int rank = 0;
-      if (!r.TakeInt(&rank)) return false;
+      if (!r.TakeCount(&rank)) return false;
       ring.ranks.push_back(rank);
       r.SkipSpaces();
     }
@@ -466,14 +486,14 @@ bool NcclLogParser::ParseChannelLine(std::string_view m, const NcclLogger& logge
   if (has_second) c.conn_index = second;
   Scanner e(body.substr(0, via));
   std::string_view dev;
-  if (!e.TakeInt(&c.src_rank)) return false;
+  if (!e.TakeCount(&c.src_rank)) return false;
   if (e.TakeBracketed(&dev)) c.src_dev = dev;
   e.SkipSpaces();
   const bool collnet = keyword == "CollNet" || keyword == "Coll";
   if (!collnet) {
     if (!e.Take("->")) return false;
     e.SkipSpaces();
-    if (!e.TakeInt(&c.dst_rank)) return false;
+    if (!e.TakeCount(&c.dst_rank)) return false;
     if (e.TakeBracketed(&dev)) c.dst_dev = dev;
     e.SkipSpaces();
   }
@@ -588,16 +608,20 @@ bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) 
 
   auto key = std::make_tuple(id.host, id.pid, id.comm);
   auto it = rank_index_.find(key);
-  // A comm pointer reused after destroy (another commId, or a new START) is another identity.
-  bool reuse = it != rank_index_.end() &&
-               ((!id.comm_id.empty() && !log_.ranks[it->second].comm_id.empty() &&
-                 log_.ranks[it->second].comm_id != id.comm_id) ||
-                (stage == kStart && log_.ranks[it->second].start_line));
+  // A comm pointer reused after destroy (another commId, a new START, an init after the end) is
+  // another identity.
+  bool reuse = false;
+  if (it != rank_index_.end()) {
+    const RankIdentity& known = log_.ranks[it->second];
+    reuse = (!id.comm_id.empty() && !known.comm_id.empty() && known.comm_id != id.comm_id) ||
+            (stage == kStart && known.start_line) || (stage != kEnd && known.end_line);
+  }
   if (it == rank_index_.end() || reuse) {
     log_.ranks.push_back(id);
     it = rank_index_.insert_or_assign(key, log_.ranks.size() - 1).first;
   }
-  RankIdentity& r = log_.ranks[it->second];
+  const size_t index = it->second;
+  RankIdentity& r = log_.ranks[index];
   // Fill what this line knows and the earlier ones did not (COMPLETE repeats START's fields).
   if (r.api.empty()) r.api = id.api;
   if (r.comm_id.empty()) r.comm_id = id.comm_id;
@@ -617,21 +641,18 @@ bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) 
   };
   if (stage == kStart) {
     give_up_awaiting();  // printed before this START: not this communicator's init
-    t.open_comm = r.comm;
-    t.open_rank = r.rank;
+    t.open = static_cast<long>(index);
   } else if (stage == kComplete && !r.start_line) {
     // NCCL < 2.18.3: the init thread printed this communicator's connections, then COMPLETE.
     for (const Pending& p : t.awaiting_complete) {
-      if ((p.logging_rank < 0 || p.logging_rank == r.rank) && (r.nranks < 0 || p.max_rank < r.nranks))
-        SetComm(p, r.comm);
-      else
-        unresolved_.emplace_back(p, logger.host, logger.pid);
+      if (Fits(p, r)) SetComm(p, r.comm);
+      else unresolved_.emplace_back(p, logger.host, logger.pid);
     }
     t.awaiting_complete.clear();
   } else {
     give_up_awaiting();
   }
-  if (stage != kStart && t.open_comm == r.comm) t.open_comm.clear();
+  if (stage != kStart && t.open == static_cast<long>(index)) t.open = -1;
   return true;
 }
 
@@ -654,14 +675,19 @@ void NcclLogParser::Attribute(ItemKind kind, size_t index, int logging_rank, int
   if (logger.host.empty()) return;
   Pending p{kind, index, logging_rank, max_rank, log_.lines_read + 1};
   ThreadState& t = threads_[{logger.host, logger.pid, logger.tid}];
-  if (t.open_comm.empty()) {
+  if (t.open < 0) {
     t.awaiting_complete.push_back(p);
     return;
   }
-  const RankIdentity* open = log_.FindRank(logger.host, logger.pid, t.open_comm);
-  bool fits = open && (logging_rank < 0 || logging_rank == open->rank) && (open->nranks < 0 || max_rank < open->nranks);
-  if (fits) SetComm(p, t.open_comm);
+  const RankIdentity& open = log_.ranks[static_cast<size_t>(t.open)];
+  if (Fits(p, open)) SetComm(p, open.comm);
   else unresolved_.emplace_back(p, logger.host, logger.pid);
+}
+
+// The line's ranks are consistent with the identity: the logging rank is its rank, and every rank
+// named is below its nranks.
+bool NcclLogParser::Fits(const Pending& p, const RankIdentity& r) {
+  return (p.logging_rank < 0 || p.logging_rank == r.rank) && (r.nranks < 0 || p.max_rank < r.nranks);
 }
 
 void NcclLogParser::SetComm(const Pending& p, const std::string& comm) {
@@ -670,17 +696,6 @@ void NcclLogParser::SetComm(const Pending& p, const std::string& comm) {
     case ItemKind::kRing: log_.rings[p.index].comm = comm; break;
     case ItemKind::kTree: log_.trees[p.index].comm = comm; break;
   }
-}
-
-void NcclLogParser::ResolveByProcess(const Pending& p, const std::string& host, int pid) {
-  std::set<std::string> candidates;
-  for (const RankIdentity& r : log_.ranks) {
-    if (r.host != host || r.pid != pid || r.FirstLine() >= p.line) continue;
-    if (p.logging_rank >= 0 && r.rank != p.logging_rank) continue;
-    if (r.nranks >= 0 && p.max_rank >= r.nranks) continue;
-    candidates.insert(r.comm);
-  }
-  if (candidates.size() == 1) SetComm(p, *candidates.begin());
 }
 
 NcclLog ParseNcclLog(std::string_view text) {

@@ -164,8 +164,9 @@ class NcclLogParser {
     uint64_t line;
   };
   struct ThreadState {
-    std::string open_comm;      // Init START seen, COMPLETE not yet: this thread is initializing it
-    int open_rank = -1;
+    // Index in log_.ranks of the communicator this thread is initializing (Init START seen,
+    // COMPLETE not yet), or -1.
+    long open = -1;
     std::vector<Pending> awaiting_complete;  // printed with no open comm: NCCL < 2.18.3 prints
                                              // COMPLETE (and no START) after the init connections
   };
@@ -182,7 +183,7 @@ class NcclLogParser {
   void AddVersion(std::string_view version);
   void Attribute(ItemKind kind, size_t index, int logging_rank, int max_rank, const NcclLogger& logger);
   void SetComm(const Pending& p, const std::string& comm);
-  void ResolveByProcess(const Pending& p, const std::string& host, int pid);
+  static bool Fits(const Pending& p, const RankIdentity& r);
 
   NcclLog log_;
   std::string line_;         // bytes of the current segment (up to kMaxLineBytes)

@@ -74,7 +74,8 @@ std::string Where(const SourceLine& s) { return fmt::format("{}:{}", s.file, s.l
 
 std::string Who(const NcclLogger& l) {
   if (l.host.empty()) return "";
-  return l.cuda_dev >= 0 ? fmt::format("{} pid {} [{}]", l.host, l.pid, l.cuda_dev) : fmt::format("{} pid {}", l.host, l.pid);
+  return l.cuda_dev >= 0 ? fmt::format("  ({} pid {}, cudaDev {})", l.host, l.pid, l.cuda_dev)
+                         : fmt::format("  ({} pid {})", l.host, l.pid);
 }
 
 std::string GroupKey(const RankIdentity& r) {
@@ -82,8 +83,9 @@ std::string GroupKey(const RankIdentity& r) {
   return r.nranks >= 0 ? fmt::format("nranks={}", r.nranks) : "";
 }
 
-std::string GroupLabel(const std::string& key, size_t nranks_seen) {
-  if (key.empty()) return "connections the log does not tie to a communicator (no Init line of their rank)";
+std::string GroupLabel(const std::string& key, const std::string& file, size_t nranks_seen) {
+  if (key.empty())
+    return fmt::format("connections in {} that the log does not tie to a communicator (no Init line of their rank)", file);
   if (key.starts_with("nranks="))
     return fmt::format("communicator of {} ranks ({} seen; this NCCL prints no commId, so ranks of this size are taken "
                        "as one communicator)",
@@ -91,10 +93,12 @@ std::string GroupLabel(const std::string& key, size_t nranks_seen) {
   return fmt::format("communicator {} ({} ranks seen)", key, nranks_seen);
 }
 
-Communicator& GroupFor(std::vector<Communicator>& groups, const std::string& key) {
+// Unattributed connections of different files are not assumed to share a communicator.
+Communicator& GroupFor(std::vector<Communicator>& groups, const std::string& key, const std::string& file) {
+  std::string group_file = key.empty() ? file : "";
   for (Communicator& g : groups)
-    if (g.key == key) return g;
-  groups.push_back(Communicator{key, "", {}, {}, 0});
+    if (g.key == key && g.file == group_file) return g;
+  groups.push_back(Communicator{key, group_file, "", {}, {}, 0});
   return groups.back();
 }
 
@@ -124,11 +128,16 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     if (e.nccl_version.empty()) e.nccl_version = log.nccl_version;
     for (const VersionLine& v : log.version_lines) e.nccl_versions.insert(v.version);
     e.warnings += log.warnings.size();
-    for (const RankIdentity& r : log.ranks) GroupFor(e.communicators, GroupKey(r)).ranks.push_back({f.path, r});
+    std::map<std::tuple<std::string, int, std::string>, const RankIdentity*> identity;  // (host, pid, comm)
+    for (const RankIdentity& r : log.ranks) {
+      GroupFor(e.communicators, GroupKey(r), f.path).ranks.push_back({f.path, r});
+      identity[{r.host, r.pid, r.comm}] = &r;  // the latest identity of a reused pointer
+    }
     for (const Connection& c : log.connections) {
-      const RankIdentity* r = c.comm.empty() ? nullptr : log.FindRank(c.logger.host, c.logger.pid, c.comm);
+      auto found = c.comm.empty() ? identity.end() : identity.find({c.logger.host, c.logger.pid, c.comm});
+      const RankIdentity* r = found == identity.end() ? nullptr : found->second;
       e.connections.push_back({f.path, r ? r->comm_id : "", c});
-      Communicator& g = GroupFor(e.communicators, r ? GroupKey(*r) : "");
+      Communicator& g = GroupFor(e.communicators, r ? GroupKey(*r) : "", f.path);
       ++g.connection_lines;
       if (c.dst_rank >= 0) AddPair(g, c);
     }
@@ -143,7 +152,7 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     std::sort(g.pairs.begin(), g.pairs.end(), [](const ExplainPair& a, const ExplainPair& b) {
       return std::tie(a.src_rank, a.dst_rank) < std::tie(b.src_rank, b.dst_rank);
     });
-    g.label = GroupLabel(g.key, g.ranks.size());
+    g.label = GroupLabel(g.key, g.file, g.ranks.size());
   }
   // Unattributed connections last.
   std::stable_partition(e.communicators.begin(), e.communicators.end(),
@@ -200,7 +209,7 @@ std::string RenderExplainText(const Explanation& e) {
   if (any_p2p) out += "\n(p2p: NCCL's log does not say whether P2P runs over NVLink or PCIe)\n";
   if (!e.refusals.empty()) {
     out += "\nwhy — NCCL's own lines that explain a fallback:\n";
-    for (const SourceLine& r : e.refusals) out += fmt::format("  {}  {}  [{}]\n", Where(r), r.text, Who(r.logger));
+    for (const SourceLine& r : e.refusals) out += fmt::format("  {}  {}{}\n", Where(r), r.text, Who(r.logger));
   }
   if (!e.env.empty()) {
     std::set<std::string> seen;
@@ -210,12 +219,12 @@ std::string RenderExplainText(const Explanation& e) {
     out += "\nenvironment NCCL read:\n" + list;
   }
   if (e.warnings) out += fmt::format("\n{} NCCL WARN line{} (see the log)\n", e.warnings, e.warnings == 1 ? "" : "s");
-  if (!e.findings.empty()) {
-    out += "\nfindings:\n";
-    for (const Finding& f : e.findings) {
-      out += fmt::format("  {} {} ({}): {}\n", f.severity, f.id, f.cause, f.evidence.empty() ? "" : f.evidence[0]);
-      if (!f.fix.empty()) out += fmt::format("    fix: {}\n", f.fix);
-    }
+  // One fix per cause: the lines behind each are listed above.
+  std::set<std::string> causes_shown;
+  for (const Finding& f : e.findings) {
+    if (!causes_shown.insert(f.cause).second || f.fix.empty()) continue;
+    if (causes_shown.size() == 1) out += "\nfixes:\n";
+    out += fmt::format("  {} ({}): {}\n", f.cause, f.severity, f.fix);
   }
   return out;
 }
@@ -251,7 +260,7 @@ json RenderExplainJson(const Explanation& e) {
     for (const ExplainPair& p : g.pairs)
       j["pairs"].push_back({{"src_rank", p.src_rank}, {"dst_rank", p.dst_rank}, {"class", TransportName(p.transport_class)},
                             {"transports", p.transports}, {"channels", p.channels}, {"lines", p.lines},
-                            {"communicator", str(g.key)}});
+                            {"communicator", str(g.key)}, {"file", str(g.file)}});
   j["refusals"] = json::array();
   for (const SourceLine& r : e.refusals)
     j["refusals"].push_back({{"kind", r.kind}, {"text", r.text}, {"file", r.file}, {"line", r.line},

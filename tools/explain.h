@@ -53,6 +53,7 @@ struct ExplainConnection {
 // communicator the log does not tell form their own group.
 struct Communicator {
   std::string key;    // "0x9ca7…" (commId), "nranks=8", or "" (unattributed)
+  std::string file;   // for unattributed connections: the file they are in (one group per file)
   std::string label;  // a line for people
   std::vector<ExplainRank> ranks;
   std::vector<ExplainPair> pairs;

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstring>
@@ -70,7 +71,9 @@ void NoteRuntime(const CudaRuntime& rt) {
       char bus[32] = {};
       if (rt.DeviceGetPCIBusId(bus, sizeof bus, d) != cudaSuccess) continue;
       for (char* c = bus; *c; ++c) *c = static_cast<char>(std::tolower(static_cast<unsigned char>(*c)));
-      std::snprintf(h->bus_id[d], sizeof h->bus_id[d], "%s", bus);
+      size_t len = std::min(std::strlen(bus), sizeof h->bus_id[d] - 1);  // "0000:1a:00.0" fits
+      std::memcpy(h->bus_id[d], bus, len);
+      h->bus_id[d][len] = '\0';
     }
   }
 }

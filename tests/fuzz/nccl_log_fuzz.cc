@@ -25,7 +25,8 @@ void CheckRecords(const p2ptrace::NcclLog& log) {
   Require(log.lines_skipped <= log.lines_read && log.nccl_lines <= log.lines_read);
   for (const auto& c : log.connections) {
     Require(c.line >= 1 && c.line <= log.lines_read);
-    Require(!c.transport.empty() && c.channel >= 0 && c.src_rank >= -1);
+    Require(!c.transport.empty() && c.channel >= 0 && c.src_rank >= 0 && c.dst_rank >= -1);
+    Require(c.conn_index >= -1 && (c.dst_rank >= 0 || c.keyword.starts_with("Coll")));
     Require(c.transport_class == p2ptrace::ClassifyNcclTransport(c.transport));
   }
   for (const auto& r : log.ranks) Require(!r.comm.empty() && r.FirstLine() >= 1 && r.FirstLine() <= log.lines_read);

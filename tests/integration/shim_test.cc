@@ -418,6 +418,10 @@ class CrashTest : public ::testing::TestWithParam<CrashCase> {};
 
 TEST_P(CrashTest, AllCopiesBeforeDeathAreInTheTrace) {
   const CrashCase& c = GetParam();
+#ifdef P2PTRACE_SANITIZED
+  // The sanitizer runtime owns fatal signals in these builds; the default build checks them.
+  if (std::string(c.how) == "segv" || std::string(c.how) == "abort") GTEST_SKIP() << "sanitizer build";
+#endif
   constexpr int kCopies = 100;
   std::string dir = NewTraceDir(std::string("crash-") + c.name);
   RunResult r = RunProgram({SHIM_WORKLOAD, "crash", std::to_string(kCopies), c.how}, Traced(Sim(), dir));

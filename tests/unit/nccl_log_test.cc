@@ -540,15 +540,17 @@ TEST(NcclLogGrammar, MalformedLinesAreSkipped) {
       "h:1:1 [0] NCCL INFO Trees [0] 1/x/-1->0->-1\n"
       "h:99999999999:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
       "h:1:1 [x] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n"
-      "NCCL INFO Channel 00/0 : 0[0] -> 1[1]\n";
+      "NCCL INFO Channel 00/0 : 0[0] -> 1[1]\n"
+      "h:1:1 [2] NCCL INFO Channel -101 : 2[8000] -> 3[9000] via P2P/direct pointer\n"  // found by the fuzzer
+      "h:1:1 [2] NCCL INFO Channel 01 : -2[8000] -> 3[9000] via P2P/direct pointer\n";
   NcclLog log = ParseNcclLog(text);
   EXPECT_TRUE(log.connections.empty());
   ASSERT_EQ(log.ranks.size(), 1u);  // rank 1 is readable; the bad numbers stay unknown
   EXPECT_EQ(log.ranks[0].nranks, -1);
   EXPECT_EQ(log.ranks[0].cuda_dev, -1);
   EXPECT_TRUE(log.trees.empty());
-  EXPECT_EQ(log.lines_read, 10u);
-  EXPECT_EQ(log.lines_skipped, 9u);
+  EXPECT_EQ(log.lines_read, 12u);
+  EXPECT_EQ(log.lines_skipped, 11u);
 }
 
 // ---- what a log tap meets -----------------------------------------------------------------------
