@@ -21,7 +21,8 @@ struct EventPair {
 };
 
 std::mutex g_mu;
-std::condition_variable g_cv;
+// Never destroyed: the detached resolver may still touch it while static destructors run at exit.
+std::condition_variable& g_cv = *new std::condition_variable();
 std::vector<TimedCopy>* g_pending = nullptr;
 // Free events per (runtime node, device).
 std::vector<EventPair>* g_pool[static_cast<int>(Node::kCount)][P2PTRACE_MAX_DEVICES];

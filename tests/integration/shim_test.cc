@@ -662,6 +662,9 @@ TEST(TraceFile, RankFromEnvironment) {
 // Loader cases: a Python ctypes (RTLD_LOCAL) load; cudart 12 and 13 in one process.
 
 TEST(Loader, PythonCtypesLocalLoadIsTraced) {
+#ifdef P2PTRACE_SANITIZED
+  GTEST_SKIP() << "python3 is not instrumented: it cannot dlopen a sanitizer-built library";
+#endif
   // ctypes.CDLL loads with RTLD_LOCAL: the library's libcudart is not in the global scope, so
   // dlsym(RTLD_NEXT) cannot find it and the shim's dl_iterate_phdr fallback must.
   const std::string code =
