@@ -25,20 +25,7 @@
 #include <thread>
 #include <vector>
 
-// The per-thread-default-stream entry points are declared by the header only under
-// CUDA_API_PER_THREAD_DEFAULT_STREAM; their signatures equal the plain ones.
-extern "C" {
-cudaError_t cudaMallocAsync_ptsz(void**, size_t, cudaStream_t);
-cudaError_t cudaFreeAsync_ptsz(void*, cudaStream_t);
-cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t, cudaStreamCaptureMode);
-cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t, cudaGraph_t*);
-cudaError_t cudaMemcpy_ptds(void*, const void*, size_t, cudaMemcpyKind);
-cudaError_t cudaMemcpyAsync_ptsz(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t);
-cudaError_t cudaMemcpy2D_ptds(void*, size_t, const void*, size_t, size_t, size_t, cudaMemcpyKind);
-cudaError_t cudaMemcpy2DAsync_ptsz(void*, size_t, const void*, size_t, size_t, size_t, cudaMemcpyKind, cudaStream_t);
-cudaError_t cudaMemcpy3DPeer_ptds(const cudaMemcpy3DPeerParms*);
-cudaError_t cudaMemcpy3DPeerAsync_ptsz(const cudaMemcpy3DPeerParms*, cudaStream_t);
-}
+#include "shim/interpose/cuda_functions.h"  // declares the _ptds/_ptsz entry points
 
 namespace {
 
