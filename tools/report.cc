@@ -63,12 +63,83 @@ std::string DeviceName(const Trace& t, int d) {
   return bus.empty() ? fmt::format("device{}", d) : bus;
 }
 
+// NCCL prints busId as the hex of "dddd:bb:dd.f" without separators ("1a000"): back to PCI form.
+std::string BusFromNccl(const std::string& hex) {
+  if (hex.empty() || hex.find(':') != std::string::npos) return hex;
+  unsigned long long v = std::strtoull(hex.c_str(), nullptr, 16);
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", v >> 20, (v >> 12) & 0xff, (v >> 4) & 0xff, v & 0xf);
+}
+
+const char* RefusalFix(const std::string& kind) {
+  if (kind == "env-p2p-disabled")
+    return "unset NCCL_P2P_DISABLE: it is a diagnostic that forces the host path, not a fix";
+  if (kind == "env-p2p-level") return "raise or unset NCCL_P2P_LEVEL (NCCL's default follows the topology)";
+  return "see `p2ptrace doctor` on that node for why the driver refuses P2P";
+}
+
+// The transports NCCL reported, per directional GPU pair, from the logs the shim tapped.
+void AddNcclPairs(const LoadedTraces& loaded, std::map<std::string, std::set<std::string>>* host_buses, Report* rep) {
+  struct Who {
+    std::string host, bus;
+  };
+  // Ranks of one communicator share commId (NCCL ≥ 2.16); without it, one process holds them all.
+  auto comm_key = [](const RankIdentity& id) {
+    return id.comm_id.empty() ? fmt::format("{}:{}:{}", id.host, id.pid, id.nranks) : id.comm_id;
+  };
+  std::map<std::pair<std::string, int>, Who> who;
+  for (const NcclLogFile& f : loaded.nccl_logs)
+    for (const RankIdentity& id : f.log.ranks) {
+      who[{comm_key(id), id.rank}] = Who{id.host, BusFromNccl(id.bus_id)};
+      if (!id.bus_id.empty()) (*host_buses)[id.host].insert(BusFromNccl(id.bus_id));
+    }
+  auto gpu_of = [&](const Who& w) {
+    GpuRef g{w.host, w.bus, -1};
+    const auto& buses = (*host_buses)[w.host];
+    if (auto it = buses.find(w.bus); it != buses.end()) g.gpu = static_cast<int>(std::distance(buses.begin(), it));
+    return g;
+  };
+  std::map<std::tuple<std::string, std::string, std::string, std::string, int>, PairEntry> pairs;
+  for (const NcclLogFile& f : loaded.nccl_logs)
+    for (const Connection& c : f.log.connections) {
+      if (c.dst_rank < 0) continue;  // CollNet lines name no peer
+      const RankIdentity* me = f.log.FindRank(c.logger.host, c.logger.pid, c.comm);
+      if (me == nullptr) continue;
+      std::string key = comm_key(*me);
+      auto src = who.find({key, c.src_rank});
+      auto dst = who.find({key, c.dst_rank});
+      if (src == who.end() || dst == who.end()) continue;
+      PairEntry& e = pairs[{src->second.host, src->second.bus, dst->second.host, dst->second.bus, c.transport_class}];
+      e.source = "nccl";
+      e.src = gpu_of(src->second);
+      e.dst = gpu_of(dst->second);
+      e.transport = c.transport_class;
+      e.nccl_transports.insert(c.transport);
+      ++e.channels;
+      e.ranks.insert(c.src_rank);
+    }
+  for (auto& [k, e] : pairs) {
+    // NCCL said why it refused P2P on this host: that explains a host or network path there.
+    bool host_path = e.transport == P2PTRACE_TRANSPORT_SHM || e.transport == P2PTRACE_TRANSPORT_NET_IB ||
+                     e.transport == P2PTRACE_TRANSPORT_NET_GDR || e.transport == P2PTRACE_TRANSPORT_NET_SOCKET;
+    if (host_path && e.src.host == e.dst.host) {
+      for (const NcclLogFile& f : loaded.nccl_logs)
+        for (const Refusal& r : f.log.refusals)
+          if (r.logger.host == e.src.host && e.causes.empty()) {
+            e.causes.push_back(Cause{r.kind, {fmt::format("NCCL: {}", r.text)}, RefusalFix(r.kind)});
+            e.fallback = true;
+          }
+    }
+    rep->pairs.push_back(e);
+  }
+}
+
 }  // namespace
 
 Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
   Report rep;
   rep.path = path;
   rep.problems = loaded.problems;
+  rep.nccl_logs = loaded.nccl_logs.size();
   // GPU indices per host: the PCI order of every bus id any process on that host saw.
   std::map<std::string, std::set<std::string>> host_buses;
   for (const Trace& t : loaded.traces)
@@ -172,6 +243,7 @@ Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
       }
   }
   for (auto& [k, e] : pairs) rep.pairs.push_back(e);
+  AddNcclPairs(loaded, &host_buses, &rep);
   std::sort(rep.pairs.begin(), rep.pairs.end(), [](const PairEntry& x, const PairEntry& y) {
     return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.gpu, x.dst.bus_id, x.transport) <
            std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.gpu, y.dst.bus_id, y.transport);
@@ -199,6 +271,8 @@ const char* Short(int transport) {
     case P2PTRACE_TRANSPORT_PCIE_P2P: return "PCI";
     case P2PTRACE_TRANSPORT_P2P: return "P2P";
     case P2PTRACE_TRANSPORT_HOST_STAGED: return "HST";
+    case P2PTRACE_TRANSPORT_SHM: return "SHM";
+    case P2PTRACE_TRANSPORT_NET_GDR: case P2PTRACE_TRANSPORT_NET_IB: case P2PTRACE_TRANSPORT_NET_SOCKET: return "NET";
     default: return "?";
   }
 }
@@ -208,7 +282,8 @@ const char* Color(int transport, bool color) {
   switch (transport) {
     case P2PTRACE_TRANSPORT_NVLINK: return "\033[32m";
     case P2PTRACE_TRANSPORT_PCIE_P2P: case P2PTRACE_TRANSPORT_P2P: return "\033[36m";
-    case P2PTRACE_TRANSPORT_HOST_STAGED: return "\033[31m";
+    case P2PTRACE_TRANSPORT_HOST_STAGED: case P2PTRACE_TRANSPORT_SHM: case P2PTRACE_TRANSPORT_NET_SOCKET:
+      return "\033[31m";
     default: return "";
   }
 }
@@ -241,6 +316,7 @@ std::string RenderText(const Report& rep, bool color) {
   if (flags & P2PTRACE_CAPTURE_CUDART_11) seen.push_back("cudart 11");
   if (flags & P2PTRACE_CAPTURE_CUDART_12) seen.push_back("cudart 12");
   if (flags & P2PTRACE_CAPTURE_CUDART_13) seen.push_back("cudart 13");
+  if (rep.nccl_logs) out += fmt::format("NCCL: {} log file{} read\n", rep.nccl_logs, rep.nccl_logs == 1 ? "" : "s");
   out += fmt::format("capture: {}; link types {}{}\n",
                      seen.empty() ? "no CUDA runtime call reached the shim" : "intercepted " + fmt::format("{}", fmt::join(seen, ", ")),
                      flags & P2PTRACE_CAPTURE_NVML_LINKS ? "from NVML" : "unknown (no NVML)",
@@ -259,7 +335,7 @@ std::string RenderText(const Report& rep, bool color) {
         gpus[e.dst.gpu] = e.dst.bus_id;
       }
     if (gpus.empty()) continue;
-    out += fmt::format("\n{}: CUDA peer copies by path (row: source GPU, column: destination GPU)\n      ", host);
+    out += fmt::format("\n{}: GPU pairs by path (row: source GPU, column: destination GPU)\n      ", host);
     for (auto& [g, bus] : gpus) out += fmt::format("{:>6}", fmt::format("GPU{}", g));
     out += "\n";
     for (auto& [row, row_bus] : gpus) {
@@ -278,12 +354,20 @@ std::string RenderText(const Report& rep, bool color) {
       }
       out += "\n";
     }
-    out += "NVL nvlink, PCI pcie_p2p, P2P direct (link unknown), HST host-staged, . none, * several paths\n";
+    out += "NVL nvlink, PCI pcie_p2p, P2P direct (link unknown), HST host-staged, SHM NCCL via host memory,\n"
+           "NET NCCL via the network, . none, * several paths\n";
   }
 
   if (!rep.pairs.empty()) {
     out += "\npairs:\n";
     for (const PairEntry& e : rep.pairs) {
+      if (e.source == "nccl") {
+        out += fmt::format("  {} GPU{} -> {} GPU{}  {}{:<12}{} NCCL, {} connection{}: {}\n", e.src.host, e.src.gpu,
+                           e.dst.host == e.src.host ? "" : e.dst.host, e.dst.gpu, Color(e.transport, color),
+                           TransportName(e.transport), reset, e.channels, e.channels == 1 ? "" : "s",
+                           fmt::join(e.nccl_transports, ", "));
+        continue;
+      }
       std::string gbps = e.Gbps() > 0 ? fmt::format("{:.1f} GB/s", e.Gbps()) : "not timed";
       out += fmt::format("  {} GPU{} -> GPU{}  {}{:<12}{} {:>8} copies {:>11}  {}{}{}\n", e.src.host, e.src.gpu,
                          e.dst.gpu, Color(e.transport, color), TransportName(e.transport), reset, e.calls,
@@ -334,8 +418,8 @@ json RenderJson(const Report& rep) {
       o["rank"] = ranks.size() == 1 && *ranks.begin() >= 0 ? json(*ranks.begin()) : json(nullptr);
       return o;
     };
-    json p{{"src", ref(e.src, e.ranks)}, {"dst", ref(e.dst, e.ranks)}, {"source", "cuda"},
-           {"transport", TransportName(e.transport)}, {"nccl_transports", json::array()},
+    json p{{"src", ref(e.src, e.ranks)}, {"dst", ref(e.dst, e.ranks)}, {"source", e.source},
+           {"transport", TransportName(e.transport)}, {"nccl_transports", e.nccl_transports},
            {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"calls", e.calls},
            {"bytes", e.bytes}, {"errors", e.errors}, {"timed_calls", e.timed_calls},
            {"timed_bytes", e.timed_bytes}};
@@ -358,6 +442,7 @@ json RenderJson(const Report& rep) {
     if (p.state != "exited") ++abnormal;
   }
   j["capture"] = {{"processes", rep.processes.size()},
+                  {"nccl_logs", rep.nccl_logs},
                   {"cudart_11", (flags & P2PTRACE_CAPTURE_CUDART_11) != 0},
                   {"cudart_12", (flags & P2PTRACE_CAPTURE_CUDART_12) != 0},
                   {"cudart_13", (flags & P2PTRACE_CAPTURE_CUDART_13) != 0},

@@ -26,6 +26,9 @@ struct Cause {
 
 struct PairEntry {
   GpuRef src, dst;
+  std::string source = "cuda";             // "cuda": intercepted copies; "nccl": NCCL's own log lines
+  std::set<std::string> nccl_transports;   // NCCL's text after "via", verbatim
+  int channels = 0;                        // NCCL connections seen for the pair
   int transport = 0;  // p2ptrace_transport
   int expected = 0;   // the best class the node allows for this pair; 0 unknown
   bool fallback = false;
@@ -52,6 +55,7 @@ struct Report {
   std::vector<PairEntry> pairs;
   std::vector<Finding> findings;
   std::vector<std::string> problems;  // files skipped, one line each
+  size_t nccl_logs = 0;               // NCCL log files read
 };
 
 Report BuildReport(const std::string& path, const LoadedTraces& traces);

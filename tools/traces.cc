@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "absl/status/status.h"
@@ -13,16 +14,32 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path) {
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
   if (ec) return absl::NotFoundError(path + ": " + ec.message());
-  std::vector<std::string> files;
+  std::vector<std::string> files, nccl_files;
   if (fs::is_directory(st)) {
-    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec))
+    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      std::string name = it->path().filename().string();
       if (it->path().extension() == ".p2ptrace") files.push_back(it->path().string());
+      else if (name.rfind("nccl.", 0) == 0 && it->path().extension() == ".log") nccl_files.push_back(it->path().string());
+    }
     if (ec) return absl::PermissionDeniedError(path + ": " + ec.message());
   } else {
     files.push_back(path);
   }
   std::sort(files.begin(), files.end());
+  std::sort(nccl_files.begin(), nccl_files.end());
   LoadedTraces out;
+  for (const std::string& f : nccl_files) {
+    std::ifstream in(f, std::ios::binary);
+    if (!in) {
+      out.problems.push_back(f + ": cannot read");
+      continue;
+    }
+    NcclLogParser parser;
+    char buf[1 << 16];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) parser.Feed(std::string_view(buf, static_cast<size_t>(in.gcount())));
+    parser.Finish();
+    out.nccl_logs.push_back({f, parser.log()});
+  }
   for (const std::string& f : files) {
     Expected<Trace> t = ReadTrace(f);
     if (t.ok()) out.traces.push_back(std::move(t.value()));

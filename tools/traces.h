@@ -5,12 +5,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/nccl_log.h"
 #include "core/trace_reader.h"
 
 namespace p2ptrace::cli {
 
+struct NcclLogFile {
+  std::string path;
+  NcclLog log;
+};
+
 struct LoadedTraces {
   std::vector<Trace> traces;
+  std::vector<NcclLogFile> nccl_logs;  // nccl.<host>.<pid>.log: NCCL's own lines, tapped by the shim
   std::vector<std::string> problems;  // "FILE: what is wrong", one per skipped file
 };
 

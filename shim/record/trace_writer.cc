@@ -129,6 +129,8 @@ void ForkChild() {
   if (detail::g_state.load() == 1) detail::g_state.store(0);
 }
 
+}  // namespace
+
 bool MakeDirs(const std::string& dir) {
   for (size_t pos = 1; pos <= dir.size(); ++pos) {
     if (pos != dir.size() && dir[pos] != '/') continue;
@@ -138,8 +140,6 @@ bool MakeDirs(const std::string& dir) {
   struct stat st {};
   return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
-
-}  // namespace
 
 void Warn(const std::string& message) {
   std::string line = "p2ptrace: warning: " + message + "\n";

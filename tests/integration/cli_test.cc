@@ -161,3 +161,63 @@ TEST(Shim, OnlyDependsOnTheCRuntime) {
 }
 
 }  // namespace
+
+namespace {
+
+// A 4-rank NCCL job on the simulated node under `p2ptrace run`: the shim taps NCCL's log (the user
+// set no NCCL_DEBUG) and the report carries, per GPU pair, the transport NCCL printed.
+nlohmann::json NcclJob(const std::string& name, std::map<std::string, std::optional<std::string>> extra) {
+  std::string dir = TempDir() + "/" + name, rendezvous = TempDir() + "/" + name + "-id";
+  std::filesystem::create_directories(rendezvous);
+  auto env = SimEnv();
+  env["NCCL_DEBUG"] = std::nullopt;
+  env["NCCL_DEBUG_FILE"] = std::nullopt;
+  env["P2PTRACE_NCCL_TAP"] = std::nullopt;
+  for (auto& [k, v] : extra) env[k] = v;
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--json", "--", P2PSIM, "launch", "--topology",
+                            std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json", "--hosts", "node0:4", "--",
+                            NCCL_RING, rendezvous},
+                           env);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("NCCL INFO"), std::string::npos) << "NCCL's lines must not reach the user";
+  size_t start = r.out.find("{\n  \"capture\"");
+  if (start == std::string::npos) {
+    ADD_FAILURE() << r.out;
+    return {};
+  }
+  return nlohmann::json::parse(r.out.substr(start));
+}
+
+TEST(NcclReport, PairsCarryTheTransportNcclPrinted) {
+  nlohmann::json j = NcclJob("nccl-p2p", {});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["capture"]["nccl_logs"], 4);
+  int nccl_pairs = 0;
+  for (const auto& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ++nccl_pairs;
+    EXPECT_EQ(p["transport"], "p2p");
+    EXPECT_EQ(p["nccl_transports"], nlohmann::json::array({"P2P/CUMEM"}));
+    EXPECT_EQ(p["src"]["host"], "node0");
+    EXPECT_EQ(p["fallback"], false);
+  }
+  EXPECT_EQ(nccl_pairs, 4);  // the ring 0→1→2→3→0
+}
+
+TEST(NcclReport, P2pDisabledShowsShmWithNcclsOwnReason) {
+  nlohmann::json j = NcclJob("nccl-shm", {{"NCCL_P2P_DISABLE", "1"}});
+  ASSERT_FALSE(j.is_null());
+  int shm = 0;
+  for (const auto& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    EXPECT_EQ(p["transport"], "shm");
+    EXPECT_EQ(p["nccl_transports"], nlohmann::json::array({"SHM/direct/direct"}));
+    EXPECT_EQ(p["fallback"], true);
+    ASSERT_FALSE(p["causes"].empty());
+    EXPECT_EQ(p["causes"][0]["id"], "env-p2p-disabled");
+    ++shm;
+  }
+  EXPECT_EQ(shm, 4);
+}
+
+}  // namespace
