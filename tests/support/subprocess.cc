@@ -5,26 +5,25 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
-extern char** environ;
-
 namespace p2ptrace::testing {
 
-RunResult RunProgram(const std::vector<std::string>& argv, const std::map<std::string, std::optional<std::string>>& env) {
-  RunResult r;
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Env& env) {
   int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return r;
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(out[1], 1);
-    dup2(err[1], 2);
-    for (const auto& [k, v] : env) {
-      if (v) setenv(k.c_str(), v->c_str(), 1);
-      else unsetenv(k.c_str());
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) std::abort();
+  pid_ = fork();
+  if (pid_ == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    for (const auto& [key, value] : env) {
+      if (value) setenv(key.c_str(), value->c_str(), 1);
+      else unsetenv(key.c_str());
     }
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -35,31 +34,50 @@ RunResult RunProgram(const std::vector<std::string>& argv, const std::map<std::s
   }
   close(out[1]);
   close(err[1]);
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
-  std::string* sinks[2] = {&r.out, &r.err};
-  int open_fds = 2;
-  while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[65536];
-      ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      if (n > 0) {
-        sinks[i]->append(buf, static_cast<size_t>(n));
-      } else {
-        close(fds[i].fd);
-        fds[i].fd = -1;
-        --open_fds;
-      }
+  fds_[0] = out[0];
+  fds_[1] = err[0];
+}
+
+// False once both streams are closed (or nothing arrives for 30 s).
+bool ChildProcess::ReadOnce() {
+  std::vector<pollfd> p;
+  for (int fd : fds_)
+    if (fd >= 0) p.push_back({fd, POLLIN, 0});
+  if (p.empty()) return false;
+  int n = poll(p.data(), p.size(), 30000);
+  if (n < 0 && errno == EINTR) return true;
+  if (n <= 0) return false;
+  for (const pollfd& q : p) {
+    if (q.revents == 0) continue;
+    int i = q.fd == fds_[0] ? 0 : 1;
+    char buf[65536];
+    ssize_t got = read(q.fd, buf, sizeof buf);
+    if (got > 0) {
+      text_[i].append(buf, static_cast<size_t>(got));
+    } else {
+      close(fds_[i]);
+      fds_[i] = -1;
     }
   }
+  return true;
+}
+
+void ChildProcess::ReadUntil(const std::function<bool(const std::string&)>& done) {
+  while (!done(text_[0]) && ReadOnce()) {
+  }
+}
+
+RunResult ChildProcess::Finish() {
+  while (ReadOnce()) {
+  }
+  RunResult r;
   int status = 0;
-  waitpid(pid, &status, 0);
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   else r.exit_code = WEXITSTATUS(status);
+  r.out = text_[0];
+  r.err = text_[1];
   return r;
 }
 

@@ -1,6 +1,9 @@
 // Runs a program in a child process with a modified environment and captures what it printed.
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,8 +18,29 @@ struct RunResult {
 };
 
 // env: variables to set (a nullopt value unsets the variable); everything else is inherited.
-RunResult RunProgram(const std::vector<std::string>& argv,
-              const std::map<std::string, std::optional<std::string>>& env = {});
+using Env = std::map<std::string, std::optional<std::string>>;
+
+// A running child with stdout and stderr captured; for tests that talk to it while it runs.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& argv, const Env& env = {});
+  pid_t pid() const { return pid_; }
+  const std::string& out() const { return text_[0]; }
+  // Reads until `done` holds for what stdout has so far, or the output ends (or 30 s pass quietly).
+  void ReadUntil(const std::function<bool(const std::string&)>& done);
+  // Reads everything, waits for the exit.
+  RunResult Finish();
+
+ private:
+  bool ReadOnce();
+  pid_t pid_ = -1;
+  int fds_[2] = {-1, -1};
+  std::string text_[2];
+};
+
+inline RunResult RunProgram(const std::vector<std::string>& argv, const Env& env = {}) {
+  return ChildProcess(argv, env).Finish();
+}
 
 // Directory the test may write into; removed at exit.
 std::string TempDir();

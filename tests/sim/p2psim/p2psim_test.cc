@@ -19,91 +19,14 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/subprocess.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-using Env = std::map<std::string, std::optional<std::string>>;  // nullopt unsets
-
-struct Result {
-  int code = -1;   // exit code, when signal == 0
-  int signal = 0;  // the signal that killed it
-  std::string out, err;
-};
-
-// A child process with stdout and stderr captured.
-class Child {
- public:
-  Child(const std::vector<std::string>& argv, const Env& env = {}) {
-    int out[2], err[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) std::abort();
-    pid_ = fork();
-    if (pid_ == 0) {
-      dup2(out[1], STDOUT_FILENO);
-      dup2(err[1], STDERR_FILENO);
-      for (const auto& [key, value] : env) {
-        if (value) setenv(key.c_str(), value->c_str(), 1);
-        else unsetenv(key.c_str());
-      }
-      std::vector<char*> args;
-      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      execv(args[0], args.data());
-      _exit(126);
-    }
-    close(out[1]);
-    close(err[1]);
-    fds_[0] = out[0];
-    fds_[1] = err[0];
-  }
-
-  pid_t pid() const { return pid_; }
-  const std::string& out() const { return text_[0]; }
-
-  // Reads until `done` holds for what stdout has so far, or the output ends.
-  void ReadUntil(const std::function<bool(const std::string&)>& done) {
-    while (!done(text_[0]) && ReadOnce()) {
-    }
-  }
-
-  Result Finish() {
-    while (ReadOnce()) {
-    }
-    Result r;
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
-    if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-    r.out = text_[0];
-    r.err = text_[1];
-    return r;
-  }
-
- private:
-  // False once both streams are closed (or nothing arrives for 30 s).
-  bool ReadOnce() {
-    std::vector<pollfd> p;
-    for (int fd : fds_)
-      if (fd >= 0) p.push_back({fd, POLLIN, 0});
-    if (p.empty() || poll(p.data(), p.size(), 30000) <= 0) return false;
-    for (const pollfd& q : p) {
-      if (q.revents == 0) continue;
-      int i = q.fd == fds_[0] ? 0 : 1;
-      char buf[4096];
-      ssize_t n = read(q.fd, buf, sizeof buf);
-      if (n > 0) {
-        text_[i].append(buf, static_cast<size_t>(n));
-      } else {
-        close(fds_[i]);
-        fds_[i] = -1;
-      }
-    }
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int fds_[2] = {-1, -1};
-  std::string text_[2];
-};
+using p2ptrace::testing::Env;
+using Result = p2ptrace::testing::RunResult;
+using Child = p2ptrace::testing::ChildProcess;
 
 Result RunP2psim(const std::vector<std::string>& args, const Env& env = {}) {
   std::vector<std::string> argv{P2PSIM_BINARY};
@@ -167,7 +90,7 @@ class P2psimTest : public ::testing::Test {
   // Writes `host`'s sysroot of `topology` into a fresh directory and returns it (canonical).
   fs::path Sysroot(const std::string& topology, const std::string& host, const std::string& name = "root") {
     Result r = RunP2psim({"sysroot", topology, host, (tmp_ / name).string()});
-    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err, "");
     return fs::canonical(tmp_ / name);
   }
@@ -317,7 +240,7 @@ TEST_F(P2psimTest, SysrootRewritesADirectoryWithoutLeftovers) {
 TEST_F(P2psimTest, SysrootBadTopologyNamesFileAndField) {
   std::string bad = Write("bad.json", R"({"version": 1, "hosts": [{"name": "n", "cpus": [{"id": "cpu0"}], "gpus": [{"index": 0, "bus_id": "zz"}]}]})");
   Result r = RunP2psim({"sysroot", bad, "n", (tmp_ / "root").string()});
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("hosts[0].gpus[0].bus_id"), std::string::npos) << r.err;
@@ -325,7 +248,7 @@ TEST_F(P2psimTest, SysrootBadTopologyNamesFileAndField) {
 
 TEST_F(P2psimTest, SysrootUnknownHost) {
   Result r = RunP2psim({"sysroot", P2PSIM_DEMO_TOPOLOGY, "node9", (tmp_ / "root").string()});
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("node9"), std::string::npos) << r.err;
 }
@@ -334,7 +257,7 @@ TEST_F(P2psimTest, LaunchOneHostPrefixesEachRank) {
   Result r = RunP2psim(LaunchArgs(P2PSIM_DEMO_TOPOLOGY, "node0:3",
                             {"sh", "-c", "echo r=$RANK l=$LOCAL_RANK w=$WORLD_SIZE h=$P2PSIM_HOST; "
                                          "test -d \"$P2PTRACE_SYSROOT/sys\""}));
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(SortedLines(r.out), (std::vector<std::string>{"[rank 0] r=0 l=0 w=3 h=node0",
                                                           "[rank 1] r=1 l=1 w=3 h=node0",
                                                           "[rank 2] r=2 l=2 w=3 h=node0"}));
@@ -346,7 +269,7 @@ TEST_F(P2psimTest, LaunchEnvironment) {
                             {"sh", "-c", "echo $LD_LIBRARY_PATH; echo $P2PTRACE_SYSROOT; echo $P2PSIM_TOPOLOGY; "
                                          "echo $MASTER_ADDR:$MASTER_PORT $GROUP_RANK $LOCAL_WORLD_SIZE"}),
                  {{"P2PSIM_LIB_DIR", "/opt/simlib"}, {"LD_LIBRARY_PATH", "/old/lib"}});
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   std::istringstream lines(r.out);
   std::string ld, sysroot, topology, master;
   std::getline(lines, ld), std::getline(lines, sysroot), std::getline(lines, topology), std::getline(lines, master);
@@ -362,7 +285,7 @@ TEST_F(P2psimTest, LaunchTwoHostsNumbersRanksAcrossHosts) {
   Result r = RunP2psim(LaunchArgs(Write("two.json", kTwoHosts), "a:1,b:2",
                             {"sh", "-c", "echo $RANK $P2PSIM_HOST $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK "
                                          "$WORLD_SIZE $(cat $P2PTRACE_SYSROOT/etc/hostname)"}));
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(SortedLines(r.out), (std::vector<std::string>{"[rank 0] 0 a 0 1 0 3 a",
                                                           "[rank 1] 1 b 0 2 1 3 b",
                                                           "[rank 2] 2 b 1 2 1 3 b"}));
@@ -372,7 +295,7 @@ TEST_F(P2psimTest, LaunchDefaultDirIsFreshUnderTmpdir) {
   std::vector<std::string> args{"launch", "--topology", P2PSIM_DEMO_TOPOLOGY, "--hosts", "node0:1", "--",
                                 "sh", "-c", "echo $P2PTRACE_SYSROOT"};
   Result r = RunP2psim(args, {{"TMPDIR", tmp_.string()}});
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   std::string said = "p2psim: run directory ";
   ASSERT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   ASSERT_EQ(r.err.rfind(said, 0), 0u) << r.err;
@@ -385,17 +308,17 @@ TEST_F(P2psimTest, LaunchDefaultDirIsFreshUnderTmpdir) {
 
 TEST_F(P2psimTest, LaunchExitsWithTheHighestExitCode) {
   Result r = RunP2psim(LaunchArgs(P2PSIM_DEMO_TOPOLOGY, "node0:3", {"sh", "-c", "[ $RANK = 1 ] && exit 3; exit $RANK"}));
-  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_EQ(r.exit_code, 3) << r.err;
 }
 
 TEST_F(P2psimTest, LaunchRankKilledBySignalGives128PlusSignal) {
   Result r = RunP2psim(LaunchArgs(P2PSIM_DEMO_TOPOLOGY, "node0:3", {"sh", "-c", "[ $RANK = 1 ] && kill -KILL $$; exit 5"}));
-  EXPECT_EQ(r.code, 137) << r.err;
+  EXPECT_EQ(r.exit_code, 137) << r.err;
 }
 
 TEST_F(P2psimTest, LaunchCommandNotFoundExits127) {
   Result r = RunP2psim(LaunchArgs(P2PSIM_DEMO_TOPOLOGY, "node0:2", {"p2psim-no-such-command", "x"}));
-  EXPECT_EQ(r.code, 127);
+  EXPECT_EQ(r.exit_code, 127);
   EXPECT_NE(r.err.find("[rank 0] p2psim: p2psim-no-such-command: command not found\n"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("[rank 1] "), std::string::npos) << r.err;
 }
@@ -403,7 +326,7 @@ TEST_F(P2psimTest, LaunchCommandNotFoundExits127) {
 TEST_F(P2psimTest, LaunchPrefixesStderrAndFlushesPartialLines) {
   Result r = RunP2psim(LaunchArgs(P2PSIM_DEMO_TOPOLOGY, "node0:1",
                             {"sh", "-c", "printf 'one\\ntwo'; printf 'e1\\ne2' >&2"}));
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "[rank 0] one\n[rank 0] two\n");
   EXPECT_EQ(r.err, "[rank 0] e1\n[rank 0] e2\n");
 }
@@ -420,7 +343,7 @@ TEST_F(P2psimTest, LaunchForwardsSigterm) {
   });
   ASSERT_EQ(kill(p2psim.pid(), SIGTERM), 0);
   Result r = p2psim.Finish();
-  EXPECT_EQ(r.code, 7) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, 7) << r.out << r.err;
   EXPECT_NE(r.out.find("[rank 0] term\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank 1] term\n"), std::string::npos) << r.out;
 }
@@ -441,7 +364,7 @@ TEST_F(P2psimTest, LaunchUsageErrorsExit2) {
            {{"launch", "--topology", topo, "--hosts", "node0:1", "--bogus", "--", "true"}, "unknown option"},
        }) {
     Result r = RunP2psim(c.args);
-    EXPECT_EQ(r.code, 2) << c.says;
+    EXPECT_EQ(r.exit_code, 2) << c.says;
     EXPECT_EQ(r.err.rfind("p2psim: launch: ", 0), 0u) << r.err;
     std::string first = r.err.substr(0, r.err.find('\n'));
     EXPECT_NE(first.find(c.says), std::string::npos) << first;
@@ -453,22 +376,22 @@ TEST_F(P2psimTest, LaunchUsageErrorsExit2) {
 TEST_F(P2psimTest, LaunchBadTopologyExit2) {
   std::string bad = Write("bad.json", "{\"version\": 1, \"hosts\": []}");
   Result r = RunP2psim({"launch", "--topology", bad, "--hosts", "n:1", "--", "true"});
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err, "p2psim: " + bad + ": hosts: at least one host is required\n");
 }
 
 TEST_F(P2psimTest, HelpAndUnknownSubcommand) {
   for (const char* help : {"--help", "help"}) {
     Result r = RunP2psim({help});
-    EXPECT_EQ(r.code, 0);
+    EXPECT_EQ(r.exit_code, 0);
     EXPECT_NE(r.out.find("p2psim sysroot TOPOLOGY HOST DIR"), std::string::npos);
     EXPECT_NE(r.out.find("p2psim launch --topology"), std::string::npos);
     EXPECT_NE(r.out.find("dev_shm"), std::string::npos);
   }
   Result r = RunP2psim({"frobnicate"});
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("unknown subcommand \"frobnicate\""), std::string::npos);
-  EXPECT_EQ(RunP2psim({}).code, 2);
+  EXPECT_EQ(RunP2psim({}).exit_code, 2);
 }
 
 }  // namespace
