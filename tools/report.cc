@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <variant>
 #include <tuple>
 
 #include "core/vocabulary.h"
@@ -61,6 +62,46 @@ struct Key {
 std::string DeviceName(const Trace& t, int d) {
   std::string bus = t.BusId(d);
   return bus.empty() ? fmt::format("device{}", d) : bus;
+}
+
+// NCCL operations from the traces: per (communicator, operation), calls, bytes and the timed subset.
+void AddNcclOps(const LoadedTraces& loaded, Report* rep) {
+  std::map<std::pair<uint64_t, int>, NcclOpSummary> ops;
+  for (const Trace& t : loaded.traces) {
+    std::map<uint64_t, uint64_t> comm_hash;  // comm pointer -> id hash (this process)
+    std::map<uint64_t, int> comm_nranks;
+    std::map<uint32_t, uint64_t> timed_ns;   // seq -> measured duration
+    for (const TraceRecord& r : t.records) {
+      if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body); c && c->comm && c->result == 0) {
+        comm_hash[c->comm] = c->id_hash;
+        comm_nranks[c->comm] = c->nranks;
+      } else if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body); tr && tr->src_device < 0) {
+        timed_ns[tr->h.seq] = tr->duration_ns;
+      }
+    }
+    for (const TraceRecord& r : t.records) {
+      const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
+      if (o == nullptr) continue;
+      uint64_t hash = comm_hash.count(o->comm) ? comm_hash[o->comm] : 0;
+      NcclOpSummary& s = ops[{hash, o->api}];
+      s.comm = fmt::format("{:016x}", hash);
+      s.nranks = std::max(s.nranks, comm_nranks.count(o->comm) ? comm_nranks[o->comm] : 0);
+      s.op = std::string(NcclApiName(o->api));
+      s.ranks.insert(t.header.rank);
+      if (o->result != 0) {
+        ++s.errors;
+        continue;
+      }
+      ++s.calls;
+      s.bytes += o->bytes;
+      if (auto it = timed_ns.find(o->h.seq); it != timed_ns.end()) {
+        ++s.timed_calls;
+        s.timed_bytes += o->bytes;
+        s.timed_ns += it->second;
+      }
+    }
+  }
+  for (auto& [k, s] : ops) rep->nccl_ops.push_back(s);
 }
 
 // NCCL prints busId as the hex of "dddd:bb:dd.f" without separators ("1a000"): back to PCI form.
@@ -134,6 +175,23 @@ void AddNcclPairs(const LoadedTraces& loaded, std::map<std::string, std::set<std
 }
 
 }  // namespace
+
+// nccl-tests' conventions: the size of an allgather/reducescatter is the full buffer (count × ranks);
+// busbw scales algbw by what each link carries.
+double NcclOpSummary::AlgBw() const {
+  if (timed_ns == 0) return -1;
+  double size = static_cast<double>(timed_bytes);
+  if (op == "ncclAllGather" || op == "ncclReduceScatter") size *= std::max(nranks, 1);
+  return size / static_cast<double>(timed_ns);
+}
+
+double NcclOpSummary::BusBw() const {
+  double alg = AlgBw(), n = std::max(nranks, 1);
+  if (alg < 0) return -1;
+  if (op == "ncclAllReduce") return alg * 2 * (n - 1) / n;
+  if (op == "ncclAllGather" || op == "ncclReduceScatter" || op == "ncclAlltoAll") return alg * (n - 1) / n;
+  return alg;
+}
 
 Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
   Report rep;
@@ -244,6 +302,7 @@ Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
   }
   for (auto& [k, e] : pairs) rep.pairs.push_back(e);
   AddNcclPairs(loaded, &host_buses, &rep);
+  AddNcclOps(loaded, &rep);
   std::sort(rep.pairs.begin(), rep.pairs.end(), [](const PairEntry& x, const PairEntry& y) {
     return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.gpu, x.dst.bus_id, x.transport) <
            std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.gpu, y.dst.bus_id, y.transport);
@@ -379,6 +438,15 @@ std::string RenderText(const Report& rep, bool color) {
   } else {
     out += "\nno GPU pair exchanged data through the intercepted CUDA calls\n";
   }
+  if (!rep.nccl_ops.empty()) {
+    out += "\nNCCL operations (per communicator; timed subset, nccl-tests' algbw/busbw):\n";
+    for (const NcclOpSummary& s : rep.nccl_ops) {
+      std::string bw = s.AlgBw() >= 0 ? fmt::format("algbw {:.1f} GB/s, busbw {:.1f} GB/s", s.AlgBw(), s.BusBw())
+                                      : std::string("not timed");
+      out += fmt::format("  comm {} ({} ranks) {:<18} {:>6} calls {:>11}  {}{}\n", s.comm.substr(0, 8), s.nranks,
+                         s.op, s.calls, Bytes(s.bytes), bw, s.errors ? fmt::format(", {} failed", s.errors) : "");
+    }
+  }
   // One paragraph per finding: the pairs it explains, the evidence of the first, the fix.
   for (const Finding& f : rep.findings) {
     const PairEntry* first = nullptr;
@@ -428,6 +496,16 @@ json RenderJson(const Report& rep) {
     p["causes"] = json::array();
     for (const Cause& c : e.causes) p["causes"].push_back({{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}});
     j["pairs"].push_back(p);
+  }
+  j["nccl_ops"] = json::array();
+  for (const NcclOpSummary& s : rep.nccl_ops) {
+    json o{{"comm", s.comm}, {"nranks", s.nranks}, {"op", s.op}, {"calls", s.calls}, {"errors", s.errors},
+           {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks}};
+    o["seconds"] = s.timed_calls ? json(static_cast<double>(s.timed_ns) * 1e-9 / static_cast<double>(s.timed_calls))
+                                 : json(nullptr);
+    o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
+    o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
+    j["nccl_ops"].push_back(o);
   }
   j["findings"] = json::array();
   for (const Finding& f : rep.findings)

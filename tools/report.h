@@ -40,6 +40,17 @@ struct PairEntry {
   double Seconds() const { return timed_bytes ? static_cast<double>(bytes) * 1e-9 / Gbps() : -1; }
 };
 
+// One NCCL operation kind of one communicator, over all its ranks (nccl-tests' algbw/busbw).
+struct NcclOpSummary {
+  std::string comm;  // FNV hash of the ncclUniqueId, shared by the communicator's ranks
+  int nranks = 0;
+  std::string op;    // "ncclAllReduce", …
+  uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+  std::set<int> ranks;
+  double AlgBw() const;  // GB/s over the timed calls, nccl-tests' size convention; -1 untimed
+  double BusBw() const;
+};
+
 struct ProcessInfo {
   int rank = -1, pid = 0;
   std::string host, file, state;  // state: running|exited|fatal signal N
@@ -53,6 +64,7 @@ struct Report {
   std::string path;
   std::vector<ProcessInfo> processes;
   std::vector<PairEntry> pairs;
+  std::vector<NcclOpSummary> nccl_ops;
   std::vector<Finding> findings;
   std::vector<std::string> problems;  // files skipped, one line each
   size_t nccl_logs = 0;               // NCCL log files read

@@ -202,6 +202,18 @@ TEST(NcclReport, PairsCarryTheTransportNcclPrinted) {
     EXPECT_EQ(p["fallback"], false);
   }
   EXPECT_EQ(nccl_pairs, 4);  // the ring 0→1→2→3→0
+  // Operations of all four ranks, with the timed ones' bandwidth.
+  bool allreduce = false;
+  for (const auto& o : j["nccl_ops"]) {
+    if (o["op"] != "ncclAllReduce") continue;
+    allreduce = true;
+    EXPECT_EQ(o["nranks"], 4);
+    EXPECT_EQ(o["calls"], 4);  // one per rank
+    EXPECT_EQ(o["timed_calls"], 4);
+    EXPECT_GT(o["busbw_gbps"].get<double>(), 0);
+    EXPECT_EQ(o["ranks"].size(), 4u);
+  }
+  EXPECT_TRUE(allreduce) << j["nccl_ops"].dump();
 }
 
 TEST(NcclReport, P2pDisabledShowsShmWithNcclsOwnReason) {
