@@ -35,6 +35,12 @@ struct Mapping {
 
 std::string Trace::Host() const { return Bounded(header.host, sizeof header.host); }
 
+std::string Trace::Env(const std::string& name) const {
+  for (const auto& [k, v] : env)
+    if (k == name) return v;
+  return "";
+}
+
 std::string Trace::BusId(int device) const {
   if (device < 0 || device >= P2PTRACE_MAX_DEVICES) return "";
   return Bounded(header.bus_id[device], sizeof header.bus_id[device]);

@@ -39,6 +39,7 @@ struct Trace {
                     static_cast<size_t>(path)];
   }
   std::string Host() const;   // header.host, NUL-terminated safely
+  std::string Env(const std::string& name) const;  // a recorded variable, "" when absent
   std::string BusId(int device) const;
 };
 

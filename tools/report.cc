@@ -1,6 +1,7 @@
 #include "tools/report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <variant>
@@ -225,6 +226,15 @@ Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
     p.driver_version = h.cuda_driver_version;
     p.capture_flags = h.capture_flags;
     p.dropped_records = h.dropped_records;
+    std::string level = t.Env("NCCL_DEBUG");
+    for (char& ch : level) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    if (t.Env("P2PTRACE_NCCL_TAP") == "1") p.nccl_log = "tapped";
+    else if (!t.Env("NCCL_DEBUG_FILE").empty()) p.nccl_log = "user file";
+    else if (level == "INFO" || level == "TRACE")
+      p.nccl_log = "not seen: NCCL_DEBUG=" + level + " prints to the job's own output; set NCCL_DEBUG_FILE to let p2ptrace read it";
+    else if (!level.empty())
+      p.nccl_log = "not seen: NCCL_DEBUG=" + level + " hides the transport lines; unset it to let p2ptrace tap them";
+    else p.nccl_log = "not seen: P2PTRACE_NCCL_LOG=off";
     rep.processes.push_back(p);
 
     // Peer facts from this process's records, per unordered device pair.
@@ -382,6 +392,11 @@ std::string RenderText(const Report& rep, bool color) {
                      flags & P2PTRACE_CAPTURE_TIMING_OFF ? "; timing off" : "");
   if (crashed) out += fmt::format("note: {} process{} did not exit normally (killed, crashed, _exit, or still running); "
                                   "what they recorded is complete up to that moment\n", crashed, crashed == 1 ? "" : "es");
+  for (const ProcessInfo& p : rep.processes)
+    if (p.nccl_log.rfind("not seen", 0) == 0 && !rep.nccl_ops.empty()) {
+      out += "note: NCCL lines " + p.nccl_log + "\n";
+      break;
+    }
   if (dropped) out += fmt::format("note: {} records dropped at the trace size cap (P2PTRACE_MAX_MB); counts stay exact\n", dropped);
   for (const std::string& p : rep.problems) out += "skipped: " + p + "\n";
 
@@ -475,6 +490,7 @@ json RenderJson(const Report& rep) {
     json r{{"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)}, {"host", p.host}, {"pid", p.pid},
            {"bus_ids", p.bus_ids}, {"state", p.state}, {"file", p.file},
            {"cuda_runtime_version", p.runtime_version}, {"cuda_driver_version", p.driver_version}};
+    r["nccl_log"] = p.nccl_log;
     r["gpu"] = p.bus_ids.size() == 1 ? json(0) : json(nullptr);
     r["bus_id"] = p.bus_ids.size() == 1 ? json(p.bus_ids[0]) : json(nullptr);
     j["ranks"].push_back(r);

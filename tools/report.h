@@ -58,6 +58,7 @@ struct ProcessInfo {
   int runtime_version = 0, driver_version = 0;
   uint32_t capture_flags = 0;
   uint64_t dropped_records = 0;
+  std::string nccl_log;  // how NCCL's lines reached p2ptrace: tapped | user file | not seen: <why>
 };
 
 struct Report {

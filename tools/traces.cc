@@ -28,6 +28,24 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path) {
   std::sort(files.begin(), files.end());
   std::sort(nccl_files.begin(), nccl_files.end());
   LoadedTraces out;
+  for (const std::string& f : files) {
+    Expected<Trace> t = ReadTrace(f);
+    if (t.ok()) out.traces.push_back(std::move(t.value()));
+    else out.problems.push_back(t.error().message);
+  }
+  // A user's own NCCL_DEBUG_FILE (recorded in each trace's environment) is read where it is.
+  for (const Trace& t : out.traces)
+    for (const auto& [name, value] : t.env) {
+      if (name != "NCCL_DEBUG_FILE" || t.Env("P2PTRACE_NCCL_TAP") == "1") continue;
+      std::string resolved;
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'h') resolved += t.Host(), ++i;
+        else if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'p') resolved += std::to_string(t.header.pid), ++i;
+        else resolved += value[i];
+      }
+      if (std::find(nccl_files.begin(), nccl_files.end(), resolved) == nccl_files.end() && fs::exists(resolved, ec))
+        nccl_files.push_back(resolved);
+    }
   for (const std::string& f : nccl_files) {
     std::ifstream in(f, std::ios::binary);
     if (!in) {
@@ -39,11 +57,6 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path) {
     while (in.read(buf, sizeof buf) || in.gcount() > 0) parser.Feed(std::string_view(buf, static_cast<size_t>(in.gcount())));
     parser.Finish();
     out.nccl_logs.push_back({f, parser.log()});
-  }
-  for (const std::string& f : files) {
-    Expected<Trace> t = ReadTrace(f);
-    if (t.ok()) out.traces.push_back(std::move(t.value()));
-    else out.problems.push_back(t.error().message);
   }
   return out;
 }

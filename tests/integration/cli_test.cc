@@ -216,6 +216,21 @@ TEST(NcclReport, PairsCarryTheTransportNcclPrinted) {
   EXPECT_TRUE(allreduce) << j["nccl_ops"].dump();
 }
 
+TEST(NcclReport, TheUsersOwnDebugFileIsReadWhereItIs) {
+  std::string user_dir = TempDir() + "/user-nccl-logs";
+  std::filesystem::create_directories(user_dir);
+  nlohmann::json j = NcclJob("nccl-user-file", {{"NCCL_DEBUG", "INFO"}, {"NCCL_DEBUG_FILE", user_dir + "/mine.%h.%p"}});
+  ASSERT_FALSE(j.is_null());
+  EXPECT_EQ(j["capture"]["nccl_logs"], 4);
+  EXPECT_EQ(j["ranks"][0]["nccl_log"], "user file");
+  int nccl_pairs = 0;
+  for (const auto& p : j["pairs"]) nccl_pairs += p["source"] == "nccl";
+  EXPECT_EQ(nccl_pairs, 4);
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(user_dir)) files += e.path().filename().string().rfind("mine.node0.", 0) == 0;
+  EXPECT_EQ(files, 4);  // untouched, where the user wanted them
+}
+
 TEST(NcclReport, P2pDisabledShowsShmWithNcclsOwnReason) {
   nlohmann::json j = NcclJob("nccl-shm", {{"NCCL_P2P_DISABLE", "1"}});
   ASSERT_FALSE(j.is_null());
