@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every test: the default build, then AddressSanitizer+UBSan and ThreadSanitizer builds.
-# Usage: scripts/test.sh [PRESET…]   (default: default asan tsan)
+# Runs every test: the default build, AddressSanitizer+UBSan and ThreadSanitizer builds, then short
+# libFuzzer runs (clang) of the parsers.
+# Usage: scripts/test.sh [PRESET…]   (default: default asan tsan fuzz)
 source "$(dirname "$0")/common.sh"
 presets=("$@")
-((${#presets[@]})) || presets=(default asan tsan)
+((${#presets[@]})) || presets=(default asan tsan fuzz)
 for preset in "${presets[@]}"; do
   build "$preset"
   log "testing ($preset)"
