@@ -136,11 +136,15 @@ ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t byte
   uint32_t seq = TraceWriter::NextSeq();
   TimedCopy t;
   bool timed = false;
-  const CudaRuntime& rt = Runtime(Node::kCudart13);  // whichever cudart is loaded, 13 preferred
-  if (t_group_depth == 0 && RuntimeAnswered(rt) && SampleOp(bytes)) {
+  // Events through the runtime the application itself uses (the one that has answered it).
+  const CudaRuntime* rt = nullptr;
+  for (Node n : {Node::kCudart13, Node::kCudart12, Node::kCudart11})
+    if (rt == nullptr && g_runtimes[static_cast<int>(n)].load(std::memory_order_acquire) && RuntimeAnswered(Runtime(n)))
+      rt = &Runtime(n);
+  if (t_group_depth == 0 && rt != nullptr && SampleOp(bytes)) {
     int device = -1;
     static auto cu_device = NcclFn<ncclResult_t (*)(ncclComm_t, int*)>("ncclCommCuDevice");
-    if (cu_device && cu_device(comm, &device) == ncclSuccess) timed = CopyTimer::Begin(rt, device, stream, &t);
+    if (cu_device && cu_device(comm, &device) == ncclSuccess) timed = CopyTimer::Begin(*rt, device, stream, &t);
   }
   ncclResult_t r = call();
   if (timed) {
