@@ -20,6 +20,16 @@
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
+
+// The trace generation (file) each runtime node was last described in (NoteRuntime, after a
+// successful call); a fork child's new file must be described again.
+std::atomic<uint64_t> g_runtime_noted[static_cast<int>(Node::kCount)];
+
+bool RuntimeAnswered(const CudaRuntime& rt) {
+  return g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed) ==
+         detail::g_generation.load(std::memory_order_relaxed);
+}
+
 namespace {
 
 constexpr int kMaxDev = P2PTRACE_MAX_DEVICES;
@@ -29,9 +39,7 @@ constexpr uint8_t kPeerByApi = 1, kPeerByIpc = 2;
 std::atomic<uint8_t> g_peer[kMaxDev][kMaxDev];
 // The transport of a direct copy per pair; 0 until first needed.
 std::atomic<uint8_t> g_link[kMaxDev][kMaxDev];
-// The trace generation (file) each runtime node was last described in; a fork child's new file
-// must be described again.
-std::atomic<uint64_t> g_runtime_noted[static_cast<int>(Node::kCount)];
+
 std::mutex g_slow_mu;  // slow paths only
 
 // Streams the application created, with their device (for timing events on the right device).
@@ -208,13 +216,9 @@ inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int
   TraceWriter::Append(rec);
 }
 
-bool RuntimeNoted(const CudaRuntime& rt) {
-  return g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed) ==
-         detail::g_generation.load(std::memory_order_relaxed);
-}
 
 // The current device, asked only of a runtime known to answer (see TraceCopy).
-int NotedDevice(const CudaRuntime& rt) { return RuntimeNoted(rt) ? CurrentDevice(rt) : -1; }
+int NotedDevice(const CudaRuntime& rt) { return RuntimeAnswered(rt) ? CurrentDevice(rt) : -1; }
 
 // Counts and records a copy whose sides were found after the fact.
 void RecordAfter(const CudaRuntime& rt, const Copy& c, int src, int dst, cudaError_t r) {
@@ -267,7 +271,7 @@ cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
   }
   // Until the runtime has answered a call successfully, the shim asks it nothing before the call
   // (its question could fail first and leave an error behind for the application to see).
-  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeNoted(rt))
+  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt))
     return AfterUnknownSide(rt, c.api, c.flags, c.dst, c.src, c.bytes, c.stream, src, dst, real());
   int path = 0;
   uint8_t transport = PathNow(rt, src, dst, &path);
@@ -336,7 +340,6 @@ uint64_t Bytes3D(const cudaMemcpy3DPeerParms* p) {
 // ================================================================================================
 // Bookkeeping
 
-bool RuntimeAnswered(const CudaRuntime& rt) { return RuntimeNoted(rt); }
 
 namespace hooks {
 
