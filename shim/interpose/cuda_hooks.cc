@@ -202,9 +202,6 @@ inline __attribute__((always_inline)) void Account(int src, int dst, int path, c
 inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int dst, uint8_t transport,
                                                      cudaError_t r, uint32_t seq, uint32_t flags) {
   p2ptrace_copy_record rec{};
-  rec.h.type = P2PTRACE_RECORD_COPY;
-  rec.h.seq = seq;
-  rec.h.time_ns = MonotonicNs();
   rec.bytes = c.bytes;
   rec.stream = reinterpret_cast<uintptr_t>(c.stream);
   rec.result = r;
@@ -213,7 +210,7 @@ inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int
   rec.dst_device = static_cast<int8_t>(dst);
   rec.transport = transport;
   rec.flags = c.flags | flags;
-  TraceWriter::Append(rec);
+  TraceWriter::Append(rec, P2PTRACE_RECORD_COPY, seq);
 }
 
 
@@ -303,29 +300,23 @@ cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
 
 void WritePeer(uint8_t api, int device, int peer, cudaError_t r, int value, int attr) {
   p2ptrace_peer_record rec{};
-  rec.h.type = P2PTRACE_RECORD_PEER;
-  rec.h.seq = TraceWriter::NextSeq();
-  rec.h.time_ns = MonotonicNs();
   rec.api = api;
   rec.device = static_cast<int8_t>(device);
   rec.peer = static_cast<int8_t>(peer);
   rec.result = r;
   rec.value = value;
   rec.attr = attr;
-  TraceWriter::Append(rec);
+  TraceWriter::Append(rec, P2PTRACE_RECORD_PEER, TraceWriter::NextSeq());
 }
 
 void WriteIpc(uint8_t api, int device, int owner, cudaError_t r, const void* address) {
   p2ptrace_ipc_record rec{};
-  rec.h.type = P2PTRACE_RECORD_IPC;
-  rec.h.seq = TraceWriter::NextSeq();
-  rec.h.time_ns = MonotonicNs();
   rec.api = api;
   rec.device = static_cast<int8_t>(device);
   rec.owner_device = static_cast<int8_t>(owner);
   rec.result = r;
   rec.address = reinterpret_cast<uintptr_t>(address);
-  TraceWriter::Append(rec);
+  TraceWriter::Append(rec, P2PTRACE_RECORD_IPC, TraceWriter::NextSeq());
 }
 
 cudaStream_t PerThread(cudaStream_t s) { return s == nullptr ? cudaStreamPerThread : s; }

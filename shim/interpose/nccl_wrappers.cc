@@ -89,9 +89,6 @@ Fn NcclFn(const char* name) {
 void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) {
   if (!TraceWriter::Ready()) return;
   p2ptrace_nccl_comm_record rec{};
-  rec.h.type = P2PTRACE_RECORD_NCCL_COMM;
-  rec.h.seq = TraceWriter::NextSeq();
-  rec.h.time_ns = MonotonicNs();
   rec.comm = reinterpret_cast<uintptr_t>(comm);
   rec.id_hash = id_hash;
   rec.rank = rec.nranks = rec.cuda_device = -1;
@@ -110,7 +107,7 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
       Comms()[comm] = id_hash;
     }
   }
-  TraceWriter::Append(rec);
+  TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_COMM, TraceWriter::NextSeq());
 }
 
 uint64_t CommHash(ncclComm_t comm) {
@@ -153,9 +150,6 @@ ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t byte
     CopyTimer::End(stream, r == ncclSuccess, &t);
   }
   p2ptrace_nccl_op_record rec{};
-  rec.h.type = P2PTRACE_RECORD_NCCL_OP;
-  rec.h.seq = seq;
-  rec.h.time_ns = MonotonicNs();
   rec.comm = reinterpret_cast<uintptr_t>(comm);
   rec.stream = reinterpret_cast<uintptr_t>(stream);
   rec.bytes = bytes;
@@ -164,7 +158,7 @@ ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t byte
   rec.api = api;
   rec.flags = static_cast<uint8_t>((t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0) |
                                    (timed && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0));
-  TraceWriter::Append(rec);
+  TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_OP, seq);
   return r;
 }
 

@@ -52,15 +52,12 @@ void Publish(const TimedCopy& t, float ms) {
     AddRelaxed(&c->timed_ns, ns);
   }
   p2ptrace_timing_record r{};
-  r.h.type = P2PTRACE_RECORD_TIMING;
-  r.h.seq = t.seq;
-  r.h.time_ns = MonotonicNs();
   r.bytes = t.bytes;
   r.duration_ns = ns;
   r.src_device = static_cast<int8_t>(t.src);
   r.dst_device = static_cast<int8_t>(t.dst);
   r.transport = t.transport;
-  TraceWriter::Append(r);
+  TraceWriter::Append(r, P2PTRACE_RECORD_TIMING, t.seq);
 }
 
 // One pass over the queue; returns whether anything is still pending.

@@ -49,11 +49,15 @@ class TraceWriter {
 
   static uint32_t NextSeq() { return detail::g_seq.fetch_add(1, std::memory_order_relaxed); }
 
-  // Appends one record (R starts with p2ptrace_record_header; type and seq set by the caller).
+  // Appends one record (R starts with p2ptrace_record_header), stamping its header: type, size,
+  // seq, and the time now.
   template <typename R>
-  static void Append(R& r) {
+  static void Append(R& r, uint16_t type, uint32_t seq) {
     static_assert(sizeof(R) % 8 == 0 && sizeof(R) < 65536);
+    r.h.type = type;
     r.h.size = sizeof(R);
+    r.h.seq = seq;
+    r.h.time_ns = MonotonicNs();
     detail::ThreadChunk& c = detail::t_chunk;
     if (c.generation != detail::g_generation.load(std::memory_order_relaxed) || c.fill + sizeof(R) > c.capacity) {
       if (!ClaimChunk()) return;  // counted as dropped
