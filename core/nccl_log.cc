@@ -698,6 +698,29 @@ void NcclLogParser::SetComm(const Pending& p, const std::string& comm) {
   }
 }
 
+NcclLine ClassifyNcclLine(std::string_view line) {
+  if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
+  PrefixedMessage pm;
+  // Pasted logs' bare `NCCL INFO …` counts as a prefix for the grammar, not for NCCL's own output.
+  if (!FindPrefixedMessage(line, &pm) || pm.logger.host.empty()) return NcclLine{NcclLineLevel::kNone, line};
+  static constexpr NcclLineLevel kOf[] = {NcclLineLevel::kInfo, NcclLineLevel::kWarn, NcclLineLevel::kTrace,
+                                          NcclLineLevel::kCall};
+  return NcclLine{kOf[static_cast<int>(pm.level)], pm.message};
+}
+
+int NcclVersionCode(std::string_view text) {
+  std::string_view v = VersionOf(text);
+  int parts[3] = {0, 0, 0};
+  size_t i = 0;
+  for (int k = 0; k < 3; ++k) {
+    size_t b = i;
+    while (i < v.size() && IsDigit(v[i]) && i - b < 4) ++i;
+    if (i == b || !ToInt(v.substr(b, i - b), &parts[k])) return -1;
+    if (k < 2 && (i >= v.size() || v[i++] != '.')) return -1;
+  }
+  return parts[0] * 10000 + parts[1] * 100 + parts[2];
+}
+
 NcclLog ParseNcclLog(std::string_view text) {
   NcclLogParser parser;
   parser.Feed(text);

@@ -201,4 +201,17 @@ class NcclLogParser {
 // Parses a whole text at once.
 NcclLog ParseNcclLog(std::string_view text);
 
+// One line of NCCL's own output, as NCCL_DEBUG prints it: which level's prefix it carries and the
+// message after that prefix (the log tap decides from this which lines a user's level would show).
+// kNone: no NCCL prefix (a bare VERSION-level line such as `NCCL version 2.28.9+cuda12.9`, a
+// continuation of a multi-line message, or a blank line).
+enum class NcclLineLevel { kNone, kInfo, kWarn, kTrace, kCall };
+struct NcclLine {
+  NcclLineLevel level = NcclLineLevel::kNone;
+  std::string_view message;  // the text after the prefix (the whole line for kNone)
+};
+NcclLine ClassifyNcclLine(std::string_view line);
+// The release in `NCCL version 2.21.5+cuda12.4` (anywhere in `text`) as 22105, or -1.
+int NcclVersionCode(std::string_view text);
+
 }  // namespace p2ptrace

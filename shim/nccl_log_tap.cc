@@ -1,0 +1,236 @@
+// The log tap's policy, per what the user set (DESIGN.md §4):
+//   nothing                 NCCL_DEBUG=INFO, NCCL_DEBUG_FILE=<dir>/nccl.<host>.%p.log; nothing shown.
+//   NCCL_DEBUG=L, no file   the same file; the level raised to INFO only for VERSION and WARN (INFO,
+//                           ABORT and TRACE already print every line the tap needs); NCCL_DEBUG_SUBSYS
+//                           untouched, so every INFO line in the file is one the user's mask shows.
+//                           A thread forwards to stdout what level L shows (NcclOutputFilter).
+//   NCCL_DEBUG_FILE         nothing; the viewer reads their file.
+//   an NCCL_DEBUG NCCL does not know: nothing.
+// Ordering: NCCL's lines reach stdout in NCCL's order, through the program's own FILE* stdout (so
+// its buffering applies, as to NCCL's own fwrite). The thread wakes on inotify, so a line follows
+// within milliseconds; PumpNcclLog() at a wrapped NCCL call's return puts the lines printed during
+// the call before the program's next output; at exit() everything left is forwarded before stdio
+// flushes. A process killed by a signal keeps its unforwarded lines in the tap file only.
+// The host is written into the name (not %h) so this process can find the file NCCL opens; %p stays
+// for NCCL, so a forked child writes its own file. Children inherit the tap through the environment
+// and a marker; a child whose settings someone changed in between gets the user's settings back.
+#include "shim/nccl_log_tap.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "shim/nccl_output_filter.h"
+#include "shim/record/trace_writer.h"
+
+namespace p2ptrace::shim {
+namespace {
+
+constexpr const char* kTapFile = "P2PTRACE_NCCL_TAP_FILE";  // the NCCL_DEBUG_FILE the tap set
+constexpr const char* kForward = "P2PTRACE_NCCL_FORWARD";   // the user's NCCL_DEBUG, when forwarding
+
+struct Forwarder {
+  std::mutex mu;
+  std::string pattern, dir;
+  NcclUserLevel level = NcclUserLevel::kInfo;
+  NcclOutputFilter filter{NcclUserLevel::kInfo};
+  int fd = -1;
+  off_t offset = 0;
+  bool thread_running = false;
+  bool exiting = false;
+};
+std::atomic<Forwarder*> g_forwarder{nullptr};  // set once; never freed (it outlives exit's destructors)
+
+std::string Getenv(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+bool Has(const char* name) { return std::getenv(name) != nullptr; }
+
+// NCCL's %h: the host name up to its first dot. '%' doubled, as NCCL reads "%%" as '%'.
+std::string TapPattern(const std::string& dir) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
+  std::string name;
+  for (const char* c = host; *c && *c != '.'; ++c) name += *c == '%' ? std::string("%%") : std::string(1, *c);
+  return dir + "/nccl." + name + ".%p.log";
+}
+
+std::string Expand(const std::string& pattern) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') out += std::to_string(getpid()), ++i;
+    else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == '%') out += '%', ++i;
+    else out += pattern[i];
+  }
+  return out;
+}
+
+void StartThread(Forwarder* f);
+
+// Reads what NCCL appended and writes the user's share of it; `mu` held.
+void PumpLocked(Forwarder* f, bool finish) {
+  if (f->fd < 0) {
+    f->fd = open(Expand(f->pattern).c_str(), O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) return;  // NCCL has not logged yet
+  }
+  struct stat st {};
+  if (fstat(f->fd, &st) != 0) return;
+  if (st.st_size < f->offset) f->offset = 0;  // NCCL reopened it ("w" truncates): a new log
+  std::string out;
+  char buf[1 << 14];
+  while (f->offset < st.st_size) {
+    ssize_t n = pread(f->fd, buf, sizeof buf, f->offset);
+    if (n <= 0) break;
+    f->offset += n;
+    f->filter.Feed(std::string_view(buf, static_cast<size_t>(n)), &out);
+  }
+  if (finish) f->filter.Finish(&out);
+  if (!out.empty()) std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+void DrainAtExit() {
+  Forwarder* f = g_forwarder.load(std::memory_order_acquire);
+  if (f == nullptr) return;
+  std::lock_guard<std::mutex> lock(f->mu);
+  f->exiting = true;
+  PumpLocked(f, true);
+}
+
+void* ThreadMain(void* arg) {
+  auto* f = static_cast<Forwarder*>(arg);
+  // inotify on the directory: NCCL's writes to the file wake the thread (and so do other ranks'
+  // writes to theirs, which cost one fstat). Without inotify, a poll every 50 ms.
+  int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (in >= 0 && inotify_add_watch(in, f->dir.c_str(), IN_MODIFY | IN_CREATE) < 0) {
+    close(in);
+    in = -1;
+  }
+  char events[4096];
+  while (true) {
+    pollfd p{in, POLLIN, 0};
+    if (in >= 0) poll(&p, 1, 1000);
+    else usleep(50 * 1000);
+    while (in >= 0 && read(in, events, sizeof events) > 0) {
+    }
+    std::lock_guard<std::mutex> lock(f->mu);
+    if (f->exiting || !f->thread_running) break;  // exit has drained, or a fork made this a stale copy
+    PumpLocked(f, false);
+  }
+  if (in >= 0) close(in);
+  return nullptr;
+}
+
+// All signals blocked in the thread, so that none meant for the program runs its handler here.
+void StartThread(Forwarder* f) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  f->thread_running = pthread_create(&t, nullptr, ThreadMain, f) == 0;
+  if (f->thread_running) {
+    pthread_setname_np(t, "p2ptrace-nccl");
+    pthread_detach(t);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+// fork: the child has no thread and its own file (NCCL expands %p), so it starts over; its thread
+// starts at its first PumpNcclLog() (a wrapped NCCL call), and exit() drains it as ever.
+void BeforeFork() {
+  if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) f->mu.lock();
+}
+void AfterForkParent() {
+  if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) f->mu.unlock();
+}
+void AfterForkChild() {
+  Forwarder* f = g_forwarder.load(std::memory_order_acquire);
+  if (f == nullptr) return;
+  if (f->fd >= 0) close(f->fd);
+  f->fd = -1;
+  f->offset = 0;
+  f->filter = NcclOutputFilter(f->level);
+  f->thread_running = false;
+  f->mu.unlock();
+}
+
+void StartForwarding(const std::string& pattern, const std::string& dir, NcclUserLevel level) {
+  auto* f = new Forwarder();
+  f->pattern = pattern;
+  f->dir = dir;
+  f->level = level;
+  f->filter = NcclOutputFilter(level);
+  g_forwarder.store(f, std::memory_order_release);
+  std::atexit(DrainAtExit);  // registered before main: runs after the program's own exit work
+  pthread_atfork(BeforeFork, AfterForkParent, AfterForkChild);
+  StartThread(f);
+}
+
+// A traced parent's tap, inherited through the environment. True when it is still in force; when
+// someone changed NCCL_DEBUG or NCCL_DEBUG_FILE in between, their values win and ours go.
+bool Inherited() {
+  if (!Has(kTapFile)) return false;
+  std::string forward = Getenv(kForward);
+  NcclUserLevel level;
+  bool forwarding = ParseNcclUserLevel(forward.c_str(), &level) && Has(kForward);
+  std::string ours = forwarding && level == NcclUserLevel::kInfo ? forward : "INFO";
+  bool file_ours = Getenv("NCCL_DEBUG_FILE") == Getenv(kTapFile) && Has("NCCL_DEBUG_FILE");
+  bool debug_ours = Getenv("NCCL_DEBUG") == ours && Has("NCCL_DEBUG");
+  if (file_ours && debug_ours) {
+    std::string pattern = Getenv(kTapFile);
+    if (forwarding) StartForwarding(pattern, pattern.substr(0, pattern.rfind('/')), level);
+    return true;
+  }
+  if (file_ours) unsetenv("NCCL_DEBUG_FILE");
+  if (debug_ours) {
+    if (forwarding) setenv("NCCL_DEBUG", forward.c_str(), 1);
+    else unsetenv("NCCL_DEBUG");
+  }
+  unsetenv(kTapFile);
+  unsetenv(kForward);
+  unsetenv("P2PTRACE_NCCL_TAP");
+  return false;
+}
+
+}  // namespace
+
+void StartNcclLogTap(const Config& config) {
+  std::string mode = Getenv("P2PTRACE_NCCL_LOG");
+  if (mode == "off") return;
+  if (!mode.empty() && mode != "auto") Warn("P2PTRACE_NCCL_LOG=" + mode + " is not auto or off; using auto");
+  if (Inherited() || Has("NCCL_DEBUG_FILE")) return;
+  const char* debug = std::getenv("NCCL_DEBUG");
+  NcclUserLevel level = NcclUserLevel::kInfo;
+  if (debug != nullptr && !ParseNcclUserLevel(debug, &level)) return;  // NCCL's own business
+  // NCCL writes to stdout when it cannot open the file: the directory must exist first.
+  if (!MakeDirs(config.dir)) return;
+  std::string pattern = TapPattern(config.dir);
+  if (debug != nullptr) setenv(kForward, debug, 1);
+  if (debug == nullptr || level != NcclUserLevel::kInfo) setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_FILE", pattern.c_str(), 1);
+  setenv(kTapFile, pattern.c_str(), 1);
+  setenv("P2PTRACE_NCCL_TAP", "1", 1);
+  if (debug != nullptr) StartForwarding(pattern, config.dir, level);
+}
+
+void PumpNcclLog() {
+  Forwarder* f = g_forwarder.load(std::memory_order_acquire);
+  if (f == nullptr) return;
+  std::lock_guard<std::mutex> lock(f->mu);
+  if (f->exiting) return;
+  if (!f->thread_running) StartThread(f);
+  PumpLocked(f, false);
+}
+
+}  // namespace p2ptrace::shim
