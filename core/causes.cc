@@ -1,0 +1,202 @@
+#include "core/causes.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "core/vocabulary.h"
+#include "p2ptrace/vocabulary.h"
+
+namespace p2ptrace {
+namespace {
+
+// Severity: error = the job hangs, fails or loses most of its bandwidth without NCCL saying so;
+// warning = a fallback someone chose or can change; info = the machine's design, or NCCL's deliberate choice.
+constexpr std::array<CauseInfo, 28> kCauses = {{
+    {"env-p2p-disabled", Severity::kWarning, "NCCL_P2P_DISABLE is set: NCCL does not use P2P between any GPUs",
+     "unset NCCL_P2P_DISABLE (launchers such as Accelerate set it for some GPUs); it moves every pair of a node to "
+     "host memory (SHM) or the network",
+     "grep NCCL_P2P_DISABLE in the job's environment, launcher config and NCCL log (`NCCL_P2P_DISABLE set by "
+     "environment to 1`)"},
+    {"env-p2p-level", Severity::kWarning, "NCCL_P2P_LEVEL is below this pair's path",
+     "unset NCCL_P2P_LEVEL or raise it to the pair's path (NVL < PIX < PXB < PHB < SYS; nvidia-smi's NODE is PHB); "
+     "LOC (0) turns P2P off, as NCCL_P2P_DISABLE=1 does",
+     "the NCCL log prints `NCCL_P2P_LEVEL set by environment to …`"},
+    {"env-shm-disabled", Severity::kWarning, "NCCL_SHM_DISABLE is set: pairs without P2P go over the network",
+     "unset NCCL_SHM_DISABLE", ""},
+    {"env-ib-disabled", Severity::kWarning, "NCCL_IB_DISABLE is set: the network path is TCP sockets",
+     "unset NCCL_IB_DISABLE so that NCCL can use InfiniBand/RoCE", "`ibv_devinfo` lists the HCAs NCCL could use"},
+    {"env-gdr-disabled", Severity::kWarning, "NCCL_NET_GDR_LEVEL turns GPUDirect RDMA off",
+     "unset NCCL_NET_GDR_LEVEL or raise it to the GPU-NIC path (see `nvidia-smi topo -m`)", ""},
+    {"topology-beyond-p2p-level", Severity::kInfo,
+     "the path crosses a host bridge or CPU sockets, beyond NCCL's default P2P level",
+     "NCCL chose host memory deliberately: P2P through the CPU is often slower than SHM. Place GPUs that talk most "
+     "under one PCIe switch; raise NCCL_P2P_LEVEL (e.g. NODE, SYS) only after measuring both with nccl-tests",
+     "compare all_reduce_perf busbw with and without NCCL_P2P_LEVEL=SYS"},
+    {"no-nvlink", Severity::kInfo, "no NVLink between these GPUs: peer traffic crosses PCIe",
+     "use NVLink-connected GPUs for the ranks that exchange most (tensor parallel groups), or accept PCIe bandwidth",
+     "`nvidia-smi topo -m` shows no NV# between them"},
+    {"nvlink-down", Severity::kError, "fewer NVLinks are active than the GPUs have",
+     "check `nvidia-smi nvlink -s` for inactive links and dmesg for Xid 74/149; reseat or service the GPU/baseboard; "
+     "on NVSwitch systems check nvidia-fabricmanager",
+     "`nvidia-smi nvlink -s -i <gpu>` shows links <inactive>"},
+    {"cuda-no-peer-access", Severity::kWarning, "CUDA reports no peer access between these GPUs",
+     "find why the driver refuses: `nvidia-smi topo -p2p r` names it (chipset, GPU, topology, regkey); then IOMMU, "
+     "ACS, virtualization or the GPU model below",
+     "cudaDeviceCanAccessPeer(&ok, a, b) returns 0 (`p2ptrace doctor` or CUDA's p2pBandwidthLatencyTest shows it)"},
+    {"nvml-p2p-status", Severity::kWarning, "the driver (NVML) reports P2P unsupported or disabled for this pair",
+     "act on the status: CNS (chipset, usually a VM or platform) / TNS (topology) need a different host or slot; GNS "
+     "(GPU: GeForce) needs datacenter GPUs; DR (regkey) needs the RegistryDwords setting removed "
+     "(/proc/driver/nvidia/params). NCCL_IGNORE_DISABLED_P2P=1 only silences NCCL's check",
+     "`nvidia-smi topo -p2p r` and `nvidia-smi topo -p2p w` for the pair"},
+    {"consumer-gpu", Severity::kInfo, "GeForce/TITAN GPUs: NVIDIA's driver does not allow PCIe P2P on them",
+     "treat host-memory transfers as this hardware's speed (smaller tensor-parallel groups), use an NVLink bridge "
+     "where the model has one, or move to datacenter GPUs",
+     "`nvidia-smi topo -p2p r` shows GNS"},
+    {"mig-enabled", Severity::kWarning, "MIG is on: MIG instances cannot use CUDA P2P",
+     "disable MIG on GPUs that must exchange data (`nvidia-smi -i <gpu> -mig 0`, then reset), or keep each job in one "
+     "instance",
+     "`nvidia-smi --query-gpu=index,mig.mode.current --format=csv`"},
+    {"virtualized", Severity::kWarning, "a VM (passthrough or vGPU): the hypervisor usually hides or blocks P2P",
+     "run on bare metal, or ask the provider for an instance type with P2P/NVLink (and its NCCL topology file, "
+     "NCCL_TOPO_FILE)",
+     "`nvidia-smi topo -p2p r` shows NS/CNS; `systemd-detect-virt` names the hypervisor"},
+    {"iommu-enabled", Severity::kWarning, "the IOMMU translates DMA: peer traffic is remapped through the root complex",
+     "if no VM passthrough is needed, boot with iommu=pt (or intel_iommu=off / amd_iommu=off) or disable VT-d/AMD-Vi "
+     "in the BIOS, reboot, and measure again",
+     "`cat /proc/cmdline | grep -i iommu`; `ls /sys/kernel/iommu_groups | wc -l`; as a diagnostic only, compare "
+     "with NCCL_P2P_DISABLE=1 (not a fix)"},
+    {"acs-redirect", Severity::kError,
+     "PCIe ACS redirects peer requests to the root complex: P2P hangs, fails or crawls",
+     "disable ACS on the bridges between the GPUs (BIOS, or `setpci` on each bridge's ACS control), or boot with the "
+     "IOMMU off; keep NCCL_P2P_DISABLE=1 only until then",
+     "`sudo lspci -vvv | grep -B5 -A10 'Access Control Services'`: `ACSCtl: … ReqRedir+ CmpltRedir+` on a bridge. As "
+     "a diagnostic only, NCCL_P2P_DISABLE=1 makes the hang go away (at host-memory speed): that proves P2P is the "
+     "problem, it does not fix it"},
+    {"acs-suspected", Severity::kWarning,
+     "PCIe ACS may redirect peer traffic (IOMMU groups split the GPUs; ACS control unreadable without root)",
+     "confirm first, then disable ACS on the bridges between the GPUs or boot with the IOMMU off",
+     "`sudo lspci -vvv | grep -B5 -A10 'Access Control Services'` (needs root): look for ReqRedir+ CmpltRedir+"},
+    {"peer-access-not-enabled", Severity::kWarning,
+     "the application copies between GPUs without enabling peer access: the driver stages through the host",
+     "call cudaDeviceEnablePeerAccess(peer, 0) from each device once (after cudaDeviceCanAccessPeer says 1) before "
+     "cudaMemcpyPeer/cudaMemcpy between the GPUs",
+     "the trace shows cudaMemcpyPeer between the pair and no cudaDeviceEnablePeerAccess"},
+    {"container-separate-shm", Severity::kWarning,
+     "the ranks' /dev/shm are different filesystems (separate containers): no P2P and no SHM, so the network",
+     "run the ranks of a node in one container, or share the host's IPC namespace (docker --ipc=host, Kubernetes "
+     "hostIPC: true)",
+     "`stat -c %d /dev/shm` differs between the ranks' containers"},
+    {"container-separate-host", Severity::kWarning,
+     "the ranks see different hostnames/boot ids (separate containers or pods): NCCL treats them as separate hosts",
+     "run the node's ranks in one container/pod, or give them the same NCCL_HOSTID",
+     "`hostname; cat /proc/sys/kernel/random/boot_id` differs between the ranks"},
+    {"shm-too-small", Severity::kError, "/dev/shm is too small for NCCL's SHM buffers: init fails or hangs",
+     "give the container more shared memory (docker --shm-size=1g or more; Kubernetes: an emptyDir of medium Memory "
+     "on /dev/shm)",
+     "`df -h /dev/shm`; NCCL logs `failed to extend /dev/shm/nccl-…` or `No space left on device`"},
+    {"no-gdr", Severity::kWarning,
+     "no GPUDirect RDMA: network traffic is copied through host memory by NCCL's proxy (up to ~10x slower)",
+     "load nvidia_peermem (or use a dmabuf-capable kernel/driver) on every node",
+     "`lsmod | grep nvidia_peermem`; NCCL logs `GPU Direct RDMA Disabled for HCA` and no `/GDRDMA` in `via NET/…`"},
+    {"pcie-downtrained", Severity::kWarning, "a GPU's PCIe link runs below its maximum speed or width",
+     "reseat the GPU or riser, check the slot's BIOS setting (Gen/bifurcation) and the power state under load",
+     "`nvidia-smi -q -d PCI` (Link Width/Generation Current vs Max) while the GPU is busy"},
+    {"p2p-degraded", Severity::kWarning, "P2P runs far below what its link should carry",
+     "look for ACS/IOMMU redirection, a downtrained link or a shared switch uplink; compare with "
+     "p2pBandwidthLatencyTest",
+     "nccl-tests sendrecv_perf or p2pBandwidthLatencyTest between the pair"},
+    {"legacy-ipc-unsupported", Severity::kWarning, "legacy CUDA IPC is unavailable here (e.g. WSL): no P2P between processes",
+     "let NCCL use cuMem handles (NCCL_CUMEM_ENABLE=1, the default from NCCL 2.19)", ""},
+    {"cuda-peer-query-failed", Severity::kWarning, "NCCL could not query peer access between the GPUs",
+     "check that every rank sees its peer GPUs (CUDA_VISIBLE_DEVICES, container GPU lists)", ""},
+    {"cuda-peer-enable-failed", Severity::kWarning, "enabling peer access failed",
+     "check `nvidia-smi topo -p2p r`, IOMMU/ACS and the peer-mapping limit (8 peers per GPU on PCIe)", ""},
+    {"collnet-unavailable", Severity::kInfo, "CollNet/SHARP did not start", "check the SHARP plugin and the fabric", ""},
+    {"unknown", Severity::kInfo, "no known cause explains this pair's path",
+     "collect `nvidia-smi topo -m`, `nvidia-smi topo -p2p r`, the NCCL_DEBUG=INFO log and `p2ptrace doctor` from the node",
+     ""},
+}};
+
+std::string Num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 10 || v == std::floor(v) ? "%.0f" : "%.1f", v);
+  return buf;
+}
+
+std::string Range(const Bandwidth& b) {
+  return b.low == b.high ? "~" + Num(b.low) + " GB/s" : "~" + Num(b.low) + "-" + Num(b.high) + " GB/s";
+}
+
+int NvLinkCount(std::string_view link) {
+  if (link.size() < 3 || link.substr(0, 2) != "NV") return 0;
+  int n = 0;
+  auto [p, ec] = std::from_chars(link.data() + 2, link.data() + link.size(), n);
+  return ec == std::errc() && p == link.data() + link.size() ? n : 0;
+}
+
+}  // namespace
+
+std::string_view SeverityName(Severity s) {
+  switch (s) {
+    case Severity::kInfo: return "info";
+    case Severity::kWarning: return "warning";
+    case Severity::kError: return "error";
+  }
+  return "info";
+}
+
+std::span<const CauseInfo> AllCauses() { return kCauses; }
+
+const CauseInfo* FindCause(std::string_view id) {
+  for (const CauseInfo& c : kCauses)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+std::string_view CauseForNcclRefusal(std::string_view kind) {
+  if (kind == "nvml-p2p-disabled" || kind == "nvml-p2p-disabled-nvlink") return "nvml-p2p-status";
+  return kind;
+}
+
+Bandwidth ExpectedBandwidth(int transport_class, std::string_view link, int pcie_gen) {
+  auto pcie = [&]() -> Bandwidth {
+    switch (pcie_gen) {
+      case 3: return {12, 12, "PCIe Gen3 x16"};
+      case 4: return {25, 25, "PCIe Gen4 x16"};
+      case 5: return {55, 55, "PCIe Gen5 x16"};
+      default: return {25, 55, "PCIe Gen4-Gen5 x16"};
+    }
+  };
+  switch (transport_class) {
+    case P2PTRACE_TRANSPORT_NVLINK: {
+      // ~25 GB/s line rate per link and direction, ~80% of it measured (H100 NV18: ~370 GB/s).
+      int links = NvLinkCount(link);
+      if (links > 0) return {20.0 * links, 20.0 * links, std::string(link) + " at ~20 GB/s per link"};
+      return {20, 370, "NVLink, link count unknown"};
+    }
+    case P2PTRACE_TRANSPORT_PCIE_P2P: return pcie();
+    case P2PTRACE_TRANSPORT_P2P: return {pcie().low, 370, "P2P over PCIe or NVLink"};
+    case P2PTRACE_TRANSPORT_P2P_INDIRECT: return {20, 370, "P2P through another GPU's NVLinks"};
+    case P2PTRACE_TRANSPORT_SHM: return {6, 40, "host memory"};
+    case P2PTRACE_TRANSPORT_HOST_STAGED: return {6, 40, "copies staged through host memory"};
+    case P2PTRACE_TRANSPORT_NET_GDR: return {12, 50, "one IB/RoCE NIC, 100-400 Gb/s, GPUDirect RDMA"};
+    case P2PTRACE_TRANSPORT_NET_IB: return {3, 12, "IB/RoCE through host memory (no GPUDirect RDMA)"};
+    case P2PTRACE_TRANSPORT_NET_SOCKET: return {1, 3, "TCP sockets, 10-25 GbE"};
+    default: return {};
+  }
+}
+
+std::string ImpactText(int taken_class, int best_class, std::string_view link, int pcie_gen) {
+  Bandwidth taken = ExpectedBandwidth(taken_class, link, pcie_gen);
+  Bandwidth best = ExpectedBandwidth(best_class, link, pcie_gen);
+  if (taken.high <= 0 || best.high <= 0 || best.high <= taken.high) return "";
+  double lo = best.low / taken.high, hi = best.high / taken.low;
+  std::string ratio = lo >= 0.95 * hi ? Num(hi) + "x" : Num(std::max(lo, 1.0)) + "-" + Num(hi) + "x";
+  return std::string(TransportName(taken_class)) + " (" + Range(taken) + ", " + taken.basis + ") instead of " +
+         std::string(TransportName(best_class)) + " (" + Range(best) + ", " + best.basis + "): ~" + ratio + " less bandwidth";
+}
+
+}  // namespace p2ptrace
