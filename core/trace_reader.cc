@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -33,6 +34,15 @@ struct Mapping {
 
 }  // namespace
 
+const p2ptrace_pair_counters& Trace::Counter(int src, int dst, int path) const {
+  static const p2ptrace_pair_counters kZero{};
+  uint64_t index = (static_cast<uint64_t>(src) * header.max_devices + static_cast<uint64_t>(dst)) * 2 +
+                   static_cast<uint64_t>(path);
+  auto it = std::lower_bound(counters.begin(), counters.end(), index,
+                             [](const PairCounter& p, uint64_t i) { return p.index < i; });
+  return it != counters.end() && it->index == index ? it->c : kZero;
+}
+
 std::string Trace::Host() const { return Bounded(header.host, sizeof header.host); }
 
 std::string Trace::Env(const std::string& name) const {
@@ -46,7 +56,7 @@ std::string Trace::BusId(int device) const {
   return Bounded(header.bus_id[device], sizeof header.bus_id[device]);
 }
 
-Expected<Trace> ReadTrace(const std::string& path) {
+Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Error{path + ": " + std::strerror(errno)};
   struct stat st {};
@@ -68,6 +78,7 @@ Expected<Trace> ReadTrace(const std::string& path) {
 
   Trace t;
   t.path = path;
+  t.file_bytes = m.size;
   std::memcpy(&t.header, m.data, sizeof t.header);
   const p2ptrace_file_header& h = t.header;
   if (std::memcmp(h.magic, P2PTRACE_MAGIC, 8) != 0) return Error{path + ": not a p2ptrace trace (bad magic)"};
@@ -91,13 +102,21 @@ Expected<Trace> ReadTrace(const std::string& path) {
     }
   }
   size_t n_counters = static_cast<size_t>(h.max_devices) * h.max_devices * 2;
-  t.counters.assign(n_counters, p2ptrace_pair_counters{});
   if (h.counters_size >= n_counters * sizeof(p2ptrace_pair_counters) && in_file(h.counters_offset, h.counters_size))
-    std::memcpy(t.counters.data(), m.data + h.counters_offset, n_counters * sizeof(p2ptrace_pair_counters));
+    for (size_t i = 0; i < n_counters; ++i) {
+      PairCounter pc{static_cast<uint32_t>(i), {}};
+      std::memcpy(&pc.c, m.data + h.counters_offset + i * sizeof pc.c, sizeof pc.c);
+      if (pc.c.calls || pc.c.bytes || pc.c.errors || pc.c.timed_calls || pc.c.timed_bytes || pc.c.timed_ns)
+        t.counters.push_back(pc);
+    }
 
   for (uint64_t c = 0; c < h.chunks_claimed; ++c) {
     uint64_t off = h.chunks_offset + c * h.chunk_size;
-    if (!in_file(off, sizeof(p2ptrace_chunk_header))) break;
+    if (!in_file(off, sizeof(p2ptrace_chunk_header))) {
+      // The file ends before this chunk: it was cut short (a copy interrupted, a full disk).
+      t.missing_chunks = h.chunks_claimed - c;
+      break;
+    }
     p2ptrace_chunk_header ch;
     std::memcpy(&ch, m.data + off, sizeof ch);
     if (ch.magic != P2PTRACE_CHUNK_MAGIC) {
@@ -114,6 +133,11 @@ Expected<Trace> ReadTrace(const std::string& path) {
       if (rh.size < sizeof rh || rh.size % 8 != 0 || pos + rh.size > used) {
         ++t.bad_chunks;  // the rest of this chunk cannot be framed
         break;
+      }
+      if (t.records.size() >= options.max_records) {
+        ++t.records_not_kept;  // framed and counted, not decoded
+        pos += rh.size;
+        continue;
       }
       TraceRecord rec;
       rec.tid = ch.tid;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -24,20 +25,34 @@ struct TraceRecord {
   }
 };
 
+// One used cell of the file's counter table; index = (src * max_devices + dst) * 2 + path.
+struct PairCounter {
+  uint32_t index = 0;
+  p2ptrace_pair_counters c{};
+};
+
+struct ReadOptions {
+  // Records kept in memory at most; the rest are counted in records_not_kept (pair totals stay
+  // exact: they come from the counters). Bounds memory on a huge file.
+  uint64_t max_records = UINT64_MAX;
+};
+
 struct Trace {
   std::string path;
   p2ptrace_file_header header{};
   std::vector<std::pair<std::string, std::string>> env;
-  // counters[(src * max_devices + dst) * 2 + path], path 0 direct, 1 host-staged
-  std::vector<p2ptrace_pair_counters> counters;
+  // Only the non-zero cells, by index: a full table is 98 KiB per file, too much for 10k files.
+  std::vector<PairCounter> counters;
   std::vector<TraceRecord> records;  // chunk by chunk; each thread's records in call order
   uint64_t skipped_records = 0;      // unknown types or malformed
   uint64_t bad_chunks = 0;
+  uint64_t file_bytes = 0;           // the file's size on disk
+  uint64_t missing_chunks = 0;       // claimed chunks beyond the end of a cut-short file
+  uint64_t records_not_kept = 0;     // complete records past ReadOptions::max_records
 
-  const p2ptrace_pair_counters& Counter(int src, int dst, int path) const {
-    return counters[(static_cast<size_t>(src) * header.max_devices + static_cast<size_t>(dst)) * 2 +
-                    static_cast<size_t>(path)];
-  }
+  // Path 0 direct, 1 host-staged; zeros for a cell never used.
+  const p2ptrace_pair_counters& Counter(int src, int dst, int path) const;
+  bool CutShort() const { return file_bytes < header.file_size; }
   std::string Host() const;   // header.host, NUL-terminated safely
   std::string Env(const std::string& name) const;  // a recorded variable, "" when absent
   std::string BusId(int device) const;
@@ -45,6 +60,6 @@ struct Trace {
 
 // Fails (with one line naming the file) when the file is not a trace, is truncated before its
 // header ends, or has a newer major version than this reader.
-Expected<Trace> ReadTrace(const std::string& path);
+Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options = {});
 
 }  // namespace p2ptrace

@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "tools/diff.h"
 #include "tools/dump.h"
+#include "tools/export.h"
 #include "tools/explain.h"
 #include "tools/report.h"
 #include "tools/run.h"
+#include "tools/synth.h"
 #include "tools/traces.h"
 
 namespace {
@@ -25,6 +28,9 @@ constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, 
   p2ptrace report DIR [--json]               merged view of every trace in DIR (or one trace file)
   p2ptrace dump FILE [--json]                one trace file, record by record (--json: JSON lines)
   p2ptrace explain FILE… [--json]            explain raw NCCL_DEBUG=INFO logs: transport per rank pair, and why
+  p2ptrace export DIR --perfetto OUT         the job as a timeline for ui.perfetto.dev (Chrome trace JSON)
+  p2ptrace diff A B [--json]                 what changed between two runs; exit 1 when a pair got worse
+  p2ptrace synth --ranks N --events M --out DIR   a synthetic job's traces (demos, tests, benchmarks)
 
 Run `p2ptrace COMMAND --help` for the options of a command.
 )";
@@ -87,19 +93,60 @@ int main(int argc, char** argv) {
   auto* explain = app.add_subcommand("explain", "explain raw NCCL_DEBUG=INFO logs: transport per rank pair, and why");
   explain->add_option("FILE", files, "NCCL logs (NCCL_DEBUG=INFO output, any NCCL 2.x)")->required();
   explain->add_flag("--json", json, "print the explanation as JSON (DESIGN.md §7 schema)");
+  std::string perfetto_out;
+  ExportOptions export_options;
+  auto* exporter = app.add_subcommand("export", "the job as a timeline for ui.perfetto.dev (Chrome trace JSON)");
+  exporter->add_option("DIR", path, "directory of trace files (P2PTRACE_DIR of the job)")->required();
+  exporter->add_option("--perfetto", perfetto_out, "write the Chrome trace-event JSON to this file")->required();
+  exporter->add_option("--max-slices", export_options.max_slices,
+                       "keep at most this many slices (every k-th per track past it; 0: all)")
+      ->capture_default_str();
+  exporter->footer(
+      "Open OUT in https://ui.perfetto.dev or chrome://tracing: a process per rank (host, rank, GPU), a track per\n"
+      "GPU pair or NCCL peer with a slice per timed copy or operation, arrows from each ncclSend to its ncclRecv,\n"
+      "GB/s counters per pair, and a 'p2ptrace job' process holding the pair matrix and the findings.");
+  std::string path_b;
+  auto* differ = app.add_subcommand("diff", "what changed between two runs; exit 1 when a pair got worse");
+  differ->add_option("A", path, "the earlier run's trace directory")->required();
+  differ->add_option("B", path_b, "the later run's trace directory")->required();
+  differ->add_flag("--json", json, "print the changes as JSON");
+  differ->footer(
+      "Lists GPU pairs whose transport class changed or whose GB/s moved by more than 20%, pairs that appeared or\n"
+      "vanished, causes that appeared or vanished, and NCCL operations whose busbw moved by more than 20%.\n"
+      "Exit status: 1 when any pair got worse (worse class, newly falling back, or 20% slower), 0 otherwise,\n"
+      "2 when A or B holds no usable trace: usable as a node-acceptance gate in CI.");
+  SynthOptions synth_options;
+  auto* synth = app.add_subcommand("synth", "a synthetic job's traces (demos, tests, benchmarks)");
+  synth->add_option("--ranks", synth_options.ranks, "ranks (one process and one GPU each)")->required();
+  synth->add_option("--events", synth_options.events, "timed operations per rank (copies and NCCL calls)")->required();
+  synth->add_option("--out", synth_options.out, "directory to write into (created when missing)")->required();
+  synth->add_option("--hosts", synth_options.hosts, "hosts (default: as few as --gpus-per-host allows)");
+  synth->add_option("--gpus-per-host", synth_options.gpus_per_host, "GPUs per host")->capture_default_str();
+  synth->add_option("--seed", synth_options.seed, "the same seed writes the same files")->capture_default_str();
+  synth->add_option("--scenario", synth_options.scenario,
+                    "healthy (NVLink, NCCL P2P and IB GDR), pcie (PCIe P2P), fallback (peer access never enabled: "
+                    "host-staged copies; NCCL_P2P_DISABLE=1: NCCL over SHM)")
+      ->capture_default_str();
+  synth->footer(
+      "Writes one trace per rank in the real format (v1.0) and the NCCL log its shim would have tapped, so that\n"
+      "report, html, export and diff run on them. Ranks 0..N-1 fill hosts in order; each rank copies to the other\n"
+      "GPUs of its host and runs an NCCL ring (send to rank+1, recv from rank-1, allreduce).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   if (explain->parsed()) return RunExplain(files, json, std::cout, std::cerr);
+  if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);
+  if (exporter->parsed()) return RunExport(path, perfetto_out, export_options, std::cerr);
+  if (differ->parsed()) return RunDiff(path, path_b, json, std::cout, std::cerr);
 
   auto loaded = LoadTraces(path);
   if (!loaded.ok()) {
     std::cerr << "p2ptrace: " << loaded.status().message() << "\n";
     return 2;
   }
-  for (const std::string& p : loaded->problems) std::cerr << "p2ptrace: skipped " << p << "\n";
+  PrintLoadProblems(*loaded, std::cerr);
   if (loaded->traces.empty()) {
     std::cerr << "p2ptrace: no usable trace in " << path << "\n";
     return 2;

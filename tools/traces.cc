@@ -6,10 +6,38 @@
 #include <system_error>
 
 #include "absl/status/status.h"
+#include "fmt/format.h"
 
 namespace p2ptrace::cli {
+namespace {
 
-absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path) {
+// What a usable file lost, in one line naming it; "" when it is whole.
+std::string PartialLine(const Trace& t) {
+  std::vector<std::string> lost;
+  if (t.CutShort() || t.missing_chunks)
+    lost.push_back(fmt::format("cut short at {} of {} bytes (an interrupted copy or a full disk), {} of {} record "
+                               "chunks lost",
+                               t.file_bytes, t.header.file_size, t.missing_chunks, t.header.chunks_claimed));
+  if (t.bad_chunks) lost.push_back(fmt::format("{} damaged chunk{} read only up to the damage", t.bad_chunks,
+                                                 t.bad_chunks == 1 ? "" : "s"));
+  if (t.skipped_records)
+    lost.push_back(fmt::format("{} record{} of unknown type skipped{}", t.skipped_records,
+                               t.skipped_records == 1 ? "" : "s",
+                               t.header.minor > P2PTRACE_FORMAT_MINOR
+                                   ? fmt::format(" (written as format {}.{}, newer than {}.{})", t.header.major,
+                                                 t.header.minor, P2PTRACE_FORMAT_MAJOR, P2PTRACE_FORMAT_MINOR)
+                                   : std::string()));
+  if (t.records_not_kept)
+    lost.push_back(fmt::format("{} records past the memory cap not kept ({} kept); pair totals stay exact, "
+                               "timelines and NCCL operation counts cover the kept ones",
+                               t.records_not_kept, t.records.size()));
+  if (lost.empty()) return "";
+  return fmt::format("{}: {}", t.path, fmt::join(lost, "; "));
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
@@ -28,10 +56,18 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path) {
   std::sort(files.begin(), files.end());
   std::sort(nccl_files.begin(), nccl_files.end());
   LoadedTraces out;
+  uint64_t records_left = options.max_records_total;
   for (const std::string& f : files) {
-    Expected<Trace> t = ReadTrace(f);
-    if (t.ok()) out.traces.push_back(std::move(t.value()));
-    else out.problems.push_back(t.error().message);
+    ReadOptions ro;
+    ro.max_records = std::min(options.max_records_per_file, records_left);
+    Expected<Trace> t = ReadTrace(f, ro);
+    if (!t.ok()) {
+      out.problems.push_back(t.error().message);
+      continue;
+    }
+    records_left -= std::min<uint64_t>(records_left, t->records.size());
+    if (std::string line = PartialLine(*t); !line.empty()) out.partial.push_back(line);
+    out.traces.push_back(std::move(t.value()));
   }
   // A user's own NCCL_DEBUG_FILE (recorded in each trace's environment) is read where it is.
   for (const Trace& t : out.traces)
@@ -59,6 +95,20 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path) {
     out.nccl_logs.push_back({f, parser.log()});
   }
   return out;
+}
+
+void PrintLoadProblems(const LoadedTraces& loaded, std::ostream& err, size_t max_lines) {
+  for (size_t i = 0; i < std::min(max_lines, loaded.problems.size()); ++i)
+    err << "p2ptrace: skipped " << loaded.problems[i] << "\n";
+  for (size_t i = 0; i < std::min(max_lines, loaded.partial.size()); ++i)
+    err << "p2ptrace: partly read " << loaded.partial[i] << "\n";
+  size_t hidden = loaded.problems.size() - std::min(max_lines, loaded.problems.size()) + loaded.partial.size() -
+                  std::min(max_lines, loaded.partial.size());
+  if (!loaded.problems.empty() || !loaded.partial.empty())
+    err << fmt::format("p2ptrace: {} trace{} used ({} in part), {} file{} skipped{}\n", loaded.traces.size(),
+                       loaded.traces.size() == 1 ? "" : "s", loaded.partial.size(), loaded.problems.size(),
+                       loaded.problems.size() == 1 ? "" : "s",
+                       hidden ? fmt::format("; {} more line{} not shown", hidden, hidden == 1 ? "" : "s") : "");
 }
 
 }  // namespace p2ptrace::cli

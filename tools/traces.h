@@ -1,6 +1,9 @@
-// Loading every trace of a job directory, with one clear line per file that cannot be used.
+// Loading every trace of a job directory, with one clear line per file that cannot be used (or is
+// used only in part), and memory bounded however many or however large the files are.
 #pragma once
 
+#include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,10 +22,22 @@ struct LoadedTraces {
   std::vector<Trace> traces;
   std::vector<NcclLogFile> nccl_logs;  // nccl.<host>.<pid>.log: NCCL's own lines, tapped by the shim
   std::vector<std::string> problems;  // "FILE: what is wrong", one per skipped file
+  std::vector<std::string> partial;   // "FILE: what was lost", one per file used in part
+};
+
+struct LoadOptions {
+  // Records kept in memory per file and over all files; past them a file is read for its header
+  // and exact pair counters only (and says so in `partial`). ~90 bytes per record.
+  uint64_t max_records_per_file = 8'000'000;
+  uint64_t max_records_total = 40'000'000;
 };
 
 // DIR: every *.p2ptrace file in it (not recursive); a file path: that one file. Fails only when
 // the path itself cannot be read; files that are not usable become `problems`.
-absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path);
+absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptions& options = {});
+
+// The skipped and partly used files on `err`, one line each ("p2ptrace: skipped FILE: why"), at
+// most `max_lines` of each kind, then one line with the counts.
+void PrintLoadProblems(const LoadedTraces& loaded, std::ostream& err, size_t max_lines = 20);
 
 }  // namespace p2ptrace::cli

@@ -1,0 +1,296 @@
+#include "tools/diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/vocabulary.h"
+#include "fmt/format.h"
+#include "tools/traces.h"
+
+namespace p2ptrace::cli {
+namespace {
+
+using nlohmann::json;
+
+// How good a class is, lower better; -1 when it cannot be ranked. `p2p` (direct, link type
+// unknown: no NVML) cannot be ranked against nvlink or pcie_p2p: one run may simply have lacked
+// NVML. Against anything else it ranks as a direct path.
+int Tier(int t) {
+  switch (t) {
+    case P2PTRACE_TRANSPORT_NVLINK: case P2PTRACE_TRANSPORT_NVLS: return 0;
+    case P2PTRACE_TRANSPORT_PCIE_P2P: case P2PTRACE_TRANSPORT_P2P: return 1;
+    case P2PTRACE_TRANSPORT_P2P_INDIRECT: return 2;
+    case P2PTRACE_TRANSPORT_SHM: case P2PTRACE_TRANSPORT_HOST_STAGED: return 3;
+    case P2PTRACE_TRANSPORT_NET_GDR: case P2PTRACE_TRANSPORT_COLLNET: return 4;
+    case P2PTRACE_TRANSPORT_NET_IB: return 5;
+    case P2PTRACE_TRANSPORT_NET_SOCKET: return 6;
+    default: return -1;
+  }
+}
+
+bool WorseClass(int before, int after) {
+  bool direct_pair = (before == P2PTRACE_TRANSPORT_P2P || after == P2PTRACE_TRANSPORT_P2P) &&
+                     Tier(before) <= 1 && Tier(after) <= 1;
+  if (direct_pair || Tier(before) < 0 || Tier(after) < 0) return false;
+  return Tier(after) > Tier(before);
+}
+
+// One GPU pair of one run, over all its entries (a pair can use several classes).
+struct PairAgg {
+  std::string label;
+  std::map<int, uint64_t> weight;  // class -> bytes (cuda) or connections (nccl)
+  uint64_t timed_bytes = 0, timed_ns = 0;
+  bool fallback = false;
+  std::set<std::string> causes;
+  double Gbps() const { return timed_ns ? static_cast<double>(timed_bytes) / static_cast<double>(timed_ns) : -1; }
+  // Classes, heaviest first: "nvlink+host_staged".
+  std::string Classes() const {
+    std::vector<std::pair<uint64_t, int>> by;
+    for (auto [c, w] : weight) by.emplace_back(w, -c);
+    std::sort(by.rbegin(), by.rend());
+    std::string s;
+    for (auto [w, c] : by) s += (s.empty() ? "" : "+") + std::string(TransportName(-c));
+    return s;
+  }
+  int Dominant() const {
+    int best = 0;
+    uint64_t w = 0;
+    for (auto [c, cw] : weight)
+      if (cw > w || best == 0) best = c, w = cw;
+    return best;
+  }
+  int Worst() const {
+    int worst = 0;
+    for (auto [c, cw] : weight)
+      if (worst == 0 || WorseClass(worst, c)) worst = c;
+    return worst;
+  }
+};
+
+using PairKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+
+std::map<PairKey, PairAgg> Aggregate(const Report& r) {
+  std::map<PairKey, PairAgg> pairs;
+  for (const PairEntry& e : r.pairs) {
+    PairAgg& p = pairs[PairKey{e.source, e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}];
+    p.label = e.dst.host == e.src.host
+                  ? fmt::format("{} GPU{} -> GPU{} ({})", e.src.host, e.src.gpu, e.dst.gpu, e.source)
+                  : fmt::format("{} GPU{} -> {} GPU{} ({})", e.src.host, e.src.gpu, e.dst.host, e.dst.gpu, e.source);
+    p.weight[e.transport] += e.source == "nccl" ? static_cast<uint64_t>(e.channels) : e.bytes;
+    p.timed_bytes += e.timed_bytes;
+    p.timed_ns += e.timed_ns;
+    p.fallback |= e.fallback;
+    for (const Cause& c : e.causes) p.causes.insert(c.id);
+  }
+  return pairs;
+}
+
+// NCCL operations by (op, nranks): communicator hashes differ from run to run.
+std::map<std::pair<std::string, int>, NcclOpSummary> AggregateOps(const Report& r) {
+  std::map<std::pair<std::string, int>, NcclOpSummary> ops;
+  for (const NcclOpSummary& s : r.nccl_ops) {
+    NcclOpSummary& o = ops[{s.op, s.nranks}];
+    o.op = s.op;
+    o.nranks = s.nranks;
+    o.timed_bytes += s.timed_bytes;
+    o.timed_ns += s.timed_ns;
+    o.calls += s.calls;
+  }
+  return ops;
+}
+
+std::vector<std::string> Minus(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::vector<std::string> out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+bool Moved(double before, double after) {
+  return before > 0 && after > 0 && std::fabs(after - before) > kBandwidthThreshold * before;
+}
+
+}  // namespace
+
+bool DiffResult::Worse() const {
+  for (const PairDiff& p : pairs)
+    if (p.worse) return true;
+  for (const PairDiff& p : nccl_ops)
+    if (p.worse) return true;
+  return false;
+}
+
+DiffResult DiffReports(const Report& a, const Report& b) {
+  DiffResult d;
+  d.a = a.path;
+  d.b = b.path;
+  auto pa = Aggregate(a), pb = Aggregate(b);
+  std::set<PairKey> keys;
+  for (auto& [k, v] : pa) keys.insert(k);
+  for (auto& [k, v] : pb) keys.insert(k);
+  for (const PairKey& k : keys) {
+    auto ia = pa.find(k), ib = pb.find(k);
+    PairDiff p;
+    if (ib == pb.end()) {
+      p.pair = ia->second.label;
+      p.change = "gone";
+      p.before = ia->second.Classes();
+      p.gbps_before = ia->second.Gbps();
+      p.fallback_before = ia->second.fallback;
+      p.causes_vanished.assign(ia->second.causes.begin(), ia->second.causes.end());
+      d.pairs.push_back(p);
+      continue;
+    }
+    if (ia == pa.end()) {
+      p.pair = ib->second.label;
+      p.change = "new";
+      p.after = ib->second.Classes();
+      p.gbps_after = ib->second.Gbps();
+      p.fallback_after = ib->second.fallback;
+      p.causes_appeared.assign(ib->second.causes.begin(), ib->second.causes.end());
+      p.worse = ib->second.fallback;  // a pair that appears already falling back
+      d.pairs.push_back(p);
+      continue;
+    }
+    const PairAgg &x = ia->second, &y = ib->second;
+    p.pair = y.label;
+    p.before = x.Classes();
+    p.after = y.Classes();
+    p.gbps_before = x.Gbps();
+    p.gbps_after = y.Gbps();
+    p.fallback_before = x.fallback;
+    p.fallback_after = y.fallback;
+    p.causes_appeared = Minus(y.causes, x.causes);
+    p.causes_vanished = Minus(x.causes, y.causes);
+    bool class_changed = p.before != p.after;
+    bool moved = Moved(p.gbps_before, p.gbps_after);
+    if (!class_changed && !moved && p.causes_appeared.empty() && p.causes_vanished.empty() &&
+        x.fallback == y.fallback)
+      continue;
+    p.change = class_changed ? "class" : moved ? "bandwidth" : "causes";
+    p.worse = WorseClass(x.Dominant(), y.Dominant()) || WorseClass(x.Worst(), y.Worst()) || (!x.fallback && y.fallback) ||
+              (moved && p.gbps_after < p.gbps_before);
+    d.pairs.push_back(p);
+  }
+  auto oa = AggregateOps(a), ob = AggregateOps(b);
+  for (auto& [k, x] : oa) {
+    auto it = ob.find(k);
+    if (it == ob.end()) continue;
+    double before = x.BusBw(), after = it->second.BusBw();
+    if (!Moved(before, after)) continue;
+    PairDiff p;
+    p.pair = fmt::format("{} ({} ranks)", k.first, k.second);
+    p.change = "bandwidth";
+    p.gbps_before = before;
+    p.gbps_after = after;
+    p.worse = after < before;
+    d.nccl_ops.push_back(p);
+  }
+  std::set<std::string> fa, fb;
+  for (const Finding& f : a.findings) fa.insert(f.id);
+  for (const Finding& f : b.findings) fb.insert(f.id);
+  d.causes_appeared = Minus(fb, fa);
+  d.causes_vanished = Minus(fa, fb);
+  return d;
+}
+
+namespace {
+
+std::string Bw(double gbps) { return gbps > 0 ? fmt::format("{:.1f} GB/s", gbps) : "not timed"; }
+
+std::string Line(const PairDiff& p) {
+  std::string s = fmt::format("  {:<7}{}: ", p.worse ? "worse" : p.change == "gone" ? "gone" : p.change == "new" ? "new" : "changed",
+                              p.pair);
+  if (p.change == "gone") s += fmt::format("{} (was {})", p.before, Bw(p.gbps_before));
+  else if (p.change == "new") s += fmt::format("{} ({})", p.after, Bw(p.gbps_after));
+  else {
+    s += p.before == p.after ? p.after : fmt::format("{} -> {}", p.before, p.after);
+    if (p.gbps_before > 0 || p.gbps_after > 0) {
+      s += fmt::format("; {} -> {}", Bw(p.gbps_before), Bw(p.gbps_after));
+      if (p.gbps_before > 0 && p.gbps_after > 0)
+        s += fmt::format(" ({:+.0f}%)", 100 * (p.gbps_after - p.gbps_before) / p.gbps_before);
+    }
+  }
+  if (!p.causes_appeared.empty()) s += fmt::format("; new cause {}", fmt::join(p.causes_appeared, ", "));
+  if (!p.causes_vanished.empty()) s += fmt::format("; cause gone {}", fmt::join(p.causes_vanished, ", "));
+  return s + "\n";
+}
+
+}  // namespace
+
+std::string RenderDiffText(const DiffResult& d) {
+  std::string out = fmt::format("p2ptrace diff: {} -> {}\n", d.a, d.b);
+  size_t worse = 0;
+  for (const PairDiff& p : d.pairs) worse += p.worse;
+  // Worse pairs first: they are why the exit status is 1.
+  std::vector<const PairDiff*> order;
+  for (const PairDiff& p : d.pairs) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](const PairDiff* x, const PairDiff* y) { return x->worse > y->worse; });
+  constexpr size_t kShown = 40;
+  for (size_t i = 0; i < std::min(order.size(), kShown); ++i) out += Line(*order[i]);
+  if (order.size() > kShown) out += fmt::format("  … {} more pair changes (--json lists all)\n", order.size() - kShown);
+  for (const PairDiff& p : d.nccl_ops)
+    out += fmt::format("  {:<7}{}: busbw {} -> {} ({:+.0f}%)\n", p.worse ? "worse" : "changed", p.pair,
+                       Bw(p.gbps_before), Bw(p.gbps_after), 100 * (p.gbps_after - p.gbps_before) / p.gbps_before);
+  if (!d.causes_appeared.empty()) out += fmt::format("causes that appeared: {}\n", fmt::join(d.causes_appeared, ", "));
+  if (!d.causes_vanished.empty()) out += fmt::format("causes that vanished: {}\n", fmt::join(d.causes_vanished, ", "));
+  size_t worse_ops = 0;
+  for (const PairDiff& p : d.nccl_ops) worse_ops += p.worse;
+  if (d.pairs.empty() && d.nccl_ops.empty()) out += "no pair changed class or moved more than 20% in GB/s\n";
+  else
+    out += fmt::format("{} pair{} changed ({} worse), {} NCCL operation{} moved ({} slower)\n", d.pairs.size(),
+                       d.pairs.size() == 1 ? "" : "s", worse, d.nccl_ops.size(), d.nccl_ops.size() == 1 ? "" : "s",
+                       worse_ops);
+  return out;
+}
+
+json RenderDiffJson(const DiffResult& d) {
+  auto item = [](const PairDiff& p) {
+    json j{{"pair", p.pair}, {"change", p.change}, {"worse", p.worse}};
+    if (!p.before.empty() || !p.after.empty()) {
+      j["before"] = p.before.empty() ? json(nullptr) : json(p.before);
+      j["after"] = p.after.empty() ? json(nullptr) : json(p.after);
+      j["fallback_before"] = p.fallback_before;
+      j["fallback_after"] = p.fallback_after;
+      j["causes_appeared"] = p.causes_appeared;
+      j["causes_vanished"] = p.causes_vanished;
+    }
+    j["gbps_before"] = p.gbps_before > 0 ? json(p.gbps_before) : json(nullptr);
+    j["gbps_after"] = p.gbps_after > 0 ? json(p.gbps_after) : json(nullptr);
+    return j;
+  };
+  json j{{"version", 1}, {"a", d.a}, {"b", d.b}, {"worse", d.Worse()}, {"threshold", kBandwidthThreshold}};
+  j["pairs"] = json::array();
+  for (const PairDiff& p : d.pairs) j["pairs"].push_back(item(p));
+  j["nccl_ops"] = json::array();
+  for (const PairDiff& p : d.nccl_ops) j["nccl_ops"].push_back(item(p));
+  j["causes_appeared"] = d.causes_appeared;
+  j["causes_vanished"] = d.causes_vanished;
+  return j;
+}
+
+int RunDiff(const std::string& a, const std::string& b, bool as_json, std::ostream& out, std::ostream& err) {
+  Report reports[2];
+  const std::string* paths[2] = {&a, &b};
+  for (int i = 0; i < 2; ++i) {
+    auto loaded = LoadTraces(*paths[i]);
+    if (!loaded.ok()) {
+      err << "p2ptrace diff: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    PrintLoadProblems(*loaded, err);
+    if (loaded->traces.empty()) {
+      err << "p2ptrace diff: no usable trace in " << *paths[i] << "\n";
+      return 2;
+    }
+    reports[i] = BuildReport(*paths[i], *loaded);
+  }
+  DiffResult d = DiffReports(reports[0], reports[1]);
+  if (as_json) out << RenderDiffJson(d).dump(2) << "\n";
+  else out << RenderDiffText(d);
+  return d.Worse() ? 1 : 0;
+}
+
+}  // namespace p2ptrace::cli

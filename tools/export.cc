@@ -1,0 +1,318 @@
+#include "tools/export.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/vocabulary.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+#include "p2ptrace/trace_format.h"
+
+namespace p2ptrace::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kJobPid = 1000000000;  // the metadata process; rank processes are rank + 1
+
+std::string Quote(const std::string& s) { return json(s).dump(); }
+
+// This process's communicators: its ncclComm_t value -> the job-wide identity of the communicator
+// and this process's rank in it.
+struct CommView {
+  uint64_t hash = 0;
+  int rank = -1, nranks = 0, device = -1;
+};
+std::map<uint64_t, CommView> CommsOf(const Trace& t) {
+  std::map<uint64_t, CommView> comms;
+  for (const TraceRecord& r : t.records)
+    if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body); c && c->comm && c->result == 0 && c->rank >= 0)
+      comms[c->comm] = CommView{c->id_hash, c->rank, c->nranks, c->cuda_device};
+  return comms;
+}
+
+// seq -> measured duration: TIMING records name the seq of the copy or operation they time.
+std::unordered_map<uint32_t, uint64_t> TimingsOf(const Trace& t) {
+  std::unordered_map<uint32_t, uint64_t> timed;
+  for (const TraceRecord& r : t.records)
+    if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body)) timed[tr->h.seq] = tr->duration_ns;
+  return timed;
+}
+
+// A send/recv direction of one communicator: (comm hash, sending rank, receiving rank).
+using Link = std::tuple<uint64_t, int, int>;
+struct LinkOps {
+  std::vector<bool> send_timed, recv_timed;  // by ordinal: the k-th send pairs with the k-th recv
+  uint64_t first_flow_id = 0;
+};
+
+// GPU index on a host: the PCI order of every bus id the host's traces saw (as the report does).
+class GpuIndex {
+ public:
+  explicit GpuIndex(const LoadedTraces& loaded) {
+    for (const Trace& t : loaded.traces)
+      for (int d = 0; d < std::min(t.header.device_count, P2PTRACE_MAX_DEVICES); ++d)
+        if (!t.BusId(d).empty()) buses_[t.Host()].insert(t.BusId(d));
+  }
+  int operator()(const Trace& t, int device) const {
+    auto h = buses_.find(t.Host());
+    if (h == buses_.end() || t.BusId(device).empty()) return device;
+    auto it = h->second.find(t.BusId(device));
+    return it == h->second.end() ? device : static_cast<int>(std::distance(h->second.begin(), it));
+  }
+
+ private:
+  std::map<std::string, std::set<std::string>> buses_;
+};
+
+class Writer {
+ public:
+  explicit Writer(std::ostream& out) : out_(out) {}
+  void Event(const std::string& body) {
+    out_ << (first_ ? "\n" : ",\n") << body;
+    first_ = false;
+  }
+  void Metadata(int64_t pid, int64_t tid, const char* name, const json& args) {
+    Event(fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"{}","args":{}}})", pid, tid, name, args.dump()));
+  }
+
+ private:
+  std::ostream& out_;
+  bool first_ = true;
+};
+
+std::string Us(double us) { return fmt::format("{:.3f}", us); }
+
+}  // namespace
+
+ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, const ExportOptions& options,
+                          std::ostream& out) {
+  ExportStats stats;
+  GpuIndex gpu_index(loaded);
+  // Pass 1, counts only: timed events (for the sampling stride) and each send/recv direction's
+  // timed ordinals (for flows that both ends can show).
+  std::map<Link, LinkOps> links;
+  uint64_t t0 = UINT64_MAX;
+  for (const Trace& t : loaded.traces) {
+    t0 = std::min(t0, t.header.start_realtime_ns);
+    auto comms = CommsOf(t);
+    auto timed = TimingsOf(t);
+    stats.timed_events += timed.size();
+    for (const TraceRecord& r : t.records) {
+      const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
+      if (o == nullptr || o->result != 0 || (o->api != P2PTRACE_NCCL_Send && o->api != P2PTRACE_NCCL_Recv)) continue;
+      auto c = comms.find(o->comm);
+      if (c == comms.end()) continue;
+      bool send = o->api == P2PTRACE_NCCL_Send;
+      LinkOps& l = links[send ? Link{c->second.hash, c->second.rank, o->peer} : Link{c->second.hash, o->peer, c->second.rank}];
+      (send ? l.send_timed : l.recv_timed).push_back(timed.count(o->h.seq) > 0);
+    }
+  }
+  if (t0 == UINT64_MAX) t0 = 0;
+  uint64_t next_flow = 1;
+  for (auto& [k, l] : links) {
+    l.first_flow_id = next_flow;
+    next_flow += std::min(l.send_timed.size(), l.recv_timed.size());
+  }
+  stats.stride = options.max_slices && stats.timed_events > options.max_slices
+                     ? (stats.timed_events + options.max_slices - 1) / options.max_slices
+                     : 1;
+
+  Writer w(out);
+  out << R"({"displayTimeUnit":"ms","otherData":)"
+      << json{{"generator", "p2ptrace export"}, {"source", report.path}, {"format", "Chrome trace event JSON, ts in µs"},
+              {"kept_every", stats.stride}}
+             .dump()
+      << R"(,"traceEvents":[)";
+
+  // The job process: what the report concluded, readable in the UI's details panel.
+  w.Metadata(kJobPid, 0, "process_name", {{"name", "p2ptrace job: " + report.path}});
+  w.Metadata(kJobPid, 0, "process_sort_index", {{"sort_index", -1}});
+  std::set<std::string> hosts;
+  for (const ProcessInfo& p : report.processes) hosts.insert(p.host);
+  w.Metadata(kJobPid, 1, "thread_name", {{"name", "summary"}});
+  w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":1,"ts":0,"cat":"p2ptrace.meta","name":"job summary","args":{}}})",
+                      kJobPid,
+                      json{{"processes", report.processes.size()}, {"hosts", hosts.size()},
+                           {"skipped_files", loaded.problems.size()}, {"partly_read_files", loaded.partial.size()},
+                           {"timed_events", stats.timed_events}, {"kept_every", stats.stride}}
+                          .dump()));
+  int64_t tid = 2;
+  for (const std::string& host : hosts) {
+    // Rows: source GPU; each cell every class the pair used, most bytes (or connections) first.
+    std::map<int, std::map<int, std::vector<std::pair<uint64_t, std::string>>>> cells;
+    for (const PairEntry& e : report.pairs)
+      if (e.src.host == host && e.dst.host == host)
+        cells[e.src.gpu][e.dst.gpu].emplace_back(e.source == "nccl" ? e.channels : e.bytes,
+                                                 std::string(TransportName(e.transport)));
+    if (cells.empty()) continue;
+    json rows = json::object();
+    for (auto& [src, dsts] : cells)
+      for (auto& [dst, used] : dsts) {
+        std::sort(used.rbegin(), used.rend());
+        std::string cell;
+        for (const auto& [weight, name] : used) cell += (cell.empty() ? "" : "+") + name;
+        rows[fmt::format("GPU{}", src)][fmt::format("GPU{}", dst)] = cell;
+      }
+    w.Metadata(kJobPid, tid, "thread_name", {{"name", "matrix " + host}});
+    w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":{},"ts":0,"cat":"p2ptrace.meta","name":{},"args":{}}})",
+                        kJobPid, tid, Quote("pair matrix " + host), json{{"rows", rows}}.dump()));
+    ++tid;
+  }
+  w.Metadata(kJobPid, tid, "thread_name", {{"name", "findings"}});
+  for (const Finding& f : report.findings) {
+    constexpr size_t kPairs = 64;
+    std::vector<std::string> pairs(f.pairs.begin(), f.pairs.begin() + std::min(f.pairs.size(), kPairs));
+    json args{{"id", f.id}, {"severity", f.severity}, {"pairs", pairs}, {"pair_count", f.pairs.size()},
+              {"evidence", f.evidence}, {"fix", f.fix}};
+    w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":{},"ts":0,"cat":"p2ptrace.meta","name":{},"args":{}}})",
+                        kJobPid, tid, Quote(f.severity + " [" + f.id + "]"), args.dump()));
+  }
+
+  // Pass 2, one process at a time: its name, its tracks, its slices.
+  std::set<int64_t> pids;
+  uint64_t slice_id = 0;
+  for (size_t index = 0; index < loaded.traces.size(); ++index) {
+    const Trace& t = loaded.traces[index];
+    const p2ptrace_file_header& h = t.header;
+    int64_t pid = h.rank >= 0 ? h.rank + 1 : 0;
+    if (pid == 0 || !pids.insert(pid).second) pid = 1000000 + static_cast<int64_t>(index);  // unranked, or a fork
+    pids.insert(pid);
+    auto comms = CommsOf(t);
+    auto timed = TimingsOf(t);
+    std::string gpu;
+    if (!comms.empty() && comms.begin()->second.device >= 0) gpu = fmt::format(" GPU{}", gpu_index(t, comms.begin()->second.device));
+    else if (h.device_count == 1) gpu = fmt::format(" GPU{}", gpu_index(t, 0));
+    std::string name = h.rank >= 0 ? fmt::format("rank {} · {}{} (pid {})", h.rank, t.Host(), gpu, h.pid)
+                                   : fmt::format("{}{} pid {}", t.Host(), gpu, h.pid);
+    w.Metadata(pid, 0, "process_name", {{"name", name}});
+    w.Metadata(pid, 0, "process_sort_index", {{"sort_index", h.rank >= 0 ? h.rank : pid}});
+    auto us = [&](uint64_t mono) {
+      double real = static_cast<double>(h.start_realtime_ns) +
+                    (static_cast<double>(mono) - static_cast<double>(h.start_monotonic_ns));
+      return (real - static_cast<double>(t0)) / 1000.0;
+    };
+    std::map<std::string, std::pair<int64_t, uint64_t>> tracks;  // label -> (tid, slices seen)
+    auto track = [&](const std::string& label) -> std::pair<int64_t, uint64_t>& {
+      auto [it, added] = tracks.try_emplace(label, static_cast<int64_t>(tracks.size()) + 1, 0);
+      if (added) {
+        w.Metadata(pid, it->second.first, "thread_name", {{"name", label}});
+        w.Metadata(pid, it->second.first, "thread_sort_index", {{"sort_index", it->second.first}});
+      }
+      return it->second;
+    };
+    auto slice = [&](const std::string& label, int64_t on, const char* cat, double begin, double end, const json& args,
+                     const std::string& flow) {
+      std::string id = fmt::format("0x{:x}", ++slice_id);
+      w.Event(fmt::format(R"({{"ph":"b","cat":"{}","id":"{}","pid":{},"tid":{},"ts":{},"name":{},"args":{}{}}})", cat, id,
+                          pid, on, Us(begin), Quote(label), args.dump(), flow));
+      w.Event(fmt::format(R"({{"ph":"e","cat":"{}","id":"{}","pid":{},"tid":{},"ts":{},"name":{}}})", cat, id, pid, on,
+                          Us(end), Quote(label)));
+      ++stats.slices;
+    };
+    auto counter = [&](const std::string& label, int64_t on, double at, double gbps) {
+      w.Event(fmt::format(R"({{"ph":"C","pid":{},"tid":{},"ts":{},"name":{},"args":{{"GB/s":{:.3f}}}}})", pid, on, Us(at),
+                          Quote(label), gbps));
+      ++stats.counters;
+    };
+    std::map<Link, uint64_t> ordinal;  // sends/recvs seen so far per direction
+    for (const TraceRecord& r : t.records) {
+      if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
+        auto d = timed.find(c->h.seq);
+        if (d == timed.end() || c->result != 0 || c->src_device < 0 || c->dst_device < 0) continue;
+        std::string label = fmt::format("GPU{} -> GPU{} {}", gpu_index(t, c->src_device), gpu_index(t, c->dst_device),
+                                        TransportName(c->transport));
+        auto& [on, seen] = track(label);
+        if (seen++ % stats.stride != 0) continue;
+        double begin = us(c->h.time_ns), end = us(c->h.time_ns + d->second);
+        double gbps = d->second ? static_cast<double>(c->bytes) / static_cast<double>(d->second) : 0;
+        slice(label, on, "p2ptrace.copy", begin, end,
+              {{"api", ApiName(c->api)}, {"bytes", c->bytes}, {"gbps", gbps}, {"transport", TransportName(c->transport)},
+               {"seq", c->h.seq}},
+              "");
+        counter(label, on, begin, gbps);
+        counter(label, on, end, 0);
+      } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
+        if (o->result != 0) continue;
+        auto cv = comms.find(o->comm);
+        CommView comm = cv != comms.end() ? cv->second : CommView{};
+        bool send = o->api == P2PTRACE_NCCL_Send, recv = o->api == P2PTRACE_NCCL_Recv;
+        uint64_t k = 0;
+        Link link{comm.hash, send ? comm.rank : o->peer, send ? o->peer : comm.rank};
+        if ((send || recv) && cv != comms.end()) k = ordinal[link]++;
+        auto d = timed.find(o->h.seq);
+        if (d == timed.end()) continue;
+        std::string label = send || recv ? fmt::format("NCCL rank {} -> rank {}", std::get<1>(link), std::get<2>(link))
+                                         : fmt::format("NCCL {} comm {:08x}", NcclApiName(o->api), comm.hash >> 32);
+        auto& [on, seen] = track(label);
+        // Sends and recvs sample by their ordinal, the same on both ends; the rest by track order.
+        if ((send || recv ? k : seen) % stats.stride != 0) {
+          ++seen;
+          continue;
+        }
+        ++seen;
+        std::string flow;
+        if ((send || recv) && cv != comms.end()) {
+          const LinkOps& l = links[link];
+          if (k < l.send_timed.size() && k < l.recv_timed.size() && l.send_timed[k] && l.recv_timed[k]) {
+            flow = fmt::format(R"(,"bind_id":{},"{}":true)", l.first_flow_id + k, send ? "flow_out" : "flow_in");
+            stats.flows += send;
+          }
+        }
+        double begin = us(o->h.time_ns), end = us(o->h.time_ns + d->second);
+        double gbps = d->second ? static_cast<double>(o->bytes) / static_cast<double>(d->second) : 0;
+        json args{{"op", NcclApiName(o->api)}, {"bytes", o->bytes}, {"gbps", gbps},
+                  {"comm", fmt::format("{:016x}", comm.hash)}, {"nranks", comm.nranks}, {"seq", o->h.seq}};
+        if (o->peer >= 0) args["peer"] = o->peer;
+        slice(label, on, "p2ptrace.nccl", begin, end, args, flow);
+        counter(label, on, begin, gbps);
+        counter(label, on, end, 0);
+      }
+    }
+  }
+  out << "\n]}\n";
+  return stats;
+}
+
+int RunExport(const std::string& dir, const std::string& out_file, const ExportOptions& options, std::ostream& err) {
+  auto loaded = LoadTraces(dir);
+  if (!loaded.ok()) {
+    err << "p2ptrace export: " << loaded.status().message() << "\n";
+    return 2;
+  }
+  PrintLoadProblems(*loaded, err);
+  if (loaded->traces.empty()) {
+    err << "p2ptrace export: no usable trace in " << dir << "\n";
+    return 2;
+  }
+  Report report = BuildReport(dir, *loaded);
+  std::ofstream out(out_file, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    err << "p2ptrace export: " << out_file << ": cannot write: " << std::strerror(errno) << "\n";
+    return 2;
+  }
+  ExportStats stats = WritePerfetto(report, *loaded, options, out);
+  out.close();
+  if (!out) {
+    err << "p2ptrace export: " << out_file << ": write failed: " << std::strerror(errno) << "\n";
+    return 2;
+  }
+  err << fmt::format("p2ptrace export: {} process{}, {} slices, {} flows, {} counter samples -> {}{}\n",
+                     loaded->traces.size(), loaded->traces.size() == 1 ? "" : "es", stats.slices, stats.flows,
+                     stats.counters, out_file,
+                     stats.stride > 1 ? fmt::format(" (every {}th of {} timed events: --max-slices)", stats.stride,
+                                                    stats.timed_events)
+                                      : "");
+  return 0;
+}
+
+}  // namespace p2ptrace::cli
