@@ -5,6 +5,10 @@
 source "$(dirname "$0")/common.sh"
 presets=("$@")
 ((${#presets[@]})) || presets=(default asan tsan fuzz)
+# Real NCCL releases for tests/integration/nccl_releases_test (cached; a missing one fails that test).
+ensure_packages
+log "fetching NCCL releases"
+python3 "$ROOT/scripts/fetch-nccl-releases.py"
 for preset in "${presets[@]}"; do
   build "$preset"
   log "testing ($preset)"
