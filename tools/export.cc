@@ -51,7 +51,7 @@ std::unordered_map<uint32_t, uint64_t> TimingsOf(const Trace& t) {
 // A send/recv direction of one communicator: (comm hash, sending rank, receiving rank).
 using Link = std::tuple<uint64_t, int, int>;
 struct LinkOps {
-  std::vector<bool> send_timed, recv_timed;  // by ordinal: the k-th send pairs with the k-th recv
+  uint64_t sends = 0, recvs = 0;  // the k-th send pairs with the k-th recv
   uint64_t first_flow_id = 0;
 };
 
@@ -98,33 +98,38 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
                           std::ostream& out) {
   ExportStats stats;
   GpuIndex gpu_index(loaded);
-  // Pass 1, counts only: timed events (for the sampling stride) and each send/recv direction's
-  // timed ordinals (for flows that both ends can show).
+  // Pass 1, counts only: events that get a slice (for the sampling stride), and each send/recv
+  // direction's calls (flows join the k-th send to the k-th recv).
   std::map<Link, LinkOps> links;
   uint64_t t0 = UINT64_MAX;
   for (const Trace& t : loaded.traces) {
     t0 = std::min(t0, t.header.start_realtime_ns);
     auto comms = CommsOf(t);
     auto timed = TimingsOf(t);
-    stats.timed_events += timed.size();
     for (const TraceRecord& r : t.records) {
+      if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
+        stats.events += c->result == 0 && timed.count(c->h.seq);
+        continue;
+      }
       const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
-      if (o == nullptr || o->result != 0 || (o->api != P2PTRACE_NCCL_Send && o->api != P2PTRACE_NCCL_Recv)) continue;
+      if (o == nullptr || o->result != 0) continue;
+      ++stats.events;  // every NCCL call has a slice: a zero-length one when it was not timed
+      if (o->api != P2PTRACE_NCCL_Send && o->api != P2PTRACE_NCCL_Recv) continue;
       auto c = comms.find(o->comm);
       if (c == comms.end()) continue;
       bool send = o->api == P2PTRACE_NCCL_Send;
       LinkOps& l = links[send ? Link{c->second.hash, c->second.rank, o->peer} : Link{c->second.hash, o->peer, c->second.rank}];
-      (send ? l.send_timed : l.recv_timed).push_back(timed.count(o->h.seq) > 0);
+      ++(send ? l.sends : l.recvs);
     }
   }
   if (t0 == UINT64_MAX) t0 = 0;
   uint64_t next_flow = 1;
   for (auto& [k, l] : links) {
     l.first_flow_id = next_flow;
-    next_flow += std::min(l.send_timed.size(), l.recv_timed.size());
+    next_flow += std::min(l.sends, l.recvs);
   }
-  stats.stride = options.max_slices && stats.timed_events > options.max_slices
-                     ? (stats.timed_events + options.max_slices - 1) / options.max_slices
+  stats.stride = options.max_slices && stats.events > options.max_slices
+                     ? (stats.events + options.max_slices - 1) / options.max_slices
                      : 1;
 
   Writer w(out);
@@ -144,7 +149,7 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
                       kJobPid,
                       json{{"processes", report.processes.size()}, {"hosts", hosts.size()},
                            {"skipped_files", loaded.problems.size()}, {"partly_read_files", loaded.partial.size()},
-                           {"timed_events", stats.timed_events}, {"kept_every", stats.stride}}
+                           {"events", stats.events}, {"kept_every", stats.stride}}
                           .dump()));
   int64_t tid = 2;
   for (const std::string& host : hosts) {
@@ -196,10 +201,10 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
                                    : fmt::format("{}{} pid {}", t.Host(), gpu, h.pid);
     w.Metadata(pid, 0, "process_name", {{"name", name}});
     w.Metadata(pid, 0, "process_sort_index", {{"sort_index", h.rank >= 0 ? h.rank : pid}});
+    // In integers: a double holds an epoch in ns only to ~256 ns.
     auto us = [&](uint64_t mono) {
-      double real = static_cast<double>(h.start_realtime_ns) +
-                    (static_cast<double>(mono) - static_cast<double>(h.start_monotonic_ns));
-      return (real - static_cast<double>(t0)) / 1000.0;
+      int64_t ns = static_cast<int64_t>(h.start_realtime_ns - t0) + static_cast<int64_t>(mono - h.start_monotonic_ns);
+      return static_cast<double>(ns) / 1000.0;
     };
     std::map<std::string, std::pair<int64_t, uint64_t>> tracks;  // label -> (tid, slices seen)
     auto track = [&](const std::string& label) -> std::pair<int64_t, uint64_t>& {
@@ -250,7 +255,7 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
         Link link{comm.hash, send ? comm.rank : o->peer, send ? o->peer : comm.rank};
         if ((send || recv) && cv != comms.end()) k = ordinal[link]++;
         auto d = timed.find(o->h.seq);
-        if (d == timed.end()) continue;
+        uint64_t duration = d == timed.end() ? 0 : d->second;  // calls inside a group are not timed
         std::string label = send || recv ? fmt::format("NCCL rank {} -> rank {}", std::get<1>(link), std::get<2>(link))
                                          : fmt::format("NCCL {} comm {:08x}", NcclApiName(o->api), comm.hash >> 32);
         auto& [on, seen] = track(label);
@@ -263,19 +268,22 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
         std::string flow;
         if ((send || recv) && cv != comms.end()) {
           const LinkOps& l = links[link];
-          if (k < l.send_timed.size() && k < l.recv_timed.size() && l.send_timed[k] && l.recv_timed[k]) {
+          if (k < std::min(l.sends, l.recvs)) {
             flow = fmt::format(R"(,"bind_id":{},"{}":true)", l.first_flow_id + k, send ? "flow_out" : "flow_in");
             stats.flows += send;
           }
         }
-        double begin = us(o->h.time_ns), end = us(o->h.time_ns + d->second);
-        double gbps = d->second ? static_cast<double>(o->bytes) / static_cast<double>(d->second) : 0;
-        json args{{"op", NcclApiName(o->api)}, {"bytes", o->bytes}, {"gbps", gbps},
+        double begin = us(o->h.time_ns), end = us(o->h.time_ns + duration);
+        json args{{"op", NcclApiName(o->api)}, {"bytes", o->bytes}, {"timed", duration > 0},
                   {"comm", fmt::format("{:016x}", comm.hash)}, {"nranks", comm.nranks}, {"seq", o->h.seq}};
         if (o->peer >= 0) args["peer"] = o->peer;
+        double gbps = duration ? static_cast<double>(o->bytes) / static_cast<double>(duration) : 0;
+        if (duration) args["gbps"] = gbps;
         slice(label, on, "p2ptrace.nccl", begin, end, args, flow);
-        counter(label, on, begin, gbps);
-        counter(label, on, end, 0);
+        if (duration) {
+          counter(label, on, begin, gbps);
+          counter(label, on, end, 0);
+        }
       }
     }
   }
@@ -309,8 +317,8 @@ int RunExport(const std::string& dir, const std::string& out_file, const ExportO
   err << fmt::format("p2ptrace export: {} process{}, {} slices, {} flows, {} counter samples -> {}{}\n",
                      loaded->traces.size(), loaded->traces.size() == 1 ? "" : "es", stats.slices, stats.flows,
                      stats.counters, out_file,
-                     stats.stride > 1 ? fmt::format(" (every {}th of {} timed events: --max-slices)", stats.stride,
-                                                    stats.timed_events)
+                     stats.stride > 1 ? fmt::format(" (every {}th of {} events: --max-slices)", stats.stride,
+                                                    stats.events)
                                       : "");
   return 0;
 }

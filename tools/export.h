@@ -1,6 +1,6 @@
 // `p2ptrace export DIR --perfetto OUT`: the job as Chrome trace-event JSON, which Perfetto UI (and
 // chrome://tracing) opens. A process per rank, named with host, rank and GPU; a track per peer pair
-// holding async slices (b/e) for every timed copy and NCCL operation; flows from each ncclSend to
+// holding async slices (b/e) for every timed copy and every NCCL call (zero-length when untimed); flows from each ncclSend to
 // the matching ncclRecv on the peer; GB/s counters per pair; and a "p2ptrace job" process whose
 // instant events carry the pair matrix per host and the findings with their causes and fixes.
 // Timestamps are µs since the first process started, on the wall clock (each host's monotonic
@@ -23,7 +23,8 @@ struct ExportOptions {
 };
 
 struct ExportStats {
-  uint64_t slices = 0, flows = 0, counters = 0, timed_events = 0;
+  uint64_t slices = 0, flows = 0, counters = 0;
+  uint64_t events = 0;  // timed copies and NCCL calls: what would get a slice without thinning
   uint64_t stride = 1;  // 1: every timed event has its slice
 };
 

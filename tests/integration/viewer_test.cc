@@ -1,0 +1,495 @@
+// The post-mortem viewer's outputs beyond `report`: `synth` (synthetic jobs in the real format),
+// `export --perfetto` (Chrome trace-event rules that Perfetto relies on), `diff` (exit 1 when a pair
+// got worse), and loading directories with damaged, foreign, newer, empty and very many files.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
+
+#include "p2ptrace/trace_format.h"
+#include "tests/support/subprocess.h"
+#include "tools/synth.h"
+#include "tools/traces.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Synth(const std::string& name, int ranks, int events, const std::string& scenario = "healthy",
+                  uint64_t seed = 1, int gpus_per_host = 8) {
+  std::string dir = TempDir() + "/" + name;
+  RunResult r = RunProgram({P2PTRACE_CLI, "synth", "--ranks", std::to_string(ranks), "--events", std::to_string(events),
+                            "--out", dir, "--scenario", scenario, "--seed", std::to_string(seed), "--gpus-per-host",
+                            std::to_string(gpus_per_host)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return dir;
+}
+
+json ReportJson(const std::string& dir) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return json::parse(r.out, nullptr, false);
+}
+
+std::vector<std::string> Files(const std::string& dir, const std::string& ext) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ext) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// ------------------------------------------------------------------------------------------------
+// synth
+
+TEST(Synth, WritesOneTraceAndOneNcclLogPerRankThatTheReportReads) {
+  std::string dir = Synth("synth-healthy", 16, 64);
+  EXPECT_EQ(Files(dir, ".p2ptrace").size(), 16u);
+  EXPECT_EQ(Files(dir, ".log").size(), 16u);
+  json j = ReportJson(dir);
+  ASSERT_FALSE(j.is_discarded());
+  EXPECT_EQ(j["ranks"].size(), 16u);
+  EXPECT_EQ(j["capture"]["nccl_logs"], 16);
+  EXPECT_TRUE(j["capture"]["skipped_files"].empty());
+  int cuda = 0, nccl_p2p = 0, nccl_net = 0;
+  for (const auto& p : j["pairs"]) {
+    if (p["source"] == "cuda") {
+      ++cuda;
+      EXPECT_EQ(p["transport"], "nvlink");
+      EXPECT_EQ(p["fallback"], false);
+      EXPECT_NEAR(p["gbps"].get<double>(), 370, 370 * 0.06) << p.dump();
+    } else {
+      nccl_p2p += p["transport"] == "p2p";
+      nccl_net += p["transport"] == "net_gdr";
+    }
+  }
+  EXPECT_EQ(cuda, 2 * 8 * 7);  // every ordered GPU pair of both hosts
+  EXPECT_EQ(nccl_p2p, 14);     // the ring inside each host
+  EXPECT_EQ(nccl_net, 2);      // node0 GPU7 -> node1 GPU0, and back around
+  bool allreduce = false;
+  for (const auto& o : j["nccl_ops"])
+    if (o["op"] == "ncclAllReduce") {
+      allreduce = true;
+      EXPECT_EQ(o["calls"], 16 * 8);  // one in every 8 events of each rank
+      EXPECT_NEAR(o["busbw_gbps"].get<double>(), 45, 45 * 0.06);  // the ring's slowest link: IB
+    }
+  EXPECT_TRUE(allreduce);
+}
+
+TEST(Synth, TheSameSeedWritesTheSameBytes) {
+  std::string a = Synth("synth-seed-a", 4, 40, "healthy", 7), b = Synth("synth-seed-b", 4, 40, "healthy", 7);
+  std::string c = Synth("synth-seed-c", 4, 40, "healthy", 8);
+  std::vector<std::string> fa = Files(a, ".p2ptrace"), fb = Files(b, ".p2ptrace"), fc = Files(c, ".p2ptrace");
+  ASSERT_EQ(fa.size(), 4u);
+  ASSERT_EQ(fb.size(), 4u);
+  ASSERT_EQ(fc.size(), 4u);
+  for (size_t i = 0; i < fa.size(); ++i) {
+    EXPECT_EQ(ReadAll(fa[i]), ReadAll(fb[i])) << fa[i];
+    EXPECT_NE(ReadAll(fa[i]), ReadAll(fc[i])) << fc[i];
+  }
+}
+
+TEST(Synth, FallbackScenarioShowsBothFallbacksWithTheirCauses) {
+  json j = ReportJson(Synth("synth-fallback", 8, 40, "fallback"));
+  std::set<std::string> findings;
+  for (const auto& f : j["findings"]) findings.insert(f["id"]);
+  EXPECT_TRUE(findings.count("peer-access-not-enabled")) << j["findings"].dump();
+  EXPECT_TRUE(findings.count("env-p2p-disabled")) << j["findings"].dump();
+  for (const auto& p : j["pairs"]) {
+    EXPECT_EQ(p["fallback"], true) << p.dump();
+    EXPECT_EQ(p["transport"], p["source"] == "cuda" ? "host_staged" : "shm");
+  }
+}
+
+TEST(Synth, BadOptionsGiveOneLineAndExit2) {
+  std::string out = TempDir() + "/synth-bad";
+  for (std::vector<std::string> args : {std::vector<std::string>{"--ranks", "0", "--events", "1"},
+                                        {"--ranks", "4", "--events", "1", "--scenario", "nope"},
+                                        {"--ranks", "40", "--events", "1", "--hosts", "2"},
+                                        {"--ranks", "4", "--events", "1", "--gpus-per-host", "33"}}) {
+    std::vector<std::string> argv = {P2PTRACE_CLI, "synth", "--out", out};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = RunProgram(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[1];
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("p2ptrace synth: ", 0), 0u) << r.err;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// export --perfetto: the trace-event rules (../shared/notes/anchors.md §1.5)
+
+struct ExportCheck {
+  size_t slices = 0, flows = 0, counters = 0;
+  std::map<int64_t, std::string> process_names;
+  std::set<std::pair<int64_t, int64_t>> named_threads;
+  json job_events = json::array();  // instant events of the metadata process
+};
+
+// Checks every rule a Chrome/Perfetto JSON reader relies on; returns what it saw.
+ExportCheck CheckChromeTrace(const std::string& path) {
+  ExportCheck c;
+  json doc = json::parse(ReadAll(path), nullptr, false);
+  EXPECT_FALSE(doc.is_discarded()) << path << " is not valid JSON";
+  if (doc.is_discarded()) return c;
+  EXPECT_TRUE(doc["traceEvents"].is_array());
+  const std::set<std::string> metadata = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"};
+  std::map<std::tuple<int64_t, std::string, std::string>, json> open;  // (pid, cat, id) -> the 'b'
+  std::map<uint64_t, std::vector<json>> flows;
+  std::set<std::pair<int64_t, int64_t>> used_threads;
+  for (const json& e : doc["traceEvents"]) {
+    std::string ph = e.at("ph");
+    EXPECT_TRUE(e["pid"].is_number_integer()) << e.dump();
+    if (ph == "M") {
+      EXPECT_TRUE(metadata.count(e["name"])) << e.dump();
+      if (e["name"] == "process_name") c.process_names[e["pid"].get<int64_t>()] = e["args"]["name"];
+      if (e["name"] == "thread_name") c.named_threads.insert({e["pid"].get<int64_t>(), e["tid"].get<int64_t>()});
+      continue;
+    }
+    EXPECT_TRUE(e["ts"].is_number() && e["ts"].get<double>() >= 0) << e.dump();
+    used_threads.insert({e["pid"].get<int64_t>(), e["tid"].get<int64_t>()});
+    if (ph == "b") {
+      EXPECT_TRUE(e["cat"].is_string() && e["id"].is_string() && e["name"].is_string()) << e.dump();
+      auto key = std::make_tuple(e["pid"].get<int64_t>(), e["cat"].get<std::string>(), e["id"].get<std::string>());
+      EXPECT_EQ(open.count(key), 0u) << "id reused while open: " << e.dump();
+      open[key] = e;
+      if (e.contains("bind_id")) flows[e["bind_id"].get<uint64_t>()].push_back(e);
+    } else if (ph == "e") {
+      auto key = std::make_tuple(e["pid"].get<int64_t>(), e["cat"].get<std::string>(), e["id"].get<std::string>());
+      auto it = open.find(key);
+      if (it == open.end()) {
+        ADD_FAILURE() << "'e' without its 'b': " << e.dump();
+        continue;
+      }
+      EXPECT_EQ(it->second["name"], e["name"]);
+      EXPECT_EQ(it->second["tid"], e["tid"]);
+      EXPECT_GE(e["ts"].get<double>(), it->second["ts"].get<double>());
+      // ts is in µs: bytes / (dur µs × 1000) is the GB/s the slice carries.
+      double dur_us = e["ts"].get<double>() - it->second["ts"].get<double>();
+      const json& args = it->second["args"];
+      if (dur_us > 1) {
+        EXPECT_NEAR(args["bytes"].get<double>() / (dur_us * 1000), args["gbps"].get<double>(),
+                    args["gbps"].get<double>() * 0.01 + 0.01)
+            << it->second.dump();
+      }
+      open.erase(it);
+      ++c.slices;
+    } else if (ph == "C") {
+      EXPECT_TRUE(e["args"].is_object() && !e["args"].empty());
+      for (const auto& [k, v] : e["args"].items()) EXPECT_TRUE(v.is_number()) << e.dump();
+      ++c.counters;
+    } else if (ph == "i") {
+      EXPECT_EQ(e["s"], "t");
+      c.job_events.push_back(e);
+    } else {
+      ADD_FAILURE() << "unexpected phase " << e.dump();
+    }
+  }
+  EXPECT_TRUE(open.empty()) << open.size() << " async slices never ended";
+  for (const auto& [id, ends] : flows) {
+    EXPECT_EQ(ends.size(), 2u) << "flow " << id;
+    if (ends.size() != 2) continue;
+    EXPECT_NE(ends[0]["pid"], ends[1]["pid"]) << "a flow crosses ranks";
+    int out = 0, in = 0;
+    for (const json& e : ends) out += e.value("flow_out", false), in += e.value("flow_in", false);
+    EXPECT_EQ(out, 1);
+    EXPECT_EQ(in, 1);
+    ++c.flows;
+  }
+  for (const auto& t : used_threads) EXPECT_TRUE(c.named_threads.count(t)) << t.first << "/" << t.second;
+  for (const auto& t : used_threads) EXPECT_TRUE(c.process_names.count(t.first)) << t.first;
+  return c;
+}
+
+TEST(Export, SynthJobFollowsTheTraceEventRules) {
+  std::string dir = Synth("export-synth", 8, 64, "fallback");
+  std::string out = TempDir() + "/export-synth.json";
+  RunResult r = RunProgram({P2PTRACE_CLI, "export", dir, "--perfetto", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExportCheck c = CheckChromeTrace(out);
+  EXPECT_EQ(c.slices, 8u * 64);  // every event of every rank is timed
+  EXPECT_EQ(c.flows, 8u * 8);    // every ncclSend (one in 8 events) meets its ncclRecv
+  EXPECT_EQ(c.counters, 2 * c.slices);
+  EXPECT_EQ(c.process_names.size(), 9u);  // 8 ranks and the job
+  EXPECT_EQ(c.process_names[4], "rank 3 · node0 GPU3 (pid 10003)");
+  bool matrix = false, cause = false;
+  for (const json& e : c.job_events) {
+    if (e["name"] == "pair matrix node0") {
+      matrix = true;
+      EXPECT_EQ(e["args"]["rows"]["GPU0"]["GPU1"], "host_staged+shm");
+    }
+    if (e["args"].value("id", "") == "peer-access-not-enabled") {
+      cause = true;
+      EXPECT_FALSE(e["args"]["fix"].get<std::string>().empty());
+    }
+  }
+  EXPECT_TRUE(matrix);
+  EXPECT_TRUE(cause);
+}
+
+TEST(Export, ManySlicesAreThinnedAlikeOnBothEndsOfAFlow) {
+  std::string dir = Synth("export-thin", 8, 160);
+  std::string out = TempDir() + "/export-thin.json";
+  RunResult r = RunProgram({P2PTRACE_CLI, "export", dir, "--perfetto", out, "--max-slices", "400"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("every 4th of 1280 events"), std::string::npos) << r.err;
+  ExportCheck c = CheckChromeTrace(out);
+  EXPECT_LE(c.slices, 400u);
+  EXPECT_GE(c.slices, 250u);
+  EXPECT_EQ(c.flows, 8u * 20 / 4);  // 20 sends per rank, every 4th kept, each still meeting its recv
+}
+
+TEST(Export, BadInputGivesOneLineAndExit2) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "export", TempDir() + "/no-such-dir", "--perfetto", TempDir() + "/x.json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  std::string dir = Synth("export-unwritable", 2, 8);
+  r = RunProgram({P2PTRACE_CLI, "export", dir, "--perfetto", TempDir() + "/no-such-dir/x.json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("x.json: cannot write"), std::string::npos) << r.err;
+}
+
+std::map<std::string, std::optional<std::string>> SimEnv() {
+  return {{"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR},
+          {"P2PSIM_TOPOLOGY", std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json"},
+          {"P2PSIM_HOST", std::nullopt}, {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"P2PTRACE_SAMPLE", std::nullopt},
+          {"NCCL_DEBUG", std::nullopt}, {"NCCL_DEBUG_FILE", std::nullopt}, {"P2PTRACE_NCCL_TAP", std::nullopt},
+          {"NO_COLOR", "1"}};
+}
+
+// Real runs on the simulated node: peer copies in one process, and a 4-rank NCCL ring.
+TEST(Export, SimulatedRunsFollowTheTraceEventRules) {
+  std::string copies = TempDir() + "/export-peer-copy";
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", copies, "--", PEER_COPY, "--size", "1M", "--iters", "1"}, SimEnv());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string out = TempDir() + "/export-peer-copy.json";
+  r = RunProgram({P2PTRACE_CLI, "export", copies, "--perfetto", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExportCheck c = CheckChromeTrace(out);
+  EXPECT_EQ(c.slices, 24u * 4 + 32 * 4);  // every cross-device copy was timed (cli_test counts them)
+  EXPECT_EQ(c.process_names.size(), 2u);
+
+  std::string ring = TempDir() + "/export-ring", rendezvous = TempDir() + "/export-ring-id";
+  fs::create_directories(rendezvous);
+  r = RunProgram({P2PTRACE_CLI, "run", "--dir", ring, "--", P2PSIM, "launch", "--topology",
+                  std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json", "--hosts", "node0:4", "--", NCCL_RING, rendezvous},
+                 SimEnv());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  out = TempDir() + "/export-ring.json";
+  r = RunProgram({P2PTRACE_CLI, "export", ring, "--perfetto", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  c = CheckChromeTrace(out);
+  EXPECT_EQ(c.process_names.size(), 5u);  // 4 ranks and the job
+  EXPECT_GE(c.flows, 4u);                 // each rank's send to the next meets that rank's recv
+  bool ring_cells = false;
+  for (const json& e : c.job_events)
+    ring_cells |= e["name"] == "pair matrix node0" &&
+                  e["args"]["rows"]["GPU0"]["GPU1"].get<std::string>().find("p2p") != std::string::npos;
+  EXPECT_TRUE(ring_cells);
+}
+
+// ------------------------------------------------------------------------------------------------
+// diff
+
+TEST(Diff, FallbackAfterHealthyIsWorseAndSaysWhy) {
+  std::string healthy = Synth("diff-healthy", 8, 64), fallback = Synth("diff-fallback", 8, 64, "fallback");
+  RunResult r = RunProgram({P2PTRACE_CLI, "diff", healthy, fallback, "--json"});
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["worse"], true);
+  EXPECT_EQ(j["causes_appeared"], json::array({"env-p2p-disabled", "peer-access-not-enabled"}));
+  bool staged = false, shm = false;
+  for (const auto& p : j["pairs"]) {
+    EXPECT_EQ(p["worse"], true) << p.dump();
+    if (p["pair"] == "node0 GPU0 -> GPU1 (cuda)") {
+      staged = true;
+      EXPECT_EQ(p["before"], "nvlink");
+      EXPECT_EQ(p["after"], "host_staged");
+      EXPECT_LT(p["gbps_after"].get<double>(), 0.1 * p["gbps_before"].get<double>());
+      EXPECT_EQ(p["causes_appeared"], json::array({"peer-access-not-enabled"}));
+    }
+    if (p["pair"] == "node0 GPU0 -> GPU1 (nccl)") {
+      shm = true;
+      EXPECT_EQ(p["before"], "p2p");
+      EXPECT_EQ(p["after"], "shm");
+    }
+  }
+  EXPECT_TRUE(staged && shm) << r.out;
+  EXPECT_FALSE(j["nccl_ops"].empty());
+  // Text: one line per change, the worst first.
+  r = RunProgram({P2PTRACE_CLI, "diff", healthy, fallback});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("worse  node0 GPU0 -> GPU1 (cuda): nvlink -> host_staged"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("causes that appeared: env-p2p-disabled, peer-access-not-enabled"), std::string::npos);
+}
+
+TEST(Diff, BetterOrUnchangedExitsZero) {
+  std::string healthy = Synth("diff-h2", 8, 64), fallback = Synth("diff-f2", 8, 64, "fallback");
+  std::string reseeded = Synth("diff-h3", 8, 64, "healthy", 99);
+  RunResult r = RunProgram({P2PTRACE_CLI, "diff", fallback, healthy, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["causes_vanished"], json::array({"env-p2p-disabled", "peer-access-not-enabled"}));
+  EXPECT_FALSE(j["pairs"].empty());
+  // Another seed moves bandwidth by a few percent only: nothing to report.
+  r = RunProgram({P2PTRACE_CLI, "diff", healthy, reseeded, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  j = json::parse(r.out);
+  EXPECT_TRUE(j["pairs"].empty()) << r.out;
+  EXPECT_TRUE(j["nccl_ops"].empty()) << r.out;
+}
+
+TEST(Diff, PcieInsteadOfNvlinkIsWorse) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "diff", Synth("diff-nvl", 8, 32), Synth("diff-pcie", 8, 32, "pcie")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("nvlink -> pcie_p2p"), std::string::npos) << r.out;
+}
+
+TEST(Diff, MissingRunIsAnInputError) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "diff", Synth("diff-one", 2, 8), TempDir() + "/diff-none"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("diff-none"), std::string::npos) << r.err;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Loading what crashes, copies and other versions leave behind
+
+void Patch(const std::string& path, size_t offset, const void* bytes, size_t n) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
+p2ptrace_file_header HeaderOf(const std::string& path) {
+  p2ptrace_file_header h{};
+  std::string bytes = ReadAll(path);
+  std::memcpy(&h, bytes.data(), sizeof h);
+  return h;
+}
+
+int StderrLines(const std::string& err, const std::string& prefix) {
+  int n = 0;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) n += line.rfind(prefix, 0) == 0;
+  return n;
+}
+
+TEST(Loading, DamagedAndForeignFilesAreNamedSkippedAndCounted) {
+  std::string dir = Synth("load-mixed", 8, 64);
+  std::vector<std::string> traces = Files(dir, ".p2ptrace");
+  ASSERT_EQ(traces.size(), 8u);
+  // 0: cut inside its records (an interrupted copy); 1: cut inside its header.
+  p2ptrace_file_header h0 = HeaderOf(traces[0]);
+  fs::resize_file(traces[0], h0.chunks_offset + h0.chunk_size / 2);
+  fs::resize_file(traces[1], 1000);
+  // 2: a newer major version; 3: a newer minor with a record type this reader does not know.
+  uint16_t major = P2PTRACE_FORMAT_MAJOR + 1, minor = 7, unknown_type = 99;
+  Patch(traces[2], offsetof(p2ptrace_file_header, major), &major, 2);
+  Patch(traces[3], offsetof(p2ptrace_file_header, minor), &minor, 2);
+  p2ptrace_file_header h3 = HeaderOf(traces[3]);
+  Patch(traces[3], h3.chunks_offset + sizeof(p2ptrace_chunk_header), &unknown_type, 2);
+  // Empty, not a trace, not a file.
+  p2ptrace::testing::WriteFile(dir + "/empty.p2ptrace", "");
+  p2ptrace::testing::WriteFile(dir + "/notes.p2ptrace", std::string(8192, 'x'));
+  fs::create_directories(dir + "/subdir.p2ptrace");
+
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(StderrLines(r.err, "p2ptrace: skipped "), 5) << r.err;
+  EXPECT_EQ(StderrLines(r.err, "p2ptrace: partly read "), 2) << r.err;
+  EXPECT_NE(r.err.find(traces[1] + ": truncated before the end of its header"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(traces[2] + ": trace format 2.0 is newer than this p2ptrace reads (1.x)"), std::string::npos);
+  EXPECT_NE(r.err.find(dir + "/empty.p2ptrace: empty file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(dir + "/notes.p2ptrace: not a p2ptrace trace"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(dir + "/subdir.p2ptrace: not a regular file"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(traces[0] + ": cut short at"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(traces[3] + ": 1 record of unknown type skipped (written as format 1.7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("p2ptrace: 6 traces used (2 in part), 5 files skipped\n"), std::string::npos) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["ranks"].size(), 6u);
+  EXPECT_EQ(j["capture"]["skipped_files"].size(), 5u);
+}
+
+TEST(Loading, NothingUsableIsExit2WithEveryFileNamed) {
+  std::string dir = TempDir() + "/load-none";
+  fs::create_directories(dir);
+  p2ptrace::testing::WriteFile(dir + "/a.p2ptrace", "");
+  p2ptrace::testing::WriteFile(dir + "/b.p2ptrace", "P2PTRACE");
+  for (const char* command : {"report", "export", "diff"}) {
+    std::vector<std::string> argv = {P2PTRACE_CLI, command, dir};
+    if (std::string(command) == "export") argv.insert(argv.end(), {"--perfetto", TempDir() + "/none.json"});
+    if (std::string(command) == "diff") argv.push_back(dir);
+    RunResult r = RunProgram(argv);
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_NE(r.err.find(dir + "/a.p2ptrace: empty file"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(dir + "/b.p2ptrace: truncated before the end of its header"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("no usable trace in " + dir), std::string::npos) << r.err;
+  }
+}
+
+TEST(Loading, UnreadableFileIsNamed) {
+  if (geteuid() == 0) GTEST_SKIP() << "root reads a mode-000 file";
+  std::string dir = Synth("load-unreadable", 2, 8);
+  std::string f = Files(dir, ".p2ptrace")[0];
+  chmod(f.c_str(), 0);
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.err.find(f + ": Permission denied"), std::string::npos) << r.err;
+}
+
+// 10k files, nearly all of them bad: the summary stays short and the good ones are used.
+TEST(Loading, TenThousandFilesGiveABoundedSummary) {
+  std::string dir = Synth("load-10k", 4, 8);
+  for (int i = 0; i < 10000; ++i) p2ptrace::testing::WriteFile(dir + "/junk" + std::to_string(i) + ".p2ptrace", "x");
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err.substr(0, 2000);
+  EXPECT_EQ(StderrLines(r.err, "p2ptrace: skipped "), 20);
+  EXPECT_NE(r.err.find("p2ptrace: 4 traces used (0 in part), 10000 files skipped; 9980 more lines not shown"),
+            std::string::npos) << r.err.substr(r.err.size() > 500 ? r.err.size() - 500 : 0);
+  EXPECT_EQ(json::parse(r.out)["ranks"].size(), 4u);
+}
+
+// A huge file: records past the cap are counted, not kept; pair totals stay exact (counters).
+TEST(Loading, RecordsPastTheCapAreCountedAndTotalsStayExact) {
+  std::string dir = Synth("load-cap", 2, 400);
+  p2ptrace::cli::LoadOptions capped;
+  capped.max_records_per_file = 100;
+  capped.max_records_total = 150;
+  auto full = p2ptrace::cli::LoadTraces(dir), part = p2ptrace::cli::LoadTraces(dir, capped);
+  ASSERT_TRUE(full.ok() && part.ok());
+  ASSERT_EQ(part->traces.size(), 2u);
+  EXPECT_EQ(part->traces[0].records.size(), 100u);
+  EXPECT_EQ(part->traces[1].records.size(), 50u);  // what the total left
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(part->traces[i].records.size() + part->traces[i].records_not_kept, full->traces[i].records.size());
+    EXPECT_EQ(part->traces[i].counters.size(), full->traces[i].counters.size());
+    for (size_t k = 0; k < full->traces[i].counters.size(); ++k)
+      EXPECT_EQ(part->traces[i].counters[k].c.bytes, full->traces[i].counters[k].c.bytes);
+  }
+  ASSERT_EQ(part->partial.size(), 2u);
+  EXPECT_NE(part->partial[0].find("records past the memory cap not kept (100 kept)"), std::string::npos)
+      << part->partial[0];
+}
+
+}  // namespace
