@@ -1,6 +1,7 @@
 #include "tools/explain.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <ostream>
 #include <tuple>
 
+#include "core/causes.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/vocabulary.h"
@@ -35,28 +37,10 @@ int Badness(int transport_class) {
   }
 }
 
-std::string FixFor(const std::string& kind) {
-  if (kind == "env-p2p-disabled")
-    return "unset NCCL_P2P_DISABLE: it makes NCCL move data between GPUs of one node through host memory (SHM) "
-           "or the network";
-  if (kind == "env-p2p-level")
-    return "P2P level LOC turns P2P off (NCCL <= 2.22 prints NCCL_P2P_DISABLE=1 this way): unset NCCL_P2P_DISABLE "
-           "/ NCCL_P2P_LEVEL, or raise the level";
-  if (kind == "env-shm-disabled")
-    return "unset NCCL_SHM_DISABLE: without SHM, GPUs of one node that cannot use P2P talk over the network";
-  if (kind == "env-ib-disabled") return "unset NCCL_IB_DISABLE so that NCCL can use InfiniBand/RoCE instead of TCP sockets";
-  if (kind == "env-gdr-disabled") return "unset or raise NCCL_NET_GDR_LEVEL to allow GPUDirect RDMA";
-  if (kind == "cuda-no-peer-access" || kind == "cuda-peer-query-failed" || kind == "cuda-peer-enable-failed")
-    return "CUDA reports no peer access between these GPUs: check `nvidia-smi topo -p2p r`, the IOMMU/ACS settings, "
-           "virtualization, and whether the GPU model allows P2P (consumer GPUs usually do not)";
-  if (kind == "nvml-p2p-disabled" || kind == "nvml-p2p-disabled-nvlink")
-    return "the driver (NVML) reports P2P disabled between these GPUs: check `nvidia-smi topo -p2p r`; "
-           "NCCL_IGNORE_DISABLED_P2P=1 only silences the check";
-  if (kind == "legacy-ipc-unsupported")
-    return "legacy CUDA IPC is unavailable here (e.g. WSL): let NCCL use cuMem (NCCL_CUMEM_ENABLE=1)";
-  if (kind == "collnet-unavailable") return "CollNet/SHARP did not start: check the SHARP plugin and the fabric";
-  if (kind == "no-gdr") return "load nvidia_peermem (or use a dmabuf-capable driver) for GPUDirect RDMA";
-  return "";
+// NCCL's refusal kinds name catalog causes (core/causes.h): one fix text for the CLI, report and shim.
+std::string FixFor(std::string_view cause) {
+  const CauseInfo* c = FindCause(cause);
+  return c ? std::string(c->fix) : "";
 }
 
 std::string Channels(const std::set<int>& channels) {
@@ -161,15 +145,217 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     Finding f;
     f.id = "nccl-refusal";
     f.severity = "warning";
-    f.cause = r.kind;
+    f.cause = CauseForNcclRefusal(r.kind);
     f.evidence.push_back(fmt::format("{}: {}", Where(r), r.text));
-    f.fix = FixFor(r.kind);
+    f.fix = FixFor(f.cause);
     e.findings.push_back(std::move(f));
   }
   return e;
 }
 
+namespace {
+
+std::string Pair(int a, int b) { return fmt::format("GPU{}-GPU{}", a, b); }
+
+bool SameKind(int observed, int predicted) {
+  auto direct = [](int c) {
+    return c == P2PTRACE_TRANSPORT_NVLINK || c == P2PTRACE_TRANSPORT_PCIE_P2P || c == P2PTRACE_TRANSPORT_P2P;
+  };
+  if (direct(observed) && direct(predicted)) return true;  // NCCL's log does not say NVLink or PCIe
+  return observed == predicted;
+}
+
+std::string JoinCommas(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+std::string RenderTopoText(const TopoExplanation& t) {
+  const TopoMatrix& m = t.matrix;
+  std::string out = fmt::format("topology {}: {} GPU{}{}; legend {}{}\n", t.file, m.gpus.size(), m.gpus.size() == 1 ? "" : "s",
+                                m.nics.empty() ? "" : fmt::format(", {} NIC{}", m.nics.size(), m.nics.size() == 1 ? "" : "s"),
+                                m.legend == TopoLegend::kAbsent ? "absent" : m.legend == TopoLegend::kCut ? "cut" : "complete",
+                                m.truncated ? "; the paste is cut off (missing cells are blank)" : "");
+  std::vector<std::string> names;
+  for (int g : m.gpus) names.push_back(fmt::format("GPU{}", g));
+  for (size_t k = 0; k < m.nics.size(); ++k) names.push_back(m.nics[k]);
+  out += fmt::format("  {:<8}", "");
+  for (const auto& n : names) out += fmt::format("{:<8}", n);
+  out += "\n";
+  for (size_t r = 0; r < names.size(); ++r) {
+    out += fmt::format("  {:<8}", names[r]);
+    for (size_t c = 0; c < names.size(); ++c) out += fmt::format("{:<8}", m.cells[r][c].empty() ? "?" : m.cells[r][c]);
+    if (r < m.gpus.size() && !m.affinity[r].cpu.empty()) out += fmt::format(" cpus {}", m.affinity[r].cpu);
+    if (r < m.gpus.size() && !m.affinity[r].numa.empty()) out += fmt::format(" numa {}", m.affinity[r].numa);
+    out += "\n";
+  }
+  for (const auto& [nic, name] : m.nic_names) out += fmt::format("  {} = {}\n", nic, name);
+  for (const auto& n : m.notes) out += fmt::format("  note: {}\n", n);
+  if (t.p2p) out += fmt::format("NVML P2P status from {} (topo -p2p {})\n", t.p2p_file, t.p2p->p2p_mode.empty() ? "?" : t.p2p->p2p_mode);
+  if (!t.assumptions.empty()) {
+    out += "\nassumed (say otherwise with --nccl-version, --cpu-vendor, --gpus, --env):\n";
+    for (const auto& a : t.assumptions) out += fmt::format("  - {}\n", a);
+  }
+  out += fmt::format("\npredicted path per GPU pair (NCCL {}.{}.{} rules, {} GPU{} counted):\n", t.prediction.rules.major,
+                     t.prediction.rules.minor, t.prediction.rules.patch, t.prediction.gpu_count,
+                     t.prediction.gpu_count == 1 ? "" : "s");
+  size_t fallbacks = 0;
+  std::vector<std::string> causes;  // each explained once, after the pairs
+  for (const PairPrediction& p : t.prediction.pairs) {
+    fallbacks += p.fallback;
+    out += fmt::format("  {:<12} {:<5} {:<10}{}{}\n", Pair(p.a, p.b), p.link.empty() ? "?" : p.link,
+                       TransportName(p.transport), p.fallback ? fmt::format(" instead of {}", TransportName(p.best)) : "",
+                       p.init_error ? " (NCCL init fails)" : "");
+    for (const CauseHit& c : p.causes) {
+      if (c.role == "context" && !p.fallback) continue;
+      out += fmt::format("      [{}] {}: {}\n", c.id, c.role, JoinCommas(c.evidence));
+      if (c.role != "context" && std::find(causes.begin(), causes.end(), c.id) == causes.end()) causes.push_back(c.id);
+    }
+    if (!p.impact.empty()) out += fmt::format("      impact: {}\n", p.impact);
+    for (const Alternative& a : p.alternatives)
+      out += fmt::format("      depends: with {} it would be {}\n", a.assumption, TransportName(a.transport));
+  }
+  if (fallbacks == 0 && !t.prediction.pairs.empty())
+    out += fmt::format("  all {} GPU pairs can use NVLink/P2P\n", t.prediction.pairs.size());
+  if (!causes.empty()) out += "\ncauses:\n";
+  for (const std::string& id : causes)
+    if (const CauseInfo* info = FindCause(id)) {
+      out += fmt::format("  [{}] ({}) {}\n      fix: {}\n", id, SeverityName(info->severity), info->title, info->fix);
+      if (!info->confirm.empty()) out += fmt::format("      confirm: {}\n", info->confirm);
+    }
+  if (!t.comparisons.empty()) {
+    size_t agree = 0;
+    for (const Comparison& c : t.comparisons) agree += c.agrees;
+    out += fmt::format("\nNCCL's log against the prediction: {} of {} rank pairs agree\n", agree, t.comparisons.size());
+    for (const Comparison& c : t.comparisons)
+      if (!c.agrees)
+        out += fmt::format("  ranks {} -> {} ({}): NCCL used {}, predicted {}\n", c.src_rank, c.dst_rank, Pair(c.a, c.b),
+                           TransportName(c.observed), TransportName(c.predicted));
+  }
+  return out;
+}
+
+void AddTopoJson(const TopoExplanation& t, json& j) {
+  const TopoMatrix& m = t.matrix;
+  json topo;
+  topo["file"] = t.file;
+  topo["gpus"] = m.gpus;
+  topo["nics"] = json::array();
+  for (size_t k = 0; k < m.nics.size(); ++k) topo["nics"].push_back({{"column", m.nics[k]}, {"name", m.NicName(k)}});
+  topo["matrix"] = m.cells;
+  topo["affinity"] = json::array();
+  for (size_t r = 0; r < m.gpus.size(); ++r)
+    topo["affinity"].push_back({{"gpu", m.gpus[r]}, {"cpu", m.affinity[r].cpu}, {"numa", m.affinity[r].numa},
+                                {"gpu_numa", m.affinity[r].gpu_numa}});
+  topo["affinity_columns"] = m.affinity_columns;
+  topo["legend"] = m.legend == TopoLegend::kAbsent ? "absent" : m.legend == TopoLegend::kCut ? "cut" : "complete";
+  topo["truncated"] = m.truncated;
+  topo["notes"] = m.notes;
+  topo["annotations"] = m.annotations;
+  if (t.p2p) topo["p2p"] = {{"file", t.p2p_file}, {"mode", t.p2p->p2p_mode}, {"matrix", t.p2p->cells}};
+  j["topology"] = topo;
+  j["assumptions"] = t.assumptions;
+  j["nccl_rules"] = fmt::format("{}.{}.{}", t.prediction.rules.major, t.prediction.rules.minor, t.prediction.rules.patch);
+  j["predicted"] = json::array();
+  for (const PairPrediction& p : t.prediction.pairs) {
+    json causes = json::array();
+    for (const CauseHit& c : p.causes) {
+      const CauseInfo* info = FindCause(c.id);
+      causes.push_back({{"id", c.id}, {"role", c.role}, {"evidence", c.evidence},
+                        {"severity", info ? SeverityName(info->severity) : "info"},
+                        {"title", info ? info->title : ""}, {"fix", info ? info->fix : ""},
+                        {"confirm", info ? info->confirm : ""}});
+    }
+    json alts = json::array();
+    for (const Alternative& a : p.alternatives) alts.push_back({{"assumption", a.assumption}, {"class", TransportName(a.transport)}});
+    j["predicted"].push_back({{"a", p.a}, {"b", p.b}, {"link", p.link}, {"class", TransportName(p.transport)},
+                              {"best", TransportName(p.best)}, {"fallback", p.fallback}, {"init_error", p.init_error},
+                              {"p2p_level", p.level}, {"causes", causes}, {"impact", p.impact}, {"depends_on", alts}});
+  }
+  j["comparison"] = json::array();
+  for (const Comparison& c : t.comparisons)
+    j["comparison"].push_back({{"src_rank", c.src_rank}, {"dst_rank", c.dst_rank}, {"a", c.a}, {"b", c.b},
+                               {"observed", TransportName(c.observed)}, {"predicted", TransportName(c.predicted)},
+                               {"agrees", c.agrees}, {"communicator", c.communicator}});
+}
+
+}  // namespace
+
+void AddTopology(Explanation& e, TopoExplanation t) {
+  t.prediction = Predict(t.facts);
+  t.assumptions.insert(t.assumptions.begin(), t.prediction.assumptions.begin(), t.prediction.assumptions.end());
+  const std::vector<int>& comm = t.facts.communicator;
+  bool mapped_by_rank = false;
+  for (const Communicator& g : e.communicators) {
+    std::map<int, const RankIdentity*> ids;
+    for (const ExplainRank& r : g.ranks) ids[r.id.rank] = &r.id;
+    auto gpu_of = [&](int rank) {
+      auto it = ids.find(rank);
+      if (it != ids.end() && it->second->nvml_dev >= 0) return it->second->nvml_dev;
+      int dev = it != ids.end() && it->second->cuda_dev >= 0 ? it->second->cuda_dev : rank;
+      if (it == ids.end() || it->second->cuda_dev < 0) mapped_by_rank = true;
+      if (comm.empty()) return dev;  // no CUDA_VISIBLE_DEVICES: cudaDev is the matrix index
+      return dev >= 0 && static_cast<size_t>(dev) < comm.size() ? comm[static_cast<size_t>(dev)] : -1;
+    };
+    for (const ExplainPair& p : g.pairs) {
+      auto src = ids.find(p.src_rank), dst = ids.find(p.dst_rank);
+      if (src != ids.end() && dst != ids.end() && src->second->host != dst->second->host) continue;  // other node
+      int a = gpu_of(p.src_rank), b = gpu_of(p.dst_rank);
+      if (a < 0 || b < 0 || a == b || t.matrix.GpuColumn(a) < 0 || t.matrix.GpuColumn(b) < 0) continue;
+      auto pred = std::find_if(t.prediction.pairs.begin(), t.prediction.pairs.end(), [&](const PairPrediction& q) {
+        return q.a == std::min(a, b) && q.b == std::max(a, b);
+      });
+      if (pred == t.prediction.pairs.end()) continue;
+      t.comparisons.push_back({p.src_rank, p.dst_rank, a, b, p.transport_class, pred->transport,
+                               SameKind(p.transport_class, pred->transport), g.key});
+    }
+  }
+  if (mapped_by_rank)
+    t.assumptions.push_back(comm.empty() ? "ranks whose GPU the log does not print: rank r on GPU r"
+                                         : "ranks whose GPU the log does not print: rank r on the r-th GPU of --gpus");
+  // One finding per cause, over the pairs it holds for.
+  std::map<std::string, Finding> by_cause;
+  std::vector<std::string> order;
+  for (const PairPrediction& p : t.prediction.pairs)
+    for (const CauseHit& c : p.causes) {
+      if (c.role == "context") continue;
+      const CauseInfo* info = FindCause(c.id);
+      auto [it, fresh] = by_cause.try_emplace(c.id);
+      if (fresh) {
+        order.push_back(c.id);
+        it->second.id = c.id;
+        it->second.cause = c.id;
+        it->second.severity = info ? std::string(SeverityName(info->severity)) : "info";
+        it->second.fix = info ? std::string(info->fix) : "";
+      }
+      it->second.pairs.push_back(Pair(p.a, p.b));
+      for (const std::string& ev : c.evidence)
+        if (std::find(it->second.evidence.begin(), it->second.evidence.end(), ev) == it->second.evidence.end() &&
+            it->second.evidence.size() < 8)
+          it->second.evidence.push_back(ev);
+    }
+  for (const std::string& id : order) e.findings.push_back(by_cause[id]);
+  Finding mismatch;
+  for (const Comparison& c : t.comparisons)
+    if (!c.agrees) {
+      mismatch.pairs.push_back(Pair(c.a, c.b));
+      mismatch.evidence.push_back(fmt::format("ranks {} -> {}: NCCL used {}, predicted {}", c.src_rank, c.dst_rank,
+                                              TransportName(c.observed), TransportName(c.predicted)));
+    }
+  if (!mismatch.pairs.empty()) {
+    mismatch.id = "prediction-mismatch";
+    mismatch.cause = "unknown";
+    mismatch.severity = "warning";
+    mismatch.fix = "tell explain how the job ran (--nccl-version, --cpu-vendor, --gpus, --env), or run `p2ptrace doctor` on "
+                   "the node: a modified NCCL, NVML status, containers or IOMMU/ACS can decide what the matrix cannot show";
+    e.findings.push_back(std::move(mismatch));
+  }
+  e.topo = std::move(t);
+}
+
 std::string RenderExplainText(const Explanation& e) {
+  if (e.nccl_lines == 0 && e.connections.empty() && e.topo) return RenderTopoText(*e.topo);
   std::string out = fmt::format("p2ptrace explain: {} file{}, {} lines ({} from NCCL); NCCL {}\n", e.files.size(),
                                 e.files.size() == 1 ? "" : "s", e.lines, e.nccl_lines,
                                 e.nccl_version.empty() ? "version not printed" : e.nccl_version);
@@ -226,6 +412,7 @@ std::string RenderExplainText(const Explanation& e) {
     if (causes_shown.size() == 1) out += "\nfixes:\n";
     out += fmt::format("  {} ({}): {}\n", f.cause, f.severity, f.fix);
   }
+  if (e.topo) out += "\n" + RenderTopoText(*e.topo);
   return out;
 }
 
@@ -272,13 +459,17 @@ json RenderExplainJson(const Explanation& e) {
   for (const Finding& f : e.findings)
     j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"cause", f.cause}, {"pairs", f.pairs},
                              {"evidence", f.evidence}, {"fix", f.fix}});
+  if (e.topo) AddTopoJson(*e.topo, j);
   return j;
 }
 
 namespace {
 
-// Streams a file through the parser: memory stays what the log keeps, whatever the file's size.
-bool ParseFile(const std::string& path, NcclLog* log, std::string* problem) {
+constexpr size_t kTopoHeadBytes = 1 << 20;  // a pasted topology is far smaller; logs are streamed
+
+// Streams a file through the NCCL log parser (memory stays what the log keeps, whatever the file's
+// size) and keeps its head for the topology parser.
+bool ReadFile(const std::string& path, NcclLog* log, std::string* head, std::string* problem) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     *problem = fmt::format("cannot read it ({})", std::strerror(errno));
@@ -288,7 +479,9 @@ bool ParseFile(const std::string& path, NcclLog* log, std::string* problem) {
   std::string buffer(1 << 16, '\0');
   while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    parser.Feed(std::string_view(buffer.data(), static_cast<size_t>(in.gcount())));
+    std::string_view got(buffer.data(), static_cast<size_t>(in.gcount()));
+    if (head->size() < kTopoHeadBytes) head->append(got.substr(0, kTopoHeadBytes - head->size()));
+    parser.Feed(got);
   }
   if (in.bad()) {
     *problem = fmt::format("read error ({})", std::strerror(errno));
@@ -299,31 +492,120 @@ bool ParseFile(const std::string& path, NcclLog* log, std::string* problem) {
   return true;
 }
 
+// The flags, checked; false with a one-line message on a bad value.
+bool ApplyOptions(const ExplainOptions& o, NodeFacts* f, std::string* problem) {
+  for (const std::string& kv : o.env) {
+    size_t eq = kv.find('=');
+    if (eq == 0 || eq == std::string::npos) {
+      *problem = fmt::format("--env '{}': expected NAME=VALUE", kv);
+      return false;
+    }
+    f->env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  if (!o.nccl_version.empty()) {
+    f->nccl_version = ParseNcclVersion(o.nccl_version);
+    if (!f->nccl_version) {
+      *problem = fmt::format("--nccl-version '{}': expected a version such as 2.21.5", o.nccl_version);
+      return false;
+    }
+  }
+  if (!o.cpu_vendor.empty()) {
+    // intel-bdw: Broadwell or older (NCCL 2.6-2.8 give those a lower P2P level).
+    std::string vendor = o.cpu_vendor == "intel-bdw" ? "intel" : o.cpu_vendor;
+    auto v = ParseCpuVendor(vendor);
+    if (!v) {
+      *problem = fmt::format("--cpu-vendor '{}': expected intel, intel-bdw, amd, arm or zhaoxin", o.cpu_vendor);
+      return false;
+    }
+    f->cpu_vendor = *v;
+    if (*v == CpuVendor::kIntel && o.cpu_vendor == "intel-bdw") f->intel_pre_skylake = true;
+  }
+  if (!o.gpus.empty()) {
+    std::string_view rest = o.gpus;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view item = rest.substr(0, comma);
+      int g = -1;
+      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), g);
+      if (ec != std::errc() || p != item.data() + item.size() || g < 0 || f->Gpu(g) == nullptr ||
+          std::find(f->communicator.begin(), f->communicator.end(), g) != f->communicator.end()) {
+        *problem = fmt::format("--gpus '{}': '{}' is not a GPU of the matrix (or given twice)", o.gpus, item);
+        return false;
+      }
+      f->communicator.push_back(g);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-int RunExplain(const std::vector<std::string>& paths, bool as_json, std::ostream& out, std::ostream& err) {
-  std::vector<ExplainFile> usable;
+int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& options, std::ostream& out,
+               std::ostream& err) {
+  std::vector<ExplainFile> logs;
+  std::optional<TopoExplanation> topo;
+  std::string p2p_file;
+  std::optional<TopoMatrix> p2p;
   for (const std::string& path : paths) {
     ExplainFile f{path, {}};
-    std::string problem;
-    if (!ParseFile(path, &f.log, &problem)) {
+    std::string head, problem;
+    if (!ReadFile(path, &f.log, &head, &problem)) {
       err << "p2ptrace explain: " << path << ": " << problem << "\n";
       continue;
     }
-    if (f.log.nccl_lines == 0 && f.log.connections.empty()) {
-      err << "p2ptrace explain: " << path << ": no NCCL log line in it (explain reads NCCL_DEBUG=INFO output; "
-          << "other kinds such as `nvidia-smi topo -m` are not read yet)\n";
-      continue;
+    Expected<TopoText> text = ParseTopoText(head);
+    bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty();
+    if (text.ok()) {
+      if (const TopoMatrix* m = text->Links()) {
+        if (topo) err << "p2ptrace explain: " << path << ": a second `nvidia-smi topo -m`; only " << topo->file << "'s is used\n";
+        else {
+          topo.emplace();
+          topo->file = path;
+          topo->matrix = *m;
+        }
+      }
+      if (const TopoMatrix* m = text->P2p("r") ? text->P2p("r") : text->P2p("")) {
+        if (!p2p) {
+          p2p = *m;
+          p2p_file = path;
+        }
+      }
     }
-    usable.push_back(std::move(f));
+    if (is_log) logs.push_back(std::move(f));
+    else if (!text.ok())
+      err << "p2ptrace explain: " << path << ": neither an NCCL log (no NCCL_DEBUG=INFO line) nor `nvidia-smi topo` output ("
+          << text.error().message << ")\n";
   }
-  if (usable.empty()) {
-    err << "p2ptrace explain: nothing to explain in " << paths.size() << " file" << (paths.size() == 1 ? "" : "s")
-        << "\n";
+  if (logs.empty() && !topo) {
+    if (p2p) err << "p2ptrace explain: " << p2p_file << ": a `topo -p2p` matrix needs the `nvidia-smi topo -m` beside it\n";
+    err << "p2ptrace explain: nothing to explain in " << paths.size() << " file" << (paths.size() == 1 ? "" : "s") << "\n";
     return 2;
   }
-  Explanation e = BuildExplanation(usable);
-  if (as_json) out << RenderExplainJson(e).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+  Explanation e = BuildExplanation(logs);
+  if (topo) {
+    NodeFacts facts = FactsFromTopo(topo->matrix, p2p ? &*p2p : nullptr);
+    std::string problem;
+    if (!ApplyOptions(options, &facts, &problem)) {
+      err << "p2ptrace explain: " << problem << "\n";
+      return 2;
+    }
+    // What the logs say about the run, where the flags are silent.
+    if (!facts.nccl_version && !e.nccl_version.empty() && (facts.nccl_version = ParseNcclVersion(e.nccl_version)))
+      topo->assumptions.push_back("NCCL " + e.nccl_version + " from the log");
+    for (const ExplainFile& f : logs)
+      for (const EnvSetting& s : f.log.env)
+        if (facts.env.emplace(s.name, s.value).second)
+          topo->assumptions.push_back(fmt::format("{}={} from the log ({}:{})", s.name, s.value, f.path, s.line));
+    topo->facts = std::move(facts);
+    topo->p2p = p2p;
+    topo->p2p_file = p2p_file;
+    if (!topo->matrix.gpus.empty()) e.files.insert(e.files.begin(), topo->file);
+    AddTopology(e, std::move(*topo));
+  } else if (!options.env.empty() || !options.nccl_version.empty() || !options.cpu_vendor.empty() || !options.gpus.empty()) {
+    err << "p2ptrace explain: --env/--nccl-version/--cpu-vendor/--gpus apply to `nvidia-smi topo -m` input; none was given\n";
+  }
+  if (options.json) out << RenderExplainJson(e).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   else out << RenderExplainText(e);
   return 0;
 }

@@ -1,16 +1,21 @@
 // `p2ptrace explain FILE… [--json]` (DESIGN.md §7): raw NCCL_DEBUG=INFO logs → per communicator,
 // which rank sits on which host and GPU, which transport NCCL chose between every pair of ranks,
-// and NCCL's own lines that explain a fallback (refusals, environment). Each file's kind is told by
-// its content; only NCCL logs are read for now (`nvidia-smi topo -m` comes later).
+// and NCCL's own lines that explain a fallback (refusals, environment). `nvidia-smi topo -m` (and
+// `topo -p2p r|w`) → the matrix and the predicted path of every GPU pair with its causes
+// (core/predict.h); given both, the prediction is compared with what NCCL logged. Each file's kind
+// is told by its content.
 #pragma once
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/nccl_log.h"
+#include "core/predict.h"
+#include "core/topo_matrix.h"
 #include "nlohmann/json.hpp"
 #include "tools/finding.h"
 
@@ -60,6 +65,31 @@ struct Communicator {
   size_t connection_lines = 0;
 };
 
+// One observed rank pair of the log against the prediction for its GPUs.
+struct Comparison {
+  int src_rank = -1, dst_rank = -1, a = -1, b = -1;  // a/b: the matrix's GPUs
+  int observed = 0, predicted = 0;
+  bool agrees = false;
+  std::string communicator;
+};
+
+// What `explain` makes of `nvidia-smi topo` input (with the flags and what the logs tell).
+struct TopoExplanation {
+  std::string file, p2p_file;
+  TopoMatrix matrix;
+  std::optional<TopoMatrix> p2p;
+  NodeFacts facts;
+  Prediction prediction;
+  std::vector<std::string> assumptions;  // the predictor's, plus how ranks were mapped to GPUs
+  std::vector<Comparison> comparisons;
+};
+
+struct ExplainOptions {
+  bool json = false;
+  std::vector<std::string> env;  // NAME=VALUE
+  std::string nccl_version, cpu_vendor, gpus;  // "" = not given
+};
+
 struct Explanation {
   std::vector<std::string> files;
   std::string nccl_version;            // the first file's; "" when no version line
@@ -71,14 +101,19 @@ struct Explanation {
   std::vector<SourceLine> env;  // every `X set by environment to Y` line
   size_t warnings = 0;
   std::vector<Finding> findings;
+  std::optional<TopoExplanation> topo;
 };
 
 Explanation BuildExplanation(const std::vector<ExplainFile>& files);
+// Predicts from the topology (facts already filled from the matrix and the flags), compares with
+// the logs in `e`, and adds the findings.
+void AddTopology(Explanation& e, TopoExplanation topo);
 std::string RenderExplainText(const Explanation& e);
 nlohmann::json RenderExplainJson(const Explanation& e);
 
-// Reads the files and prints the explanation; returns the exit code (0 ok, 2 nothing usable).
-// Problems with a file go to `err`, one line each, naming the file.
-int RunExplain(const std::vector<std::string>& paths, bool json, std::ostream& out, std::ostream& err);
+// Reads the files and prints the explanation; returns the exit code (0 ok, 2 nothing usable or a
+// bad option). Problems with a file or an option go to `err`, one line each, naming it.
+int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& options, std::ostream& out,
+               std::ostream& err);
 
 }  // namespace p2ptrace::cli

@@ -27,7 +27,7 @@ constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, 
   p2ptrace run [--dir D] [--json] -- CMD …   run CMD with libp2ptrace.so preloaded, then print the report
   p2ptrace report DIR [--json]               merged view of every trace in DIR (or one trace file)
   p2ptrace dump FILE [--json]                one trace file, record by record (--json: JSON lines)
-  p2ptrace explain FILE… [--json]            explain raw NCCL_DEBUG=INFO logs: transport per rank pair, and why
+  p2ptrace explain FILE… [--json]            explain NCCL_DEBUG=INFO logs and `nvidia-smi topo -m`: paths per pair, and why
   p2ptrace export DIR --perfetto OUT         the job as a timeline for ui.perfetto.dev (Chrome trace JSON)
   p2ptrace diff A B [--json]                 what changed between two runs; exit 1 when a pair got worse
   p2ptrace synth --ranks N --events M --out DIR   a synthetic job's traces (demos, tests, benchmarks)
@@ -90,9 +90,16 @@ int main(int argc, char** argv) {
   dump->add_option("FILE", path, "a .p2ptrace file")->required();
   dump->add_flag("--json", json, "JSON lines: header, counters, records");
   std::vector<std::string> files;
-  auto* explain = app.add_subcommand("explain", "explain raw NCCL_DEBUG=INFO logs: transport per rank pair, and why");
-  explain->add_option("FILE", files, "NCCL logs (NCCL_DEBUG=INFO output, any NCCL 2.x)")->required();
+  ExplainOptions explain_options;
+  auto* explain = app.add_subcommand("explain", "explain NCCL_DEBUG=INFO logs and `nvidia-smi topo -m`: paths per pair, and why");
+  explain->add_option("FILE", files, "NCCL logs (NCCL_DEBUG=INFO output, any NCCL 2.x), `nvidia-smi topo -m` and "
+                      "`topo -p2p r|w` output; each file's kind is told by its content")->required();
   explain->add_flag("--json", json, "print the explanation as JSON (DESIGN.md §7 schema)");
+  explain->add_option("--env", explain_options.env, "NAME=VALUE the job ran with (repeatable), e.g. NCCL_P2P_LEVEL=SYS");
+  explain->add_option("--nccl-version", explain_options.nccl_version, "the job's NCCL (default: the log's, else the newest rules)");
+  explain->add_option("--cpu-vendor", explain_options.cpu_vendor, "intel, intel-bdw (Broadwell or older), amd, arm");
+  explain->add_option("--gpus", explain_options.gpus, "the communicator's GPUs as the matrix numbers them, e.g. 0,1 "
+                      "(as CUDA_VISIBLE_DEVICES; default: all)");
   std::string perfetto_out;
   ExportOptions export_options;
   auto* exporter = app.add_subcommand("export", "the job as a timeline for ui.perfetto.dev (Chrome trace JSON)");
@@ -136,7 +143,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (explain->parsed()) return RunExplain(files, json, std::cout, std::cerr);
+  if (explain->parsed()) {
+    explain_options.json = json;
+    return RunExplain(files, explain_options, std::cout, std::cerr);
+  }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);
   if (exporter->parsed()) return RunExport(path, perfetto_out, export_options, std::cerr);
   if (differ->parsed()) return RunDiff(path, path_b, json, std::cout, std::cerr);

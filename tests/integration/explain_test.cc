@@ -2,7 +2,10 @@
 // JSON (DESIGN.md §7) and text, and what it says about a file that is not an NCCL log.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -130,22 +133,152 @@ TEST(Explain, TextNamesPairsClassesAndRefusals) {
   EXPECT_NE(r.out.find("cuda-no-peer-access"), std::string::npos) << r.out;
 }
 
-TEST(Explain, AFileWithoutNcclLinesIsAUsageError) {
+TEST(Explain, AFileOfNeitherKindIsAUsageError) {
   std::string dir = TempDir();
-  std::string topo = dir + "/topo.txt";
-  WriteFile(topo, "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV12\t0-63\nGPU1\tNV12\t X \t0-63\n");
-  RunResult r = RunProgram({P2PTRACE_CLI, "explain", topo});
+  std::string other = dir + "/notes.txt";
+  WriteFile(other, "GPU0 and GPU1 are slow\nplease help\n");
+  RunResult r = RunProgram({P2PTRACE_CLI, "explain", other});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(r.out.empty()) << r.out;
-  EXPECT_NE(r.err.find(topo + ": no NCCL log line"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(other + ": neither an NCCL log"), std::string::npos) << r.err;
   // Alongside a usable log, the same file is reported and skipped.
-  r = RunProgram({P2PTRACE_CLI, "explain", "--json", topo, Fixture("34-")});
+  r = RunProgram({P2PTRACE_CLI, "explain", "--json", other, Fixture("34-")});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find(topo), std::string::npos);
+  EXPECT_NE(r.err.find(other), std::string::npos);
   EXPECT_EQ(json::parse(r.out)["findings"].size(), 8u);
   r = RunProgram({P2PTRACE_CLI, "explain", dir + "/missing.log"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("missing.log: cannot read it"), std::string::npos) << r.err;
 }
+
+// --- nvidia-smi topo -m -------------------------------------------------------------------------
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const json* Predicted(const json& j, int a, int b) {
+  for (const json& p : j["predicted"])
+    if (p["a"] == std::min(a, b) && p["b"] == std::max(a, b)) return &p;
+  return nullptr;
+}
+
+// case.json's class words ("p2p (inferred…)", "shm", "net") against explain's classes.
+std::string Kind(const std::string& cls) {
+  if (cls == "nvlink" || cls == "pcie_p2p" || cls == "p2p") return "p2p";
+  if (cls.starts_with("net")) return "net";
+  return cls;
+}
+
+TEST(ExplainTopo, TopologyAloneGivesTheMatrixAndAPredictionPerPair) {
+  std::string topo = std::string(TOPO_FIXTURE_DIR) + "/18-nccl1608-3xh100nvl-nv12-sys-p2pdisable-plus-level-nvl/topo.txt";
+  json j = ExplainJson({topo});
+  EXPECT_EQ(j["topology"]["gpus"], json::array({0, 1, 2}));
+  EXPECT_EQ(j["topology"]["matrix"][0][1], "NV12");
+  EXPECT_EQ(j["topology"]["affinity"][2]["cpu"], "16-31,48-63");
+  ASSERT_EQ(j["predicted"].size(), 3u);
+  EXPECT_EQ((*Predicted(j, 0, 1))["class"], "nvlink");
+  EXPECT_EQ((*Predicted(j, 0, 1))["link"], "NV12");
+  const json& sys = *Predicted(j, 0, 2);
+  EXPECT_EQ(sys["class"], "shm");  // newest rules, CPU not singled out: PXB
+  EXPECT_EQ(sys["causes"][0]["id"], "topology-beyond-p2p-level");
+  EXPECT_FALSE(sys["causes"][0]["fix"].get<std::string>().empty());
+  // Unknown CPU vendor and NCCL version are stated, and where they change the answer, said so.
+  EXPECT_EQ(j["assumptions"].size(), 2u);
+  bool amd = false;
+  for (const json& d : sys["depends_on"]) amd |= d["assumption"] == "CPU vendor amd" && d["class"] == "pcie_p2p";
+  EXPECT_FALSE(amd);  // 3 GPUs: AMD gets SYS only with at most 2
+  RunResult r = RunProgram({P2PTRACE_CLI, "explain", topo, "--env", "NCCL_P2P_DISABLE=1", "--env", "NCCL_P2P_LEVEL=NVL",
+                            "--gpus", "0,1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("GPU0-GPU1    NV12  shm        instead of nvlink"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[env-p2p-disabled]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NCCL_P2P_LEVEL=NVL is ignored"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("GPU0-GPU2"), std::string::npos) << r.out;  // not in the communicator
+  EXPECT_NE(r.out.find("NCCL version not given"), std::string::npos) << r.out;
+}
+
+TEST(ExplainTopo, BadOptionsAreUsageErrors) {
+  std::string topo = std::string(TOPO_FIXTURE_DIR) + "/10-nccl2079-2x-rtx5880ada-node-amd-docker-acs-hang/topo.txt";
+  for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+           {"--env", "NCCL_P2P_DISABLE"}, {"--nccl-version", "latest"}, {"--cpu-vendor", "sparc"}, {"--gpus", "0,7"}}) {
+    std::vector<std::string> argv{P2PTRACE_CLI, "explain", topo};
+    argv.insert(argv.end(), bad.begin(), bad.end());
+    RunResult r = RunProgram(argv);
+    EXPECT_EQ(r.exit_code, 2) << bad[0];
+    EXPECT_NE(r.err.find(bad[0]), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+}
+
+// Topology and NCCL's log together: 2.7.8 on a Broadwell-class Xeon, every logged pair as predicted.
+TEST(ExplainTopo, PredictionAgreesWithWhatNcclLogged) {
+  std::string dir = std::string(TOPO_FIXTURE_DIR) + "/17-nccl644-8gpu-pix-phb-sys-nccl278-p2p-vs-shm";
+  json j = ExplainJson({dir + "/topo.txt", dir + "/nccl.log", "--nccl-version", "2.7.8", "--cpu-vendor", "intel-bdw"});
+  EXPECT_EQ(j["nccl_rules"], "2.7.8");
+  ASSERT_GE(j["comparison"].size(), 10u);
+  for (const json& c : j["comparison"]) EXPECT_TRUE(c["agrees"].get<bool>()) << c;
+  // Without the CPU generation the PHB pairs are predicted P2P, and the log disagrees.
+  json k = ExplainJson({dir + "/topo.txt", dir + "/nccl.log", "--nccl-version", "2.7.8", "--cpu-vendor", "intel"});
+  size_t disagree = 0;
+  for (const json& c : k["comparison"]) disagree += !c["agrees"].get<bool>();
+  EXPECT_GT(disagree, 0u);
+  bool mismatch = false;
+  for (const json& f : k["findings"]) mismatch |= f["id"] == "prediction-mismatch";
+  EXPECT_TRUE(mismatch);
+}
+
+// Every fixture: the class predicted for each pair of its case.json is the class NCCL used there
+// (run conditions as explain flags in expect.json; a known mismatch must stay one).
+class TopoCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TopoCase, PredictsWhatNcclDid) {
+  fs::path dir = fs::path(TOPO_FIXTURE_DIR) / GetParam();
+  json c = json::parse(Slurp(dir / "case.json"));
+  json x = json::parse(Slurp(dir / "expect.json"))["explain"];
+  if (x.contains("skip")) GTEST_SKIP() << x["skip"];
+  size_t checked = 0, index = 0;
+  for (const json& p : c["expected"]["pairs"]) {
+    int a = p["a"], b = p["b"];
+    std::string key = std::to_string(a) + "-" + std::to_string(b);
+    std::string run = p.value("run", "");
+    if (x.contains("pair_runs") && x["pair_runs"].contains(key + "#" + std::to_string(index))) run = x["pair_runs"][key + "#" + std::to_string(index)];
+    ++index;
+    std::string cls = p["class"].get<std::string>();
+    std::string want = cls.substr(0, cls.find_first_of(" :("));
+    if (want == "unknown" || x.value("skip_pairs", json::object()).contains(key)) continue;
+    ASSERT_TRUE(x["runs"].contains(run)) << GetParam() << ": no run '" << run << "' in expect.json";
+    std::vector<std::string> files{(dir / x.value("pair_topo", json::object()).value(key, "topo.txt")).string()};
+    std::vector<std::string> args;
+    for (const std::string& arg : x["runs"][run].get<std::vector<std::string>>())
+      if (arg.starts_with("@")) files.push_back((dir / arg.substr(1)).string());
+      else args.push_back(arg);
+    files.insert(files.end(), args.begin(), args.end());
+    json j = ExplainJson(files);
+    const json* pred = Predicted(j, a, b);
+    ASSERT_NE(pred, nullptr) << key;
+    std::string got = Kind((*pred)["class"].get<std::string>());
+    if (x.value("mismatch", json::object()).contains(run))
+      EXPECT_NE(got, want) << GetParam() << " " << key << " run '" << run << "': " << x["mismatch"][run];
+    else
+      EXPECT_EQ(got, want) << GetParam() << " " << key << " run '" << run << "': " << cls << "\n" << (*pred).dump();
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+}
+
+std::vector<std::string> TopoCases() {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(TOPO_FIXTURE_DIR))
+    if (e.is_directory()) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TopoCase, ::testing::ValuesIn(TopoCases()),
+                         [](const auto& p) { return "case" + p.param.substr(0, p.param.find('-')); });
 
 }  // namespace
