@@ -8,7 +8,8 @@
  *   [env_offset, +env_size)        allow-listed environment: "NAME=VALUE\0" strings, then zeros
  *   [counters_offset, +size)       p2ptrace_pair_counters[max_devices][max_devices][2]
  *                                  (src, dst, path: 0 direct, 1 host-staged); exact totals, updated
- *                                  with atomic adds, never dropped; [d][d][0] counts same-device copies
+ *                                  with atomic adds, never dropped; [d][d] stays zero (a copy
+ *                                  within one device is not peer traffic and is not counted)
  *   [chunks_offset, file_size)     chunk_size-byte chunks. A thread claims the next free chunk
  *                                  (atomic chunks_claimed) and appends records to it alone; a
  *                                  chunk's `used` is published after each record, so a reader sees
@@ -123,7 +124,7 @@ enum p2ptrace_copy_flag {
   P2PTRACE_COPY_IPC_MEMORY = 1u << 3         /* one side was opened with cudaIpcOpenMemHandle */
 };
 
-/* A cross-device copy (same-device copies are only counted). */
+/* A cross-device copy (same-device copies are not recorded). */
 typedef struct p2ptrace_copy_record {
   p2ptrace_record_header h;
   uint64_t bytes;

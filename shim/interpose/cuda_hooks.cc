@@ -33,12 +33,24 @@ bool RuntimeAnswered(const CudaRuntime& rt) {
 namespace {
 
 constexpr int kMaxDev = P2PTRACE_MAX_DEVICES;
+
+// What a hook is given for the runtime of its wrapper's node: resolved only where the hook uses
+// it, so the copy fast path never loads it.
+struct NodeRuntime {
+  Node node;
+  operator const CudaRuntime&() const { return Runtime(node); }
+};
 constexpr uint8_t kPeerByApi = 1, kPeerByIpc = 2;
 
 // Peer mappings in force, per direction [from][to], as the wrapped calls changed them.
 std::atomic<uint8_t> g_peer[kMaxDev][kMaxDev];
 // The transport of a direct copy per pair; 0 until first needed.
 std::atomic<uint8_t> g_link[kMaxDev][kMaxDev];
+// What a copy a→b records now, in one byte so the hot path makes one load: the transport, with
+// kStaged set when it goes through the host; 0 until first needed. Derived from g_peer and g_link
+// (SetRoute), rewritten whenever either changes.
+constexpr uint8_t kStaged = 0x80;
+std::atomic<uint8_t> g_route[kMaxDev][kMaxDev];
 
 std::mutex g_slow_mu;  // slow paths only
 
@@ -143,14 +155,39 @@ __attribute__((noinline, cold)) uint8_t ResolveLink(const CudaRuntime& rt, int a
   return t;
 }
 
-// The path a copy a→b takes now: direct when either side mapped the other.
-inline __attribute__((always_inline)) uint8_t PathNow(const CudaRuntime& rt, int a, int b, int* path) {
+// Recomputes the route of a→b and b→a from the peer mappings and the link (caller holds
+// g_slow_mu): direct when either side mapped the other.
+void SetRoutes(int a, int b) {
+  uint8_t link = g_link[a][b].load(std::memory_order_relaxed);
+  if (link == 0) return;  // resolved at the first copy
   bool direct = (g_peer[a][b].load(std::memory_order_relaxed) | g_peer[b][a].load(std::memory_order_relaxed)) != 0;
-  *path = direct ? 0 : 1;
-  uint8_t t = g_link[a][b].load(std::memory_order_relaxed);
-  if (t == 0) t = ResolveLink(rt, a, b);  // once per pair: what a direct copy would use
-  return direct ? t : static_cast<uint8_t>(P2PTRACE_TRANSPORT_HOST_STAGED);
+  uint8_t route = direct ? link : static_cast<uint8_t>(P2PTRACE_TRANSPORT_HOST_STAGED | kStaged);
+  g_route[a][b].store(route, std::memory_order_relaxed);
+  g_route[b][a].store(route, std::memory_order_relaxed);
 }
+
+// A peer mapping from `from` to `to` appeared (or, with set=false, went away).
+void ChangePeer(int from, int to, uint8_t how, bool set) {
+  std::lock_guard<std::mutex> lock(g_slow_mu);
+  if (set) g_peer[from][to].fetch_or(how, std::memory_order_relaxed);
+  else g_peer[from][to].fetch_and(static_cast<uint8_t>(~how), std::memory_order_relaxed);
+  SetRoutes(from, to);
+}
+
+__attribute__((noinline, cold)) uint8_t ResolveRoute(const CudaRuntime& rt, int a, int b) {
+  ResolveLink(rt, a, b);
+  std::lock_guard<std::mutex> lock(g_slow_mu);
+  SetRoutes(a, b);
+  return g_route[a][b].load(std::memory_order_relaxed);
+}
+
+// The route of a copy a→b now: one load, once per pair a resolution.
+inline __attribute__((always_inline)) uint8_t Route(const CudaRuntime& rt, int a, int b) {
+  uint8_t route = g_route[a][b].load(std::memory_order_relaxed);
+  return __builtin_expect(route != 0, 1) ? route : ResolveRoute(rt, a, b);
+}
+inline int RoutePath(uint8_t route) { return route & kStaged ? 1 : 0; }
+inline uint8_t RouteTransport(uint8_t route) { return route & static_cast<uint8_t>(~kStaged); }
 
 // --- copies ----------------------------------------------------------------------------------------
 
@@ -178,15 +215,15 @@ int StreamDevice(const CudaRuntime& rt, cudaStream_t stream) {
   return it == Streams().end() ? -1 : it->second;
 }
 
-inline __attribute__((always_inline)) bool Sampled(const p2ptrace_pair_counters* counter, uint64_t bytes) {
-  static const SampleSpec& s = TraceWriter::config().sample;  // the config never moves
+// Whether this pair copy is timed; `sample` is the (never moving) config's, read once.
+inline __attribute__((always_inline)) bool Sampled(const SampleSpec& s, const p2ptrace_pair_counters* counter,
+                                                   uint64_t bytes) {
   if (!s.enabled) return false;
   uint64_t n = __atomic_load_n(&counter->calls, __ATOMIC_RELAXED);
   return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
 }
 
 inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, cudaError_t r, uint64_t bytes) {
-  if (c == nullptr) return;
   if (r == cudaSuccess) {
     AddRelaxed(&c->calls, 1);
     AddRelaxed(&c->bytes, bytes);
@@ -195,50 +232,47 @@ inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, 
   }
 }
 
-inline __attribute__((always_inline)) void Account(int src, int dst, int path, cudaError_t r, uint64_t bytes) {
-  AccountAt(TraceWriter::Counter(src, dst, path), r, bytes);
-}
-
 inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int dst, uint8_t transport,
                                                      cudaError_t r, uint32_t seq, uint32_t flags) {
-  p2ptrace_copy_record rec{};
-  rec.bytes = c.bytes;
-  rec.stream = reinterpret_cast<uintptr_t>(c.stream);
-  rec.result = r;
-  rec.api = c.api;
-  rec.src_device = static_cast<int8_t>(src);
-  rec.dst_device = static_cast<int8_t>(dst);
-  rec.transport = transport;
-  rec.flags = c.flags | flags;
-  TraceWriter::Append(rec, P2PTRACE_RECORD_COPY, seq);
+  TraceWriter::Emit<p2ptrace_copy_record>(P2PTRACE_RECORD_COPY, seq, [&](p2ptrace_copy_record& rec) {
+    rec.bytes = c.bytes;
+    rec.stream = reinterpret_cast<uintptr_t>(c.stream);
+    rec.result = r;
+    rec.api = c.api;
+    rec.src_device = static_cast<int8_t>(src);
+    rec.dst_device = static_cast<int8_t>(dst);
+    rec.transport = transport;
+    rec.flags = c.flags | flags;
+  });
 }
-
 
 // The current device, asked only of a runtime known to answer (see TraceCopy).
 int NotedDevice(const CudaRuntime& rt) { return RuntimeAnswered(rt) ? CurrentDevice(rt) : -1; }
 
-// Counts and records a copy whose sides were found after the fact.
-void RecordAfter(const CudaRuntime& rt, const Copy& c, int src, int dst, cudaError_t r) {
-  if (src == dst) {
-    Account(src, src, 0, r, c.bytes);
-    return;
-  }
-  int path = 0;
-  uint8_t transport = PathNow(rt, src, dst, &path);
-  Account(src, dst, path, r, c.bytes);
-  WriteCopy(c, src, dst, transport, r, TraceWriter::NextSeq(), 0);
+// The real copy, called from out-of-line code: a lambda, by reference.
+struct RealCopy {
+  cudaError_t (*invoke)(const void*);
+  const void* call;
+  cudaError_t operator()() const { return invoke(call); }
+};
+template <typename Call>
+RealCopy RefTo(const Call& call) {
+  return {[](const void* f) { return (*static_cast<const Call*>(f))(); }, &call};
 }
 
-// TraceCopy's rare path (a side not known, or the runtime not yet heard from), after the copy
-// returned r. Out of line, and given the copy's fields rather than the Copy: a Copy whose address
-// escapes anywhere in TraceCopy is built in memory on every call (bench/README.md).
-__attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, uint8_t api, uint32_t flags,
-                                                       const void* dst_ptr, const void* src_ptr, uint64_t bytes,
-                                                       cudaStream_t stream, int src, int dst, cudaError_t r) {
-  const Copy c{api, flags, dst_ptr, src_ptr, src, dst, bytes, cudaMemcpyDeviceToDevice, stream};
+// Counts and records a pair copy (src != dst, both valid) that returned r.
+void RecordPairCopy(const CudaRuntime& rt, const Copy& c, int src, int dst, cudaError_t r) {
+  uint8_t route = Route(rt, src, dst);
+  AccountAt(TraceWriter::Counter(src, dst, RoutePath(route)), r, c.bytes);
+  WriteCopy(c, src, dst, RouteTransport(route), r, TraceWriter::NextSeq(), 0);
+}
+
+// The rare path (a side not known, or the runtime not yet heard from), after the copy returned r.
+__attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, Copy c, int src, int dst,
+                                                       cudaError_t r) {
   if (r != cudaSuccess) {
     if (ValidDevice(src) && ValidDevice(dst) && src != dst) {
-      Account(src, dst, 1, r, c.bytes);
+      AccountAt(TraceWriter::Counter(src, dst, 1), r, c.bytes);
       WriteCopy(c, src, dst, P2PTRACE_TRANSPORT_UNKNOWN, r, TraceWriter::NextSeq(), 0);
     }
     return r;
@@ -252,50 +286,79 @@ __attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, ui
     *dev = a.type == cudaMemoryTypeDevice ? a.device : MemoryMap::kHost;
     MemoryMap::Learn(p, *dev);
   }
-  if (ValidDevice(src) && ValidDevice(dst)) RecordAfter(rt, c, src, dst, r);
+  if (ValidDevice(src) && ValidDevice(dst) && src != dst) RecordPairCopy(rt, c, src, dst, r);
   return r;
 }
 
-template <typename Call>
-cudaError_t TraceCopy(const CudaRuntime& rt, Copy c, Call&& real) {
-  if (!TraceWriter::Ready() || HostSide(c.kind)) return real();
-  int src = c.src_dev >= 0 ? c.src_dev : MemoryMap::Lookup(c.src);
-  int dst = c.dst_dev >= 0 ? c.dst_dev : MemoryMap::Lookup(c.dst);
-  if (src >= 0 && src == dst) {  // the common case, not a pair: count and go
-    cudaError_t r = real();
-    if (r == cudaSuccess) Account(src, src, 0, r, c.bytes);
-    return r;
-  }
-  // Until the runtime has answered a call successfully, the shim asks it nothing before the call
-  // (its question could fail first and leave an error behind for the application to see).
-  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt))
-    return AfterUnknownSide(rt, c.api, c.flags, c.dst, c.src, c.bytes, c.stream, src, dst, real());
-  int path = 0;
-  uint8_t transport = PathNow(rt, src, dst, &path);
-  uint32_t seq = TraceWriter::NextSeq();
-  p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, path);
-  cudaError_t r;
+// A sampled pair copy: the real call between two timing events on its stream.
+__attribute__((noinline)) cudaError_t TimedPairCopy(const CudaRuntime& rt, Copy c, int src, int dst,
+                                                    uint8_t route, uint32_t seq, p2ptrace_pair_counters* counter,
+                                                    RealCopy real) {
+  TimedCopy t;
+  bool timed = CopyTimer::Begin(rt, StreamDevice(rt, c.stream), c.stream, &t);
+  cudaError_t r = real();
   uint32_t timed_flag = 0;
-  if (counter && Sampled(counter, c.bytes)) {
-    TimedCopy t;
-    bool timed = CopyTimer::Begin(rt, StreamDevice(rt, c.stream), c.stream, &t);
-    r = real();
-    if (timed) {
-      t.src = src;
-      t.dst = dst;
-      t.path = path;
-      t.transport = transport;
-      t.bytes = c.bytes;
-      t.seq = seq;
-      CopyTimer::End(c.stream, r == cudaSuccess, &t);
-      if (r == cudaSuccess) timed_flag = P2PTRACE_COPY_TIMED;
-    }
-  } else {
-    r = real();
+  if (timed) {
+    t.src = src;
+    t.dst = dst;
+    t.path = RoutePath(route);
+    t.transport = RouteTransport(route);
+    t.bytes = c.bytes;
+    t.seq = seq;
+    CopyTimer::End(c.stream, r == cudaSuccess, &t);
+    if (r == cudaSuccess) timed_flag = P2PTRACE_COPY_TIMED;
   }
   AccountAt(counter, r, c.bytes);
-  WriteCopy(c, src, dst, transport, r, seq, timed_flag);
+  WriteCopy(c, src, dst, RouteTransport(route), r, seq, timed_flag);
   return r;
+}
+
+// Every copy that is not plainly within one device, out of line and given only the real call's
+// arguments (the wrapper builds nothing unless it comes here): a pair (count, record, maybe time),
+// or a side the shim has yet to learn. `src`/`dst` are the call's devices or QuickLookup's
+// answers, or kNotLooked when the trace was not open yet.
+constexpr int kNotLooked = -100;
+template <typename Describe, typename F, typename... A>
+__attribute__((noinline)) cudaError_t OtherCopy(NodeRuntime node, int src, int dst, F* real, A... args) {
+  const CudaRuntime& rt = node;
+  const Copy c = Describe{}(args...);
+  if (__builtin_expect(src == kNotLooked, 0)) {  // the trace was not open: open it, or pass the call on
+    if (!TraceWriter::Ready() || HostSide(c.kind)) return real(args...);
+    src = c.src_dev >= 0 ? c.src_dev : MemoryMap::QuickLookup(c.src);
+    dst = c.dst_dev >= 0 ? c.dst_dev : MemoryMap::QuickLookup(c.dst);
+  }
+  if (src == MemoryMap::kNotProven) src = MemoryMap::Lookup(c.src);
+  if (dst == MemoryMap::kNotProven) dst = MemoryMap::Lookup(c.dst);
+  if (src >= 0 && src == dst) return real(args...);
+  // Until the runtime has answered a call successfully, the shim asks it nothing before the call
+  // (its question could fail first and leave an error behind for the application to see).
+  if (__builtin_expect(!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt), 0))
+    return AfterUnknownSide(rt, c, src, dst, real(args...));
+  uint8_t route = Route(rt, src, dst);
+  uint32_t seq = TraceWriter::NextSeq();
+  p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, RoutePath(route));
+  if (__builtin_expect(Sampled(detail::g_sample, counter, c.bytes), 0))
+    return TimedPairCopy(rt, c, src, dst, route, seq, counter, RefTo([&] { return real(args...); }));
+  cudaError_t r = real(args...);
+  AccountAt(counter, r, c.bytes);
+  WriteCopy(c, src, dst, RouteTransport(route), r, seq, 0);
+  return r;
+}
+
+// The part of every copy hook inlined into its exported wrapper, with no call but tail calls (so
+// it needs no stack frame). A copy within one device (the common case) or with a host side is not
+// peer traffic: the real function is tail-called and nothing is counted. Everything else, and
+// anything the inline lookup cannot answer, goes out of line.
+template <typename Describe, typename F, typename... A>
+inline __attribute__((always_inline)) cudaError_t TraceCopy(NodeRuntime rt, Describe describe, F* real,
+                                                            A... args) {
+  if (__builtin_expect(!TraceWriter::IsOpen(), 0)) return OtherCopy<Describe>(rt, kNotLooked, kNotLooked, real, args...);
+  const Copy c = describe(args...);
+  if (HostSide(c.kind)) return real(args...);
+  int src = c.src_dev >= 0 ? c.src_dev : MemoryMap::QuickLookup(c.src);
+  int dst = c.dst_dev >= 0 ? c.dst_dev : MemoryMap::QuickLookup(c.dst);
+  if (src >= 0 && src == dst) return real(args...);
+  return OtherCopy<Describe>(rt, src, dst, real, args...);
 }
 
 void WritePeer(uint8_t api, int device, int peer, cudaError_t r, int value, int attr) {
@@ -335,25 +398,25 @@ uint64_t Bytes3D(const cudaMemcpy3DPeerParms* p) {
 namespace hooks {
 
 // A process that allocates device memory "used CUDA": its trace exists even if it never copies.
-static void NoteAlloc(const CudaRuntime& rt, cudaError_t r, void** p, size_t n) {
+static void NoteAlloc(NodeRuntime rt, cudaError_t r, void** p, size_t n) {
   if (r == cudaSuccess && p != nullptr && *p != nullptr) {
     MemoryMap::Add(*p, n, CurrentDevice(rt));
     Ready(rt, r);
   }
 }
 
-cudaError_t cudaMalloc(const CudaRuntime& rt, Real<decltype(&::cudaMalloc)> real, void** p, size_t n) {
+cudaError_t cudaMalloc(NodeRuntime rt, Real<decltype(&::cudaMalloc)> real, void** p, size_t n) {
   cudaError_t r = real(p, n);
   NoteAlloc(rt, r, p, n);
   return r;
 }
-cudaError_t cudaMallocAsync(const CudaRuntime& rt, Real<decltype(&::cudaMallocAsync)> real, void** p, size_t n,
+cudaError_t cudaMallocAsync(NodeRuntime rt, Real<decltype(&::cudaMallocAsync)> real, void** p, size_t n,
                             cudaStream_t s) {
   cudaError_t r = real(p, n, s);
   NoteAlloc(rt, r, p, n);
   return r;
 }
-cudaError_t cudaMallocAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMallocAsync_ptsz)> real, void** p,
+cudaError_t cudaMallocAsync_ptsz(NodeRuntime rt, Real<decltype(&::cudaMallocAsync_ptsz)> real, void** p,
                                  size_t n, cudaStream_t s) {
   cudaError_t r = real(p, n, s);
   NoteAlloc(rt, r, p, n);
@@ -361,44 +424,44 @@ cudaError_t cudaMallocAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMal
 }
 
 // The range leaves the map before the real free: afterwards the address may already be reused.
-cudaError_t cudaFree(const CudaRuntime&, Real<decltype(&::cudaFree)> real, void* p) {
+cudaError_t cudaFree(NodeRuntime, Real<decltype(&::cudaFree)> real, void* p) {
   MemoryMap::Remove(p);
   return real(p);
 }
-cudaError_t cudaFreeAsync(const CudaRuntime&, Real<decltype(&::cudaFreeAsync)> real, void* p, cudaStream_t s) {
+cudaError_t cudaFreeAsync(NodeRuntime, Real<decltype(&::cudaFreeAsync)> real, void* p, cudaStream_t s) {
   MemoryMap::Remove(p);
   return real(p, s);
 }
-cudaError_t cudaFreeAsync_ptsz(const CudaRuntime&, Real<decltype(&::cudaFreeAsync_ptsz)> real, void* p,
+cudaError_t cudaFreeAsync_ptsz(NodeRuntime, Real<decltype(&::cudaFreeAsync_ptsz)> real, void* p,
                                cudaStream_t s) {
   MemoryMap::Remove(p);
   return real(p, s);
 }
 
-static void NoteStream(const CudaRuntime& rt, cudaError_t r, cudaStream_t* s) {
+static void NoteStream(NodeRuntime rt, cudaError_t r, cudaStream_t* s) {
   if (r != cudaSuccess || s == nullptr) return;
   int d = CurrentDevice(rt);
   std::lock_guard<std::mutex> lock(g_streams_mu);
   Streams()[*s] = d;
 }
-cudaError_t cudaStreamCreate(const CudaRuntime& rt, Real<decltype(&::cudaStreamCreate)> real, cudaStream_t* s) {
+cudaError_t cudaStreamCreate(NodeRuntime rt, Real<decltype(&::cudaStreamCreate)> real, cudaStream_t* s) {
   cudaError_t r = real(s);
   NoteStream(rt, r, s);
   return r;
 }
-cudaError_t cudaStreamCreateWithFlags(const CudaRuntime& rt, Real<decltype(&::cudaStreamCreateWithFlags)> real,
+cudaError_t cudaStreamCreateWithFlags(NodeRuntime rt, Real<decltype(&::cudaStreamCreateWithFlags)> real,
                                       cudaStream_t* s, unsigned int f) {
   cudaError_t r = real(s, f);
   NoteStream(rt, r, s);
   return r;
 }
-cudaError_t cudaStreamCreateWithPriority(const CudaRuntime& rt, Real<decltype(&::cudaStreamCreateWithPriority)> real,
+cudaError_t cudaStreamCreateWithPriority(NodeRuntime rt, Real<decltype(&::cudaStreamCreateWithPriority)> real,
                                          cudaStream_t* s, unsigned int f, int prio) {
   cudaError_t r = real(s, f, prio);
   NoteStream(rt, r, s);
   return r;
 }
-cudaError_t cudaStreamDestroy(const CudaRuntime&, Real<decltype(&::cudaStreamDestroy)> real, cudaStream_t s) {
+cudaError_t cudaStreamDestroy(NodeRuntime, Real<decltype(&::cudaStreamDestroy)> real, cudaStream_t s) {
   {
     std::lock_guard<std::mutex> lock(g_streams_mu);
     Streams().erase(s);
@@ -406,14 +469,14 @@ cudaError_t cudaStreamDestroy(const CudaRuntime&, Real<decltype(&::cudaStreamDes
   return real(s);
 }
 
-cudaError_t cudaStreamBeginCapture(const CudaRuntime&, Real<decltype(&::cudaStreamBeginCapture)> real,
+cudaError_t cudaStreamBeginCapture(NodeRuntime, Real<decltype(&::cudaStreamBeginCapture)> real,
                                    cudaStream_t s, cudaStreamCaptureMode m) {
   CopyTimer::CaptureBegan();  // before the capture starts, so no event lands inside it
   cudaError_t r = real(s, m);
   if (r != cudaSuccess) CopyTimer::CaptureEnded();
   return r;
 }
-cudaError_t cudaStreamBeginCapture_ptsz(const CudaRuntime&, Real<decltype(&::cudaStreamBeginCapture_ptsz)> real,
+cudaError_t cudaStreamBeginCapture_ptsz(NodeRuntime, Real<decltype(&::cudaStreamBeginCapture_ptsz)> real,
                                         cudaStream_t s, cudaStreamCaptureMode m) {
   CopyTimer::CaptureBegan();
   cudaError_t r = real(s, m);
@@ -421,14 +484,14 @@ cudaError_t cudaStreamBeginCapture_ptsz(const CudaRuntime&, Real<decltype(&::cud
   return r;
 }
 // A capture ends with EndCapture whether it succeeded or was invalidated; IllegalState: none was running.
-cudaError_t cudaStreamEndCapture(const CudaRuntime&, Real<decltype(&::cudaStreamEndCapture)> real, cudaStream_t s,
+cudaError_t cudaStreamEndCapture(NodeRuntime, Real<decltype(&::cudaStreamEndCapture)> real, cudaStream_t s,
                                  cudaGraph_t* g) {
   cudaError_t r = real(s, g);
   if (r != cudaErrorIllegalState && r != cudaErrorInvalidResourceHandle && r != cudaErrorInvalidValue)
     CopyTimer::CaptureEnded();
   return r;
 }
-cudaError_t cudaStreamEndCapture_ptsz(const CudaRuntime&, Real<decltype(&::cudaStreamEndCapture_ptsz)> real,
+cudaError_t cudaStreamEndCapture_ptsz(NodeRuntime, Real<decltype(&::cudaStreamEndCapture_ptsz)> real,
                                       cudaStream_t s, cudaGraph_t* g) {
   cudaError_t r = real(s, g);
   if (r != cudaErrorIllegalState && r != cudaErrorInvalidResourceHandle && r != cudaErrorInvalidValue)
@@ -439,7 +502,7 @@ cudaError_t cudaStreamEndCapture_ptsz(const CudaRuntime&, Real<decltype(&::cudaS
 // ================================================================================================
 // Peer capability and access
 
-cudaError_t cudaDeviceCanAccessPeer(const CudaRuntime& rt, Real<decltype(&::cudaDeviceCanAccessPeer)> real, int* can,
+cudaError_t cudaDeviceCanAccessPeer(NodeRuntime rt, Real<decltype(&::cudaDeviceCanAccessPeer)> real, int* can,
                                     int dev, int peer) {
   cudaError_t r = real(can, dev, peer);
   if (Ready(rt, r))
@@ -447,7 +510,7 @@ cudaError_t cudaDeviceCanAccessPeer(const CudaRuntime& rt, Real<decltype(&::cuda
   return r;
 }
 
-cudaError_t cudaDeviceGetP2PAttribute(const CudaRuntime& rt, Real<decltype(&::cudaDeviceGetP2PAttribute)> real,
+cudaError_t cudaDeviceGetP2PAttribute(NodeRuntime rt, Real<decltype(&::cudaDeviceGetP2PAttribute)> real,
                                       int* v, cudaDeviceP2PAttr a, int src, int dst) {
   cudaError_t r = real(v, a, src, dst);
   if (Ready(rt, r))
@@ -456,31 +519,31 @@ cudaError_t cudaDeviceGetP2PAttribute(const CudaRuntime& rt, Real<decltype(&::cu
   return r;
 }
 
-cudaError_t cudaDeviceEnablePeerAccess(const CudaRuntime& rt, Real<decltype(&::cudaDeviceEnablePeerAccess)> real,
+cudaError_t cudaDeviceEnablePeerAccess(NodeRuntime rt, Real<decltype(&::cudaDeviceEnablePeerAccess)> real,
                                        int peer, unsigned int flags) {
   cudaError_t r = real(peer, flags);
   if (!Ready(rt, r)) return r;
   int d = NotedDevice(rt);
   // 704 means it was already on: either way the mapping exists now.
   if ((r == cudaSuccess || r == cudaErrorPeerAccessAlreadyEnabled) && ValidDevice(d) && ValidDevice(peer))
-    g_peer[d][peer].fetch_or(kPeerByApi, std::memory_order_relaxed);
+    ChangePeer(d, peer, kPeerByApi, true);
   WritePeer(P2PTRACE_API_cudaDeviceEnablePeerAccess, d, peer, r, static_cast<int>(flags), 0);
   return r;
 }
 
-cudaError_t cudaDeviceDisablePeerAccess(const CudaRuntime& rt, Real<decltype(&::cudaDeviceDisablePeerAccess)> real,
+cudaError_t cudaDeviceDisablePeerAccess(NodeRuntime rt, Real<decltype(&::cudaDeviceDisablePeerAccess)> real,
                                         int peer) {
   cudaError_t r = real(peer);
   if (!Ready(rt, r)) return r;
   int d = NotedDevice(rt);
   if ((r == cudaSuccess || r == cudaErrorPeerAccessNotEnabled) && ValidDevice(d) && ValidDevice(peer))
-    g_peer[d][peer].fetch_and(static_cast<uint8_t>(~kPeerByApi), std::memory_order_relaxed);
+    ChangePeer(d, peer, kPeerByApi, false);
   WritePeer(P2PTRACE_API_cudaDeviceDisablePeerAccess, d, peer, r, 0, 0);
   return r;
 }
 
 // Pools are stream-ordered memory; the access it grants is recorded, not modelled per pointer.
-cudaError_t cudaMemPoolSetAccess(const CudaRuntime& rt, Real<decltype(&::cudaMemPoolSetAccess)> real,
+cudaError_t cudaMemPoolSetAccess(NodeRuntime rt, Real<decltype(&::cudaMemPoolSetAccess)> real,
                                  cudaMemPool_t pool, const cudaMemAccessDesc* d, size_t n) {
   cudaError_t r = real(pool, d, n);
   if (!Ready(rt, r) || d == nullptr) return r;
@@ -491,123 +554,103 @@ cudaError_t cudaMemPoolSetAccess(const CudaRuntime& rt, Real<decltype(&::cudaMem
 }
 
 // ================================================================================================
-// Copies
+// Copies. Each hook is inlined into its exported wrapper (TraceCopy); Describe_<name> says what
+// the call copies, from its own arguments.
+#define P2PTRACE_COPY_HOOK(name, params, args, ...)                                                           \
+  struct Describe_##name {                                                                                    \
+    Copy operator() params const { return Copy{__VA_ARGS__}; }                                                \
+  };                                                                                                          \
+  inline __attribute__((always_inline)) cudaError_t name(NodeRuntime rt, Real<decltype(&::name)> real, \
+                                                         P2PTRACE_UNPAREN params) {                           \
+    return TraceCopy(rt, Describe_##name{}, real, P2PTRACE_UNPAREN args);                                     \
+  }
 
-cudaError_t cudaMemcpyPeer(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyPeer)> real, void* dst, int dd,
-                           const void* src, int sd, size_t n) {
-  Copy c{P2PTRACE_API_cudaMemcpyPeer, 0, dst, src, dd, sd, n, cudaMemcpyDeviceToDevice, nullptr};
-  return TraceCopy(rt, c, [&] { return real(dst, dd, src, sd, n); });
-}
-cudaError_t cudaMemcpyPeerAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyPeerAsync)> real, void* dst, int dd,
-                                const void* src, int sd, size_t n, cudaStream_t s) {
-  Copy c{P2PTRACE_API_cudaMemcpyPeerAsync, P2PTRACE_COPY_ASYNC, dst, src, dd, sd, n, cudaMemcpyDeviceToDevice, s};
-  return TraceCopy(rt, c, [&] { return real(dst, dd, src, sd, n, s); });
-}
-cudaError_t cudaMemcpy(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy)> real, void* dst, const void* src, size_t n,
-                       cudaMemcpyKind k) {
-  Copy c{P2PTRACE_API_cudaMemcpy, 0, dst, src, -1, -1, n, k, nullptr};
-  return TraceCopy(rt, c, [&] { return real(dst, src, n, k); });
-}
-cudaError_t cudaMemcpy_ptds(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy_ptds)> real, void* dst,
-                            const void* src, size_t n, cudaMemcpyKind k) {
-  Copy c{P2PTRACE_API_cudaMemcpy, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k, cudaStreamPerThread};
-  return TraceCopy(rt, c, [&] { return real(dst, src, n, k); });
-}
-cudaError_t cudaMemcpyAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyAsync)> real, void* dst,
-                            const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s) {
-  Copy c{P2PTRACE_API_cudaMemcpyAsync, P2PTRACE_COPY_ASYNC, dst, src, -1, -1, n, k, s};
-  return TraceCopy(rt, c, [&] { return real(dst, src, n, k, s); });
-}
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"  // a Describe needs only some of the arguments
+P2PTRACE_COPY_HOOK(cudaMemcpyPeer, (void* dst, int dd, const void* src, int sd, size_t n), (dst, dd, src, sd, n),
+                   P2PTRACE_API_cudaMemcpyPeer, 0, dst, src, dd, sd, n, cudaMemcpyDeviceToDevice, nullptr)
+P2PTRACE_COPY_HOOK(cudaMemcpyPeerAsync, (void* dst, int dd, const void* src, int sd, size_t n, cudaStream_t s),
+                   (dst, dd, src, sd, n, s), P2PTRACE_API_cudaMemcpyPeerAsync, P2PTRACE_COPY_ASYNC, dst, src, dd, sd,
+                   n, cudaMemcpyDeviceToDevice, s)
+P2PTRACE_COPY_HOOK(cudaMemcpy, (void* dst, const void* src, size_t n, cudaMemcpyKind k), (dst, src, n, k),
+                   P2PTRACE_API_cudaMemcpy, 0, dst, src, -1, -1, n, k, nullptr)
+P2PTRACE_COPY_HOOK(cudaMemcpy_ptds, (void* dst, const void* src, size_t n, cudaMemcpyKind k), (dst, src, n, k),
+                   P2PTRACE_API_cudaMemcpy, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k,
+                   cudaStreamPerThread)
+P2PTRACE_COPY_HOOK(cudaMemcpyAsync, (void* dst, const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s),
+                   (dst, src, n, k, s), P2PTRACE_API_cudaMemcpyAsync, P2PTRACE_COPY_ASYNC, dst, src, -1, -1, n, k, s)
 // In the _ptsz entry points stream 0 is the per-thread default stream.
-cudaError_t cudaMemcpyAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMemcpyAsync_ptsz)> real, void* dst,
-                                 const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s) {
-  Copy c{P2PTRACE_API_cudaMemcpyAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k,
-         PerThread(s)};
-  return TraceCopy(rt, c, [&] { return real(dst, src, n, k, s); });
-}
-cudaError_t cudaMemcpy2D(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2D)> real, void* dst, size_t dp,
-                         const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k) {
-  Copy c{P2PTRACE_API_cudaMemcpy2D, 0, dst, src, -1, -1, uint64_t{w} * h, k, nullptr};
-  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k); });
-}
-cudaError_t cudaMemcpy2D_ptds(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2D_ptds)> real, void* dst, size_t dp,
-                              const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k) {
-  Copy c{P2PTRACE_API_cudaMemcpy2D, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, uint64_t{w} * h, k,
-         cudaStreamPerThread};
-  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k); });
-}
-cudaError_t cudaMemcpy2DAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2DAsync)> real, void* dst, size_t dp,
-                              const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k, cudaStream_t s) {
-  Copy c{P2PTRACE_API_cudaMemcpy2DAsync, P2PTRACE_COPY_ASYNC, dst, src, -1, -1, uint64_t{w} * h, k, s};
-  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k, s); });
-}
-cudaError_t cudaMemcpy2DAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy2DAsync_ptsz)> real, void* dst,
-                                   size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k,
-                                   cudaStream_t s) {
-  Copy c{P2PTRACE_API_cudaMemcpy2DAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1,
-         uint64_t{w} * h, k, PerThread(s)};
-  return TraceCopy(rt, c, [&] { return real(dst, dp, src, sp, w, h, k, s); });
-}
+P2PTRACE_COPY_HOOK(cudaMemcpyAsync_ptsz, (void* dst, const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s),
+                   (dst, src, n, k, s), P2PTRACE_API_cudaMemcpyAsync,
+                   P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k, PerThread(s))
+P2PTRACE_COPY_HOOK(cudaMemcpy2D,
+                   (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k),
+                   (dst, dp, src, sp, w, h, k), P2PTRACE_API_cudaMemcpy2D, 0, dst, src, -1, -1, uint64_t{w} * h, k,
+                   nullptr)
+P2PTRACE_COPY_HOOK(cudaMemcpy2D_ptds,
+                   (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k),
+                   (dst, dp, src, sp, w, h, k), P2PTRACE_API_cudaMemcpy2D, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src,
+                   -1, -1, uint64_t{w} * h, k, cudaStreamPerThread)
+P2PTRACE_COPY_HOOK(cudaMemcpy2DAsync,
+                   (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k,
+                    cudaStream_t s),
+                   (dst, dp, src, sp, w, h, k, s), P2PTRACE_API_cudaMemcpy2DAsync, P2PTRACE_COPY_ASYNC, dst, src, -1,
+                   -1, uint64_t{w} * h, k, s)
+P2PTRACE_COPY_HOOK(cudaMemcpy2DAsync_ptsz,
+                   (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k,
+                    cudaStream_t s),
+                   (dst, dp, src, sp, w, h, k, s), P2PTRACE_API_cudaMemcpy2DAsync,
+                   P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, uint64_t{w} * h, k,
+                   PerThread(s))
 
-static Copy Copy3D(uint8_t api, uint32_t flags, const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
+// A null parameter block is passed on untouched (described as a host-side copy: not traced).
+inline Copy Copy3D(uint8_t api, uint32_t flags, const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
+  if (p == nullptr) return Copy{api, flags, nullptr, nullptr, -1, -1, 0, cudaMemcpyHostToHost, s};
   return Copy{api, flags, p->dstPtr.ptr, p->srcPtr.ptr, p->dstDevice, p->srcDevice, Bytes3D(p),
               cudaMemcpyDeviceToDevice, s};
 }
-cudaError_t cudaMemcpy3DPeer(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeer)> real,
-                             const cudaMemcpy3DPeerParms* p) {
-  if (p == nullptr) return real(p);
-  return TraceCopy(rt, Copy3D(P2PTRACE_API_cudaMemcpy3DPeer, 0, p, nullptr), [&] { return real(p); });
-}
-cudaError_t cudaMemcpy3DPeer_ptds(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeer_ptds)> real,
-                                  const cudaMemcpy3DPeerParms* p) {
-  if (p == nullptr) return real(p);
-  return TraceCopy(rt, Copy3D(P2PTRACE_API_cudaMemcpy3DPeer, P2PTRACE_COPY_PER_THREAD_STREAM, p, cudaStreamPerThread),
-                   [&] { return real(p); });
-}
-cudaError_t cudaMemcpy3DPeerAsync(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeerAsync)> real,
-                                  const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
-  if (p == nullptr) return real(p, s);
-  return TraceCopy(rt, Copy3D(P2PTRACE_API_cudaMemcpy3DPeerAsync, P2PTRACE_COPY_ASYNC, p, s), [&] { return real(p, s); });
-}
-cudaError_t cudaMemcpy3DPeerAsync_ptsz(const CudaRuntime& rt, Real<decltype(&::cudaMemcpy3DPeerAsync_ptsz)> real,
-                                       const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
-  if (p == nullptr) return real(p, s);
-  return TraceCopy(rt,
+P2PTRACE_COPY_HOOK(cudaMemcpy3DPeer, (const cudaMemcpy3DPeerParms* p), (p),
+                   Copy3D(P2PTRACE_API_cudaMemcpy3DPeer, 0, p, nullptr))
+P2PTRACE_COPY_HOOK(cudaMemcpy3DPeer_ptds, (const cudaMemcpy3DPeerParms* p), (p),
+                   Copy3D(P2PTRACE_API_cudaMemcpy3DPeer, P2PTRACE_COPY_PER_THREAD_STREAM, p, cudaStreamPerThread))
+P2PTRACE_COPY_HOOK(cudaMemcpy3DPeerAsync, (const cudaMemcpy3DPeerParms* p, cudaStream_t s), (p, s),
+                   Copy3D(P2PTRACE_API_cudaMemcpy3DPeerAsync, P2PTRACE_COPY_ASYNC, p, s))
+P2PTRACE_COPY_HOOK(cudaMemcpy3DPeerAsync_ptsz, (const cudaMemcpy3DPeerParms* p, cudaStream_t s), (p, s),
                    Copy3D(P2PTRACE_API_cudaMemcpy3DPeerAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM,
-                          p, PerThread(s)),
-                   [&] { return real(p, s); });
-}
+                          p, PerThread(s)))
+#pragma GCC diagnostic pop
+#undef P2PTRACE_COPY_HOOK
 
 // ================================================================================================
 // IPC
 
-cudaError_t cudaIpcGetMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcGetMemHandle)> real,
+cudaError_t cudaIpcGetMemHandle(NodeRuntime rt, Real<decltype(&::cudaIpcGetMemHandle)> real,
                                 cudaIpcMemHandle_t* h, void* p) {
   cudaError_t r = real(h, p);
   if (Ready(rt, r)) WriteIpc(P2PTRACE_API_cudaIpcGetMemHandle, NotedDevice(rt), MemoryMap::Lookup(p), r, p);
   return r;
 }
 
-cudaError_t cudaIpcOpenMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcOpenMemHandle)> real, void** p,
+cudaError_t cudaIpcOpenMemHandle(NodeRuntime rt, Real<decltype(&::cudaIpcOpenMemHandle)> real, void** p,
                                  cudaIpcMemHandle_t h, unsigned int f) {
   cudaError_t r = real(p, h, f);
   if (!Ready(rt, r)) return r;
   int d = NotedDevice(rt), owner = -1;
   if (r == cudaSuccess && p != nullptr) {
     cudaPointerAttributes a{};
-    if (rt.PointerGetAttributes(&a, *p) == cudaSuccess && a.type == cudaMemoryTypeDevice) {
+    if (static_cast<const CudaRuntime&>(rt).PointerGetAttributes(&a, *p) == cudaSuccess && a.type == cudaMemoryTypeDevice) {
       owner = a.device;
       MemoryMap::Learn(*p, owner);
       // cudaIpcMemLazyEnablePeerAccess maps the owner's memory into this device: copies go direct.
       if ((f & cudaIpcMemLazyEnablePeerAccess) && ValidDevice(d) && ValidDevice(owner) && owner != d)
-        g_peer[d][owner].fetch_or(kPeerByIpc, std::memory_order_relaxed);
+        ChangePeer(d, owner, kPeerByIpc, true);
     }
   }
   WriteIpc(P2PTRACE_API_cudaIpcOpenMemHandle, d, owner, r, p ? *p : nullptr);
   return r;
 }
 
-cudaError_t cudaIpcCloseMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIpcCloseMemHandle)> real, void* p) {
+cudaError_t cudaIpcCloseMemHandle(NodeRuntime rt, Real<decltype(&::cudaIpcCloseMemHandle)> real, void* p) {
   int owner = MemoryMap::Lookup(p);
   cudaError_t r = real(p);
   if (Ready(rt, r)) WriteIpc(P2PTRACE_API_cudaIpcCloseMemHandle, NotedDevice(rt), owner, r, p);
@@ -624,9 +667,10 @@ cudaError_t cudaIpcCloseMemHandle(const CudaRuntime& rt, Real<decltype(&::cudaIp
 // other runtime loaded in the same process (notes/interposer.md E4). Unversioned references bind to
 // the @@libcudart.so.13 one, which falls back to whatever cudart is loaded.
 // The wrapper's first call resolves the real function and the runtime table out of line (slow),
-// so that the common path has no call to keep registers across: two loads, then the hook.
+// so that the common path has no call to keep registers across: one load, then the hook.
 using p2ptrace::shim::CachedReal;
 using p2ptrace::shim::Node;
+using p2ptrace::shim::NodeRuntime;
 using p2ptrace::shim::Runtime;
 
 #define P2PTRACE_WRAP(node, suffix, version, name, params, args)                                         \
@@ -635,15 +679,13 @@ using p2ptrace::shim::Runtime;
     auto real =                                                                                          \
         reinterpret_cast<decltype(&::name)>(CachedReal(&p2pw_slot_##name##_##suffix, #name, node));      \
     if (real == nullptr) return cudaErrorSharedObjectSymbolNotFound;                                     \
-    return p2ptrace::shim::hooks::name(Runtime(node), real, P2PTRACE_UNPAREN args);                      \
+    Runtime(node); /* resolved at the node's first call, as the NCCL side expects */                     \
+    return p2ptrace::shim::hooks::name(NodeRuntime{node}, real, P2PTRACE_UNPAREN args);                  \
   }                                                                                                      \
   extern "C" __attribute__((visibility("default"))) cudaError_t p2pw_##name##_##suffix params {          \
     void* real = p2pw_slot_##name##_##suffix.load(std::memory_order_acquire);                            \
-    const p2ptrace::shim::CudaRuntime* rt =                                                              \
-        p2ptrace::shim::g_runtimes[static_cast<int>(node)].load(std::memory_order_acquire);              \
-    if (__builtin_expect(real == nullptr || rt == nullptr, 0))                                           \
-      return p2pw_slow_##name##_##suffix(P2PTRACE_UNPAREN args);                                         \
-    return p2ptrace::shim::hooks::name(*rt, reinterpret_cast<decltype(&::name)>(real),                   \
+    if (__builtin_expect(real == nullptr, 0)) return p2pw_slow_##name##_##suffix(P2PTRACE_UNPAREN args); \
+    return p2ptrace::shim::hooks::name(NodeRuntime{node}, reinterpret_cast<decltype(&::name)>(real),     \
                                        P2PTRACE_UNPAREN args);                                           \
   }                                                                                                      \
   __asm__(".symver p2pw_" #name "_" #suffix ", " #name version);

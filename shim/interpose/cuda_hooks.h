@@ -1,4 +1,4 @@
-// The behaviour of each intercepted function, declared from the one list (cuda_functions.h):
+// What the shim's CUDA hooks share with the rest of the shim. Each hook (cuda_hooks.cc) is
 // hooks::name(runtime, real function, the call's arguments) → the real function's result.
 #pragma once
 
@@ -16,11 +16,5 @@ using Real = F;
 // shim's own calls to it cannot fail and leave an error behind.
 bool RuntimeAnswered(const CudaRuntime& rt);
 
-namespace hooks {
-#define P2PTRACE_DECLARE_HOOK(name, params, args) \
-  cudaError_t name(const CudaRuntime& rt, Real<decltype(&::name)> real, P2PTRACE_UNPAREN params);
-P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_DECLARE_HOOK)
-#undef P2PTRACE_DECLARE_HOOK
-}  // namespace hooks
 
 }  // namespace p2ptrace::shim

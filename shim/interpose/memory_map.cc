@@ -19,7 +19,18 @@ std::map<uintptr_t, Range>& Ranges() {
 
 }  // namespace
 
-std::atomic<MemoryMap::Leaf*> MemoryMap::top_[size_t{1} << (kVaBits - kTopShift)];
+MemoryMap::Leaf MemoryMap::empty_;
+std::atomic<uintptr_t> MemoryMap::top_[size_t{1} << (kVaBits - kTopShift)];
+
+MemoryMap::Leaf* MemoryMap::LeafFor(uintptr_t g) {
+  uintptr_t t = (g >> kLeafBits) & kTopMask;
+  Leaf* leaf = LeafAt(t);
+  if (leaf == &empty_) {
+    leaf = new Leaf{};  // never freed: readers may hold it
+    top_[t].store(reinterpret_cast<uintptr_t>(leaf) - reinterpret_cast<uintptr_t>(&empty_), std::memory_order_release);
+  }
+  return leaf;
+}
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
@@ -53,19 +64,15 @@ void MemoryMap::Learn(const void* p, int device_or_host) {
   if (a >> kVaBits) return;
   std::lock_guard<std::mutex> lock(g_mu);
   uintptr_t g = a >> kGranuleShift;
-  Leaf* leaf = top_[(g >> kLeafBits) & kTopMask].load(std::memory_order_relaxed);
-  if (leaf == nullptr) {
-    leaf = new Leaf();
-    top_[(g >> kLeafBits) & kTopMask].store(leaf, std::memory_order_release);
-  }
+  Leaf* leaf = LeafFor(g);
   // Only where the range map says nothing: what the shim saw allocated wins.
-  uint64_t e = leaf->entry[g & kLeafMask].load(std::memory_order_relaxed);
-  if (static_cast<int8_t>(e & 0xff) == kUnknown)
-    leaf->entry[g & kLeafMask].store(Entry(device_or_host, 0, kGranule), std::memory_order_relaxed);
+  if (leaf->entry[g & kLeafMask].load(std::memory_order_relaxed) == 0)
+    leaf->entry[g & kLeafMask].store(device_or_host >= 0 ? Entry(device_or_host, 0, kGranule) : Entry(device_or_host, 0, 0),
+                                     std::memory_order_relaxed);
 }
 
-// Sets one granule from the ranges overlapping it (caller holds g_mu): one owner and the one
-// contiguous span it covers, or "mixed" (ask the exact map).
+// Sets one granule from the ranges overlapping it (caller holds g_mu): one owner and the span
+// from its first to its last byte there, or "mixed" (ask the exact map).
 void MemoryMap::Recompute(uintptr_t g) {
   uintptr_t lo = g << kGranuleShift, hi = lo + kGranule;
   int owner = kUnknown;
@@ -81,21 +88,16 @@ void MemoryMap::Recompute(uintptr_t g) {
       owner = it->second.device;
       span_lo = a;
       span_hi = b;
-    } else if (owner != it->second.device || a != span_hi) {
-      owner = kMixed;  // a second owner, or a gap between spans
+    } else if (owner != it->second.device) {
+      owner = kMixed;  // a second owner
       break;
     } else {
-      span_hi = b;  // ranges come in address order: extend the span
+      span_hi = b;  // ranges come in address order: extend the span, over any gap
     }
   }
-  uint64_t entry = owner >= 0 ? Entry(owner, span_lo, span_hi) : Entry(owner, 0, kGranule);
-  Leaf* leaf = top_[(g >> kLeafBits) & kTopMask].load(std::memory_order_relaxed);
-  if (leaf == nullptr) {
-    if (owner == kUnknown) return;
-    leaf = new Leaf();
-    top_[(g >> kLeafBits) & kTopMask].store(leaf, std::memory_order_release);
-  }
-  leaf->entry[g & kLeafMask].store(entry, std::memory_order_relaxed);
+  uint64_t entry = owner >= 0 ? Entry(owner, span_lo, span_hi) : owner == kMixed ? Entry(kMixed, 0, 0) : 0;
+  if (entry == 0 && LeafAt((g >> kLeafBits) & kTopMask) == &empty_) return;
+  LeafFor(g)->entry[g & kLeafMask].store(entry, std::memory_order_relaxed);
 }
 
 int MemoryMap::LookupExact(uintptr_t a) {
@@ -110,9 +112,9 @@ int MemoryMap::LookupExact(uintptr_t a) {
 void MemoryMap::ForgetAll() {
   std::lock_guard<std::mutex> lock(g_mu);
   Ranges().clear();
-  for (auto& t : top_)
-    if (Leaf* leaf = t.load())
-      for (auto& e : leaf->entry) e.store(Entry(kUnknown, 0, kGranule), std::memory_order_relaxed);
+  for (uintptr_t t = 0; t < std::size(top_); ++t)
+    if (Leaf* leaf = LeafAt(t); leaf != &empty_)
+      for (auto& e : leaf->entry) e.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace p2ptrace::shim

@@ -1,8 +1,9 @@
 // Which GPU owns a pointer, answered on the hot path without a lock: a two-level table of 2 MiB
-// granules, each holding one owning device and the span of the granule its allocations cover
-// (contiguous; the rest of the granule is not that device's). Real CUDA gives each device its own
-// address ranges, so a granule has one owner; a granule shared by two owners, or holding two
-// separate spans, says "mixed" and the exact range map answers under a lock.
+// granules, each holding one owning device and the span of the granule from the first to the last
+// byte of its allocations there. A gap between two allocations of one device counts as that
+// device's (real CUDA carves each device's memory from its own address ranges, so what lies there
+// is that device's memory the shim did not see allocated, e.g. through the driver API). A granule
+// shared by two owners says "mixed" and the exact range map answers under a lock.
 #pragma once
 
 #include <atomic>
@@ -26,13 +27,22 @@ class MemoryMap {
   static int Lookup(const void* p) {
     auto a = reinterpret_cast<uintptr_t>(p);
     if (__builtin_expect(a >> kVaBits, 0)) return LookupExact(a);  // beyond the table (5-level paging)
-    Leaf* leaf = top_[a >> kTopShift].load(std::memory_order_acquire);
-    if (leaf == nullptr) return kUnknown;
-    uint64_t e = leaf->entry[(a >> kGranuleShift) & kLeafMask].load(std::memory_order_relaxed);
+    uint64_t e = EntryOf(a);
+    if (Covers(e, a)) return static_cast<int8_t>(e & 0xff);
     auto owner = static_cast<int8_t>(e & 0xff);
-    uint64_t off = a & (kGranule - 1);
-    if (__builtin_expect(owner >= 0, 1)) return off >= SpanLo(e) && off < SpanHi(e) ? owner : kUnknown;
+    if (owner >= 0) return kUnknown;
     return owner == kMixed ? LookupExact(a) : owner;
+  }
+
+  // The owner when the table alone proves it, else kNotProven (ask Lookup): no call, no branch
+  // but the address-range check, so a caller's hot path needs no stack frame.
+  static constexpr int kNotProven = -4;
+  static int QuickLookup(const void* p) {
+    auto a = reinterpret_cast<uintptr_t>(p);
+    if (__builtin_expect(a >> kVaBits, 0)) return kNotProven;
+    uint64_t e = EntryOf(a);
+    if (__builtin_expect(WholeGranule(e), 1)) return static_cast<int8_t>(e & 0xff);
+    return Covers(e, a) ? static_cast<int8_t>(e & 0xff) : kNotProven;
   }
 
   static void ForgetAll();  // tests
@@ -46,21 +56,35 @@ class MemoryMap {
   static constexpr uintptr_t kTopMask = (uintptr_t{1} << (kVaBits - kTopShift)) - 1;
   static constexpr int8_t kMixed = -3;
   static constexpr uint64_t kGranule = uint64_t{1} << kGranuleShift;
-  // An entry: owner in bits 0-7, covered span [lo, hi) in bits 8-29 and 30-51.
-  static uint64_t SpanLo(uint64_t e) { return (e >> 8) & 0x3fffff; }
-  static uint64_t SpanHi(uint64_t e) { return (e >> 30) & 0x3fffff; }
+  // An entry: owner in bits 0-7, the span [lo, lo+len) of the granule it covers as lo (bits
+  // 8-29) and len (bits 42-63), so one unsigned comparison checks both ends. Entries that are not
+  // one device's (kHost, kMixed, or 0: nothing known) have len 0, so that comparison fails.
   static uint64_t Entry(int owner, uint64_t lo, uint64_t hi) {
-    return static_cast<uint8_t>(owner) | (lo << 8) | (hi << 30);
+    return static_cast<uint8_t>(owner) | (lo << 8) | ((hi - lo) << 42);
+  }
+  // One device covers the whole granule (lo 0, len 2^21): exactly the top bit, a sign test.
+  static bool WholeGranule(uint64_t e) { return static_cast<int64_t>(e) < 0; }
+  static_assert((kGranule << 42) == uint64_t{1} << 63);
+  static bool Covers(uint64_t e, uintptr_t a) {
+    return (a & (kGranule - 1)) - ((e >> 8) & 0x3fffff) < (e >> 42);
   }
   struct Leaf {
-    Leaf() {
-      for (auto& e : entry) e.store(Entry(kUnknown, 0, kGranule), std::memory_order_relaxed);
-    }
-    std::atomic<uint64_t> entry[size_t{1} << kLeafBits];
+    std::atomic<uint64_t> entry[size_t{1} << kLeafBits];  // zero: nothing known
   };
+  // top_ holds each leaf's address as an offset from empty_ (a leaf of zeros), so that the
+  // zero-initialised table needs no null check: an untouched range reads as nothing known.
+  static Leaf* LeafAt(uintptr_t top_index) {
+    return reinterpret_cast<Leaf*>(reinterpret_cast<uintptr_t>(&empty_) +
+                                   top_[top_index].load(std::memory_order_acquire));
+  }
+  static uint64_t EntryOf(uintptr_t a) {
+    return LeafAt(a >> kTopShift)->entry[(a >> kGranuleShift) & kLeafMask].load(std::memory_order_relaxed);
+  }
+  static Leaf* LeafFor(uintptr_t granule);  // making it (caller holds the lock)
   static int LookupExact(uintptr_t a);
   static void Recompute(uintptr_t granule);
-  static std::atomic<Leaf*> top_[size_t{1} << (kVaBits - kTopShift)];
+  static Leaf empty_;
+  static std::atomic<uintptr_t> top_[size_t{1} << (kVaBits - kTopShift)];
 };
 
 }  // namespace p2ptrace::shim

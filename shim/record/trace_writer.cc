@@ -147,8 +147,11 @@ void Warn(const std::string& message) {
   (void)ignored;
 }
 
+constinit SampleSpec detail::g_sample;
+
 void TraceWriter::Configure(const Config& config) {
   TheConfig() = config;
+  detail::g_sample = config.sample;
   if (config.disabled) detail::g_state.store(2);
   pthread_atfork(ForkPrepare, ForkParent, ForkChild);
 }

@@ -26,6 +26,7 @@ extern constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("init
 extern std::atomic<uint64_t> g_generation;  // bumped when a file opens (and in a fork child)
 extern std::atomic<int> g_state;            // 0 closed, 1 open, 2 disabled
 extern std::atomic<uint32_t> g_seq;
+extern constinit SampleSpec g_sample;       // config().sample, where hot paths read it without a guard
 }  // namespace detail
 
 inline uint64_t MonotonicNs() {
@@ -47,24 +48,42 @@ class TraceWriter {
     return s == 1 || (s == 0 && Open());
   }
 
+  // Ready() without opening: for hot paths that call nothing.
+  static bool IsOpen() { return detail::g_state.load(std::memory_order_acquire) == 1; }
+
   static uint32_t NextSeq() { return detail::g_seq.fetch_add(1, std::memory_order_relaxed); }
 
-  // Appends one record (R starts with p2ptrace_record_header), stamping its header: type, size,
-  // seq, and the time now.
-  template <typename R>
-  static void Append(R& r, uint16_t type, uint32_t seq) {
+  // Writes one record (R starts with p2ptrace_record_header) in place in this thread's chunk:
+  // stamps its header (type, size, seq, the time now), lets `fill` set the other fields, then
+  // publishes it. Chunk memory comes from a fresh file, so fields `fill` leaves alone are zero.
+  // False when the record was dropped (counted in the header).
+  template <typename R, typename Fill>
+  static bool Emit(uint16_t type, uint32_t seq, Fill&& fill) {
     static_assert(sizeof(R) % 8 == 0 && sizeof(R) < 65536);
-    r.h.type = type;
-    r.h.size = sizeof(R);
-    r.h.seq = seq;
-    r.h.time_ns = MonotonicNs();
+    uint64_t now = MonotonicNs();
     detail::ThreadChunk& c = detail::t_chunk;
     if (c.generation != detail::g_generation.load(std::memory_order_relaxed) || c.fill + sizeof(R) > c.capacity) {
-      if (!ClaimChunk()) return;  // counted as dropped
+      if (!ClaimChunk()) return false;  // counted as dropped
     }
-    std::memcpy(c.records + c.fill, &r, sizeof(R));
+    R* r = reinterpret_cast<R*>(c.records + c.fill);
+    r->h.type = type;
+    r->h.size = sizeof(R);
+    r->h.seq = seq;
+    r->h.time_ns = now;
+    fill(*r);
     c.fill += sizeof(R);
     __atomic_store_n(c.used, c.fill, __ATOMIC_RELEASE);
+    return true;
+  }
+
+  // Appends a record built elsewhere (its header is stamped as by Emit).
+  template <typename R>
+  static void Append(const R& r, uint16_t type, uint32_t seq) {
+    Emit<R>(type, seq, [&](R& out) {
+      p2ptrace_record_header h = out.h;
+      std::memcpy(&out, &r, sizeof(R));
+      out.h = h;
+    });
   }
 
   // Exact totals of (src, dst, path); null when a device number is out of the table's range.
