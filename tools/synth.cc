@@ -358,6 +358,11 @@ absl::Status WriteSyntheticJob(const SynthOptions& o) {
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return absl::PermissionDeniedError(o.out + ": " + ec.message());
+  // Another job's traces left there would merge into this one's report.
+  for (std::filesystem::directory_iterator it(o.out, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".p2ptrace")
+      return absl::AlreadyExistsError(o.out + ": already holds traces (" + it->path().filename().string() +
+                                      "); give an empty or new directory");
   Links links = LinksOf(o.scenario);
   uint64_t comm_id = (o.seed * 0x9e3779b97f4a7c15ull) | 1;
   for (int rank = 0; rank < o.ranks; ++rank) {

@@ -135,6 +135,11 @@ TEST(Synth, BadOptionsGiveOneLineAndExit2) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.err.rfind("p2ptrace synth: ", 0), 0u) << r.err;
   }
+  // A directory that already holds a job: refused rather than mixed.
+  std::string used = Synth("synth-used", 2, 4);
+  RunResult r = RunProgram({P2PTRACE_CLI, "synth", "--ranks", "2", "--events", "4", "--out", used});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("already holds traces"), std::string::npos) << r.err;
 }
 
 // ------------------------------------------------------------------------------------------------
