@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -25,10 +26,11 @@ namespace p2ptrace::shim {
 // successful call); a fork child's new file must be described again.
 std::atomic<uint64_t> g_runtime_noted[static_cast<int>(Node::kCount)];
 
-bool RuntimeAnswered(const CudaRuntime& rt) {
-  return g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed) ==
+static inline bool NodeAnswered(Node node) {
+  return g_runtime_noted[static_cast<int>(node)].load(std::memory_order_relaxed) ==
          detail::g_generation.load(std::memory_order_relaxed);
 }
+bool RuntimeAnswered(const CudaRuntime& rt) { return NodeAnswered(rt.node); }
 
 namespace {
 
@@ -191,12 +193,14 @@ inline uint8_t RouteTransport(uint8_t route) { return route & static_cast<uint8_
 
 // --- copies ----------------------------------------------------------------------------------------
 
+constexpr int kLookUp = INT_MIN;  // a Copy's device that is found from its pointer
+
 struct Copy {
   uint8_t api;
   uint32_t flags;          // p2ptrace_copy_flag
   const void* dst;
   const void* src;
-  int dst_dev = -1, src_dev = -1;  // given by the call (peer copies), else looked up
+  int dst_dev = kLookUp, src_dev = kLookUp;  // given by the call (peer copies), else kLookUp
   uint64_t bytes;
   cudaMemcpyKind kind = cudaMemcpyDeviceToDevice;
   cudaStream_t stream = nullptr;  // the stream it runs on: 0 is the legacy default stream
@@ -234,15 +238,20 @@ inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, 
 
 inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int dst, uint8_t transport,
                                                      cudaError_t r, uint32_t seq, uint32_t flags) {
-  TraceWriter::Emit<p2ptrace_copy_record>(P2PTRACE_RECORD_COPY, seq, [&](p2ptrace_copy_record& rec) {
-    rec.bytes = c.bytes;
-    rec.stream = reinterpret_cast<uintptr_t>(c.stream);
+  // Fields by value: a Copy whose address escapes is built in memory on every call.
+  uint64_t bytes = c.bytes;
+  auto stream = reinterpret_cast<uintptr_t>(c.stream);
+  uint8_t api = c.api;
+  flags |= c.flags;
+  TraceWriter::Emit<p2ptrace_copy_record>(P2PTRACE_RECORD_COPY, seq, [=](p2ptrace_copy_record& rec) {
+    rec.bytes = bytes;
+    rec.stream = stream;
     rec.result = r;
-    rec.api = c.api;
+    rec.api = api;
     rec.src_device = static_cast<int8_t>(src);
     rec.dst_device = static_cast<int8_t>(dst);
     rec.transport = transport;
-    rec.flags = c.flags | flags;
+    rec.flags = flags;
   });
 }
 
@@ -313,27 +322,20 @@ __attribute__((noinline)) cudaError_t TimedPairCopy(const CudaRuntime& rt, Copy 
   return r;
 }
 
-// Every copy that is not plainly within one device, out of line and given only the real call's
-// arguments (the wrapper builds nothing unless it comes here): a pair (count, record, maybe time),
-// or a side the shim has yet to learn. `src`/`dst` are the call's devices or QuickLookup's
-// answers, or kNotLooked when the trace was not open yet.
-constexpr int kNotLooked = -100;
+// What TraceCopy found, handed to the out-of-line part through the thread instead of as extra
+// arguments: with exactly the wrapper's own arguments, the jump there is a tail call and the
+// wrapper never needs a stack frame.
+struct Pending {
+  void* real;
+  int src, dst;  // the call's devices or QuickLookup's answers
+};
+constinit thread_local Pending t_pending __attribute__((tls_model("initial-exec"))) = {nullptr, 0, 0};
+constexpr int kNotProven = -4;  // QuickLookup could not tell
+
+// A copy between two known, different devices of this runtime: count, record, maybe time.
 template <typename Describe, typename F, typename... A>
-__attribute__((noinline)) cudaError_t OtherCopy(NodeRuntime node, int src, int dst, F* real, A... args) {
-  const CudaRuntime& rt = node;
-  const Copy c = Describe{}(args...);
-  if (__builtin_expect(src == kNotLooked, 0)) {  // the trace was not open: open it, or pass the call on
-    if (!TraceWriter::Ready() || HostSide(c.kind)) return real(args...);
-    src = c.src_dev >= 0 ? c.src_dev : MemoryMap::QuickLookup(c.src);
-    dst = c.dst_dev >= 0 ? c.dst_dev : MemoryMap::QuickLookup(c.dst);
-  }
-  if (src == MemoryMap::kNotProven) src = MemoryMap::Lookup(c.src);
-  if (dst == MemoryMap::kNotProven) dst = MemoryMap::Lookup(c.dst);
-  if (src >= 0 && src == dst) return real(args...);
-  // Until the runtime has answered a call successfully, the shim asks it nothing before the call
-  // (its question could fail first and leave an error behind for the application to see).
-  if (__builtin_expect(!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt), 0))
-    return AfterUnknownSide(rt, c, src, dst, real(args...));
+inline __attribute__((always_inline)) cudaError_t PairCopy(const CudaRuntime& rt, const Copy& c, int src, int dst,
+                                                           F* real, A... args) {
   uint8_t route = Route(rt, src, dst);
   uint32_t seq = TraceWriter::NextSeq();
   p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, RoutePath(route));
@@ -345,20 +347,54 @@ __attribute__((noinline)) cudaError_t OtherCopy(NodeRuntime node, int src, int d
   return r;
 }
 
-// The part of every copy hook inlined into its exported wrapper, with no call but tail calls (so
-// it needs no stack frame). A copy within one device (the common case) or with a host side is not
-// peer traffic: the real function is tail-called and nothing is counted. Everything else, and
-// anything the inline lookup cannot answer, goes out of line.
+// Every copy that is not plainly within one device, out of line (TraceCopy jumps here with
+// t_pending set): a pair of devices this runtime knows, or a side the shim has yet to learn, a
+// runtime not yet heard from, a trace not yet open.
+template <typename Describe, Node kNode, typename F, typename... A>
+__attribute__((noinline)) cudaError_t OtherCopy(A... args) {
+  const Pending p = t_pending;
+  F* real = reinterpret_cast<F*>(p.real);
+  int src = p.src, dst = p.dst;
+  const Copy c = Describe{}(args...);
+  if (__builtin_expect(TraceWriter::IsOpen() && static_cast<unsigned>(src | dst) < kMaxDev && NodeAnswered(kNode), 1))
+    return PairCopy<Describe>(Runtime(kNode), c, src, dst, real, args...);
+  if (!TraceWriter::Ready()) return real(args...);  // opens the trace at the first pair copy
+  if (c.src_dev == kLookUp) {
+    if (src < 0) src = MemoryMap::Lookup(c.src);
+    if (dst < 0) dst = MemoryMap::Lookup(c.dst);
+  }
+  if (src >= 0 && src == dst) return real(args...);
+  const CudaRuntime& rt = Runtime(kNode);
+  // Until the runtime has answered a call successfully, the shim asks it nothing before the call
+  // (its question could fail first and leave an error behind for the application to see).
+  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt))
+    return AfterUnknownSide(rt, c, src, dst, real(args...));
+  return PairCopy<Describe>(rt, c, src, dst, real, args...);
+}
+
+// The part of every copy hook inlined into its exported wrapper. A copy within one device (the
+// common case) or with a host side is not peer traffic: the real function is tail-called and
+// nothing is counted. Everything else jumps out of line. No call but tail calls: no stack frame.
 template <typename Describe, typename F, typename... A>
 inline __attribute__((always_inline)) cudaError_t TraceCopy(NodeRuntime rt, Describe describe, F* real,
                                                             A... args) {
-  if (__builtin_expect(!TraceWriter::IsOpen(), 0)) return OtherCopy<Describe>(rt, kNotLooked, kNotLooked, real, args...);
+  // The pointer map works whether or not the trace is open: only the way out checks that.
   const Copy c = describe(args...);
   if (HostSide(c.kind)) return real(args...);
-  int src = c.src_dev >= 0 ? c.src_dev : MemoryMap::QuickLookup(c.src);
-  int dst = c.dst_dev >= 0 ? c.dst_dev : MemoryMap::QuickLookup(c.dst);
-  if (src >= 0 && src == dst) return real(args...);
-  return OtherCopy<Describe>(rt, src, dst, real, args...);
+  int src = c.src_dev, dst = c.dst_dev;  // a peer copy names them
+  if (src == kLookUp) {
+    // Two different "not proven" values: equal answers are then one proven device.
+    bool in = MemoryMap::InTable(c.src, c.dst);
+    src = in ? MemoryMap::QuickLookup(c.src, kNotProven) : kNotProven;
+    dst = in ? MemoryMap::QuickLookup(c.dst, kNotProven - 1) : kNotProven - 1;
+  }
+  if (src == dst) return real(args...);
+  t_pending = Pending{reinterpret_cast<void*>(real), src, dst};
+  switch (rt.node) {  // a constant in each wrapper: one direct jump
+    case Node::kCudart11: return OtherCopy<Describe, Node::kCudart11, F>(args...);
+    case Node::kCudart12: return OtherCopy<Describe, Node::kCudart12, F>(args...);
+    default: return OtherCopy<Describe, Node::kCudart13, F>(args...);
+  }
 }
 
 void WritePeer(uint8_t api, int device, int peer, cudaError_t r, int value, int attr) {
@@ -573,39 +609,39 @@ P2PTRACE_COPY_HOOK(cudaMemcpyPeerAsync, (void* dst, int dd, const void* src, int
                    (dst, dd, src, sd, n, s), P2PTRACE_API_cudaMemcpyPeerAsync, P2PTRACE_COPY_ASYNC, dst, src, dd, sd,
                    n, cudaMemcpyDeviceToDevice, s)
 P2PTRACE_COPY_HOOK(cudaMemcpy, (void* dst, const void* src, size_t n, cudaMemcpyKind k), (dst, src, n, k),
-                   P2PTRACE_API_cudaMemcpy, 0, dst, src, -1, -1, n, k, nullptr)
+                   P2PTRACE_API_cudaMemcpy, 0, dst, src, kLookUp, kLookUp, n, k, nullptr)
 P2PTRACE_COPY_HOOK(cudaMemcpy_ptds, (void* dst, const void* src, size_t n, cudaMemcpyKind k), (dst, src, n, k),
-                   P2PTRACE_API_cudaMemcpy, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k,
+                   P2PTRACE_API_cudaMemcpy, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, kLookUp, kLookUp, n, k,
                    cudaStreamPerThread)
 P2PTRACE_COPY_HOOK(cudaMemcpyAsync, (void* dst, const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s),
-                   (dst, src, n, k, s), P2PTRACE_API_cudaMemcpyAsync, P2PTRACE_COPY_ASYNC, dst, src, -1, -1, n, k, s)
+                   (dst, src, n, k, s), P2PTRACE_API_cudaMemcpyAsync, P2PTRACE_COPY_ASYNC, dst, src, kLookUp, kLookUp, n, k, s)
 // In the _ptsz entry points stream 0 is the per-thread default stream.
 P2PTRACE_COPY_HOOK(cudaMemcpyAsync_ptsz, (void* dst, const void* src, size_t n, cudaMemcpyKind k, cudaStream_t s),
                    (dst, src, n, k, s), P2PTRACE_API_cudaMemcpyAsync,
-                   P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, n, k, PerThread(s))
+                   P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, kLookUp, kLookUp, n, k, PerThread(s))
 P2PTRACE_COPY_HOOK(cudaMemcpy2D,
                    (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k),
-                   (dst, dp, src, sp, w, h, k), P2PTRACE_API_cudaMemcpy2D, 0, dst, src, -1, -1, uint64_t{w} * h, k,
+                   (dst, dp, src, sp, w, h, k), P2PTRACE_API_cudaMemcpy2D, 0, dst, src, kLookUp, kLookUp, uint64_t{w} * h, k,
                    nullptr)
 P2PTRACE_COPY_HOOK(cudaMemcpy2D_ptds,
                    (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k),
                    (dst, dp, src, sp, w, h, k), P2PTRACE_API_cudaMemcpy2D, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src,
-                   -1, -1, uint64_t{w} * h, k, cudaStreamPerThread)
+                   kLookUp, kLookUp, uint64_t{w} * h, k, cudaStreamPerThread)
 P2PTRACE_COPY_HOOK(cudaMemcpy2DAsync,
                    (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k,
                     cudaStream_t s),
-                   (dst, dp, src, sp, w, h, k, s), P2PTRACE_API_cudaMemcpy2DAsync, P2PTRACE_COPY_ASYNC, dst, src, -1,
-                   -1, uint64_t{w} * h, k, s)
+                   (dst, dp, src, sp, w, h, k, s), P2PTRACE_API_cudaMemcpy2DAsync, P2PTRACE_COPY_ASYNC, dst, src, kLookUp,
+                   kLookUp, uint64_t{w} * h, k, s)
 P2PTRACE_COPY_HOOK(cudaMemcpy2DAsync_ptsz,
                    (void* dst, size_t dp, const void* src, size_t sp, size_t w, size_t h, cudaMemcpyKind k,
                     cudaStream_t s),
                    (dst, dp, src, sp, w, h, k, s), P2PTRACE_API_cudaMemcpy2DAsync,
-                   P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, -1, -1, uint64_t{w} * h, k,
+                   P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, kLookUp, kLookUp, uint64_t{w} * h, k,
                    PerThread(s))
 
 // A null parameter block is passed on untouched (described as a host-side copy: not traced).
 inline Copy Copy3D(uint8_t api, uint32_t flags, const cudaMemcpy3DPeerParms* p, cudaStream_t s) {
-  if (p == nullptr) return Copy{api, flags, nullptr, nullptr, -1, -1, 0, cudaMemcpyHostToHost, s};
+  if (p == nullptr) return Copy{api, flags, nullptr, nullptr, kLookUp, kLookUp, 0, cudaMemcpyHostToHost, s};
   return Copy{api, flags, p->dstPtr.ptr, p->srcPtr.ptr, p->dstDevice, p->srcDevice, Bytes3D(p),
               cudaMemcpyDeviceToDevice, s};
 }

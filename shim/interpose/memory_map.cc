@@ -20,14 +20,15 @@ std::map<uintptr_t, Range>& Ranges() {
 }  // namespace
 
 MemoryMap::Leaf MemoryMap::empty_;
-std::atomic<uintptr_t> MemoryMap::top_[size_t{1} << (kVaBits - kTopShift)];
+constinit std::array<std::atomic<MemoryMap::Leaf*>, MemoryMap::kTopSize> MemoryMap::top_ =
+    AllEmpty(std::make_index_sequence<kTopSize>());
 
 MemoryMap::Leaf* MemoryMap::LeafFor(uintptr_t g) {
   uintptr_t t = (g >> kLeafBits) & kTopMask;
   Leaf* leaf = LeafAt(t);
   if (leaf == &empty_) {
     leaf = new Leaf{};  // never freed: readers may hold it
-    top_[t].store(reinterpret_cast<uintptr_t>(leaf) - reinterpret_cast<uintptr_t>(&empty_), std::memory_order_release);
+    top_[t].store(leaf, std::memory_order_release);
   }
   return leaf;
 }
@@ -112,7 +113,7 @@ int MemoryMap::LookupExact(uintptr_t a) {
 void MemoryMap::ForgetAll() {
   std::lock_guard<std::mutex> lock(g_mu);
   Ranges().clear();
-  for (uintptr_t t = 0; t < std::size(top_); ++t)
+  for (uintptr_t t = 0; t < kTopSize; ++t)
     if (Leaf* leaf = LeafAt(t); leaf != &empty_)
       for (auto& e : leaf->entry) e.store(0, std::memory_order_relaxed);
 }

@@ -6,9 +6,11 @@
 // shared by two owners says "mixed" and the exact range map answers under a lock.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 namespace p2ptrace::shim {
 
@@ -34,15 +36,17 @@ class MemoryMap {
     return owner == kMixed ? LookupExact(a) : owner;
   }
 
-  // The owner when the table alone proves it, else kNotProven (ask Lookup): no call, no branch
-  // but the address-range check, so a caller's hot path needs no stack frame.
-  static constexpr int kNotProven = -4;
-  static int QuickLookup(const void* p) {
+  // Whether both pointers lie within the table's address range (QuickLookup's precondition).
+  static bool InTable(const void* a, const void* b) {
+    return ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) >> kVaBits) == 0;
+  }
+  // The owner of a pointer InTable when the table alone proves it, else `not_proven` (then ask
+  // Lookup): no call and one branch, so a caller's hot path needs no stack frame.
+  static int QuickLookup(const void* p, int not_proven) {
     auto a = reinterpret_cast<uintptr_t>(p);
-    if (__builtin_expect(a >> kVaBits, 0)) return kNotProven;
     uint64_t e = EntryOf(a);
-    if (__builtin_expect(WholeGranule(e), 1)) return static_cast<int8_t>(e & 0xff);
-    return Covers(e, a) ? static_cast<int8_t>(e & 0xff) : kNotProven;
+    if (__builtin_expect(WholeGranule(e), 1)) return static_cast<int>(e & 0x7f);
+    return Covers(e, a) ? static_cast<int>(e & 0x7f) : not_proven;
   }
 
   static void ForgetAll();  // tests
@@ -71,20 +75,22 @@ class MemoryMap {
   struct Leaf {
     std::atomic<uint64_t> entry[size_t{1} << kLeafBits];  // zero: nothing known
   };
-  // top_ holds each leaf's address as an offset from empty_ (a leaf of zeros), so that the
-  // zero-initialised table needs no null check: an untouched range reads as nothing known.
-  static Leaf* LeafAt(uintptr_t top_index) {
-    return reinterpret_cast<Leaf*>(reinterpret_cast<uintptr_t>(&empty_) +
-                                   top_[top_index].load(std::memory_order_acquire));
+  // Every top_ slot points at a leaf, empty_ (all zeros) until the range gets one of its own, so
+  // a lookup needs no null check. Constant-initialised: right before any code runs.
+  static constexpr size_t kTopSize = size_t{1} << (kVaBits - kTopShift);
+  static Leaf empty_;
+  template <size_t... I>
+  static constexpr std::array<std::atomic<Leaf*>, kTopSize> AllEmpty(std::index_sequence<I...>) {
+    return {{((void)I, &empty_)...}};
   }
+  static Leaf* LeafAt(uintptr_t top_index) { return top_[top_index].load(std::memory_order_acquire); }
   static uint64_t EntryOf(uintptr_t a) {
     return LeafAt(a >> kTopShift)->entry[(a >> kGranuleShift) & kLeafMask].load(std::memory_order_relaxed);
   }
   static Leaf* LeafFor(uintptr_t granule);  // making it (caller holds the lock)
   static int LookupExact(uintptr_t a);
   static void Recompute(uintptr_t granule);
-  static Leaf empty_;
-  static std::atomic<uintptr_t> top_[size_t{1} << (kVaBits - kTopShift)];
+  static constinit std::array<std::atomic<Leaf*>, kTopSize> top_;
 };
 
 }  // namespace p2ptrace::shim
