@@ -15,6 +15,7 @@
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/cuda_hooks.h"
 #include "shim/interpose/nccl_functions.h"
+#include "shim/nccl_log_tap.h"
 #include "shim/record/copy_timer.h"
 #include "shim/record/trace_writer.h"
 
@@ -286,6 +287,7 @@ ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, size_t n, ncclDataTy
     ++p2ptrace::shim::t_depth;                                                                   \
     ncclResult_t r = p2ptrace::shim::nccl_hooks::name(real P2PTRACE_NCCL_COMMA_ARGS args);       \
     --p2ptrace::shim::t_depth;                                                                   \
+    p2ptrace::shim::PumpNcclLog(); /* NCCL's lines of this call before the program's next */     \
     return r;                                                                                    \
   }
 #define P2PTRACE_NCCL_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__
