@@ -269,6 +269,10 @@ bool TraceWriter::ClaimChunk() {
     return false;
   }
   unsigned char* base = g_map + h->chunks_offset + index * h->chunk_size;
+  // Fault the chunk's pages in with one call rather than one page fault per 4 KiB of records on
+  // the hot path (each a block allocation on a disk file). Best effort: Linux 5.14+.
+  constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
+  madvise(base, h->chunk_size, kMadvPopulateWrite);
   auto* ch = reinterpret_cast<p2ptrace_chunk_header*>(base);
   ch->tid = static_cast<uint32_t>(syscall(SYS_gettid));
   ch->used = 0;
