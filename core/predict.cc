@@ -128,6 +128,8 @@ class PairPredictor {
   PairPrediction Run() {
     out_.best = nv_ ? P2PTRACE_TRANSPORT_NVLINK : path_ ? P2PTRACE_TRANSPORT_PCIE_P2P : P2PTRACE_TRANSPORT_P2P;
     bool same_node = SameNode();
+    if (other_node_)
+      out_.best = f_.rdma_nics && *f_.rdma_nics ? P2PTRACE_TRANSPORT_NET_GDR : P2PTRACE_TRANSPORT_NET_SOCKET;
     bool p2p = same_node && P2pAllowed();
     if (p2p) {
       out_.transport = out_.best;
@@ -169,6 +171,12 @@ class PairPredictor {
   // NCCL's host hash (hostname + boot_id, or NCCL_HOSTID) and /dev/shm device must match for P2P and SHM.
   bool SameNode() {
     if (!ga_ || !gb_) return true;
+    // Another machine altogether (hostname and boot id both differ): the network is the best path.
+    if (ga_->hostname && gb_->hostname && *ga_->hostname != *gb_->hostname && ga_->boot_id && gb_->boot_id &&
+        *ga_->boot_id != *gb_->boot_id && Env(f_, "NCCL_HOSTID") == nullptr) {
+      other_node_ = true;
+      return false;
+    }
     bool same = true;
     if (Env(f_, "NCCL_HOSTID") == nullptr) {
       if (ga_->hostname && gb_->hostname && *ga_->hostname != *gb_->hostname) {
@@ -321,7 +329,7 @@ class PairPredictor {
     const std::string* ib_off = Env(f_, "NCCL_IB_DISABLE");
     if (ib_off && ParseInt(*ib_off, 0) == 1) {
       out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
-      Add("env-ib-disabled", "contributes", {"NCCL_IB_DISABLE=" + *ib_off});
+      Add("env-ib-disabled", other_node_ ? "decided" : "contributes", {"NCCL_IB_DISABLE=" + *ib_off});
       return;
     }
     if (!f_.rdma_nics || !*f_.rdma_nics) {
@@ -331,12 +339,12 @@ class PairPredictor {
     const std::string* gdr_level = Env(f_, "NCCL_NET_GDR_LEVEL");
     if (gdr_level && ParseNcclLevel(*gdr_level) == NcclLevel::kLOC) {
       out_.transport = P2PTRACE_TRANSPORT_NET_IB;
-      Add("env-gdr-disabled", "contributes", {"NCCL_NET_GDR_LEVEL=" + *gdr_level});
+      Add("env-gdr-disabled", other_node_ ? "decided" : "contributes", {"NCCL_NET_GDR_LEVEL=" + *gdr_level});
       return;
     }
     if (f_.gdr && !*f_.gdr) {
       out_.transport = P2PTRACE_TRANSPORT_NET_IB;
-      Add("no-gdr", "contributes", {"no nvidia_peermem/dmabuf GPUDirect RDMA on this node"});
+      Add("no-gdr", other_node_ ? "decided" : "contributes", {"no nvidia_peermem/dmabuf GPUDirect RDMA on this node"});
       return;
     }
     out_.transport = f_.gdr ? P2PTRACE_TRANSPORT_NET_GDR : P2PTRACE_TRANSPORT_NET_IB;
@@ -347,6 +355,7 @@ class PairPredictor {
   PairFacts pf_;
   std::optional<PathType> path_;
   bool nv_ = false;
+  bool other_node_ = false;  // the two GPUs are on different machines
   const GpuFacts* ga_ = nullptr;
   const GpuFacts* gb_ = nullptr;
   std::vector<std::string> unknown_;

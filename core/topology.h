@@ -53,6 +53,7 @@ struct Host {
   long dev_shm_mb = 0;
   long shm_device = 0;
   bool gdr = false;
+  bool config_space_readable = false;  // probes run as root: a bridge's full PCI config space (ACS) reads
   std::vector<std::string> cpus;
   std::vector<PcieSwitch> switches;
   std::vector<Gpu> gpus;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 
 namespace p2ptrace {
 namespace {
@@ -21,6 +22,36 @@ bool Take(const unsigned char* p, size_t size, TraceRecord* out) {
   std::memcpy(&r, p, sizeof r);
   out->body = r;
   return true;
+}
+
+// Parts of text blocks, by block number, then part number; joined once every chunk is read.
+struct TextPart {
+  int kind = 0, parts = 0;
+  std::string text;
+};
+using TextParts = std::map<uint32_t, std::map<uint16_t, TextPart>>;
+
+void TakeTextPart(const unsigned char* p, size_t size, TextParts* parts) {
+  if (size < sizeof(p2ptrace_text_record)) return;
+  p2ptrace_text_record r;
+  std::memcpy(&r, p, sizeof r);
+  if (r.part >= r.parts || parts->size() > 4096) return;
+  TextPart& tp = (*parts)[r.block][r.part];
+  tp.kind = r.kind;
+  tp.parts = r.parts;
+  tp.text.assign(r.text, std::min<size_t>(r.length, sizeof r.text));
+}
+
+// A block with a part missing (a chunk lost to a crash) is dropped whole: half a block misleads.
+void JoinTextParts(const TextParts& parts, Trace* t) {
+  for (const auto& [block, by_part] : parts) {
+    if (by_part.empty()) continue;
+    int kind = by_part.begin()->second.kind, n = by_part.begin()->second.parts;
+    if (static_cast<int>(by_part.size()) != n) continue;
+    std::string text;
+    for (const auto& [part, tp] : by_part) text += tp.text;
+    t->text_blocks.emplace_back(kind, std::move(text));
+  }
 }
 
 // A read-only mapping that unmaps itself.
@@ -77,6 +108,7 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
   m.data = static_cast<const unsigned char*>(p);
 
   Trace t;
+  TextParts text_parts;
   t.path = path;
   t.file_bytes = m.size;
   std::memcpy(&t.header, m.data, sizeof t.header);
@@ -134,6 +166,11 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
         ++t.bad_chunks;  // the rest of this chunk cannot be framed
         break;
       }
+      if (rh.type == P2PTRACE_RECORD_TEXT) {  // kept apart from records: never counted against the cap
+        TakeTextPart(r + pos, rh.size, &text_parts);
+        pos += rh.size;
+        continue;
+      }
       if (t.records.size() >= options.max_records) {
         ++t.records_not_kept;  // framed and counted, not decoded
         pos += rh.size;
@@ -156,6 +193,7 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
       pos += rh.size;
     }
   }
+  JoinTextParts(text_parts, &t);
   return t;
 }
 

@@ -49,6 +49,8 @@ struct Trace {
   uint64_t file_bytes = 0;           // the file's size on disk
   uint64_t missing_chunks = 0;       // claimed chunks beyond the end of a cut-short file
   uint64_t records_not_kept = 0;     // complete records past ReadOptions::max_records
+  // Text blocks (p2ptrace_text_record), joined from their parts: kind 1 = the preflight block.
+  std::vector<std::pair<int, std::string>> text_blocks;
 
   // Path 0 direct, 1 host-staged; zeros for a cell never used.
   const p2ptrace_pair_counters& Counter(int src, int dst, int path) const;

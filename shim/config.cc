@@ -89,6 +89,11 @@ Config ReadConfig(void (*warn)(const std::string&)) {
   if (const char* v = Env("P2PTRACE_MAX_MB"); v && !ParseMaxMb(v, &c.max_bytes))
     warn(std::string("P2PTRACE_MAX_MB=") + v + " is not a whole number of megabytes in 1..65536; using 64");
   if (const char* v = Env("P2PTRACE_SYSROOT")) c.sysroot = v;
+  if (const char* v = Env("P2PTRACE_WARN")) {
+    std::string w = v;
+    if (w == "node" || w == "rank" || w == "off") c.warn = w;
+    else warn("P2PTRACE_WARN='" + w + "' is not node, rank or off; using node");
+  }
   const char* dir = Env("P2PTRACE_DIR");
   c.dir = dir ? dir : "p2ptrace-" + JobId();
   if (c.dir[0] != '/') {

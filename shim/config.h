@@ -19,6 +19,7 @@ struct Config {
   SampleSpec sample;
   uint64_t max_bytes = 64ull << 20;   // P2PTRACE_MAX_MB
   std::string sysroot;    // P2PTRACE_SYSROOT, "" for /
+  std::string warn = "node";  // P2PTRACE_WARN: node (once per node), rank (every process), off
   bool disabled = false;  // P2PTRACE_DISABLE=1: the shim passes everything through and records nothing
 };
 

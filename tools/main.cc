@@ -10,6 +10,7 @@
 
 #include "CLI/CLI.hpp"
 #include "tools/diff.h"
+#include "tools/doctor.h"
 #include "tools/dump.h"
 #include "tools/export.h"
 #include "tools/explain.h"
@@ -27,6 +28,7 @@ constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, 
   p2ptrace run [--dir D] [--json] -- CMD …   run CMD with libp2ptrace.so preloaded, then print the report
   p2ptrace report DIR [--json]               merged view of every trace in DIR (or one trace file)
   p2ptrace dump FILE [--json]                one trace file, record by record (--json: JSON lines)
+  p2ptrace doctor [--json]                   probe this node now: paths each GPU pair will take, and why
   p2ptrace explain FILE… [--json]            explain NCCL_DEBUG=INFO logs and `nvidia-smi topo -m`: paths per pair, and why
   p2ptrace export DIR --perfetto OUT         the job as a timeline for ui.perfetto.dev (Chrome trace JSON)
   p2ptrace diff A B [--json]                 what changed between two runs; exit 1 when a pair got worse
@@ -138,6 +140,12 @@ int main(int argc, char** argv) {
       "Writes one trace per rank in the real format (v1.0) and the NCCL log its shim would have tapped, so that\n"
       "report, html, export and diff run on them. Ranks 0..N-1 fill hosts in order; each rank copies to the other\n"
       "GPUs of its host and runs an NCCL ring (send to rank+1, recv from rank-1, allreduce).");
+  DoctorOptions doctor_options;
+  auto* doctor = app.add_subcommand("doctor", "probe this node now: GPUs, links, predicted paths, causes, warnings");
+  doctor->add_flag("--json", json, "print the result as JSON (DESIGN.md §7 schema)");
+  doctor->add_option("--sysroot", doctor_options.sysroot, "read /proc and /sys under this directory (default: "
+                     "P2PTRACE_SYSROOT, else /)");
+  doctor->add_flag("--no-cuda", [&](int64_t) { doctor_options.cuda = false; }, "do not load libcudart");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -146,6 +154,10 @@ int main(int argc, char** argv) {
   if (explain->parsed()) {
     explain_options.json = json;
     return RunExplain(files, explain_options, std::cout, std::cerr);
+  }
+  if (doctor->parsed()) {
+    doctor_options.json = json;
+    return RunDoctor(doctor_options, std::cout, std::cerr);
   }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);
   if (exporter->parsed()) return RunExport(path, perfetto_out, export_options, std::cerr);

@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.0 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.1 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -28,7 +28,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 0
+#define P2PTRACE_FORMAT_MINOR 1
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -107,7 +107,8 @@ enum p2ptrace_record_type {
   P2PTRACE_RECORD_TIMING = 3,
   P2PTRACE_RECORD_IPC = 4,
   P2PTRACE_RECORD_NCCL_COMM = 5,
-  P2PTRACE_RECORD_NCCL_OP = 6
+  P2PTRACE_RECORD_NCCL_OP = 6,
+  P2PTRACE_RECORD_TEXT = 7 /* minor 1: a text block in parts (p2ptrace_text_record) */
 };
 
 typedef struct p2ptrace_record_header {
@@ -204,6 +205,22 @@ typedef struct p2ptrace_nccl_op_record {
   uint16_t reserved0;
   uint32_t reserved1;
 } p2ptrace_nccl_op_record;
+
+/* Added in minor 1. A text block too long for one record, in parts: readers join the parts of one
+ * `block` in `part` order. Kind 1 is the preflight block (core/node_probe.h: what the node probes
+ * found, the predicted path and causes of every GPU pair, the warnings printed at job start), as
+ * "p2ptrace-preflight 1" then tab-separated lines. */
+enum p2ptrace_text_kind { P2PTRACE_TEXT_PREFLIGHT = 1 };
+#define P2PTRACE_TEXT_PART_BYTES 4064
+typedef struct p2ptrace_text_record {
+  p2ptrace_record_header h;
+  uint32_t block;  /* per process, from 1 */
+  uint16_t part, parts;
+  uint16_t kind;   /* p2ptrace_text_kind */
+  uint16_t length; /* bytes of text used in this part */
+  uint32_t reserved;
+  char text[P2PTRACE_TEXT_PART_BYTES];
+} p2ptrace_text_record;
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/memory_map.h"
+#include "shim/preflight.h"
 #include "shim/record/copy_timer.h"
 #include "shim/record/trace_writer.h"
 
@@ -178,9 +179,14 @@ void ChangePeer(int from, int to, uint8_t how, bool set) {
 
 __attribute__((noinline, cold)) uint8_t ResolveRoute(const CudaRuntime& rt, int a, int b) {
   ResolveLink(rt, a, b);
-  std::lock_guard<std::mutex> lock(g_slow_mu);
-  SetRoutes(a, b);
-  return g_route[a][b].load(std::memory_order_relaxed);
+  uint8_t route;
+  {
+    std::lock_guard<std::mutex> lock(g_slow_mu);
+    SetRoutes(a, b);
+    route = g_route[a][b].load(std::memory_order_relaxed);
+  }
+  PreflightCopyRoute(rt, a, b, (route & kStaged) == 0);  // the pair's first copy: warn before it runs
+  return route;
 }
 
 // The route of a copy a→b now: one load, once per pair a resolution.
@@ -437,7 +443,7 @@ namespace hooks {
 static void NoteAlloc(NodeRuntime rt, cudaError_t r, void** p, size_t n) {
   if (r == cudaSuccess && p != nullptr && *p != nullptr) {
     MemoryMap::Add(*p, n, CurrentDevice(rt));
-    Ready(rt, r);
+    if (Ready(rt, r)) PreflightIfNccl(rt);  // an NCCL job: warn before its first collective
   }
 }
 
@@ -543,6 +549,7 @@ cudaError_t cudaDeviceCanAccessPeer(NodeRuntime rt, Real<decltype(&::cudaDeviceC
   cudaError_t r = real(can, dev, peer);
   if (Ready(rt, r))
     WritePeer(P2PTRACE_API_cudaDeviceCanAccessPeer, dev, peer, r, r == cudaSuccess && can ? *can : -1, 0);
+  if (r == cudaSuccess) PreflightFromCuda(rt);
   return r;
 }
 
@@ -552,6 +559,7 @@ cudaError_t cudaDeviceGetP2PAttribute(NodeRuntime rt, Real<decltype(&::cudaDevic
   if (Ready(rt, r))
     WritePeer(P2PTRACE_API_cudaDeviceGetP2PAttribute, src, dst, r, r == cudaSuccess && v ? *v : -1,
               static_cast<int>(a));
+  if (r == cudaSuccess) PreflightFromCuda(rt);
   return r;
 }
 
@@ -559,6 +567,7 @@ cudaError_t cudaDeviceEnablePeerAccess(NodeRuntime rt, Real<decltype(&::cudaDevi
                                        int peer, unsigned int flags) {
   cudaError_t r = real(peer, flags);
   if (!Ready(rt, r)) return r;
+  if (r == cudaSuccess || r == cudaErrorPeerAccessAlreadyEnabled) PreflightFromCuda(rt);
   int d = NotedDevice(rt);
   // 704 means it was already on: either way the mapping exists now.
   if ((r == cudaSuccess || r == cudaErrorPeerAccessAlreadyEnabled) && ValidDevice(d) && ValidDevice(peer))

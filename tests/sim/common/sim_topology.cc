@@ -112,6 +112,7 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
   if (host.dev_shm_mb < 0) Fail(f + ".dev_shm_mb", "must not be negative");
   host.shm_device = static_cast<long>(Num(h, f, "shm_device", false, 1));
   host.gdr = Bool(h, f, "gdr", false);
+  host.config_space_readable = Bool(h, f, "config_space_readable", false);
 
   std::set<std::string> ids;
   const json& cpus = Array(h, f, "cpus");

@@ -125,6 +125,7 @@ struct PciDevice {
   p2ptrace::PcieLink link;
   const p2ptrace::Gpu* gpu = nullptr;
   const p2ptrace::Nic* nic = nullptr;
+  const p2ptrace::PcieSwitch* sw = nullptr;
   int iommu_group = -1;
 };
 
@@ -186,6 +187,7 @@ class PciPlanner {
       std::optional<std::string> bdf = buses_.Next(first_bus);
       if (!bdf) return OutOfBuses(error);
       PciDevice d{PciDevice::Kind::kBridge, *bdf, dir / *bdf, numa, infra_link_};
+      d.sw = &sw;
       devices_.push_back(d);
       group_key_.push_back(GroupKey(sw.parent, d.bdf));
       if (!PlaceChildren(sw.id, d.dir, numa, first_bus, error)) return false;
@@ -240,7 +242,28 @@ class PciPlanner {
   std::vector<std::string> group_key_;  // parallel to devices_
 };
 
-void WritePciDevice(TreeWriter& w, const PciDevice& d) {
+// A device's `config` as sysfs returns it: 64 bytes to a normal user, 4096 to root. A switch port
+// carries an ACS extended capability at 0x100 whose control register has P2P Request and
+// Completion Redirect on when the switch has acs_redirect.
+void WriteConfigSpace(TreeWriter& w, const Host& host, const PciDevice& d) {
+  std::string cfg(host.config_space_readable ? 4096 : 64, '\0');
+  auto put16 = [&](size_t off, unsigned v) {
+    if (off + 1 < cfg.size()) cfg[off] = static_cast<char>(v & 0xff), cfg[off + 1] = static_cast<char>(v >> 8);
+  };
+  unsigned vendor = d.kind == PciDevice::Kind::kBridge ? 0x1000 : d.kind == PciDevice::Kind::kGpu ? 0x10de : 0x15b3;
+  put16(0, vendor);
+  put16(2, d.kind == PciDevice::Kind::kBridge ? 0xc030 : d.kind == PciDevice::Kind::kGpu ? 0x2330 : 0x1021);
+  if (d.kind == PciDevice::Kind::kBridge && cfg.size() > 0x108) {
+    bool redirect = d.sw != nullptr && d.sw->acs_redirect;
+    put16(0x100, 0x000d);              // ACS, version 1, no next capability
+    put16(0x102, 0x0001);
+    put16(0x104, 0x005f);              // capabilities: SV TB RR CR UF EC
+    put16(0x106, redirect ? 0x001d : 0x0000);  // control: SV RR CR UF when redirecting
+  }
+  w.File(d.dir / "config", cfg);
+}
+
+void WritePciDevice(TreeWriter& w, const Host& host, const PciDevice& d) {
   std::string vendor, device, cls;
   switch (d.kind) {
     case PciDevice::Kind::kBridge:  // a Broadcom PEX switch port
@@ -263,6 +286,7 @@ void WritePciDevice(TreeWriter& w, const PciDevice& d) {
   w.File(d.dir / "current_link_width", std::to_string(d.link.width) + "\n");
   w.File(d.dir / "max_link_width", std::to_string(d.link.max_width) + "\n");
   w.Link(fs::path("sys/bus/pci/devices") / d.bdf, d.dir);
+  WriteConfigSpace(w, host, d);
   if (d.nic != nullptr) {  // how NCCL finds a NIC's PCI path
     bool rdma = d.nic->kind != "eth";
     fs::path own = d.dir / (rdma ? "infiniband" : "net") / d.nic->name;
@@ -403,8 +427,11 @@ bool WriteSysroot(const Host& host, const std::string& dir, std::string* error) 
                                std::to_string(host.shm_device) + "\n");
   for (const fs::path& r : planner.Roots()) w.Dir(r);
   w.Dir("sys/bus/pci/devices");
-  for (const PciDevice& d : devices) WritePciDevice(w, d);
+  for (const PciDevice& d : devices) WritePciDevice(w, host, d);
   WriteIommu(w, host, devices);
+  // GPUDirect RDMA: the nvidia_peermem module, as /sys/module lists a loaded one.
+  w.RemoveTree("sys/module/nvidia_peermem");
+  if (host.gdr) w.File("sys/module/nvidia_peermem/refcnt", "0\n");
   WriteNvidiaDriver(w, host);
   WriteMachineMarkers(w, host);
   if (!w.ok()) *error = w.error();

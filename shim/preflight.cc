@@ -1,0 +1,320 @@
+#include "shim/preflight.h"
+
+#include <fcntl.h>
+#include <link.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <dirent.h>
+#include <mutex>
+#include <thread>
+
+#include "core/node_probe.h"
+#include "core/vocabulary.h"
+#include "shim/interpose/cuda_hooks.h"
+#include "shim/probe.h"
+#include "shim/record/trace_writer.h"
+
+namespace p2ptrace::shim {
+namespace {
+
+std::atomic<int> g_preflight{0};  // 0 not yet, 1 running or done
+std::mutex g_mu;                  // the probe result below, and the copy-route warnings
+NodeProbe* g_probe = nullptr;     // kept for later warnings about the application's copies
+std::atomic<uint32_t> g_block{0};
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  return *end == '\0' && x >= 0 && x < (1 << 30) ? static_cast<int>(x) : fallback;
+}
+
+void WriteStderr(const std::string& line) {
+  std::string s = line + "\n";
+  ssize_t ignored = write(2, s.data(), s.size());
+  (void)ignored;
+}
+
+// The block into the trace, in parts of at most P2PTRACE_TEXT_PART_BYTES.
+void RecordText(const std::string& text) {
+  if (!TraceWriter::Ready()) return;
+  uint32_t block = g_block.fetch_add(1) + 1;
+  size_t parts = (text.size() + P2PTRACE_TEXT_PART_BYTES - 1) / P2PTRACE_TEXT_PART_BYTES;
+  if (parts == 0 || parts > 0xffff) return;
+  for (size_t i = 0; i < parts; ++i) {
+    size_t off = i * P2PTRACE_TEXT_PART_BYTES;
+    size_t len = std::min<size_t>(P2PTRACE_TEXT_PART_BYTES, text.size() - off);
+    TraceWriter::Emit<p2ptrace_text_record>(P2PTRACE_RECORD_TEXT, TraceWriter::NextSeq(), [&](p2ptrace_text_record& r) {
+      r.block = block;
+      r.part = static_cast<uint16_t>(i);
+      r.parts = static_cast<uint16_t>(parts);
+      r.kind = P2PTRACE_TEXT_PREFLIGHT;
+      r.length = static_cast<uint16_t>(len);
+      std::memcpy(r.text, text.data() + off, len);
+    });
+  }
+}
+
+// Whether this process prints: P2PTRACE_WARN=rank always; node only the first process of a node
+// (an O_EXCL marker in the trace directory, keyed by what NCCL calls a node); off never.
+bool ShouldPrint(const NodeProbe& p, const std::string& what) {
+  const Config& c = TraceWriter::config();
+  if (c.warn == "off") return false;
+  if (c.warn == "rank") return true;
+  if (!MakeDirs(c.dir + "/.p2ptrace-warned")) return true;  // cannot coordinate: better twice than never
+  std::string key = p.hostname + "-" + p.boot_id + "-" + (p.shm_dev ? std::to_string(*p.shm_dev) : "") + "-" + what;
+  for (char& ch : key)
+    if (ch == '/' || ch == '\0') ch = '_';
+  int fd = open((c.dir + "/.p2ptrace-warned/" + key).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return errno != EEXIST;
+  close(fd);
+  return true;
+}
+
+// --- ranks of the job: who drives which GPU, under which host identity ------------------------------
+
+struct Identity {
+  std::string host, boot_id, bus;
+  long shm_dev = -1, shm_mb = -1;
+  int rank = -1, pid = 0, gpu = -1;  // gpu: the index its own node gives the GPU
+};
+
+std::string IdentityDir() { return TraceWriter::config().dir + "/.p2ptrace-ranks"; }
+
+void Publish(const Identity& id) {
+  if (!MakeDirs(IdentityDir())) return;
+  std::string text = "host " + id.host + "\nboot_id " + id.boot_id + "\nshm_dev " + std::to_string(id.shm_dev) +
+                     "\nshm_mb " + std::to_string(id.shm_mb) + "\nrank " + std::to_string(id.rank) + "\nbus " + id.bus +
+                     "\npid " + std::to_string(id.pid) + "\ngpu " + std::to_string(id.gpu) + "\n";
+  std::string final_path = IdentityDir() + "/" + std::to_string(id.pid) + ".id";
+  std::string tmp = final_path + ".tmp";
+  int fd = open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return;
+  ssize_t ignored = write(fd, text.data(), text.size());
+  (void)ignored;
+  close(fd);
+  rename(tmp.c_str(), final_path.c_str());  // readers see whole files only
+}
+
+std::vector<Identity> ReadIdentities() {
+  std::vector<Identity> out;
+  DIR* d = opendir(IdentityDir().c_str());
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.size() < 4 || name.compare(name.size() - 3, 3, ".id") != 0) continue;
+    int fd = open((IdentityDir() + "/" + name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) continue;
+    char buf[1024];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) continue;
+    std::string text(buf, static_cast<size_t>(n));
+    Identity id;
+    for (size_t pos = 0; pos < text.size();) {
+      size_t eol = text.find('\n', pos);
+      if (eol == std::string::npos) eol = text.size();
+      std::string line = text.substr(pos, eol - pos);
+      pos = eol + 1;
+      size_t sp = line.find(' ');
+      if (sp == std::string::npos) continue;
+      std::string k = line.substr(0, sp), v = line.substr(sp + 1);
+      if (k == "host") id.host = v;
+      else if (k == "boot_id") id.boot_id = v;
+      else if (k == "bus") id.bus = v;
+      else if (k == "shm_dev") id.shm_dev = std::strtol(v.c_str(), nullptr, 10);
+      else if (k == "shm_mb") id.shm_mb = std::strtol(v.c_str(), nullptr, 10);
+      else if (k == "rank") id.rank = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+      else if (k == "pid") id.pid = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+      else if (k == "gpu") id.gpu = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
+    }
+    out.push_back(std::move(id));
+    if (out.size() > 4096) break;
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end(), [](const Identity& a, const Identity& b) { return a.rank < b.rank || (a.rank == b.rank && a.pid < b.pid); });
+  return out;
+}
+
+// Every rank of the job that published, waiting (bounded) for WORLD_SIZE of them: ranks call the
+// same init at about the same time, so the wait is short when they share the trace directory and
+// capped when they do not (other nodes).
+std::vector<Identity> ExchangeIdentities(const Identity& self) {
+  Publish(self);
+  int world = EnvInt("WORLD_SIZE", 1);
+  std::vector<Identity> all = ReadIdentities();
+  if (world <= 1) return all;
+  int wait_ms = EnvInt("P2PTRACE_RANK_WAIT_MS", 2000);
+  for (int waited = 0; static_cast<int>(all.size()) < world && waited < wait_ms; waited += 20) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    all = ReadIdentities();
+  }
+  return all;
+}
+
+// Folds the other ranks into the probe: GPUs of this node get their rank; a rank on the same
+// machine (boot id) under another hostname or /dev/shm is a separate container; another boot id
+// is another node. The communicator becomes the GPUs the ranks drive.
+void MergeIdentities(const Identity& self, const std::vector<Identity>& ids, NodeProbe* p) {
+  std::vector<int> used;
+  int next_foreign = 100;
+  for (const Identity& id : ids) {
+    if (id.bus.empty()) continue;
+    bool same_machine = id.boot_id == self.boot_id;
+    bool same_node = same_machine && id.host == self.host && id.shm_dev == self.shm_dev;
+    ProbedGpu* g = nullptr;
+    if (same_machine)
+      for (ProbedGpu& x : p->gpus)
+        if (x.bus_id == id.bus) g = &x;
+    if (g == nullptr) {
+      if (same_node) continue;  // a GPU this node's NVML does not list: nothing to pair
+      ProbedGpu foreign;
+      foreign.index = next_foreign++;
+      foreign.bus_id = id.bus;
+      foreign.cuda = id.gpu;  // shown as "<host> GPU<n>", its own node's number
+      p->gpus.push_back(foreign);
+      g = &p->gpus.back();
+    }
+    if (g->rank < 0 || id.pid == self.pid) g->rank = id.rank;
+    if (!same_node) {
+      g->hostname = id.host;
+      g->boot_id = id.boot_id;
+      if (id.shm_dev >= 0) g->shm_dev = static_cast<uint64_t>(id.shm_dev);
+      if (id.shm_mb >= 0) g->shm_bytes = static_cast<uint64_t>(id.shm_mb) << 20;
+    }
+    if (std::find(used.begin(), used.end(), g->index) == used.end()) used.push_back(g->index);
+  }
+  std::sort(used.begin(), used.end());
+  if (used.size() >= 2) p->communicator = used;
+}
+
+std::string BusOfDevice(const CudaRuntime* rt, int device) {
+  if (rt == nullptr || device < 0) return "";
+  char bus[32] = {};
+  if (rt->DeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) return "";
+  return NormalizeBusId(bus);
+}
+
+void Run(const CudaRuntime* rt) {
+  const Config& c = TraceWriter::config();
+  if (c.disabled) return;
+  ProbeOptions o;
+  o.sysroot = c.sysroot;
+  o.nvml_timeout_ms = EnvInt("P2PTRACE_NVML_TIMEOUT_MS", 3000);
+  CudaQueries q;
+  if (rt != nullptr && RuntimeAnswered(*rt)) {
+    q.GetDeviceCount = reinterpret_cast<int (*)(int*)>(rt->GetDeviceCount);
+    q.DeviceGetPCIBusId = reinterpret_cast<int (*)(char*, int, int)>(rt->DeviceGetPCIBusId);
+    q.CanAccessPeer = reinterpret_cast<int (*)(int*, int, int)>(ResolveReal("cudaDeviceCanAccessPeer", rt->node));
+    q.GetP2PAttribute = reinterpret_cast<int (*)(int*, int, int, int)>(ResolveReal("cudaDeviceGetP2PAttribute", rt->node));
+    o.cuda = &q;
+  }
+  auto* probe = new NodeProbe(GatherNodeProbe(o));
+  Identity self;
+  self.host = probe->hostname;
+  self.boot_id = probe->boot_id;
+  self.shm_dev = probe->shm_dev ? static_cast<long>(*probe->shm_dev) : -1;
+  self.shm_mb = probe->shm_bytes ? static_cast<long>(*probe->shm_bytes >> 20) : -1;
+  self.rank = EnvInt("RANK", -1);
+  self.pid = static_cast<int>(getpid());
+  int device = -1;
+  if (rt != nullptr && RuntimeAnswered(*rt) && rt->GetDevice(&device) == cudaSuccess) self.bus = BusOfDevice(rt, device);
+  for (const ProbedGpu& g : probe->gpus)
+    if (!self.bus.empty() && g.bus_id == self.bus) self.gpu = g.index;
+  if (EnvInt("WORLD_SIZE", 1) > 1 && MakeDirs(c.dir)) MergeIdentities(self, ExchangeIdentities(self), probe);
+  if (probe->communicator.empty()) {  // one process driving several GPUs: the ones it can see
+    for (const ProbedGpu& g : probe->gpus)
+      if (g.cuda >= 0) probe->communicator.push_back(g.index);
+    if (probe->communicator.size() < 2) probe->communicator.clear();
+  }
+  Prediction pred = PredictNode(*probe);
+  std::vector<std::string> lines = WarningLines(*probe, pred);
+  if (ShouldPrint(*probe, "preflight"))
+    for (const std::string& l : lines) WriteStderr(l);
+  RecordText(SerializePreflight(MakePreflightBlock(*probe, pred, lines)));
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_probe = probe;
+}
+
+}  // namespace
+
+void PreflightFromCuda(const CudaRuntime& rt) {
+  int expected = 0;
+  if (g_preflight.load(std::memory_order_relaxed) != 0 || !g_preflight.compare_exchange_strong(expected, 1)) return;
+  Run(&rt);
+}
+
+int FindNccl(struct dl_phdr_info* info, size_t, void* found) {
+  const char* name = info->dlpi_name;
+  const char* base = name ? std::strrchr(name, '/') : nullptr;
+  base = base ? base + 1 : name;
+  if (base && std::strncmp(base, "libnccl.so", 10) == 0) *static_cast<bool*>(found) = true;
+  return *static_cast<bool*>(found) ? 1 : 0;
+}
+
+void PreflightIfNccl(const CudaRuntime& rt) {
+  if (g_preflight.load(std::memory_order_relaxed) != 0) return;
+  bool nccl = false;
+  dl_iterate_phdr(FindNccl, &nccl);
+  if (nccl) PreflightFromCuda(rt);
+}
+
+void PreflightAtNcclInit() {
+  int expected = 0;
+  if (g_preflight.load(std::memory_order_relaxed) != 0 || !g_preflight.compare_exchange_strong(expected, 1)) return;
+  Run(nullptr);
+}
+
+void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
+  if (direct || !RuntimeAnswered(rt)) return;
+  PreflightFromCuda(rt);
+  auto can = reinterpret_cast<cudaError_t (*)(int*, int, int)>(ResolveReal("cudaDeviceCanAccessPeer", rt.node));
+  int ab = 0, ba = 0;
+  if (can == nullptr || can(&ab, src, dst) != cudaSuccess || can(&ba, dst, src) != cudaSuccess || !(ab || ba)) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_probe == nullptr) return;
+  const NodeProbe& p = *g_probe;
+  const ProbedGpu* ga = nullptr;
+  const ProbedGpu* gb = nullptr;
+  for (const ProbedGpu& g : p.gpus) {
+    if (g.cuda == src) ga = &g;
+    if (g.cuda == dst) gb = &g;
+  }
+  int a = ga ? ga->index : src, b = gb ? gb->index : dst;
+  const ProbedPair* pr = p.Pair(a, b);
+  int best = pr && pr->link.rfind("NV", 0) == 0 ? P2PTRACE_TRANSPORT_NVLINK : P2PTRACE_TRANSPORT_PCIE_P2P;
+  PreflightBlock block;
+  block.host = p.hostname;
+  block.boot_id = p.boot_id;
+  PreflightPair q;
+  q.a = a;
+  q.b = b;
+  q.bus_a = ga ? ga->bus_id : "";
+  q.bus_b = gb ? gb->bus_id : "";
+  q.link = pr ? pr->link : "";
+  q.transport = P2PTRACE_TRANSPORT_HOST_STAGED;
+  q.best = best;
+  q.fallback = true;
+  q.impact = ImpactText(q.transport, best, q.link, 0);
+  std::string ev = "the application copied from CUDA device " + std::to_string(src) + " to " + std::to_string(dst) +
+                   " without cudaDeviceEnablePeerAccess, though cudaDeviceCanAccessPeer says " + std::to_string(ab) + "/" +
+                   std::to_string(ba);
+  q.causes.push_back({"peer-access-not-enabled", "decided", {ev}});
+  const CauseInfo* info = FindCause("peer-access-not-enabled");
+  std::string line = "p2ptrace: warning: " + p.hostname + " GPU" + std::to_string(a) + " -> GPU" + std::to_string(b) +
+                     ": host_staged instead of " + std::string(TransportName(best)) + " [peer-access-not-enabled] " + ev +
+                     (q.impact.empty() ? "" : "; " + q.impact) + "; fix: " + std::string(info ? info->fix : "");
+  block.pairs.push_back(std::move(q));
+  block.warnings.push_back(line);
+  if (ShouldPrint(p, "copy-" + std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b)))) WriteStderr(line);
+  RecordText(SerializePreflight(block));
+}
+
+}  // namespace p2ptrace::shim
