@@ -84,6 +84,12 @@ typedef struct p2ptrace_file_header {
    * regkey, 6 not supported, 7 unknown) */
   uint8_t direct_transport[P2PTRACE_MAX_DEVICES][P2PTRACE_MAX_DEVICES];
   uint8_t nvml_p2p_status[P2PTRACE_MAX_DEVICES][P2PTRACE_MAX_DEVICES];
+  /* Added in minor 1 (zero in older files). Copy timing, updated atomically: sampled copies and
+   * NCCL operations left untimed (no free timing event pair because the resolver had not caught
+   * up, its queue full, a stream capture running, the stream's device unknown); and the timing
+   * event pairs made (at most 64 per runtime and device, then reused). */
+  uint64_t timings_skipped;
+  uint64_t timing_event_pairs;
 } p2ptrace_file_header;
 
 typedef struct p2ptrace_pair_counters {

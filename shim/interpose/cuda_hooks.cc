@@ -13,7 +13,7 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
+#include <vector>
 
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/memory_map.h"
@@ -57,11 +57,96 @@ std::atomic<uint8_t> g_route[kMaxDev][kMaxDev];
 
 std::mutex g_slow_mu;  // slow paths only
 
-// Streams the application created, with their device (for timing events on the right device).
+// Streams the application created, with their device (for timing events on the right device):
+// open addressing with linear probing, written under g_streams_mu at stream create and destroy,
+// read by timed copies without a lock. A slot's device is stored before its key (release), so a
+// reader that finds the key finds the device. An erased key becomes a tombstone, or empty when
+// nothing lies beyond it; too many tombstones and the table is rebuilt in place, during which a
+// concurrent reader may miss a stream: that copy then goes untimed (and is counted as skipped).
+constexpr uint32_t kStreamSlots = 4096;  // a power of two; at most 3/4 used
+constexpr uintptr_t kNoStream = 0, kErased = ~uintptr_t{0};
+struct StreamSlot {
+  std::atomic<uintptr_t> key;
+  std::atomic<int> device;
+};
 std::mutex g_streams_mu;
-std::unordered_map<cudaStream_t, int>& Streams() {
-  static auto* m = new std::unordered_map<cudaStream_t, int>();
-  return *m;
+constinit StreamSlot g_streams[kStreamSlots]{};
+uint32_t g_streams_used = 0;  // live + erased slots (under g_streams_mu)
+
+inline uint32_t StreamHash(uintptr_t s) {
+  return static_cast<uint32_t>((s * 0x9E3779B97F4A7C15ull) >> 52) & (kStreamSlots - 1);
+}
+
+// The device of stream s, or -1: lock-free.
+inline int LookupStream(uintptr_t s) {
+  for (uint32_t i = StreamHash(s), n = 0; n < kStreamSlots; ++n, i = (i + 1) & (kStreamSlots - 1)) {
+    uintptr_t k = g_streams[i].key.load(std::memory_order_acquire);
+    if (k == s) return g_streams[i].device.load(std::memory_order_relaxed);
+    if (k == kNoStream) return -1;
+  }
+  return -1;
+}
+
+// Caller holds g_streams_mu. Returns the slot of s, or -1.
+int FindStreamSlot(uintptr_t s) {
+  for (uint32_t i = StreamHash(s), n = 0; n < kStreamSlots; ++n, i = (i + 1) & (kStreamSlots - 1)) {
+    uintptr_t k = g_streams[i].key.load(std::memory_order_relaxed);
+    if (k == s) return static_cast<int>(i);
+    if (k == kNoStream) return -1;
+  }
+  return -1;
+}
+
+void PlaceStream(uintptr_t s, int device) {
+  for (uint32_t i = StreamHash(s);; i = (i + 1) & (kStreamSlots - 1)) {
+    uintptr_t k = g_streams[i].key.load(std::memory_order_relaxed);
+    if (k == kNoStream || k == kErased) {
+      if (k == kNoStream) ++g_streams_used;
+      g_streams[i].device.store(device, std::memory_order_relaxed);
+      g_streams[i].key.store(s, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+// Caller holds g_streams_mu.
+void AddStream(cudaStream_t stream, int device) {
+  auto s = reinterpret_cast<uintptr_t>(stream);
+  if (s == kNoStream || s == kErased) return;
+  if (int i = FindStreamSlot(s); i >= 0) {
+    g_streams[i].device.store(device, std::memory_order_relaxed);
+    return;
+  }
+  if (g_streams_used + 1 > kStreamSlots / 4 * 3) {  // rebuild without the tombstones
+    std::vector<std::pair<uintptr_t, int>> live;
+    for (StreamSlot& slot : g_streams) {
+      uintptr_t k = slot.key.load(std::memory_order_relaxed);
+      if (k != kNoStream && k != kErased) live.emplace_back(k, slot.device.load(std::memory_order_relaxed));
+      slot.key.store(kNoStream, std::memory_order_relaxed);
+    }
+    g_streams_used = 0;
+    for (auto [k, d] : live) PlaceStream(k, d);
+    if (g_streams_used + 1 > kStreamSlots / 4 * 3) return;  // that many live streams: not timed
+  }
+  PlaceStream(s, device);
+}
+
+// Caller holds g_streams_mu.
+void EraseStream(cudaStream_t stream) {
+  int i = FindStreamSlot(reinterpret_cast<uintptr_t>(stream));
+  if (i < 0) return;
+  auto next = [](uint32_t j) { return (j + 1) & (kStreamSlots - 1); };
+  if (g_streams[next(static_cast<uint32_t>(i))].key.load(std::memory_order_relaxed) != kNoStream) {
+    g_streams[i].key.store(kErased, std::memory_order_relaxed);
+    return;
+  }
+  // Nothing lies beyond: this slot and the tombstones just before it need not be probed past.
+  for (uint32_t j = static_cast<uint32_t>(i);; j = (j - 1) & (kStreamSlots - 1)) {
+    uintptr_t k = g_streams[j].key.load(std::memory_order_relaxed);
+    if (j != static_cast<uint32_t>(i) && k != kErased) break;
+    g_streams[j].key.store(kNoStream, std::memory_order_relaxed);
+    --g_streams_used;
+  }
 }
 
 bool ValidDevice(int d) { return d >= 0 && d < kMaxDev; }
@@ -220,9 +305,7 @@ bool HostSide(cudaMemcpyKind k) {
 int StreamDevice(const CudaRuntime& rt, cudaStream_t stream) {
   uintptr_t s = reinterpret_cast<uintptr_t>(stream);
   if (s == 0 || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return CurrentDevice(rt);
-  std::lock_guard<std::mutex> lock(g_streams_mu);
-  auto it = Streams().find(stream);
-  return it == Streams().end() ? -1 : it->second;
+  return LookupStream(s);
 }
 
 // Whether this pair copy is timed; `sample` is the (never moving) config's, read once.
@@ -484,7 +567,7 @@ static void NoteStream(NodeRuntime rt, cudaError_t r, cudaStream_t* s) {
   if (r != cudaSuccess || s == nullptr) return;
   int d = CurrentDevice(rt);
   std::lock_guard<std::mutex> lock(g_streams_mu);
-  Streams()[*s] = d;
+  AddStream(*s, d);
 }
 cudaError_t cudaStreamCreate(NodeRuntime rt, Real<decltype(&::cudaStreamCreate)> real, cudaStream_t* s) {
   cudaError_t r = real(s);
@@ -506,7 +589,7 @@ cudaError_t cudaStreamCreateWithPriority(NodeRuntime rt, Real<decltype(&::cudaSt
 cudaError_t cudaStreamDestroy(NodeRuntime, Real<decltype(&::cudaStreamDestroy)> real, cudaStream_t s) {
   {
     std::lock_guard<std::mutex> lock(g_streams_mu);
-    Streams().erase(s);
+    EraseStream(s);
   }
   return real(s);
 }
