@@ -48,9 +48,11 @@ struct Forwarder {
   int fd = -1;
   off_t offset = 0;
   bool thread_running = false;
-  bool exiting = false;
+  bool exiting = false;    // exit drained it, or the tap was withdrawn: nothing more to forward
+  bool withdrawn = false;
 };
 std::atomic<Forwarder*> g_forwarder{nullptr};  // set once; never freed (it outlives exit's destructors)
+bool g_tap_in_force = false;  // this process's NCCL reads the tap's settings (set before main)
 
 std::string Getenv(const char* name) {
   const char* v = std::getenv(name);
@@ -104,6 +106,7 @@ void DrainAtExit() {
   Forwarder* f = g_forwarder.load(std::memory_order_acquire);
   if (f == nullptr) return;
   std::lock_guard<std::mutex> lock(f->mu);
+  if (f->withdrawn) return;
   f->exiting = true;
   PumpLocked(f, true);
 }
@@ -188,6 +191,7 @@ bool Inherited() {
   bool file_ours = Getenv("NCCL_DEBUG_FILE") == Getenv(kTapFile) && Has("NCCL_DEBUG_FILE");
   bool debug_ours = Getenv("NCCL_DEBUG") == ours && Has("NCCL_DEBUG");
   if (file_ours && debug_ours) {
+    g_tap_in_force = true;
     std::string pattern = Getenv(kTapFile);
     if (forwarding) StartForwarding(pattern, pattern.substr(0, pattern.rfind('/')), level);
     return true;
@@ -221,7 +225,35 @@ void StartNcclLogTap(const Config& config) {
   setenv("NCCL_DEBUG_FILE", pattern.c_str(), 1);
   setenv(kTapFile, pattern.c_str(), 1);
   setenv("P2PTRACE_NCCL_TAP", "1", 1);
+  g_tap_in_force = true;
   if (debug != nullptr) StartForwarding(pattern, config.dir, level);
+}
+
+// Checked against NCCL's git history (src/debug.cc, tags v2.12.12 … v2.14.3): only 2.13 tests
+// `ncclDebugLevel > NCCL_LOG_VERSION` for the file before assigning the level it parsed.
+bool NcclIgnoresDebugFile(int version_code) { return version_code >= 21300 && version_code < 21400; }
+
+void WithdrawNcclLogTap() {
+  if (!g_tap_in_force) return;
+  g_tap_in_force = false;
+  std::string pattern = Getenv(kTapFile);
+  // The user's NCCL_DEBUG, verbatim: kForward holds it when they set one; otherwise they had none.
+  if (Has(kForward)) setenv("NCCL_DEBUG", Getenv(kForward).c_str(), 1);
+  else unsetenv("NCCL_DEBUG");
+  unsetenv("NCCL_DEBUG_FILE");
+  unsetenv(kTapFile);
+  unsetenv(kForward);
+  unsetenv("P2PTRACE_NCCL_TAP");
+  if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(f->mu);
+    f->withdrawn = f->exiting = true;  // the thread stops at its next wake; exit drains nothing
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+  }
+  if (!pattern.empty()) unlink(Expand(pattern).c_str());  // none expected: this NCCL never opens it
+  // Opened after the environment is the user's again, so the trace's copy of it is what NCCL reads.
+  if (TraceWriter::Ready())
+    __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN, __ATOMIC_RELAXED);
 }
 
 void PumpNcclLog() {

@@ -16,4 +16,15 @@ void StartNcclLogTap(const Config& config);
 // call reaches stdout before the program's next own output, as it would have without the tap.
 void PumpNcclLog();
 
+// NCCL 2.13.x decides whether to open NCCL_DEBUG_FILE before it has read NCCL_DEBUG (its level is
+// still unset then; fixed in 2.14.3), so it ignores the file and prints the tap's INFO level on
+// stdout. True for such a version code (ncclGetVersion's answer).
+bool NcclIgnoresDebugFile(int version_code);
+
+// Takes the tap back before NCCL has read the environment: the user's NCCL_DEBUG exactly as they
+// set it (unset when they did not), no NCCL_DEBUG_FILE, markers or tap file, no forwarding; the
+// trace says why (P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN). Nothing when this process has no tap.
+// Once, from the first wrapped NCCL call, before it reaches NCCL.
+void WithdrawNcclLogTap();
+
 }  // namespace p2ptrace::shim

@@ -45,7 +45,9 @@ enum p2ptrace_capture_flag {
   P2PTRACE_CAPTURE_CUDART_13 = 1u << 2,
   P2PTRACE_CAPTURE_NVML_LINKS = 1u << 3,   /* link types came from NVML */
   P2PTRACE_CAPTURE_FORK_CHILD = 1u << 4,   /* this process was forked from a traced parent */
-  P2PTRACE_CAPTURE_TIMING_OFF = 1u << 5    /* copy timing disabled by P2PTRACE_SAMPLE */
+  P2PTRACE_CAPTURE_TIMING_OFF = 1u << 5,   /* copy timing disabled by P2PTRACE_SAMPLE */
+  P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN = 1u << 6 /* the NCCL log tap was taken back at the first NCCL
+                                                   call: this NCCL (2.13) ignores NCCL_DEBUG_FILE */
 };
 
 typedef struct p2ptrace_file_header {
@@ -90,6 +92,10 @@ typedef struct p2ptrace_file_header {
    * event pairs made (at most 64 per runtime and device, then reused). */
   uint64_t timings_skipped;
   uint64_t timing_event_pairs;
+  /* Added in minor 1 (zero in older files: the header page is zero-filled). ncclGetVersion's
+   * answer (NCCL_VERSION_CODE, e.g. 21805), asked at the process's first NCCL call; 0 unknown. */
+  int32_t nccl_version;
+  uint32_t reserved_nccl;
 } p2ptrace_file_header;
 
 typedef struct p2ptrace_pair_counters {
@@ -195,7 +201,9 @@ typedef struct p2ptrace_nccl_comm_record {
 
 enum p2ptrace_nccl_op_flag {
   P2PTRACE_NCCL_IN_GROUP = 1u << 0, /* issued between ncclGroupStart and ncclGroupEnd */
-  P2PTRACE_NCCL_TIMED = 1u << 1     /* a TIMING record with this seq follows (src = dst = -1) */
+  P2PTRACE_NCCL_TIMED = 1u << 1     /* a TIMING record with this seq follows (src = dst = -1); in a
+                                       group, the ops of one stream share one seq and one TIMING: the
+                                       whole group's launch (none follows when ncclGroupEnd failed) */
 };
 
 /* A collective or point-to-point operation. */

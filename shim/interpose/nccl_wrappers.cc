@@ -87,8 +87,31 @@ Fn NcclFn(const char* name) {
   return reinterpret_cast<Fn>(ResolveNccl(name));
 }
 
+std::atomic<bool> g_first_call_done{false};
+std::atomic<int> g_nccl_version{0};  // ncclGetVersion's answer; 0 unknown
+
+// Once per process, at the first wrapped call and before it reaches NCCL (no release reads its
+// environment earlier): which NCCL this is, asked through the real ncclGetVersion, which only
+// reports a constant. The version goes into the trace header, and an NCCL that would ignore the
+// log tap's NCCL_DEBUG_FILE gets the user's settings back before it reads them.
+__attribute__((noinline, cold)) void FirstNcclCall() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (g_first_call_done.load(std::memory_order_relaxed)) return;  // another thread did it
+  auto get_version = NcclFn<ncclResult_t (*)(int*)>("ncclGetVersion");
+  int v = 0;
+  if (get_version != nullptr && get_version(&v) == ncclSuccess && v > 0) {
+    g_nccl_version.store(v, std::memory_order_relaxed);
+    if (NcclIgnoresDebugFile(v)) WithdrawNcclLogTap();
+    if (TraceWriter::Ready()) TraceWriter::header()->nccl_version = v;
+  }
+  g_first_call_done.store(true, std::memory_order_release);
+}
+
 void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) {
   if (!TraceWriter::Ready()) return;
+  // Again here: a forked child's trace opens after the process's first call.
+  if (int v = g_nccl_version.load(std::memory_order_relaxed)) TraceWriter::header()->nccl_version = v;
   p2ptrace_nccl_comm_record rec{};
   rec.comm = reinterpret_cast<uintptr_t>(comm);
   rec.id_hash = id_hash;
@@ -126,23 +149,78 @@ bool SampleOp(uint64_t bytes) {
   return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
 }
 
-// A collective or send/recv: recorded, and timed with events on the user's stream when it runs
-// now (inside a group NCCL only launches at ncclGroupEnd, so those are not timed).
+// The runtime the application itself uses (one that has answered it): the only one the shim's
+// timing events may go through.
+const CudaRuntime* AnsweredRuntime() {
+  for (Node n : {Node::kCudart13, Node::kCudart12, Node::kCudart11})
+    if (g_runtimes[static_cast<int>(n)].load(std::memory_order_acquire) && RuntimeAnswered(Runtime(n)))
+      return &Runtime(n);
+  return nullptr;
+}
+
+// Starts a timing pair for an operation of `comm` on `stream`. False when it cannot be timed.
+bool BeginTiming(ncclComm_t comm, cudaStream_t stream, uint64_t bytes, TimedCopy* t) {
+  const CudaRuntime* rt = AnsweredRuntime();
+  if (rt == nullptr || !SampleOp(bytes)) return false;
+  int device = -1;
+  static auto cu_device = NcclFn<ncclResult_t (*)(ncclComm_t, int*)>("ncclCommCuDevice");
+  return cu_device && cu_device(comm, &device) == ncclSuccess && CopyTimer::Begin(*rt, device, stream, t);
+}
+
+// Inside ncclGroupStart … ncclGroupEnd NCCL only queues operations and launches them all at the
+// outermost ncclGroupEnd, so an operation there cannot be timed alone: the group is timed instead,
+// one event pair per stream, started at the group's first operation on that stream and ended after
+// ncclGroupEnd. The operations of one stream share that pair's seq, so each gets the group's
+// duration (they run concurrently) with its own bytes.
+struct GroupStream {
+  cudaStream_t stream = nullptr;
+  uint32_t seq = 0;
+  bool timed = false;
+  TimedCopy t;
+};
+constexpr int kGroupStreams = 8;  // more streams in one group: the rest untimed
+thread_local GroupStream t_group[kGroupStreams];
+thread_local int t_group_streams = 0;
+
+// The group's entry for `stream`, made at its first operation there; null when the table is full.
+GroupStream* GroupEntry(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
+  for (int i = 0; i < t_group_streams; ++i)
+    if (t_group[i].stream == stream) return &t_group[i];
+  if (t_group_streams == kGroupStreams) return nullptr;
+  GroupStream& g = t_group[t_group_streams++];
+  g = GroupStream{};
+  g.stream = stream;
+  g.seq = TraceWriter::NextSeq();
+  g.timed = BeginTiming(comm, stream, bytes, &g.t);
+  return &g;
+}
+
+// After the outermost ncclGroupEnd: end every pair of the group (returned to the pool if it failed).
+void EndGroup(ncclResult_t r) {
+  for (int i = 0; i < t_group_streams; ++i) {
+    GroupStream& g = t_group[i];
+    if (g.timed) {
+      g.t.seq = g.seq;
+      CopyTimer::End(g.stream, r == ncclSuccess, &g.t);
+    }
+  }
+  t_group_streams = 0;
+}
+
+// A collective or send/recv: recorded, and timed with events on the user's stream — alone when it
+// runs now, with its group (above) inside ncclGroupStart … ncclGroupEnd.
 template <typename Call>
 ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t bytes, int peer, Call&& call) {
   if (!TraceWriter::Ready()) return call();
-  uint32_t seq = TraceWriter::NextSeq();
+  uint32_t seq;
   TimedCopy t;
   bool timed = false;
-  // Events through the runtime the application itself uses (the one that has answered it).
-  const CudaRuntime* rt = nullptr;
-  for (Node n : {Node::kCudart13, Node::kCudart12, Node::kCudart11})
-    if (rt == nullptr && g_runtimes[static_cast<int>(n)].load(std::memory_order_acquire) && RuntimeAnswered(Runtime(n)))
-      rt = &Runtime(n);
-  if (t_group_depth == 0 && rt != nullptr && SampleOp(bytes)) {
-    int device = -1;
-    static auto cu_device = NcclFn<ncclResult_t (*)(ncclComm_t, int*)>("ncclCommCuDevice");
-    if (cu_device && cu_device(comm, &device) == ncclSuccess) timed = CopyTimer::Begin(*rt, device, stream, &t);
+  GroupStream* group = nullptr;
+  if (t_group_depth > 0 && (group = GroupEntry(comm, stream, bytes)) != nullptr) {
+    seq = group->seq;
+  } else {
+    seq = TraceWriter::NextSeq();
+    if (t_group_depth == 0) timed = BeginTiming(comm, stream, bytes, &t);
   }
   ncclResult_t r = call();
   if (timed) {
@@ -150,6 +228,7 @@ ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t byte
     t.seq = seq;
     CopyTimer::End(stream, r == ncclSuccess, &t);
   }
+  if (group != nullptr && group->timed && r == ncclSuccess) group->t.bytes += bytes;
   p2ptrace_nccl_op_record rec{};
   rec.comm = reinterpret_cast<uintptr_t>(comm);
   rec.stream = reinterpret_cast<uintptr_t>(stream);
@@ -157,8 +236,9 @@ ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t byte
   rec.peer = peer;
   rec.result = r;
   rec.api = api;
+  bool will_time = group != nullptr ? group->timed : timed;
   rec.flags = static_cast<uint8_t>((t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0) |
-                                   (timed && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0));
+                                   (will_time && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0));
   TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_OP, seq);
   return r;
 }
@@ -221,12 +301,14 @@ ncclResult_t ncclCommAbort(decltype(&::ncclCommAbort) real, ncclComm_t comm) {
 }
 ncclResult_t ncclGroupStart(decltype(&::ncclGroupStart) real) {
   ncclResult_t r = real();
-  if (r == ncclSuccess) ++t_group_depth;
+  if (r == ncclSuccess && t_group_depth++ == 0) t_group_streams = 0;
   return r;
 }
 ncclResult_t ncclGroupEnd(decltype(&::ncclGroupEnd) real) {
-  if (t_group_depth > 0) --t_group_depth;  // the group is over whatever the result says
-  return real();
+  ncclResult_t r = real();
+  // The group is over whatever the result says; only the outermost end launches it.
+  if (t_group_depth > 0 && --t_group_depth == 0) EndGroup(r);
+  return r;
 }
 ncclResult_t ncclGetUniqueId(decltype(&::ncclGetUniqueId) real, ncclUniqueId* id) { return real(id); }
 ncclResult_t ncclGetVersion(decltype(&::ncclGetVersion) real, int* version) { return real(version); }
@@ -284,6 +366,8 @@ ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, size_t n, ncclDataTy
     }                                                                                            \
     auto real = reinterpret_cast<decltype(&::name)>(fn);                                         \
     if (p2ptrace::shim::t_depth > 0) return real args;                                           \
+    if (__builtin_expect(!p2ptrace::shim::g_first_call_done.load(std::memory_order_acquire), 0)) \
+      p2ptrace::shim::FirstNcclCall();                                                           \
     ++p2ptrace::shim::t_depth;                                                                   \
     ncclResult_t r = p2ptrace::shim::nccl_hooks::name(real P2PTRACE_NCCL_COMMA_ARGS args);       \
     --p2ptrace::shim::t_depth;                                                                   \

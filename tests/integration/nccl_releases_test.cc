@@ -252,6 +252,12 @@ TEST_P(NcclRelease, OutputUnchangedWrappersRecordAndLogRead) {
   EXPECT_EQ(comms, 1);
   EXPECT_EQ(broadcasts, 1);
   EXPECT_EQ(others, 0);
+  // The release, as its ncclGetVersion said, is in the header (NCCL printed no version line).
+  EXPECT_EQ(trace->header.nccl_version, VersionCode(version));
+  // Where this NCCL would have ignored the tap's file, the tap was taken back, and the trace says so.
+  bool tap_expected = debug != Debug::kUserFile;
+  EXPECT_EQ((trace->header.capture_flags & P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN) != 0,
+            tap_expected && !HonoursDebugFile(version));
 
   // p2ptrace finds NCCL's lines where the policy put them: its own file when the user set nothing,
   // the user's file when they named one.
