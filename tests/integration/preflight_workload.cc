@@ -1,0 +1,32 @@
+// The workloads of the preflight scenarios (preflight_test.cc), run on the simulated node under
+// the shim. `query`: count devices and ask one peer question (the shim's preflight runs there);
+// `copy-no-peer`: copy GPU0 → GPU1 with cudaMemcpyPeer without enabling peer access (host-staged).
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "query";
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    std::fprintf(stderr, "preflight_workload: no device\n");
+    return 1;
+  }
+  if (std::strcmp(mode, "query") == 0) {
+    int can = -1;
+    cudaError_t r = cudaDeviceCanAccessPeer(&can, 0, n > 1 ? 1 : 0);
+    std::printf("devices %d canAccessPeer(0,%d)=%d (%d)\n", n, n > 1 ? 1 : 0, can, static_cast<int>(r));
+    return r == cudaSuccess ? 0 : 1;
+  }
+  if (std::strcmp(mode, "copy-no-peer") == 0 && n >= 2) {
+    void *a = nullptr, *b = nullptr;
+    if (cudaSetDevice(0) != cudaSuccess || cudaMalloc(&a, 1 << 20) != cudaSuccess) return 1;
+    if (cudaSetDevice(1) != cudaSuccess || cudaMalloc(&b, 1 << 20) != cudaSuccess) return 1;
+    cudaError_t r = cudaMemcpyPeer(b, 1, a, 0, 1 << 20);
+    std::printf("copy %d\n", static_cast<int>(r));
+    return r == cudaSuccess ? 0 : 1;
+  }
+  std::fprintf(stderr, "preflight_workload: unknown mode %s\n", mode);
+  return 2;
+}
