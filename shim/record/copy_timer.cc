@@ -327,9 +327,13 @@ bool CopyTimer::Begin(const CudaRuntime& rt, int device, cudaStream_t stream, Ti
   }
   Pool* pool = g_pools[static_cast<int>(rt.node)][device].load(std::memory_order_acquire);
   int slot = pool != nullptr ? TakeFree(*pool) : -1;
-  if (__builtin_expect(slot < 0, 0) && (slot = MakePair(rt, device, &pool)) < 0) {
-    CountSkip();
-    return false;
+  if (__builtin_expect(slot < 0, 0)) {
+    // All made and none free (the resolver has not caught up): skip without the slow path.
+    if ((pool != nullptr && pool->unmade.load(std::memory_order_relaxed) == 0) ||
+        (slot = MakePair(rt, device, &pool)) < 0) {
+      CountSkip();
+      return false;
+    }
   }
   t->rt = &rt;
   t->device = device;
