@@ -6,6 +6,10 @@
 // and in instructions, not only the ratio.
 //
 //   shim_overhead [Google Benchmark flags]     the benchmarks below
+//   shim_overhead --time-loop N KIND           N calls of KIND after a warm-up, timed with
+//                                              steady_clock: prints "KIND <ns> ns/call" (the mode
+//                                              tests/device/check.sh uses on a real GPU node, where
+//                                              no Google Benchmark is installed)
 //   shim_overhead --callgrind-loop N KIND      setup, a warm-up, then exactly N calls of KIND and
 //                                              one stream synchronize: run under callgrind for
 //                                              N=1000 and N=2000, (Ir(2000) - Ir(1000)) / 1000 is
@@ -19,10 +23,18 @@
 //   same_small   as same, and cross_small as cross, between buffers of their own 4 KiB
 //   cross_small  cudaMalloc(4096) allocations (the others use the middle of 8 MiB ones)
 //   event2       two cudaEventRecord on the stream (no copy): what a timed copy may add
-// and, as a benchmark only, clock/ (clock_gettime(CLOCK_MONOTONIC), what each recorded copy's
+// With one GPU only same, h2d, same_small and event2 run (the others say why and are skipped).
+// And, as a benchmark only, clock/ (clock_gettime(CLOCK_MONOTONIC), what each recorded copy's
 // timestamp costs natively).
+#ifndef P2PTRACE_HAVE_GBENCH
+#define P2PTRACE_HAVE_GBENCH 1
+#endif
+#if P2PTRACE_HAVE_GBENCH
 #include <benchmark/benchmark.h>
+#endif
 #include <cuda_runtime_api.h>
+
+#include <chrono>
 
 #include <cstdint>
 #include <cstdio>
@@ -60,6 +72,7 @@ struct Setup {
   char *s0 = nullptr, *t0 = nullptr, *s1 = nullptr;  // 4 KiB allocations: device 0, 0, 1
   void* host = nullptr;           // pinned
   cudaEvent_t ev_start = nullptr, ev_end = nullptr;  // device 0
+  bool two_devices = false;  // device 1 exists and device 0 can map it
 };
 
 Setup g;
@@ -76,26 +89,26 @@ char* DeviceBuffer(int device, size_t alloc = kAllocBytes, size_t offset = kUseO
 void SetUp() {
   int n = 0;
   CHECK(cudaGetDeviceCount(&n));
-  if (n < 2) {
-    std::fprintf(stderr, "shim_overhead: needs 2 devices, found %d\n", n);
-    std::exit(1);
-  }
   int can = 0;
-  CHECK(cudaDeviceCanAccessPeer(&can, 0, 1));
-  if (!can) {
-    std::fprintf(stderr, "shim_overhead: device 0 cannot access device 1 as a peer\n");
-    std::exit(1);
+  if (n >= 2) CHECK(cudaDeviceCanAccessPeer(&can, 0, 1));
+  g.two_devices = n >= 2 && can;
+  if (!g.two_devices)
+    std::fprintf(stderr, "shim_overhead: %s: only the one-device kinds run (same, h2d, same_small, event2)\n",
+                 n < 2 ? "one device" : "device 0 cannot access device 1 as a peer");
+  if (g.two_devices) {
+    g.a1 = DeviceBuffer(1);
+    g.s1 = DeviceBuffer(1, kCopyBytes, 0);
   }
-  g.a1 = DeviceBuffer(1);
   g.a0 = DeviceBuffer(0);
   g.b0 = DeviceBuffer(0);
-  g.s1 = DeviceBuffer(1, kCopyBytes, 0);
   g.s0 = DeviceBuffer(0, kCopyBytes, 0);
   g.t0 = DeviceBuffer(0, kCopyBytes, 0);
   CHECK(cudaSetDevice(0));
-  cudaError_t r = cudaDeviceEnablePeerAccess(1, 0);
-  if (r == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
-  else if (r != cudaSuccess) Fail(r, "cudaDeviceEnablePeerAccess(1, 0)");
+  if (g.two_devices) {
+    cudaError_t r = cudaDeviceEnablePeerAccess(1, 0);
+    if (r == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+    else if (r != cudaSuccess) Fail(r, "cudaDeviceEnablePeerAccess(1, 0)");
+  }
   CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
   CHECK(cudaMallocHost(&g.host, kCopyBytes));
   std::memset(g.host, 7, kCopyBytes);
@@ -105,6 +118,8 @@ void SetUp() {
 }
 
 enum class Kind { kSame, kCross, kPeer, kH2D, kSameSmall, kCrossSmall, kEvent2 };
+
+bool NeedsTwoDevices(Kind k) { return k == Kind::kCross || k == Kind::kPeer || k == Kind::kCrossSmall; }
 
 bool ParseKind(const std::string& s, Kind* k) {
   if (s == "same") *k = Kind::kSame;
@@ -141,8 +156,13 @@ inline __attribute__((always_inline)) cudaError_t Call(Kind k) {
   return cudaErrorInvalidValue;
 }
 
+#if P2PTRACE_HAVE_GBENCH
 template <Kind K>
 void BM_Copy(benchmark::State& state) {
+  if (NeedsTwoDevices(K) && !g.two_devices) {
+    state.SkipWithError("needs two devices with peer access");
+    return;
+  }
   int i = 0;
   for (auto _ : state) {
     cudaError_t r = Call(K);
@@ -178,6 +198,8 @@ void BM_Clock(benchmark::State& state) {
 }
 BENCHMARK(BM_Clock)->Name("clock/clock_gettime_MONOTONIC");
 
+#endif  // P2PTRACE_HAVE_GBENCH
+
 // N calls and nothing else worth counting: the callgrind driver.
 int CallgrindLoop(long n, Kind k) {
   for (int i = 0; i < 64; ++i) CHECK(Call(k));  // warm-up: lazy resolution, first-time paths
@@ -190,9 +212,40 @@ int CallgrindLoop(long n, Kind k) {
   return 0;
 }
 
+// N calls after a warm-up, timed: ns per call on stdout.
+int TimeLoop(long n, Kind k, const char* name) {
+  if (NeedsTwoDevices(k) && !g.two_devices) {
+    std::printf("%s skipped (needs two devices with peer access)\n", name);
+    return 0;
+  }
+  for (int i = 0; i < 256; ++i) CHECK(Call(k));
+  CHECK(cudaStreamSynchronize(g.stream));
+  auto start = std::chrono::steady_clock::now();
+  for (long i = 0; i < n; ++i) {
+    cudaError_t r = Call(k);
+    if (__builtin_expect(r != cudaSuccess, 0)) Fail(r, "copy");
+    if ((i + 1) % kSyncEvery == 0) CHECK(cudaStreamSynchronize(g.stream));
+  }
+  CHECK(cudaStreamSynchronize(g.stream));
+  double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s %.1f ns/call\n", name, n > 0 ? ns / static_cast<double>(n) : 0.0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "--time-loop") == 0) {
+    Kind k{};
+    char* end = nullptr;
+    long n = argc == 4 ? std::strtol(argv[2], &end, 10) : -1;
+    if (argc != 4 || end == argv[2] || *end != '\0' || n < 0 || !ParseKind(argv[3], &k)) {
+      std::fprintf(stderr, "usage: %s --time-loop N same|cross|peer|h2d|same_small|cross_small|event2\n", argv[0]);
+      return 2;
+    }
+    SetUp();
+    return TimeLoop(n, k, argv[3]);
+  }
   if (argc >= 2 && std::strcmp(argv[1], "--callgrind-loop") == 0) {
     Kind k{};
     char* end = nullptr;
@@ -202,12 +255,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     SetUp();
+    if (NeedsTwoDevices(k) && !g.two_devices) Fail(cudaErrorInvalidDevice, "a two-device kind on one device");
     return CallgrindLoop(n, k);
   }
+#if P2PTRACE_HAVE_GBENCH
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   SetUp();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+#else
+  std::fprintf(stderr, "usage: %s --time-loop N KIND | --callgrind-loop N KIND (built without Google Benchmark)\n",
+               argv[0]);
+  return 2;
+#endif
 }
