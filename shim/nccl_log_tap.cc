@@ -43,10 +43,15 @@ constexpr const char* kForward = "P2PTRACE_NCCL_FORWARD";   // the user's NCCL_D
 struct Forwarder {
   std::mutex mu;
   std::string pattern, dir;
+  std::string path;  // the pattern expanded for this process (again after a fork)
   NcclUserLevel level = NcclUserLevel::kInfo;
   NcclOutputFilter filter{NcclUserLevel::kInfo};
   int fd = -1;
   off_t offset = 0;
+  // Copies of fd and offset for PumpNcclLog's check without the lock: when the file has not grown,
+  // a call costs one fstat and no lock.
+  std::atomic<int> seen_fd{-1};
+  std::atomic<off_t> seen_offset{0};
   bool thread_running = false;
   bool exiting = false;    // exit drained it, or the tap was withdrawn: nothing more to forward
   bool withdrawn = false;
@@ -84,7 +89,8 @@ void StartThread(Forwarder* f);
 // Reads what NCCL appended and writes the user's share of it; `mu` held.
 void PumpLocked(Forwarder* f, bool finish) {
   if (f->fd < 0) {
-    f->fd = open(Expand(f->pattern).c_str(), O_RDONLY | O_CLOEXEC);
+    if (f->path.empty()) f->path = Expand(f->pattern);
+    f->fd = open(f->path.c_str(), O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) return;  // NCCL has not logged yet
   }
   struct stat st {};
@@ -100,6 +106,8 @@ void PumpLocked(Forwarder* f, bool finish) {
   }
   if (finish) f->filter.Finish(&out);
   if (!out.empty()) std::fwrite(out.data(), 1, out.size(), stdout);
+  f->seen_offset.store(f->offset, std::memory_order_release);
+  f->seen_fd.store(f->fd, std::memory_order_release);
 }
 
 void DrainAtExit() {
@@ -163,6 +171,8 @@ void AfterForkChild() {
   if (f->fd >= 0) close(f->fd);
   f->fd = -1;
   f->offset = 0;
+  f->seen_fd.store(-1, std::memory_order_relaxed);
+  f->path.clear();  // this child's own file (NCCL's %p)
   f->filter = NcclOutputFilter(f->level);
   f->thread_running = false;
   f->mu.unlock();
@@ -247,6 +257,7 @@ void WithdrawNcclLogTap() {
   if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(f->mu);
     f->withdrawn = f->exiting = true;  // the thread stops at its next wake; exit drains nothing
+    f->seen_fd.store(-1, std::memory_order_release);
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;
   }
@@ -259,6 +270,12 @@ void WithdrawNcclLogTap() {
 void PumpNcclLog() {
   Forwarder* f = g_forwarder.load(std::memory_order_acquire);
   if (f == nullptr) return;
+  // The common case, nothing new: the size alone, no lock. (A stale fd here only sends us to the
+  // locked path, which checks again.)
+  if (int fd = f->seen_fd.load(std::memory_order_acquire); fd >= 0) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && st.st_size == f->seen_offset.load(std::memory_order_acquire)) return;
+  }
   std::lock_guard<std::mutex> lock(f->mu);
   if (f->exiting) return;
   if (!f->thread_running) StartThread(f);

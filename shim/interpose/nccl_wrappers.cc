@@ -22,8 +22,9 @@
 namespace p2ptrace::shim {
 namespace {
 
-thread_local int t_depth = 0;        // inside a wrapped NCCL call
-thread_local int t_group_depth = 0;  // inside ncclGroupStart … ncclGroupEnd
+// initial-exec: a fixed offset from the thread pointer, no __tls_get_addr call on every NCCL call.
+constinit thread_local int t_depth __attribute__((tls_model("initial-exec"))) = 0;  // inside a wrapped NCCL call
+constinit thread_local int t_group_depth __attribute__((tls_model("initial-exec"))) = 0;  // inside a group
 
 struct FindNccl {
   std::string path;
@@ -160,6 +161,7 @@ const CudaRuntime* AnsweredRuntime() {
 
 // Starts a timing pair for an operation of `comm` on `stream`. False when it cannot be timed.
 bool BeginTiming(ncclComm_t comm, cudaStream_t stream, uint64_t bytes, TimedCopy* t) {
+  if (!detail::g_sample.enabled) return false;  // P2PTRACE_SAMPLE=off: nothing else to look at
   const CudaRuntime* rt = AnsweredRuntime();
   if (rt == nullptr || !SampleOp(bytes)) return false;
   int device = -1;
@@ -179,8 +181,8 @@ struct GroupStream {
   TimedCopy t;
 };
 constexpr int kGroupStreams = 8;  // more streams in one group: the rest untimed
-thread_local GroupStream t_group[kGroupStreams];
-thread_local int t_group_streams = 0;
+thread_local GroupStream t_group[kGroupStreams] __attribute__((tls_model("initial-exec")));
+constinit thread_local int t_group_streams __attribute__((tls_model("initial-exec"))) = 0;
 
 // The group's entry for `stream`, made at its first operation there; null when the table is full.
 GroupStream* GroupEntry(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {

@@ -1,0 +1,54 @@
+// What the shim costs per untimed NCCL call (issue 5's budget: at most 150 instructions over the
+// bare call when NCCL's log file has not grown). Linked to the toolkit's libnccl, run against the
+// simulated libnccl.so.2 (LD_LIBRARY_PATH), bare or under LD_PRELOAD=libp2ptrace.so, by
+// run_bench.py --nccl under callgrind:  nccl_overhead KIND N  — setup, 64 warm-up calls, N calls.
+//   version    ncclGetVersion: the wrapper alone (nothing recorded)
+//   allreduce  ncclAllReduce of 1024 floats on a 1-rank communicator (an operation record; untimed
+//              with P2PTRACE_SAMPLE=off)
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+int Fail(const char* what, int r) {
+  std::fprintf(stderr, "nccl_overhead: %s failed: %d\n", what, r);
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: nccl_overhead version|allreduce N\n");
+    return 2;
+  }
+  const char* kind = argv[1];
+  long n = std::atol(argv[2]);
+  int version = 0;
+  if (std::strcmp(kind, "version") == 0) {
+    for (long i = 0; i < 64 + n; ++i)
+      if (ncclResult_t r = ncclGetVersion(&version); r != ncclSuccess) return Fail("ncclGetVersion", r);
+    std::printf("version %d\n", version);
+    return 0;
+  }
+  if (std::strcmp(kind, "allreduce") != 0) return Fail(kind, -1);
+  if (cudaError_t e = cudaSetDevice(0); e != cudaSuccess) return Fail("cudaSetDevice", e);
+  ncclUniqueId id;
+  ncclComm_t comm;
+  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return Fail("ncclGetUniqueId", r);
+  if (ncclResult_t r = ncclCommInitRank(&comm, 1, id, 0); r != ncclSuccess) return Fail("ncclCommInitRank", r);
+  cudaStream_t stream;
+  float* buf = nullptr;
+  if (cudaStreamCreate(&stream) != cudaSuccess || cudaMalloc(&buf, 4096) != cudaSuccess) return Fail("cuda setup", 0);
+  for (long i = 0; i < 64 + n; ++i)
+    if (ncclResult_t r = ncclAllReduce(buf, buf, 1024, ncclFloat32, ncclSum, comm, stream); r != ncclSuccess)
+      return Fail("ncclAllReduce", r);
+  cudaStreamSynchronize(stream);
+  ncclCommDestroy(comm);
+  std::printf("allreduce done\n");
+  return 0;
+}
