@@ -3,10 +3,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <chrono>
+#include <cstring>
 #include <map>
-#include <variant>
 #include <tuple>
+#include <unordered_map>
+#include <variant>
 
+#include "core/causes.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
@@ -65,46 +69,6 @@ std::string DeviceName(const Trace& t, int d) {
   return bus.empty() ? fmt::format("device{}", d) : bus;
 }
 
-// NCCL operations from the traces: per (communicator, operation), calls, bytes and the timed subset.
-void AddNcclOps(const LoadedTraces& loaded, Report* rep) {
-  std::map<std::pair<uint64_t, int>, NcclOpSummary> ops;
-  for (const Trace& t : loaded.traces) {
-    std::map<uint64_t, uint64_t> comm_hash;  // comm pointer -> id hash (this process)
-    std::map<uint64_t, int> comm_nranks;
-    std::map<uint32_t, uint64_t> timed_ns;   // seq -> measured duration
-    for (const TraceRecord& r : t.records) {
-      if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body); c && c->comm && c->result == 0) {
-        comm_hash[c->comm] = c->id_hash;
-        comm_nranks[c->comm] = c->nranks;
-      } else if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body); tr && tr->src_device < 0) {
-        timed_ns[tr->h.seq] = tr->duration_ns;
-      }
-    }
-    for (const TraceRecord& r : t.records) {
-      const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
-      if (o == nullptr) continue;
-      uint64_t hash = comm_hash.count(o->comm) ? comm_hash[o->comm] : 0;
-      NcclOpSummary& s = ops[{hash, o->api}];
-      s.comm = fmt::format("{:016x}", hash);
-      s.nranks = std::max(s.nranks, comm_nranks.count(o->comm) ? comm_nranks[o->comm] : 0);
-      s.op = std::string(NcclApiName(o->api));
-      s.ranks.insert(t.header.rank);
-      if (o->result != 0) {
-        ++s.errors;
-        continue;
-      }
-      ++s.calls;
-      s.bytes += o->bytes;
-      if (auto it = timed_ns.find(o->h.seq); it != timed_ns.end()) {
-        ++s.timed_calls;
-        s.timed_bytes += o->bytes;
-        s.timed_ns += it->second;
-      }
-    }
-  }
-  for (auto& [k, s] : ops) rep->nccl_ops.push_back(s);
-}
-
 // NCCL prints busId as the hex of "dddd:bb:dd.f" without separators ("1a000"): back to PCI form.
 std::string BusFromNccl(const std::string& hex) {
   if (hex.empty() || hex.find(':') != std::string::npos) return hex;
@@ -112,68 +76,92 @@ std::string BusFromNccl(const std::string& hex) {
   return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", v >> 20, (v >> 12) & 0xff, (v >> 4) & 0xff, v & 0xf);
 }
 
-const char* RefusalFix(const std::string& kind) {
-  if (kind == "env-p2p-disabled")
-    return "unset NCCL_P2P_DISABLE: it is a diagnostic that forces the host path, not a fix";
-  if (kind == "env-p2p-level") return "raise or unset NCCL_P2P_LEVEL (NCCL's default follows the topology)";
-  return "see `p2ptrace doctor` on that node for why the driver refuses P2P";
+// How far a process's trace can be trusted: what the shim saw, and what an empty answer means.
+void DescribeCapture(const Trace& t, ProcessInfo* p) {
+  std::vector<std::string> mode, trust;
+  std::vector<std::string> runtimes;
+  if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_11) runtimes.push_back("11");
+  if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_12) runtimes.push_back("12");
+  if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_13) runtimes.push_back("13");
+  if (runtimes.empty()) {
+    mode.push_back("no CUDA runtime call reached the shim");
+    trust.push_back("its CUDA copies are unseen (a statically linked CUDA runtime?): no pair listed for it proves nothing");
+  } else {
+    mode.push_back(fmt::format("cudart {} intercepted", fmt::join(runtimes, "+")));
+  }
+  mode.push_back(p->capture_flags & P2PTRACE_CAPTURE_NVML_LINKS ? "link types from NVML" : "link types unknown");
+  if (p->nccl_used) {
+    mode.push_back(p->nccl_log == "tapped"      ? "NCCL log tapped"
+                   : p->nccl_log == "user file" ? "NCCL log read from the user's file"
+                                                : "NCCL lines not seen");
+    if (p->nccl_log.rfind("not seen", 0) == 0) trust.push_back("NCCL's transports are unknown: " + p->nccl_log.substr(10));
+  }
+  if (p->capture_flags & P2PTRACE_CAPTURE_TIMING_OFF) {
+    mode.push_back("timing off");
+    trust.push_back("no bandwidth measured (P2PTRACE_SAMPLE)");
+  }
+  if (p->capture_flags & P2PTRACE_CAPTURE_FORK_CHILD) mode.push_back("forked child");
+  if (p->dropped_records)
+    trust.push_back(fmt::format("{} records dropped at the size cap: pair totals exact, timelines partial",
+                                p->dropped_records));
+  if (t.header.state != P2PTRACE_STATE_EXITED)
+    trust.push_back("ended without exit (killed, crashed or still running): complete up to that moment");
+  p->capture_mode = fmt::format("{}", fmt::join(mode, ", "));
+  p->trust = trust.empty() ? "complete" : fmt::format("{}", fmt::join(trust, "; "));
 }
 
-// The transports NCCL reported, per directional GPU pair, from the logs the shim tapped.
-void AddNcclPairs(const LoadedTraces& loaded, std::map<std::string, std::set<std::string>>* host_buses, Report* rep) {
-  struct Who {
-    std::string host, bus;
-  };
-  // Ranks of one communicator share commId (NCCL ≥ 2.16); without it, one process holds them all.
-  auto comm_key = [](const RankIdentity& id) {
-    return id.comm_id.empty() ? fmt::format("{}:{}:{}", id.host, id.pid, id.nranks) : id.comm_id;
-  };
-  std::map<std::pair<std::string, int>, Who> who;
-  for (const NcclLogFile& f : loaded.nccl_logs)
-    for (const RankIdentity& id : f.log.ranks) {
-      who[{comm_key(id), id.rank}] = Who{id.host, BusFromNccl(id.bus_id)};
-      if (!id.bus_id.empty()) (*host_buses)[id.host].insert(BusFromNccl(id.bus_id));
-    }
-  auto gpu_of = [&](const Who& w) {
-    GpuRef g{w.host, w.bus, -1};
-    const auto& buses = (*host_buses)[w.host];
-    if (auto it = buses.find(w.bus); it != buses.end()) g.gpu = static_cast<int>(std::distance(buses.begin(), it));
-    return g;
-  };
-  std::map<std::tuple<std::string, std::string, std::string, std::string, int>, PairEntry> pairs;
-  for (const NcclLogFile& f : loaded.nccl_logs)
-    for (const Connection& c : f.log.connections) {
-      if (c.dst_rank < 0) continue;  // CollNet lines name no peer
-      const RankIdentity* me = f.log.FindRank(c.logger.host, c.logger.pid, c.comm);
-      if (me == nullptr) continue;
-      std::string key = comm_key(*me);
-      auto src = who.find({key, c.src_rank});
-      auto dst = who.find({key, c.dst_rank});
-      if (src == who.end() || dst == who.end()) continue;
-      PairEntry& e = pairs[{src->second.host, src->second.bus, dst->second.host, dst->second.bus, c.transport_class}];
-      e.source = "nccl";
-      e.src = gpu_of(src->second);
-      e.dst = gpu_of(dst->second);
-      e.transport = c.transport_class;
-      e.nccl_transports.insert(c.transport);
-      ++e.channels;
-      e.ranks.insert(c.src_rank);
-    }
-  for (auto& [k, e] : pairs) {
-    // NCCL said why it refused P2P on this host: that explains a host or network path there.
-    bool host_path = e.transport == P2PTRACE_TRANSPORT_SHM || e.transport == P2PTRACE_TRANSPORT_NET_IB ||
-                     e.transport == P2PTRACE_TRANSPORT_NET_GDR || e.transport == P2PTRACE_TRANSPORT_NET_SOCKET;
-    if (host_path && e.src.host == e.dst.host) {
-      for (const NcclLogFile& f : loaded.nccl_logs)
-        for (const Refusal& r : f.log.refusals)
-          if (r.logger.host == e.src.host && e.causes.empty()) {
-            e.causes.push_back(Cause{r.kind, {fmt::format("NCCL: {}", r.text)}, RefusalFix(r.kind)});
-            e.fallback = true;
-          }
-    }
-    rep->pairs.push_back(e);
-  }
+std::string NcclLogStatus(const Trace& t) {
+  std::string level = t.Env("NCCL_DEBUG");
+  for (char& ch : level) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (t.Env("P2PTRACE_NCCL_TAP") == "1") return "tapped";
+  if (!t.Env("NCCL_DEBUG_FILE").empty()) return "user file";
+  if (level == "INFO" || level == "TRACE")
+    return "not seen: NCCL_DEBUG=" + level + " prints to the job's own output; set NCCL_DEBUG_FILE to let p2ptrace read it";
+  if (!level.empty()) return "not seen: NCCL_DEBUG=" + level + " hides the transport lines; unset it to let p2ptrace tap them";
+  return "not seen: P2PTRACE_NCCL_LOG=off";
 }
+
+// The cause of a host-staged CUDA pair, from what the node allows and what the process did.
+Cause HostStagedCause(const p2ptrace_pair_counters& c, const GpuRef& src, const GpuRef& dst, int status,
+                      const PeerFacts& f, bool p2p_possible, bool p2p_impossible) {
+  Cause cause;
+  if (p2p_possible) {
+    cause.id = "peer-access-not-enabled";
+    cause.evidence.push_back(fmt::format("{} cudaMemcpy* calls ({}) from GPU {} to GPU {} went through host memory",
+                                         c.calls, Bytes(c.bytes), src.bus_id, dst.bus_id));
+    if (f.enabled_ever)
+      cause.evidence.push_back("peer access between them was not enabled when these copies ran "
+                               "(it was enabled at another time)");
+    else if (f.failed_enables.empty())
+      cause.evidence.push_back("cudaDeviceEnablePeerAccess was never called between these two devices");
+    for (const std::string& fe : f.failed_enables) cause.evidence.push_back(fe);
+    if (status == 1) cause.evidence.push_back("NVML P2P status between them: OK");
+    if (f.can_access == 1) cause.evidence.push_back("cudaDeviceCanAccessPeer said 1");
+    cause.fix = "enable peer access before copying: on each device cudaSetDevice(a); "
+                "cudaDeviceEnablePeerAccess(b, 0) for every peer b it copies with";
+  } else if (p2p_impossible) {
+    cause.id = status > 1 ? "nvml-p2p-status" : "cuda-no-peer-access";
+    if (status > 1) cause.evidence.push_back(fmt::format("NVML P2P status: {}", NvmlStatusText(status)));
+    if (f.can_access == 0) cause.evidence.push_back("cudaDeviceCanAccessPeer said 0");
+    cause.fix = "this pair cannot use P2P on this node; place communicating ranks on GPUs that can "
+                "(nvidia-smi topo -p2p r), or see `p2ptrace doctor` for why";
+  } else {
+    cause.id = "unknown";
+    cause.evidence.push_back("checked: NVML P2P status (unavailable), cudaDeviceCanAccessPeer (never called)");
+  }
+  return cause;
+}
+
+// NCCL prints the short host name; traces may hold the full one.
+std::string ShortHost(const std::string& host) { return host.substr(0, host.find('.')); }
+
+uint64_t ParsePointer(const std::string& text) { return std::strtoull(text.c_str(), nullptr, 16); }
+
+// Ranks of one communicator share commId (NCCL ≥ 2.16); without it, one process holds them all.
+std::string CommKey(const RankIdentity& id) {
+  return id.comm_id.empty() ? fmt::format("{}:{}:{}", id.host, id.pid, id.nranks) : id.comm_id;
+}
+
 
 }  // namespace
 
@@ -194,147 +182,388 @@ double NcclOpSummary::BusBw() const {
   return alg;
 }
 
-Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
-  Report rep;
-  rep.path = path;
-  rep.problems = loaded.problems;
-  rep.nccl_logs = loaded.nccl_logs.size();
-  // GPU indices per host: the PCI order of every bus id any process on that host saw.
-  std::map<std::string, std::set<std::string>> host_buses;
-  for (const Trace& t : loaded.traces)
-    for (int d = 0; d < std::min(t.header.device_count, P2PTRACE_MAX_DEVICES); ++d)
-      if (!t.BusId(d).empty()) host_buses[t.Host()].insert(t.BusId(d));
-  auto gpu_ref = [&](const Trace& t, int d) {
-    GpuRef g{t.Host(), DeviceName(t, d), -1};
-    const auto& buses = host_buses[g.host];
-    auto it = buses.find(g.bus_id);
-    if (it != buses.end()) g.gpu = static_cast<int>(std::distance(buses.begin(), it));
-    return g;
+struct ReportBuilder::State {
+  struct Who {
+    std::string host, bus;
+  };
+  // NCCL connections of one communicator direction and class, resolved to GPUs in Finish (the
+  // ranks' identities may come from logs read later).
+  struct NcclConn {
+    std::set<std::string> transports;
+    int channels = 0;
+  };
+  struct P2pOps {
+    uint64_t calls = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
   };
 
-  std::map<Key, PairEntry> pairs;
-  for (const Trace& t : loaded.traces) {
-    const p2ptrace_file_header& h = t.header;
-    ProcessInfo p;
-    p.rank = h.rank;
-    p.pid = h.pid;
-    p.host = t.Host();
-    p.file = t.path;
-    p.state = StateText(h);
-    for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) p.bus_ids.push_back(t.BusId(d));
-    p.runtime_version = h.cuda_runtime_version;
-    p.driver_version = h.cuda_driver_version;
-    p.capture_flags = h.capture_flags;
-    p.dropped_records = h.dropped_records;
-    std::string level = t.Env("NCCL_DEBUG");
-    for (char& ch : level) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-    if (t.Env("P2PTRACE_NCCL_TAP") == "1") p.nccl_log = "tapped";
-    else if (!t.Env("NCCL_DEBUG_FILE").empty()) p.nccl_log = "user file";
-    else if (level == "INFO" || level == "TRACE")
-      p.nccl_log = "not seen: NCCL_DEBUG=" + level + " prints to the job's own output; set NCCL_DEBUG_FILE to let p2ptrace read it";
-    else if (!level.empty())
-      p.nccl_log = "not seen: NCCL_DEBUG=" + level + " hides the transport lines; unset it to let p2ptrace tap them";
-    else p.nccl_log = "not seen: P2PTRACE_NCCL_LOG=off";
-    rep.processes.push_back(p);
+  Report rep;
+  std::map<std::string, std::set<std::string>> host_buses;  // GPU indices per host: PCI order
+  std::map<Key, PairEntry> cuda_pairs;
+  std::map<std::pair<uint64_t, int>, NcclOpSummary> ops;
+  // ncclSend bytes per (short host, pid, comm pointer, peer rank): attributed to a pair in Finish.
+  std::map<std::tuple<std::string, int, uint64_t, int>, P2pOps> sends;
+  std::map<std::pair<std::string, int>, Who> who;  // (communicator key, rank) -> GPU
+  // (short host, pid, comm pointer) -> (communicator key, rank): joins trace records to log lines.
+  std::map<std::tuple<std::string, int, uint64_t>, std::pair<std::string, int>> comm_of;
+  std::map<std::tuple<std::string, int, int, int>, NcclConn> nccl_conns;  // (comm key, src, dst, class)
+  std::map<std::string, Refusal> first_refusal;  // per host: NCCL's own reason for refusing P2P
 
-    // Peer facts from this process's records, per unordered device pair.
-    std::map<std::pair<int, int>, PeerFacts> facts;
-    auto unordered = [](int a, int b) { return std::pair{std::min(a, b), std::max(a, b)}; };
-    for (const TraceRecord& r : t.records) {
-      const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body);
-      if (pr == nullptr || pr->device < 0 || pr->peer < 0) continue;
-      PeerFacts& f = facts[unordered(pr->device, pr->peer)];
-      if (pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer && pr->result == 0) f.can_access = pr->value;
-      if (pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess) {
-        if (pr->result == 0 || pr->result == 704) f.enabled_ever = true;
-        else f.failed_enables.push_back(fmt::format("cudaDeviceEnablePeerAccess({}) on device {} returned {}",
-                                                    pr->peer, pr->device, pr->result));
-      }
-    }
-
-    for (int a = 0; a < static_cast<int>(h.max_devices); ++a)
-      for (int b = 0; b < static_cast<int>(h.max_devices); ++b) {
-        if (a == b) continue;
-        for (int path_kind = 0; path_kind < 2; ++path_kind) {
-          const p2ptrace_pair_counters& c = t.Counter(a, b, path_kind);
-          if (c.calls == 0 && c.errors == 0) continue;
-          int direct = h.direct_transport[a][b] ? int{h.direct_transport[a][b]} : int{P2PTRACE_TRANSPORT_P2P};
-          int transport = path_kind == 0 ? direct : int{P2PTRACE_TRANSPORT_HOST_STAGED};
-          GpuRef src = gpu_ref(t, a), dst = gpu_ref(t, b);
-          PairEntry& e = pairs[Key{src.host, src.bus_id, dst.bus_id, transport}];
-          e.src = src;
-          e.dst = dst;
-          e.transport = transport;
-          e.calls += c.calls;
-          e.bytes += c.bytes;
-          e.errors += c.errors;
-          e.timed_calls += c.timed_calls;
-          e.timed_bytes += c.timed_bytes;
-          e.timed_ns += c.timed_ns;
-          e.ranks.insert(h.rank);
-          // What the node allows: NVML's P2P status, else the application's own capability query.
-          int status = h.nvml_p2p_status[a][b];
-          const PeerFacts& f = facts[unordered(a, b)];
-          bool p2p_possible = status == 1 || (status == 0 && f.can_access == 1);
-          bool p2p_impossible = (status > 1) || (status == 0 && f.can_access == 0);
-          if (p2p_possible) e.expected = direct;
-          else if (p2p_impossible) e.expected = P2PTRACE_TRANSPORT_HOST_STAGED;
-          if (transport != P2PTRACE_TRANSPORT_HOST_STAGED || !e.causes.empty()) continue;
-          Cause cause;
-          if (p2p_possible) {
-            e.fallback = true;
-            cause.id = "peer-access-not-enabled";
-            cause.evidence.push_back(fmt::format("{} cudaMemcpy* calls ({}) from GPU {} to GPU {} went through host memory",
-                                                 c.calls, Bytes(c.bytes), src.bus_id, dst.bus_id));
-            if (f.enabled_ever)
-              cause.evidence.push_back("peer access between them was not enabled when these copies ran "
-                                       "(it was enabled at another time)");
-            else if (f.failed_enables.empty())
-              cause.evidence.push_back("cudaDeviceEnablePeerAccess was never called between these two devices");
-            for (const std::string& fe : f.failed_enables) cause.evidence.push_back(fe);
-            if (status == 1) cause.evidence.push_back("NVML P2P status between them: OK");
-            if (f.can_access == 1) cause.evidence.push_back("cudaDeviceCanAccessPeer said 1");
-            cause.fix = "enable peer access before copying: on each device cudaSetDevice(a); "
-                        "cudaDeviceEnablePeerAccess(b, 0) for every peer b it copies with";
-          } else if (p2p_impossible) {
-            cause.id = status > 1 ? "nvml-p2p-status" : "cuda-no-peer-access";
-            if (status > 1) cause.evidence.push_back(fmt::format("NVML P2P status: {}", NvmlStatusText(status)));
-            if (f.can_access == 0) cause.evidence.push_back("cudaDeviceCanAccessPeer said 0");
-            cause.fix = "this pair cannot use P2P on this node; place communicating ranks on GPUs that can "
-                        "(nvidia-smi topo -p2p r), or see `p2ptrace doctor` for why";
-          } else {
-            cause.id = "unknown";
-            cause.evidence.push_back("checked: NVML P2P status (unavailable), cudaDeviceCanAccessPeer (never called)");
-          }
-          e.causes.push_back(cause);
-        }
-      }
+  GpuRef Ref(const std::string& host, const std::string& bus) const {
+    GpuRef g{host, bus, -1};
+    if (auto h = host_buses.find(host); h != host_buses.end())
+      if (auto it = h->second.find(bus); it != h->second.end()) g.gpu = static_cast<int>(std::distance(h->second.begin(), it));
+    return g;
   }
-  for (auto& [k, e] : pairs) rep.pairs.push_back(e);
-  AddNcclPairs(loaded, &host_buses, &rep);
-  AddNcclOps(loaded, &rep);
+  void AddNcclOps(const Trace& t);
+  void AddCudaPairs(const Trace& t);
+  void FinishNcclPairs();
+  void FinishCosts();
+};
+
+ReportBuilder::ReportBuilder(std::string path) : s_(std::make_unique<State>()) { s_->rep.path = std::move(path); }
+ReportBuilder::~ReportBuilder() = default;
+
+void ReportBuilder::AddProblem(std::string problem) { s_->rep.problems.push_back(std::move(problem)); }
+void ReportBuilder::AddPartial(std::string partial) { s_->rep.partial.push_back(std::move(partial)); }
+
+void ReportBuilder::AddTrace(const Trace& t) {
+  const p2ptrace_file_header& h = t.header;
+  ProcessInfo p;
+  p.rank = h.rank;
+  p.pid = h.pid;
+  p.host = t.Host();
+  p.file = t.path;
+  p.state = StateText(h);
+  for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) {
+    p.bus_ids.push_back(t.BusId(d));
+    if (!t.BusId(d).empty()) s_->host_buses[p.host].insert(t.BusId(d));
+  }
+  p.runtime_version = h.cuda_runtime_version;
+  p.driver_version = h.cuda_driver_version;
+  p.capture_flags = h.capture_flags;
+  p.dropped_records = h.dropped_records;
+  p.nccl_log = NcclLogStatus(t);
+  p.job_id = std::string(h.job_id, strnlen(h.job_id, sizeof h.job_id));
+  p.start_realtime_ns = h.start_realtime_ns;
+  uint64_t last_ns = h.end_monotonic_ns;  // a process that never exited ran at least to its last record
+  for (const TraceRecord& r : t.records) {
+    p.nccl_used |= std::holds_alternative<p2ptrace_nccl_comm_record>(r.body) ||
+                   std::holds_alternative<p2ptrace_nccl_op_record>(r.body);
+    last_ns = std::max(last_ns, r.header().time_ns);
+  }
+  if (last_ns > h.start_monotonic_ns) p.seconds = static_cast<double>(last_ns - h.start_monotonic_ns) * 1e-9;
+  DescribeCapture(t, &p);
+  s_->rep.processes.push_back(std::move(p));
+  s_->AddCudaPairs(t);
+  s_->AddNcclOps(t);
+}
+
+// Copies between this process's devices: exact totals from the counter table, causes from its
+// peer records (first process to show a host-staged pair explains it).
+void ReportBuilder::State::AddCudaPairs(const Trace& t) {
+  const p2ptrace_file_header& h = t.header;
+  std::map<std::pair<int, int>, PeerFacts> facts;
+  auto unordered = [](int a, int b) { return std::pair{std::min(a, b), std::max(a, b)}; };
+  for (const TraceRecord& r : t.records) {
+    const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body);
+    if (pr == nullptr || pr->device < 0 || pr->peer < 0) continue;
+    PeerFacts& f = facts[unordered(pr->device, pr->peer)];
+    if (pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer && pr->result == 0) f.can_access = pr->value;
+    if (pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess) {
+      if (pr->result == 0 || pr->result == 704) f.enabled_ever = true;
+      else f.failed_enables.push_back(fmt::format("cudaDeviceEnablePeerAccess({}) on device {} returned {}",
+                                                  pr->peer, pr->device, pr->result));
+    }
+  }
+  const std::string host = t.Host();
+  for (const PairCounter& pc : t.counters) {
+    uint32_t cell = pc.index / 2;
+    int a = static_cast<int>(cell / h.max_devices), b = static_cast<int>(cell % h.max_devices), path_kind = pc.index % 2;
+    const p2ptrace_pair_counters& c = pc.c;
+    if (a == b || (c.calls == 0 && c.errors == 0)) continue;
+    int direct = h.direct_transport[a][b] ? int{h.direct_transport[a][b]} : int{P2PTRACE_TRANSPORT_P2P};
+    int transport = path_kind == 0 ? direct : int{P2PTRACE_TRANSPORT_HOST_STAGED};
+    GpuRef src{host, DeviceName(t, a), -1}, dst{host, DeviceName(t, b), -1};
+    PairEntry& e = cuda_pairs[Key{host, src.bus_id, dst.bus_id, transport}];
+    e.src = src;
+    e.dst = dst;
+    e.transport = transport;
+    e.calls += c.calls;
+    e.bytes += c.bytes;
+    e.errors += c.errors;
+    e.timed_calls += c.timed_calls;
+    e.timed_bytes += c.timed_bytes;
+    e.timed_ns += c.timed_ns;
+    e.ranks.insert(h.rank);
+    // What the node allows: NVML's P2P status, else the application's own capability query.
+    int status = h.nvml_p2p_status[a][b];
+    const PeerFacts& f = facts[unordered(a, b)];
+    bool p2p_possible = status == 1 || (status == 0 && f.can_access == 1);
+    bool p2p_impossible = (status > 1) || (status == 0 && f.can_access == 0);
+    if (p2p_possible) e.expected = direct;
+    else if (p2p_impossible) e.expected = P2PTRACE_TRANSPORT_HOST_STAGED;
+    if (transport != P2PTRACE_TRANSPORT_HOST_STAGED || !e.causes.empty()) continue;
+    if (p2p_possible) e.fallback = true;
+    e.causes.push_back(HostStagedCause(c, src, dst, status, f, p2p_possible, p2p_impossible));
+  }
+}
+
+// NCCL operations: per (communicator, operation) calls, bytes and the timed subset; ncclSend per
+// peer, for the pair it crossed.
+void ReportBuilder::State::AddNcclOps(const Trace& t) {
+  std::unordered_map<uint64_t, std::pair<uint64_t, int>> comm;  // comm pointer -> (id hash, nranks)
+  std::unordered_map<uint32_t, uint64_t> timed_ns;              // seq -> measured duration
+  for (const TraceRecord& r : t.records) {
+    if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body); c && c->comm && c->result == 0)
+      comm[c->comm] = {c->id_hash, c->nranks};
+    else if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body); tr && tr->src_device < 0)
+      timed_ns[tr->h.seq] = tr->duration_ns;
+  }
+  const std::string host = ShortHost(t.Host());
+  for (const TraceRecord& r : t.records) {
+    const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
+    if (o == nullptr) continue;
+    auto ci = comm.find(o->comm);
+    uint64_t hash = ci != comm.end() ? ci->second.first : 0;
+    NcclOpSummary& s = ops[{hash, o->api}];
+    if (s.op.empty()) {
+      s.comm = fmt::format("{:016x}", hash);
+      s.op = std::string(NcclApiName(o->api));
+    }
+    s.nranks = std::max(s.nranks, ci != comm.end() ? ci->second.second : 0);
+    s.ranks.insert(t.header.rank);
+    if (o->result != 0) {
+      ++s.errors;
+      continue;
+    }
+    ++s.calls;
+    s.bytes += o->bytes;
+    auto ti = timed_ns.find(o->h.seq);
+    if (ti != timed_ns.end()) {
+      ++s.timed_calls;
+      s.timed_bytes += o->bytes;
+      s.timed_ns += ti->second;
+    }
+    if (o->api != P2PTRACE_NCCL_Send || o->peer < 0) continue;
+    P2pOps& p = sends[{host, t.header.pid, o->comm, o->peer}];
+    ++p.calls;
+    p.bytes += o->bytes;
+    if (ti != timed_ns.end()) {
+      ++p.timed_calls;
+      p.timed_bytes += o->bytes;
+      p.timed_ns += ti->second;
+    }
+  }
+}
+
+void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
+  ++s_->rep.nccl_logs;
+  if (!f.log.nccl_version.empty()) s_->rep.nccl_versions.insert(f.log.nccl_version);
+  for (const RankIdentity& id : f.log.ranks) {
+    s_->who[{CommKey(id), id.rank}] = State::Who{id.host, BusFromNccl(id.bus_id)};
+    if (!id.bus_id.empty()) s_->host_buses[id.host].insert(BusFromNccl(id.bus_id));
+    if (!id.comm.empty()) s_->comm_of[{ShortHost(id.host), id.pid, ParsePointer(id.comm)}] = {CommKey(id), id.rank};
+  }
+  for (const Connection& c : f.log.connections) {
+    if (c.dst_rank < 0) continue;  // CollNet lines name no peer
+    const RankIdentity* me = f.log.FindRank(c.logger.host, c.logger.pid, c.comm);
+    if (me == nullptr) continue;
+    State::NcclConn& nc = s_->nccl_conns[{CommKey(*me), c.src_rank, c.dst_rank, c.transport_class}];
+    nc.transports.insert(c.transport);
+    ++nc.channels;
+  }
+  for (const Refusal& r : f.log.refusals) s_->first_refusal.try_emplace(r.logger.host, r);
+}
+
+// NCCL's pairs: connections resolved to GPUs, the class each should have had, and the ncclSend
+// bytes that crossed them.
+void ReportBuilder::State::FinishNcclPairs() {
+  std::map<std::tuple<std::string, std::string, std::string, std::string, int>, PairEntry> pairs;
+  // (comm key, src rank, dst rank) -> the entry of the class with the most connections
+  std::map<std::tuple<std::string, int, int>, std::pair<int, PairEntry*>> by_ranks;
+  for (const auto& [k, nc] : nccl_conns) {
+    const auto& [key, src_rank, dst_rank, cls] = k;
+    auto src = who.find({key, src_rank});
+    auto dst = who.find({key, dst_rank});
+    if (src == who.end() || dst == who.end()) continue;
+    PairEntry& e = pairs[{src->second.host, src->second.bus, dst->second.host, dst->second.bus, cls}];
+    e.source = "nccl";
+    e.src = Ref(src->second.host, src->second.bus);
+    e.dst = Ref(dst->second.host, dst->second.bus);
+    e.transport = cls;
+    e.nccl_transports.insert(nc.transports.begin(), nc.transports.end());
+    e.channels += nc.channels;
+    e.ranks.insert(src_rank);
+    auto& best = by_ranks[{key, src_rank, dst_rank}];
+    if (best.second == nullptr || nc.channels > best.first) best = {nc.channels, &e};
+  }
+  for (const auto& [k, p] : sends) {
+    const auto& [host, pid, comm_ptr, peer] = k;
+    auto c = comm_of.find({host, pid, comm_ptr});
+    if (c == comm_of.end()) continue;
+    auto e = by_ranks.find({c->second.first, c->second.second, peer});
+    if (e == by_ranks.end()) continue;
+    PairEntry& pe = *e->second.second;
+    pe.calls += p.calls;
+    pe.bytes += p.bytes;
+    pe.timed_calls += p.timed_calls;
+    pe.timed_bytes += p.timed_bytes;
+    pe.timed_ns += p.timed_ns;
+  }
+  for (auto& [k, e] : pairs) {
+    bool same_host = e.src.host == e.dst.host;
+    if (IsDirect(e.transport)) e.expected = e.transport;
+    else if (!same_host && e.transport == P2PTRACE_TRANSPORT_NET_GDR) e.expected = e.transport;
+    // NCCL said why it refused P2P on this host: that explains a host or network path there.
+    bool host_path = e.transport == P2PTRACE_TRANSPORT_SHM || e.transport == P2PTRACE_TRANSPORT_NET_IB ||
+                     e.transport == P2PTRACE_TRANSPORT_NET_GDR || e.transport == P2PTRACE_TRANSPORT_NET_SOCKET;
+    if (host_path && same_host)
+      if (auto r = first_refusal.find(e.src.host); r != first_refusal.end()) {
+        std::string id(CauseForNcclRefusal(r->second.kind));
+        const CauseInfo* info = FindCause(id);
+        e.causes.push_back(Cause{id, {fmt::format("NCCL: {}", r->second.text)},
+                                 info ? std::string(info->fix) : "see `p2ptrace doctor` on that node"});
+        e.fallback = true;
+        e.expected = P2PTRACE_TRANSPORT_P2P;  // what NCCL uses between two GPUs of a node when allowed
+      }
+    rep.pairs.push_back(std::move(e));
+  }
+}
+
+// Each pair against its link's expectation, and what each fallback cost.
+void ReportBuilder::State::FinishCosts() {
+  // Measured GB/s per (host, src bus, dst bus, class) and per (host, class), for "best".
+  std::map<std::tuple<std::string, std::string, std::string, int>, double> measured_pair;
+  std::map<std::pair<std::string, int>, std::vector<double>> measured_host;
+  for (const PairEntry& e : rep.pairs)
+    if (e.Gbps() > 0 && e.src.host == e.dst.host) {
+      measured_pair[{e.src.host, e.src.bus_id, e.dst.bus_id, e.transport}] = e.Gbps();
+      measured_host[{e.src.host, e.transport}].push_back(e.Gbps());
+    }
+  for (auto& [k, v] : measured_host) std::sort(v.begin(), v.end());
+  // The direct link class the CUDA side saw between two GPUs (NCCL's log says only "P2P").
+  std::map<std::tuple<std::string, std::string, std::string>, int> link_class;
+  for (const PairEntry& e : rep.pairs)
+    if (e.source == "cuda" && IsDirect(e.expected) && e.expected != P2PTRACE_TRANSPORT_P2P)
+      link_class[{e.src.host, e.src.bus_id, e.dst.bus_id}] = e.expected;
+  rep.lost_seconds = 0;
+  for (PairEntry& e : rep.pairs) {
+    if (e.expected == P2PTRACE_TRANSPORT_P2P && e.fallback)
+      if (auto l = link_class.find({e.src.host, e.src.bus_id, e.dst.bus_id}); l != link_class.end()) e.expected = l->second;
+    Bandwidth b = ExpectedBandwidth(e.transport, "", 0);
+    e.expected_gbps_low = b.low;
+    e.expected_gbps_high = b.high;
+    e.expected_basis = b.basis;
+    if (!e.fallback || e.expected == 0 || e.Gbps() <= 0) continue;
+    if (auto m = measured_pair.find({e.src.host, e.src.bus_id, e.dst.bus_id, e.expected}); m != measured_pair.end()) {
+      e.best_gbps = m->second;
+      e.best_basis = "measured on this pair";
+    } else if (auto h = measured_host.find({e.src.host, e.expected}); h != measured_host.end()) {
+      e.best_gbps = h->second[h->second.size() / 2];
+      e.best_basis = fmt::format("median of {}'s {} pairs", e.src.host, TransportName(e.expected));
+    } else if (Bandwidth best = ExpectedBandwidth(e.expected, "", 0); best.low > 0) {
+      e.best_gbps = best.low;
+      e.best_basis = fmt::format("catalog low figure for {}: {}", TransportName(e.expected), best.basis);
+    } else {
+      continue;
+    }
+    // bytes / (GB/s × 1e9) seconds on each path.
+    e.lost_seconds = std::max(0.0, static_cast<double>(e.bytes) * 1e-9 * (1 / e.Gbps() - 1 / e.best_gbps));
+    rep.lost_seconds += e.lost_seconds;
+  }
+}
+
+Report ReportBuilder::Finish() {
+  State& s = *s_;
+  Report& rep = s.rep;
+  for (auto& [k, e] : s.cuda_pairs) {
+    e.src = s.Ref(e.src.host, e.src.bus_id);
+    e.dst = s.Ref(e.dst.host, e.dst.bus_id);
+    rep.pairs.push_back(std::move(e));
+  }
+  s.FinishNcclPairs();
+  for (auto& [k, op] : s.ops) rep.nccl_ops.push_back(std::move(op));
   std::sort(rep.pairs.begin(), rep.pairs.end(), [](const PairEntry& x, const PairEntry& y) {
-    return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.gpu, x.dst.bus_id, x.transport) <
-           std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.gpu, y.dst.bus_id, y.transport);
+    return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.host, x.dst.gpu, x.dst.bus_id, x.transport, x.source) <
+           std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.host, y.dst.gpu, y.dst.bus_id, y.transport, y.source);
   });
+  s.FinishCosts();
   // One finding per cause id, listing its pairs.
   std::map<std::string, Finding> by_cause;
   for (const PairEntry& e : rep.pairs)
     for (const Cause& c : e.causes) {
       Finding& f = by_cause[c.id];
       f.id = c.id;
-      f.severity = e.fallback ? "warning" : "info";
-      f.pairs.push_back(fmt::format("{} GPU{} -> GPU{}", e.src.host, e.src.gpu, e.dst.gpu));
+      if (f.severity != "warning") f.severity = e.fallback ? "warning" : "info";
+      f.pairs.push_back(fmt::format("{} GPU{} -> {}GPU{}", e.src.host, e.src.gpu,
+                                    e.dst.host == e.src.host ? "" : e.dst.host + " ", e.dst.gpu));
       if (f.evidence.empty()) f.evidence = c.evidence;
       f.fix = c.fix;
     }
-  for (auto& [id, f] : by_cause) rep.findings.push_back(f);
+  for (auto& [id, f] : by_cause) rep.findings.push_back(std::move(f));
+  return std::move(rep);
+}
+
+Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
+  ReportBuilder b(path);
+  for (const std::string& p : loaded.problems) b.AddProblem(p);
+  for (const std::string& p : loaded.partial) b.AddPartial(p);
+  for (const Trace& t : loaded.traces) b.AddTrace(t);
+  for (const NcclLogFile& f : loaded.nccl_logs) b.AddNcclLog(f);
+  return b.Finish();
+}
+
+absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions& options) {
+  absl::StatusOr<JobFiles> files = ListJobFiles(path);
+  if (!files.ok()) return files.status();
+  ReportBuilder b(path);
+  size_t total = files->traces.size() + files->nccl_logs.size(), done = 0;
+  for (const std::string& f : files->traces) {
+    ReadOptions ro;
+    ro.max_records = options.max_records_per_file;
+    Expected<Trace> t = ReadTrace(f, ro);
+    if (!t.ok()) {
+      b.AddProblem(t.error().message);
+    } else {
+      if (std::string line = PartialLine(*t); !line.empty()) b.AddPartial(line);
+      b.AddTrace(*t);
+      size_t before = files->nccl_logs.size();
+      AddUserNcclLog(*t, &*files);
+      total += files->nccl_logs.size() - before;
+    }
+    if (options.progress) options.progress(++done, total);
+  }
+  for (size_t i = 0; i < files->nccl_logs.size(); ++i) {
+    Expected<NcclLog> log = ReadNcclLogFile(files->nccl_logs[i]);
+    if (!log.ok()) b.AddProblem(log.error().message);
+    else b.AddNcclLog(NcclLogFile{files->nccl_logs[i], std::move(log.value())});
+    if (options.progress) options.progress(++done, total);
+  }
+  return b.Finish();
+}
+
+absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty) {
+  StreamOptions options;
+  auto start = std::chrono::steady_clock::now();
+  auto last = start;
+  bool shown = false;
+  if (err_is_tty)
+    options.progress = [&](size_t done, size_t total) {
+      auto now = std::chrono::steady_clock::now();
+      if (now - start < std::chrono::seconds(1) || (now - last < std::chrono::milliseconds(100) && done < total)) return;
+      last = now;
+      shown = true;
+      err << fmt::format("\rp2ptrace: reading {} of {} files ({:.0f}%)", done, total, 100.0 * done / total) << std::flush;
+    };
+  absl::StatusOr<Report> rep = StreamReport(path, options);
+  if (shown) err << "\r\033[K" << std::flush;  // the progress line gives way to what follows
+  if (!rep.ok()) return rep;
+  PrintLoadProblems(rep->problems, rep->partial, rep->processes.size(), err);
+  if (rep->processes.empty()) return absl::NotFoundError("no usable trace in " + path);
   return rep;
 }
 
-namespace {
-
-const char* Short(int transport) {
+const char* TransportCell(int transport) {
   switch (transport) {
     case P2PTRACE_TRANSPORT_NVLINK: return "NVL";
     case P2PTRACE_TRANSPORT_PCIE_P2P: return "PCI";
@@ -345,6 +574,8 @@ const char* Short(int transport) {
     default: return "?";
   }
 }
+
+namespace {
 
 const char* Color(int transport, bool color) {
   if (!color) return "";
@@ -357,102 +588,199 @@ const char* Color(int transport, bool color) {
   }
 }
 
+std::string Duration(double s) {
+  if (s >= 1) return fmt::format("{:.2f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.1f} ms", s * 1e3);
+  return fmt::format("{:.0f} µs", s * 1e6);
+}
+
+// "0-7, 9, 12-15"
+std::string RankRanges(const std::vector<int>& sorted) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    parts.push_back(j == i ? std::to_string(sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
+    i = j + 1;
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// "node0, node1, … (512 hosts)"
+std::string NameList(const std::vector<std::string>& names, size_t shown = 4) {
+  if (names.size() <= shown) return fmt::format("{}", fmt::join(names, ", "));
+  return fmt::format("{}, … ({} in all)", fmt::join(names.begin(), names.begin() + static_cast<long>(shown), ", "),
+                     names.size());
+}
+
+std::string PairName(const PairEntry& e) {
+  return e.src.host == e.dst.host ? fmt::format("{} GPU{} -> GPU{}", e.src.host, e.src.gpu, e.dst.gpu)
+                                  : fmt::format("{} GPU{} -> {} GPU{}", e.src.host, e.src.gpu, e.dst.host, e.dst.gpu);
+}
+
+// "312.4 GB/s (nvlink: 20-370 expected)" — measured against what the class should deliver.
+std::string RateText(const PairEntry& e) {
+  if (e.Gbps() <= 0) return e.source == "nccl" && e.bytes == 0 ? "no send/recv to measure" : "not timed";
+  std::string expect = e.expected_gbps_high <= 0 ? ""
+                       : e.expected_gbps_low == e.expected_gbps_high
+                           ? fmt::format(" [~{:.0f}]", e.expected_gbps_high)
+                           : fmt::format(" [{:.0f}-{:.0f}]", e.expected_gbps_low, e.expected_gbps_high);
+  const char* slow = e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
+  return fmt::format("{:.1f} GB/s{}{}", e.Gbps(), expect, slow);
+}
+
+// The matrix cells of one host, in the layout of `nvidia-smi topo -m`.
+struct HostMatrix {
+  std::map<int, std::string> gpus;           // index -> bus id
+  std::map<std::pair<int, int>, std::pair<int, int>> cells;  // (row, col) -> (class of most bytes, classes)
+  bool operator==(const HostMatrix& o) const { return gpus == o.gpus && cells == o.cells; }
+};
+
+std::map<std::string, HostMatrix> Matrices(const Report& rep) {
+  std::map<std::string, HostMatrix> out;
+  std::map<std::pair<std::string, std::pair<int, int>>, uint64_t> most;
+  for (const PairEntry& e : rep.pairs) {
+    if (e.src.host != e.dst.host) continue;
+    HostMatrix& m = out[e.src.host];
+    m.gpus[e.src.gpu] = e.src.bus_id;
+    m.gpus[e.dst.gpu] = e.dst.bus_id;
+    auto& cell = m.cells[{e.src.gpu, e.dst.gpu}];
+    uint64_t& top = most[{e.src.host, {e.src.gpu, e.dst.gpu}}];
+    if (cell.second == 0 || e.bytes > top) {
+      cell.first = e.transport;
+      top = e.bytes;
+    }
+    ++cell.second;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string RenderText(const Report& rep, bool color) {
   std::string out;
   const char* reset = color ? "\033[0m" : "";
-  std::set<std::string> hosts;
+  std::set<std::string> hosts, job_ids;
   std::set<int> ranks;
-  int crashed = 0;
-  uint64_t dropped = 0;
-  uint32_t flags = 0;
   int rt = 0, drv = 0;
   for (const ProcessInfo& p : rep.processes) {
     hosts.insert(p.host);
     if (p.rank >= 0) ranks.insert(p.rank);
-    if (p.state != "exited") ++crashed;
-    dropped += p.dropped_records;
-    flags |= p.capture_flags;
+    if (!p.job_id.empty()) job_ids.insert(p.job_id);
     rt = std::max(rt, p.runtime_version);
     drv = std::max(drv, p.driver_version);
   }
   out += fmt::format("p2ptrace report: {}\n", rep.path);
-  out += fmt::format("{} process{} on {} host{}, {} rank{}; CUDA runtime {}, driver {}\n", rep.processes.size(),
-                     rep.processes.size() == 1 ? "" : "es", hosts.size(), hosts.size() == 1 ? "" : "s", ranks.size(),
-                     ranks.size() == 1 ? "" : "s", Version(rt), Version(drv));
-  std::vector<std::string> seen;
-  if (flags & P2PTRACE_CAPTURE_CUDART_11) seen.push_back("cudart 11");
-  if (flags & P2PTRACE_CAPTURE_CUDART_12) seen.push_back("cudart 12");
-  if (flags & P2PTRACE_CAPTURE_CUDART_13) seen.push_back("cudart 13");
-  if (rep.nccl_logs) out += fmt::format("NCCL: {} log file{} read\n", rep.nccl_logs, rep.nccl_logs == 1 ? "" : "s");
-  out += fmt::format("capture: {}; link types {}{}\n",
-                     seen.empty() ? "no CUDA runtime call reached the shim" : "intercepted " + fmt::format("{}", fmt::join(seen, ", ")),
-                     flags & P2PTRACE_CAPTURE_NVML_LINKS ? "from NVML" : "unknown (no NVML)",
-                     flags & P2PTRACE_CAPTURE_TIMING_OFF ? "; timing off" : "");
-  if (crashed) out += fmt::format("note: {} process{} did not exit normally (killed, crashed, _exit, or still running); "
-                                  "what they recorded is complete up to that moment\n", crashed, crashed == 1 ? "" : "es");
+  out += fmt::format("job {}: {} rank{} ({} process{}) on {} host{} ({})\n",
+                     job_ids.empty() ? "?" : NameList({job_ids.begin(), job_ids.end()}, 2), ranks.size(),
+                     ranks.size() == 1 ? "" : "s", rep.processes.size(), rep.processes.size() == 1 ? "" : "es",
+                     hosts.size(), hosts.size() == 1 ? "" : "s", NameList({hosts.begin(), hosts.end()}));
+  out += fmt::format("CUDA runtime {}, driver {}; NCCL {}\n", Version(rt), Version(drv),
+                     rep.nccl_versions.empty() ? std::string(rep.nccl_logs ? "version not printed" : "not seen")
+                                               : fmt::format("{}", fmt::join(rep.nccl_versions, ", ")));
+  // Capture modes: processes that saw alike grouped, with what that means for trusting the answer.
+  std::map<std::pair<std::string, std::string>, std::vector<int>> modes;
+  std::map<std::pair<std::string, std::string>, std::vector<int>> mode_pids;  // processes without a rank
+  for (const ProcessInfo& p : rep.processes)
+    (p.rank >= 0 ? modes : mode_pids)[{p.capture_mode, p.trust}].push_back(p.rank >= 0 ? p.rank : p.pid);
+  out += "capture (what the shim saw, and how far to trust it):\n";
+  constexpr size_t kModesShown = 8;
+  size_t shown_modes = 0;
+  for (auto* group : {&modes, &mode_pids})
+    for (auto& [mode, ids] : *group) {
+      if (shown_modes++ >= kModesShown) continue;
+      std::sort(ids.begin(), ids.end());
+      out += fmt::format("  {} {}: {} — {}\n", group == &modes ? (ids.size() == 1 ? "rank" : "ranks") : "pid",
+                         RankRanges(ids), mode.first, mode.second);
+    }
+  if (shown_modes > kModesShown) out += fmt::format("  … {} more kinds (--json has every rank's)\n", shown_modes - kModesShown);
   for (const ProcessInfo& p : rep.processes)
     if (p.nccl_log.rfind("not seen", 0) == 0 && !rep.nccl_ops.empty()) {
       out += "note: NCCL lines " + p.nccl_log + "\n";
       break;
     }
-  if (dropped) out += fmt::format("note: {} records dropped at the trace size cap (P2PTRACE_MAX_MB); counts stay exact\n", dropped);
-  for (const std::string& p : rep.problems) out += "skipped: " + p + "\n";
+  constexpr size_t kSkippedShown = 20;
+  for (size_t i = 0; i < std::min(kSkippedShown, rep.problems.size()); ++i) out += "skipped: " + rep.problems[i] + "\n";
+  if (rep.problems.size() > kSkippedShown)
+    out += fmt::format("skipped: … {} more files (each is named on stderr)\n", rep.problems.size() - kSkippedShown);
 
-  for (const std::string& host : hosts) {
-    // The matrix: GPUs this host's pairs touched, by index.
-    std::map<int, std::string> gpus;
-    for (const PairEntry& e : rep.pairs)
-      if (e.src.host == host) {
-        gpus[e.src.gpu] = e.src.bus_id;
-        gpus[e.dst.gpu] = e.dst.bus_id;
-      }
-    if (gpus.empty()) continue;
-    out += fmt::format("\n{}: GPU pairs by path (row: source GPU, column: destination GPU)\n      ", host);
-    for (auto& [g, bus] : gpus) out += fmt::format("{:>6}", fmt::format("GPU{}", g));
+  // Per host, the pair matrix; hosts with the same matrix are shown once.
+  std::map<std::string, HostMatrix> matrices = Matrices(rep);
+  std::vector<std::pair<const HostMatrix*, std::vector<std::string>>> groups;
+  for (const auto& [host, m] : matrices) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return *x.first == m; });
+    if (g == groups.end()) groups.push_back({&m, {host}});
+    else g->second.push_back(host);
+  }
+  for (const auto& [m, names] : groups) {
+    out += fmt::format("\n{}: GPU pairs by path (row: source GPU, column: destination GPU){}\n      ", names[0],
+                       names.size() > 1 ? fmt::format("; the same on {}", NameList({names.begin() + 1, names.end()}))
+                                        : std::string());
+    for (auto& [g, bus] : m->gpus) out += fmt::format("{:>6}", fmt::format("GPU{}", g));
     out += "\n";
-    for (auto& [row, row_bus] : gpus) {
+    for (auto& [row, row_bus] : m->gpus) {
       out += fmt::format("{:<6}", fmt::format("GPU{}", row));
-      for (auto& [col, col_bus] : gpus) {
-        if (row == col) { out += fmt::format("{:>6}", "X"); continue; }
-        const PairEntry* best = nullptr;
-        int kinds = 0;
-        for (const PairEntry& e : rep.pairs)
-          if (e.src.host == host && e.src.gpu == row && e.dst.gpu == col) {
-            ++kinds;
-            if (best == nullptr || e.bytes > best->bytes) best = &e;
-          }
-        std::string cell = best ? std::string(Short(best->transport)) + (kinds > 1 ? "*" : "") : ".";
-        out += fmt::format("{}{:>6}{}", best ? Color(best->transport, color) : "", cell, best ? reset : "");
+      for (auto& [col, col_bus] : m->gpus) {
+        if (row == col) {
+          out += fmt::format("{:>6}", "X");
+          continue;
+        }
+        auto c = m->cells.find({row, col});
+        if (c == m->cells.end()) {
+          out += fmt::format("{:>6}", ".");
+          continue;
+        }
+        std::string cell = std::string(TransportCell(c->second.first)) + (c->second.second > 1 ? "*" : "");
+        out += fmt::format("{}{:>6}{}", Color(c->second.first, color), cell, reset);
       }
       out += "\n";
     }
-    out += "NVL nvlink, PCI pcie_p2p, P2P direct (link unknown), HST host-staged, SHM NCCL via host memory,\n"
-           "NET NCCL via the network, . none, * several paths\n";
   }
+  if (!groups.empty())
+    out += "\nLegend: NVL nvlink, PCI pcie_p2p, P2P direct (link unknown), HST host-staged, SHM NCCL via host memory,\n"
+           "NET NCCL via the network, . none, * several paths (the cell shows the one that moved most bytes);\n"
+           "[low-high]: the GB/s the path used should give (one direction)\n";
 
-  if (!rep.pairs.empty()) {
-    out += "\npairs:\n";
-    for (const PairEntry& e : rep.pairs) {
-      if (e.source == "nccl") {
-        out += fmt::format("  {} GPU{} -> {} GPU{}  {}{:<12}{} NCCL, {} connection{}: {}\n", e.src.host, e.src.gpu,
-                           e.dst.host == e.src.host ? "" : e.dst.host, e.dst.gpu, Color(e.transport, color),
-                           TransportName(e.transport), reset, e.channels, e.channels == 1 ? "" : "s",
-                           fmt::join(e.nccl_transports, ", "));
-        continue;
-      }
-      std::string gbps = e.Gbps() > 0 ? fmt::format("{:.1f} GB/s", e.Gbps()) : "not timed";
-      out += fmt::format("  {} GPU{} -> GPU{}  {}{:<12}{} {:>8} copies {:>11}  {}{}{}\n", e.src.host, e.src.gpu,
-                         e.dst.gpu, Color(e.transport, color), TransportName(e.transport), reset, e.calls,
-                         Bytes(e.bytes), gbps,
-                         e.errors ? fmt::format(", {} failed", e.errors) : "",
-                         e.expected && e.expected != e.transport
-                             ? fmt::format("  (expected {})", TransportName(e.expected)) : "");
-    }
-  } else {
-    out += "\nno GPU pair exchanged data through the intercepted CUDA calls\n";
+  // Cross-host pairs, grouped by host pair.
+  std::map<std::pair<std::string, std::string>, std::vector<const PairEntry*>> cross;
+  for (const PairEntry& e : rep.pairs)
+    if (e.src.host != e.dst.host) cross[{e.src.host, e.dst.host}].push_back(&e);
+  constexpr size_t kHostPairsShown = 16;
+  if (!cross.empty()) out += fmt::format("\ncross-host pairs ({} host pair{}):\n", cross.size(), cross.size() == 1 ? "" : "s");
+  size_t host_pairs = 0;
+  for (const auto& [hp, entries] : cross) {
+    if (host_pairs++ >= kHostPairsShown) break;
+    out += fmt::format("  {} -> {}:\n", hp.first, hp.second);
+    for (const PairEntry* e : entries)
+      out += fmt::format("    GPU{} -> GPU{}  {}{:<12}{} {}{:>11}  {}\n", e->src.gpu, e->dst.gpu, Color(e->transport, color),
+                         TransportName(e->transport), reset,
+                         e->nccl_transports.empty() ? "" : fmt::format("{} ", fmt::join(e->nccl_transports, ", ")),
+                         e->bytes ? Bytes(e->bytes) : "", RateText(*e));
   }
+  if (cross.size() > kHostPairsShown)
+    out += fmt::format("  … {} more host pairs (--json lists them)\n", cross.size() - kHostPairsShown);
+
+  // Pairs inside a host, one line each.
+  constexpr size_t kPairsShown = 64;
+  size_t inside = 0;
+  for (const PairEntry& e : rep.pairs) inside += e.src.host == e.dst.host;
+  if (rep.pairs.empty()) out += "\nno GPU pair exchanged data through the intercepted CUDA calls\n";
+  else if (inside) out += "\npairs inside a host:\n";
+  size_t shown = 0;
+  for (const PairEntry& e : rep.pairs) {
+    if (e.src.host != e.dst.host || shown++ >= kPairsShown) continue;
+    std::string what = e.source == "nccl"
+                           ? fmt::format("NCCL, {} connection{}: {}", e.channels, e.channels == 1 ? "" : "s",
+                                         fmt::join(e.nccl_transports, ", "))
+                           : fmt::format("{} cop{}", e.calls, e.calls == 1 ? "y" : "ies");
+    out += fmt::format("  {}  {}{:<12}{} {:<34} {:>11} {:>9}  {}{}{}\n", PairName(e), Color(e.transport, color),
+                       TransportName(e.transport), reset, what, e.bytes ? Bytes(e.bytes) : "",
+                       e.Seconds() > 0 ? Duration(e.Seconds()) : "", RateText(e),
+                       e.errors ? fmt::format(", {} failed", e.errors) : "",
+                       e.fallback && e.expected ? fmt::format("  fallback from {}", TransportName(e.expected)) : "");
+  }
+  if (shown > kPairsShown) out += fmt::format("  … {} more pairs (--json lists them all)\n", shown - kPairsShown);
+
   if (!rep.nccl_ops.empty()) {
     out += "\nNCCL operations (per communicator; timed subset, nccl-tests' algbw/busbw):\n";
     for (const NcclOpSummary& s : rep.nccl_ops) {
@@ -462,6 +790,33 @@ std::string RenderText(const Report& rep, bool color) {
                          s.op, s.calls, Bytes(s.bytes), bw, s.errors ? fmt::format(", {} failed", s.errors) : "");
     }
   }
+
+  // Fallbacks, the costliest first, with what each cost.
+  std::vector<const PairEntry*> fallbacks;
+  for (const PairEntry& e : rep.pairs)
+    if (e.fallback) fallbacks.push_back(&e);
+  std::stable_sort(fallbacks.begin(), fallbacks.end(),
+                   [](const PairEntry* a, const PairEntry* b) { return a->lost_seconds > b->lost_seconds; });
+  if (!fallbacks.empty()) {
+    out += fmt::format("\nfallbacks: {} pair{}, {} lost in total (bytes on the fallback path × (1/achieved − "
+                       "1/expected-best GB/s))\n",
+                       fallbacks.size(), fallbacks.size() == 1 ? "" : "s", Duration(rep.lost_seconds));
+    constexpr size_t kFallbacksShown = 20;
+    for (size_t i = 0; i < std::min(kFallbacksShown, fallbacks.size()); ++i) {
+      const PairEntry& e = *fallbacks[i];
+      std::vector<std::string> ids;
+      for (const Cause& c : e.causes) ids.push_back("[" + c.id + "]");
+      std::string cost = e.lost_seconds >= 0
+                             ? fmt::format("{} at {:.1f} GB/s vs {:.1f} GB/s ({}): {} lost", Bytes(e.bytes), e.Gbps(),
+                                           e.best_gbps, e.best_basis, Duration(e.lost_seconds))
+                             : std::string(e.bytes ? "not timed: cost unknown" : "no bytes attributed: cost unknown");
+      out += fmt::format("  {}  {}{}{} instead of {}: {}  {}\n", PairName(e), Color(e.transport, color),
+                         TransportName(e.transport), reset, TransportName(e.expected), cost, fmt::join(ids, " "));
+    }
+    if (fallbacks.size() > kFallbacksShown)
+      out += fmt::format("  … {} more (--json lists them all)\n", fallbacks.size() - kFallbacksShown);
+  }
+
   // One paragraph per finding: the pairs it explains, the evidence of the first, the fix.
   for (const Finding& f : rep.findings) {
     const PairEntry* first = nullptr;
@@ -472,9 +827,9 @@ std::string RenderText(const Report& rep, bool color) {
                            ? fmt::format("{} instead of {}", TransportName(first->transport), TransportName(first->expected))
                            : std::string(first ? TransportName(first->transport) : "");
     constexpr size_t kShown = 8;
-    std::vector<std::string> shown(f.pairs.begin(), f.pairs.begin() + std::min(f.pairs.size(), kShown));
+    std::vector<std::string> some(f.pairs.begin(), f.pairs.begin() + static_cast<long>(std::min(f.pairs.size(), kShown)));
     out += fmt::format("\n{} [{}] {} on {} pair{}: {}{}\n", f.severity, f.id, what, f.pairs.size(),
-                       f.pairs.size() == 1 ? "" : "s", fmt::join(shown, ", "),
+                       f.pairs.size() == 1 ? "" : "s", fmt::join(some, ", "),
                        f.pairs.size() > kShown ? fmt::format(", … ({} more)", f.pairs.size() - kShown) : "");
     for (const std::string& e : f.evidence) out += "    evidence: " + e + "\n";
     if (!f.fix.empty()) out += "    fix: " + f.fix + "\n";
@@ -491,6 +846,11 @@ json RenderJson(const Report& rep) {
            {"bus_ids", p.bus_ids}, {"state", p.state}, {"file", p.file},
            {"cuda_runtime_version", p.runtime_version}, {"cuda_driver_version", p.driver_version}};
     r["nccl_log"] = p.nccl_log;
+    r["job_id"] = p.job_id;
+    r["capture_mode"] = p.capture_mode;
+    r["trust"] = p.trust;
+    r["start_realtime_ns"] = p.start_realtime_ns;
+    r["seconds"] = p.seconds >= 0 ? json(p.seconds) : json(nullptr);
     r["gpu"] = p.bus_ids.size() == 1 ? json(0) : json(nullptr);
     r["bus_id"] = p.bus_ids.size() == 1 ? json(p.bus_ids[0]) : json(nullptr);
     j["ranks"].push_back(r);
@@ -509,6 +869,13 @@ json RenderJson(const Report& rep) {
            {"timed_bytes", e.timed_bytes}};
     p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
     p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
+    p["channels"] = e.channels;
+    p["expected_gbps"] = e.expected_gbps_high > 0 ? json{{"low", e.expected_gbps_low}, {"high", e.expected_gbps_high},
+                                                         {"basis", e.expected_basis}}
+                                                  : json(nullptr);
+    p["best_gbps"] = e.best_gbps > 0 ? json(e.best_gbps) : json(nullptr);
+    p["best_basis"] = e.best_basis;
+    p["lost_seconds"] = e.lost_seconds >= 0 ? json(e.lost_seconds) : json(nullptr);
     p["causes"] = json::array();
     for (const Cause& c : e.causes) p["causes"].push_back({{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}});
     j["pairs"].push_back(p);
@@ -523,6 +890,17 @@ json RenderJson(const Report& rep) {
     o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
     j["nccl_ops"].push_back(o);
   }
+  std::set<std::string> hosts, job_ids;
+  int rt = 0, drv = 0;
+  for (const ProcessInfo& p : rep.processes) {
+    hosts.insert(p.host);
+    if (!p.job_id.empty()) job_ids.insert(p.job_id);
+    rt = std::max(rt, p.runtime_version);
+    drv = std::max(drv, p.driver_version);
+  }
+  j["job"] = {{"ids", job_ids}, {"hosts", hosts}, {"nccl_versions", rep.nccl_versions},
+              {"cuda_runtime", Version(rt)}, {"cuda_driver", Version(drv)}};
+  j["lost_seconds"] = rep.lost_seconds;
   j["findings"] = json::array();
   for (const Finding& f : rep.findings)
     j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence},
@@ -544,7 +922,8 @@ json RenderJson(const Report& rep) {
                   {"timing", (flags & P2PTRACE_CAPTURE_TIMING_OFF) == 0},
                   {"abnormal_exits", abnormal},
                   {"dropped_records", dropped},
-                  {"skipped_files", rep.problems}};
+                  {"skipped_files", rep.problems},
+                  {"partial_files", rep.partial}};
   return j;
 }
 

@@ -1,8 +1,13 @@
 // The merged view of a job's traces (DESIGN.md §7 `report`): every directional GPU pair that
-// moved bytes, by which path, how fast, and — for host-staged pairs — why.
+// moved bytes, by which path, how fast against the link's expectation, what its fallbacks cost,
+// and why. Built by folding one trace (and one NCCL log) at a time: memory grows with pairs,
+// processes and communicators, never with events.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +40,14 @@ struct PairEntry {
   uint64_t calls = 0, bytes = 0, errors = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
   std::set<int> ranks;
   std::vector<Cause> causes;
+  // What the class used should deliver (core/causes.h ExpectedBandwidth); 0/0 when no figure.
+  double expected_gbps_low = 0, expected_gbps_high = 0;
+  std::string expected_basis;
+  // A fallback's cost: bytes × (1/achieved − 1/best), where best is the expected class's GB/s —
+  // measured on this pair, else on the host, else the catalog's low figure. -1: not computable.
+  double best_gbps = -1;
+  std::string best_basis;
+  double lost_seconds = -1;
   double Gbps() const { return timed_ns ? static_cast<double>(timed_bytes) / static_cast<double>(timed_ns) : -1; }
   // All bytes at the measured rate; -1 when nothing was timed.
   double Seconds() const { return timed_bytes ? static_cast<double>(bytes) * 1e-9 / Gbps() : -1; }
@@ -59,6 +72,13 @@ struct ProcessInfo {
   uint32_t capture_flags = 0;
   uint64_t dropped_records = 0;
   std::string nccl_log;  // how NCCL's lines reached p2ptrace: tapped | user file | not seen: <why>
+  std::string job_id;
+  uint64_t start_realtime_ns = 0;  // wall clock at the shim's start
+  double seconds = -1;             // how long it ran, as far as the trace says; -1 unknown
+  bool nccl_used = false;  // the process created a communicator or called an NCCL operation
+  // What the shim could see in this process ("cudart 12 intercepted, NCCL log tapped, …") and
+  // what that means for trusting an empty or partial answer.
+  std::string capture_mode, trust;
 };
 
 struct Report {
@@ -68,11 +88,46 @@ struct Report {
   std::vector<NcclOpSummary> nccl_ops;
   std::vector<Finding> findings;
   std::vector<std::string> problems;  // files skipped, one line each
+  std::vector<std::string> partial;   // files used in part, one line each
   size_t nccl_logs = 0;               // NCCL log files read
+  std::set<std::string> nccl_versions;
+  double lost_seconds = 0;            // summed over the fallback pairs that could be costed
+};
+
+// Folds traces and NCCL logs into a Report, one at a time; keeps nothing of their records.
+class ReportBuilder {
+ public:
+  explicit ReportBuilder(std::string path);
+  ~ReportBuilder();
+  void AddTrace(const Trace& trace);
+  void AddNcclLog(const NcclLogFile& log);
+  void AddProblem(std::string problem) ;      // a file that was skipped
+  void AddPartial(std::string partial);       // a file that was used in part
+  Report Finish();                            // once, after every Add
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
 };
 
 Report BuildReport(const std::string& path, const LoadedTraces& traces);
+
+struct StreamOptions {
+  uint64_t max_records_per_file = LoadOptions{}.max_records_per_file;
+  // Called after each file with (files done, files in all); the caller decides whether to show it.
+  std::function<void(size_t, size_t)> progress;
+};
+// Lists DIR (or one trace file) and folds its files one by one: only one file's records are in
+// memory at a time. Fails only when the path cannot be listed; unusable files become problems.
+absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions& options = {});
+// `report`, `html`, `diff` and `run` load this way: StreamReport, the load problems on `err`
+// (capped), progress on `err` when it is a terminal and the run takes over a second. Exit 2 with
+// one line when nothing usable remains.
+absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty);
+
 std::string RenderText(const Report& report, bool color);
+// A matrix cell's three letters, as `nvidia-smi topo -m` prints its links: "NVL", "PCI", "HST", …
+const char* TransportCell(int transport);
 nlohmann::json RenderJson(const Report& report);
 
 }  // namespace p2ptrace::cli

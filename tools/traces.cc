@@ -9,9 +9,7 @@
 #include "fmt/format.h"
 
 namespace p2ptrace::cli {
-namespace {
 
-// What a usable file lost, in one line naming it; "" when it is whole.
 std::string PartialLine(const Trace& t) {
   std::vector<std::string> lost;
   if (t.CutShort() || t.missing_chunks)
@@ -35,29 +33,58 @@ std::string PartialLine(const Trace& t) {
   return fmt::format("{}: {}", t.path, fmt::join(lost, "; "));
 }
 
-}  // namespace
-
-absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptions& options) {
+absl::StatusOr<JobFiles> ListJobFiles(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
   if (ec) return absl::NotFoundError(path + ": " + ec.message());
-  std::vector<std::string> files, nccl_files;
+  JobFiles files;
   if (fs::is_directory(st)) {
     for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
       std::string name = it->path().filename().string();
-      if (it->path().extension() == ".p2ptrace") files.push_back(it->path().string());
-      else if (name.rfind("nccl.", 0) == 0 && it->path().extension() == ".log") nccl_files.push_back(it->path().string());
+      if (it->path().extension() == ".p2ptrace") files.traces.push_back(it->path().string());
+      else if (name.rfind("nccl.", 0) == 0 && it->path().extension() == ".log") files.nccl_logs.push_back(it->path().string());
     }
     if (ec) return absl::PermissionDeniedError(path + ": " + ec.message());
   } else {
-    files.push_back(path);
+    files.traces.push_back(path);
   }
-  std::sort(files.begin(), files.end());
-  std::sort(nccl_files.begin(), nccl_files.end());
+  std::sort(files.traces.begin(), files.traces.end());
+  std::sort(files.nccl_logs.begin(), files.nccl_logs.end());
+  return files;
+}
+
+void AddUserNcclLog(const Trace& t, JobFiles* files) {
+  std::string value = t.Env("NCCL_DEBUG_FILE");
+  if (value.empty() || t.Env("P2PTRACE_NCCL_TAP") == "1") return;
+  std::string resolved;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'h') resolved += t.Host(), ++i;
+    else if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'p') resolved += std::to_string(t.header.pid), ++i;
+    else resolved += value[i];
+  }
+  std::error_code ec;
+  if (std::find(files->nccl_logs.begin(), files->nccl_logs.end(), resolved) == files->nccl_logs.end() &&
+      std::filesystem::exists(resolved, ec))
+    files->nccl_logs.push_back(resolved);
+}
+
+Expected<NcclLog> ReadNcclLogFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Error{path + ": cannot read"};
+  NcclLogParser parser;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) parser.Feed(std::string_view(buf, static_cast<size_t>(in.gcount())));
+  parser.Finish();
+  return parser.log();
+}
+
+absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptions& options) {
+  absl::StatusOr<JobFiles> files = ListJobFiles(path);
+  if (!files.ok()) return files.status();
   LoadedTraces out;
   uint64_t records_left = options.max_records_total;
-  for (const std::string& f : files) {
+  for (const std::string& f : files->traces) {
     ReadOptions ro;
     ro.max_records = std::min(options.max_records_per_file, records_left);
     Expected<Trace> t = ReadTrace(f, ro);
@@ -70,45 +97,29 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptio
     out.traces.push_back(std::move(t.value()));
   }
   // A user's own NCCL_DEBUG_FILE (recorded in each trace's environment) is read where it is.
-  for (const Trace& t : out.traces)
-    for (const auto& [name, value] : t.env) {
-      if (name != "NCCL_DEBUG_FILE" || t.Env("P2PTRACE_NCCL_TAP") == "1") continue;
-      std::string resolved;
-      for (size_t i = 0; i < value.size(); ++i) {
-        if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'h') resolved += t.Host(), ++i;
-        else if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'p') resolved += std::to_string(t.header.pid), ++i;
-        else resolved += value[i];
-      }
-      if (std::find(nccl_files.begin(), nccl_files.end(), resolved) == nccl_files.end() && fs::exists(resolved, ec))
-        nccl_files.push_back(resolved);
-    }
-  for (const std::string& f : nccl_files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) {
-      out.problems.push_back(f + ": cannot read");
-      continue;
-    }
-    NcclLogParser parser;
-    char buf[1 << 16];
-    while (in.read(buf, sizeof buf) || in.gcount() > 0) parser.Feed(std::string_view(buf, static_cast<size_t>(in.gcount())));
-    parser.Finish();
-    out.nccl_logs.push_back({f, parser.log()});
+  for (const Trace& t : out.traces) AddUserNcclLog(t, &*files);
+  for (const std::string& f : files->nccl_logs) {
+    Expected<NcclLog> log = ReadNcclLogFile(f);
+    if (!log.ok()) out.problems.push_back(log.error().message);
+    else out.nccl_logs.push_back({f, std::move(log.value())});
   }
   return out;
 }
 
-void PrintLoadProblems(const LoadedTraces& loaded, std::ostream& err, size_t max_lines) {
-  for (size_t i = 0; i < std::min(max_lines, loaded.problems.size()); ++i)
-    err << "p2ptrace: skipped " << loaded.problems[i] << "\n";
-  for (size_t i = 0; i < std::min(max_lines, loaded.partial.size()); ++i)
-    err << "p2ptrace: partly read " << loaded.partial[i] << "\n";
-  size_t hidden = loaded.problems.size() - std::min(max_lines, loaded.problems.size()) + loaded.partial.size() -
-                  std::min(max_lines, loaded.partial.size());
-  if (!loaded.problems.empty() || !loaded.partial.empty())
-    err << fmt::format("p2ptrace: {} trace{} used ({} in part), {} file{} skipped{}\n", loaded.traces.size(),
-                       loaded.traces.size() == 1 ? "" : "s", loaded.partial.size(), loaded.problems.size(),
-                       loaded.problems.size() == 1 ? "" : "s",
+void PrintLoadProblems(const std::vector<std::string>& problems, const std::vector<std::string>& partial,
+                       size_t used, std::ostream& err, size_t max_lines) {
+  for (size_t i = 0; i < std::min(max_lines, problems.size()); ++i) err << "p2ptrace: skipped " << problems[i] << "\n";
+  for (size_t i = 0; i < std::min(max_lines, partial.size()); ++i) err << "p2ptrace: partly read " << partial[i] << "\n";
+  size_t hidden = problems.size() - std::min(max_lines, problems.size()) + partial.size() -
+                  std::min(max_lines, partial.size());
+  if (!problems.empty() || !partial.empty())
+    err << fmt::format("p2ptrace: {} trace{} used ({} in part), {} file{} skipped{}\n", used, used == 1 ? "" : "s",
+                       partial.size(), problems.size(), problems.size() == 1 ? "" : "s",
                        hidden ? fmt::format("; {} more line{} not shown", hidden, hidden == 1 ? "" : "s") : "");
+}
+
+void PrintLoadProblems(const LoadedTraces& loaded, std::ostream& err, size_t max_lines) {
+  PrintLoadProblems(loaded.problems, loaded.partial, loaded.traces.size(), err, max_lines);
 }
 
 }  // namespace p2ptrace::cli

@@ -32,6 +32,20 @@ struct LoadOptions {
   uint64_t max_records_total = 40'000'000;
 };
 
+// The files of a job, each list sorted: DIR's *.p2ptrace files (or the one file `path` names) and
+// its nccl.*.log files.
+struct JobFiles {
+  std::vector<std::string> traces, nccl_logs;
+};
+absl::StatusOr<JobFiles> ListJobFiles(const std::string& path);
+// Adds the user's own NCCL_DEBUG_FILE that `t` recorded (%h, %p resolved), when it exists and is
+// not listed yet: it is read where the user put it.
+void AddUserNcclLog(const Trace& t, JobFiles* files);
+// One NCCL log file parsed whole; the error names the file.
+Expected<NcclLog> ReadNcclLogFile(const std::string& path);
+// What a usable file lost, in one line naming it ("FILE: what was lost"); "" when it is whole.
+std::string PartialLine(const Trace& t);
+
 // DIR: every *.p2ptrace file in it (not recursive); a file path: that one file. Fails only when
 // the path itself cannot be read; files that are not usable become `problems`.
 absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptions& options = {});
@@ -39,5 +53,7 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptio
 // The skipped and partly used files on `err`, one line each ("p2ptrace: skipped FILE: why"), at
 // most `max_lines` of each kind, then one line with the counts.
 void PrintLoadProblems(const LoadedTraces& loaded, std::ostream& err, size_t max_lines = 20);
+void PrintLoadProblems(const std::vector<std::string>& problems, const std::vector<std::string>& partial,
+                       size_t used, std::ostream& err, size_t max_lines = 20);
 
 }  // namespace p2ptrace::cli
