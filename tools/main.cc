@@ -14,6 +14,7 @@
 #include "tools/dump.h"
 #include "tools/export.h"
 #include "tools/explain.h"
+#include "tools/html.h"
 #include "tools/report.h"
 #include "tools/run.h"
 #include "tools/synth.h"
@@ -30,6 +31,7 @@ constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, 
   p2ptrace dump FILE [--json]                one trace file, record by record (--json: JSON lines)
   p2ptrace doctor [--json]                   probe this node now: paths each GPU pair will take, and why
   p2ptrace explain FILE… [--json]            explain NCCL_DEBUG=INFO logs and `nvidia-smi topo -m`: paths per pair, and why
+  p2ptrace html DIR -o FILE                  the report as one self-contained page: pair heatmaps, GB/s, causes
   p2ptrace export DIR --perfetto OUT         the job as a timeline for ui.perfetto.dev (Chrome trace JSON)
   p2ptrace diff A B [--json]                 what changed between two runs; exit 1 when a pair got worse
   p2ptrace synth --ranks N --events M --out DIR   a synthetic job's traces (demos, tests, benchmarks)
@@ -102,6 +104,14 @@ int main(int argc, char** argv) {
   explain->add_option("--cpu-vendor", explain_options.cpu_vendor, "intel, intel-bdw (Broadwell or older), amd, arm");
   explain->add_option("--gpus", explain_options.gpus, "the communicator's GPUs as the matrix numbers them, e.g. 0,1 "
                       "(as CUDA_VISIBLE_DEVICES; default: all)");
+  std::string html_out;
+  auto* html = app.add_subcommand("html", "the report as one self-contained HTML page (no network access)");
+  html->add_option("DIR", path, "directory of trace files (P2PTRACE_DIR of the job)")->required();
+  html->add_option("-o,--output", html_out, "the HTML file to write")->required();
+  html->footer(
+      "One file, inline CSS/JS/SVG: a heatmap matrix per host (hover or click a cell: its transports, GB/s and\n"
+      "causes), GB/s per pair against the path's expectation, the fallbacks with their fixes and the time they\n"
+      "cost, and a timeline summary. Open it in any browser; it loads nothing from the network.");
   std::string perfetto_out;
   ExportOptions export_options;
   auto* exporter = app.add_subcommand("export", "the job as a timeline for ui.perfetto.dev (Chrome trace JSON)");
@@ -161,8 +171,19 @@ int main(int argc, char** argv) {
   }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);
   if (exporter->parsed()) return RunExport(path, perfetto_out, export_options, std::cerr);
+  if (html->parsed()) return RunHtml(path, html_out, std::cerr, isatty(2));
   if (differ->parsed()) return RunDiff(path, path_b, json, std::cout, std::cerr);
 
+  if (report->parsed()) {
+    absl::StatusOr<Report> rep = LoadReport(path, std::cerr, isatty(2));
+    if (!rep.ok()) {
+      std::cerr << "p2ptrace: " << rep.status().message() << "\n";
+      return 2;
+    }
+    if (json) std::cout << RenderJson(*rep).dump(2) << "\n";
+    else std::cout << RenderText(*rep, isatty(1) && std::getenv("NO_COLOR") == nullptr);
+    return 0;
+  }
   auto loaded = LoadTraces(path);
   if (!loaded.ok()) {
     std::cerr << "p2ptrace: " << loaded.status().message() << "\n";
@@ -173,13 +194,7 @@ int main(int argc, char** argv) {
     std::cerr << "p2ptrace: no usable trace in " << path << "\n";
     return 2;
   }
-  if (dump->parsed()) {
-    if (json) DumpJson(loaded->traces.front(), std::cout);
-    else DumpText(loaded->traces.front(), std::cout);
-    return 0;
-  }
-  Report rep = BuildReport(path, *loaded);
-  if (json) std::cout << RenderJson(rep).dump(2) << "\n";
-  else std::cout << RenderText(rep, isatty(1) && std::getenv("NO_COLOR") == nullptr);
+  if (json) DumpJson(loaded->traces.front(), std::cout);
+  else DumpText(loaded->traces.front(), std::cout);
   return 0;
 }
