@@ -289,8 +289,10 @@ NodeFacts FactsFromProbe(const NodeProbe& probe) {
   return f;
 }
 
-Prediction PredictNode(const NodeProbe& probe) {
-  Prediction pred = Predict(FactsFromProbe(probe));
+Prediction PredictNode(const NodeProbe& probe, bool cuda_copies) {
+  NodeFacts facts = FactsFromProbe(probe);
+  facts.cuda_copies = cuda_copies;
+  Prediction pred = Predict(facts);
   for (PairPrediction& pp : pred.pairs) {
     const ProbedPair* pr = probe.Pair(pp.a, pp.b);
     const ProbedGpu* ga = probe.Gpu(pp.a);

@@ -130,8 +130,9 @@ std::string PathFromChains(const ProbedGpu& a, const ProbedGpu& b);
 NodeFacts FactsFromProbe(const NodeProbe& probe);
 
 // The prediction with the probe's evidence added where a cause needs it (regkey text, IOMMU
-// groups, the ACS command to run as root, the rank of each GPU).
-Prediction PredictNode(const NodeProbe& probe);
+// groups, the ACS command to run as root, the rank of each GPU). `cuda_copies`: for a process
+// that moves data with CUDA copies, not NCCL (NodeFacts::cuda_copies).
+Prediction PredictNode(const NodeProbe& probe, bool cuda_copies = false);
 
 // The exact command that shows a bridge's ACS control (needs root).
 std::string AcsCommand(const std::vector<std::string>& bridges);

@@ -125,8 +125,27 @@ class PairPredictor {
     gb_ = f.Gpu(b);
   }
 
+  // A CUDA peer copy: direct when the driver allows peer access (MIG never does), else staged
+  // through host memory by the driver.
+  PairPrediction RunCudaCopies() {
+    out_.level = "not used by CUDA copies";
+    bool mig = false;
+    for (const GpuFacts* g : {ga_, gb_})
+      if (g && g->mig && *g->mig) {
+        Add("mig-enabled", "decided", {Gpu(g->index) + " has MIG mode on"});
+        mig = true;
+      }
+    bool direct = !mig && PeerChecks();
+    out_.transport = direct ? out_.best : static_cast<int>(P2PTRACE_TRANSPORT_HOST_STAGED);
+    if (direct) Risks();
+    out_.fallback = Rank(out_.transport) > Rank(out_.best);
+    out_.impact = ImpactText(out_.transport, out_.best, out_.link, 0);
+    return out_;
+  }
+
   PairPrediction Run() {
     out_.best = nv_ ? P2PTRACE_TRANSPORT_NVLINK : path_ ? P2PTRACE_TRANSPORT_PCIE_P2P : P2PTRACE_TRANSPORT_P2P;
+    if (f_.cuda_copies) return RunCudaCopies();
     bool same_node = SameNode();
     if (other_node_)
       out_.best = f_.rdma_nics && *f_.rdma_nics ? P2PTRACE_TRANSPORT_NET_GDR : P2PTRACE_TRANSPORT_NET_SOCKET;
@@ -241,9 +260,9 @@ class PairPredictor {
     if (st != P2pStatus::kUnknown && st != P2pStatus::kOk && !ignore) {
       std::string ev = "NVML P2P status " + std::string(P2pStatusCode(st)) + " (" + std::string(P2pStatusMeaning(st)) +
                        ") between " + Gpu(out_.a) + " and " + Gpu(out_.b);
-      if (r_.version < NcclVersion{2, 12, 0})
+      if (r_.version < NcclVersion{2, 12, 0} && !f_.cuda_copies)
         ev += "; NCCL " + VersionText(r_.version) + " does not ask NVML, but CUDA's peer check follows the same driver status";
-      if (nv_ && r_.version >= NcclVersion{2, 12, 0}) {
+      if (nv_ && r_.version >= NcclVersion{2, 12, 0} && !f_.cuda_copies) {
         out_.init_error = true;
         ev += "; NCCL stops with `P2P is disabled between NVLINK connected GPUs` (NCCL_IGNORE_DISABLED_P2P=1 goes on)";
       }
@@ -502,6 +521,12 @@ Prediction Predict(const NodeFacts& facts) {
   NcclVersion version = facts.nccl_version.value_or(kNewestNcclRules);
   bool intel_old = facts.intel_pre_skylake.value_or(false);
   out.rules = version;
+  if (facts.cuda_copies) {  // NCCL's version and the CPU do not matter to the driver's answer
+    for (int a : CommunicatorGpus(facts))
+      for (int b : CommunicatorGpus(facts))
+        if (a < b) out.pairs.push_back(PairPredictor(facts, RulesFor(facts, version, facts.cpu_vendor, intel_old), a, b).Run());
+    return out;
+  }
   if (!facts.nccl_version)
     out.assumptions.push_back("NCCL version not given: the newest NCCL's rules (" + VersionText(version) + ")");
   if (facts.cpu_vendor == CpuVendor::kUnknown)

@@ -83,6 +83,10 @@ struct NodeFacts {
   std::vector<GpuFacts> gpus;          // all GPUs of the node
   std::vector<PairFacts> pairs;        // pairs that have facts; either order
   std::vector<int> communicator;       // GPUs in the communicator; empty = all
+  // Predict CUDA peer copies (cudaMemcpyPeer, cross-device cudaMemcpy) instead of NCCL: only the
+  // driver's answer matters (NVML status, cudaDeviceCanAccessPeer, what stands behind a refusal);
+  // NCCL's P2P level, SHM and network rules do not apply, and a refused pair is host-staged.
+  bool cuda_copies = false;
   std::vector<std::string> sources;    // what the facts came from ("nvidia-smi topo -m", "NVML", …)
 
   const GpuFacts* Gpu(int index) const;

@@ -202,6 +202,20 @@ std::string BusOfDevice(const CudaRuntime* rt, int device) {
   return NormalizeBusId(bus);
 }
 
+int FindNccl(struct dl_phdr_info* info, size_t, void* found) {
+  const char* name = info->dlpi_name;
+  const char* base = name ? std::strrchr(name, '/') : nullptr;
+  base = base ? base + 1 : name;
+  if (base && std::strncmp(base, "libnccl.so", 10) == 0) *static_cast<bool*>(found) = true;
+  return *static_cast<bool*>(found) ? 1 : 0;
+}
+
+bool NcclLoaded() {
+  bool nccl = false;
+  dl_iterate_phdr(FindNccl, &nccl);
+  return nccl;
+}
+
 void Run(const CudaRuntime* rt) {
   const Config& c = TraceWriter::config();
   if (c.disabled) return;
@@ -234,7 +248,9 @@ void Run(const CudaRuntime* rt) {
       if (g.cuda >= 0) probe->communicator.push_back(g.index);
     if (probe->communicator.size() < 2) probe->communicator.clear();
   }
-  Prediction pred = PredictNode(*probe);
+  // A process without NCCL moves data with CUDA copies: NCCL's rules (P2P level, SHM, network)
+  // would warn about paths it never takes.
+  Prediction pred = PredictNode(*probe, /*cuda_copies=*/rt != nullptr && !NcclLoaded());
   std::vector<std::string> lines = WarningLines(*probe, pred);
   if (ShouldPrint(*probe, "preflight"))
     for (const std::string& l : lines) WriteStderr(l);
@@ -251,19 +267,10 @@ void PreflightFromCuda(const CudaRuntime& rt) {
   Run(&rt);
 }
 
-int FindNccl(struct dl_phdr_info* info, size_t, void* found) {
-  const char* name = info->dlpi_name;
-  const char* base = name ? std::strrchr(name, '/') : nullptr;
-  base = base ? base + 1 : name;
-  if (base && std::strncmp(base, "libnccl.so", 10) == 0) *static_cast<bool*>(found) = true;
-  return *static_cast<bool*>(found) ? 1 : 0;
-}
 
 void PreflightIfNccl(const CudaRuntime& rt) {
   if (g_preflight.load(std::memory_order_relaxed) != 0) return;
-  bool nccl = false;
-  dl_iterate_phdr(FindNccl, &nccl);
-  if (nccl) PreflightFromCuda(rt);
+  if (NcclLoaded()) PreflightFromCuda(rt);
 }
 
 void PreflightAtNcclInit() {

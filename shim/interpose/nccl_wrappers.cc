@@ -16,6 +16,7 @@
 #include "shim/interpose/cuda_hooks.h"
 #include "shim/interpose/nccl_functions.h"
 #include "shim/nccl_log_tap.h"
+#include "shim/preflight.h"
 #include "shim/record/copy_timer.h"
 #include "shim/record/trace_writer.h"
 
@@ -251,17 +252,20 @@ namespace nccl_hooks {
 
 ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* comm, int nranks, ncclUniqueId id,
                               int rank) {
+  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
   ncclResult_t r = real(comm, nranks, id, rank);
   RecordComm(P2PTRACE_NCCL_CommInitRank, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
   return r;
 }
 ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, ncclComm_t* comm, int nranks,
                                     ncclUniqueId id, int rank, ncclConfig_t* config) {
+  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
   ncclResult_t r = real(comm, nranks, id, rank, config);
   RecordComm(P2PTRACE_NCCL_CommInitRankConfig, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
   return r;
 }
 ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm, int ndev, const int* devlist) {
+  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
   ncclResult_t r = real(comm, ndev, devlist);
   if (comm == nullptr || ndev <= 0) return r;
   uint64_t h = Fnv(comm, sizeof *comm);  // one communicator, all in this process
@@ -270,6 +274,7 @@ ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm
 }
 ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real, ncclComm_t* comm, int nranks,
                                       int rank, int nids, ncclUniqueId* ids, ncclConfig_t* config) {
+  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
   ncclResult_t r = real(comm, nranks, rank, nids, ids, config);
   RecordComm(P2PTRACE_NCCL_CommInitRankScalable, comm ? *comm : nullptr,
              ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, r);

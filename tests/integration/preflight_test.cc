@@ -97,6 +97,18 @@ std::vector<Scenario> Scenarios() {
        .transport = {{"0-1", "shm"}},
        .stderr_has = {"p2ptrace: warning: node0 GPU0 -> GPU1: shm instead of pcie_p2p [topology-beyond-p2p-level] path SYS "
                       "is beyond the P2P level PXB", "; fix: "}},
+      // The same machine running a CUDA-only program: NCCL's P2P level is not its business, the
+      // driver's peer answer is (the simulated driver reports TNS across the sockets, as many
+      // Intel platforms do): its copies are staged through the host.
+      {.name = "CudaOnlyCrossSocket",
+       .topology = Topology({HostJson("node0", R"("cpus": [{"id": "cpu0"}, {"id": "cpu1"}])",
+                                      {GpuJson(0, "cpu0", "0000:1a:00.0"), GpuJson(1, "cpu1", "0000:9a:00.0")})}),
+       .workload = "cuda-query",
+       .causes = {{"0-1", {"nvml-p2p-status", "cuda-no-peer-access"}}},
+       .transport = {{"0-1", "host_staged"}},
+       .stderr_has = {"p2ptrace: warning: node0 GPU0 -> GPU1: host_staged instead of pcie_p2p [nvml-p2p-status] NVML P2P "
+                      "status TNS"},
+       .stderr_lacks = {"topology-beyond-p2p-level", "shm instead"}},
       {.name = "NcclP2pDisable",
        .topology = NvlinkPair(R"({"a": 0, "b": 1, "links": 12})"),
        .env = {{"NCCL_P2P_DISABLE", "1"}},

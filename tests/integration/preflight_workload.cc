@@ -1,7 +1,10 @@
 // The workloads of the preflight scenarios (preflight_test.cc), run on the simulated node under
-// the shim. `query`: count devices and ask one peer question (the shim's preflight runs there);
-// `copy-no-peer`: copy GPU0 → GPU1 with cudaMemcpyPeer without enabling peer access (host-staged).
+// the shim. `query`: an NCCL job's start (libnccl.so.2 loaded, as a framework loads it, then one
+// peer question: the shim's preflight runs there with NCCL's rules); `cuda-query`: the same peer
+// question from a CUDA-only program (the driver's rules only); `copy-no-peer`: copy GPU0 → GPU1
+// with cudaMemcpyPeer without enabling peer access (host-staged).
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
@@ -13,7 +16,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "preflight_workload: no device\n");
     return 1;
   }
-  if (std::strcmp(mode, "query") == 0) {
+  bool nccl_job = std::strcmp(mode, "query") == 0;
+  if (nccl_job && dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    std::fprintf(stderr, "preflight_workload: %s\n", dlerror());
+    return 1;
+  }
+  if (nccl_job || std::strcmp(mode, "cuda-query") == 0) {
     int can = -1;
     cudaError_t r = cudaDeviceCanAccessPeer(&can, 0, n > 1 ? 1 : 0);
     std::printf("devices %d canAccessPeer(0,%d)=%d (%d)\n", n, n > 1 ? 1 : 0, can, static_cast<int>(r));

@@ -57,10 +57,12 @@ Env Sim(const std::string& topo = kDemo) {
   return env;
 }
 
-// The same, with the shim preloaded and tracing into `dir`.
+// The same, with the shim preloaded and tracing into `dir`. Job-start warnings off: these tests
+// compare the program's stderr with its bare run (the warnings have their own, preflight_test).
 Env Traced(Env env, const std::string& dir) {
   env["LD_PRELOAD"] = SHIM_LIB;
   env["P2PTRACE_DIR"] = dir;
+  env["P2PTRACE_WARN"] = "off";
   return env;
 }
 
