@@ -88,6 +88,10 @@ std::string Trace::BusId(int device) const {
 }
 
 Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
+  return ReadTrace(path, options, nullptr);
+}
+
+Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, const RecordVisitor& visit) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Error{path + ": " + std::strerror(errno)};
   struct stat st {};
@@ -171,7 +175,7 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
         pos += rh.size;
         continue;
       }
-      if (t.records.size() >= options.max_records) {
+      if (!visit && t.records.size() >= options.max_records) {
         ++t.records_not_kept;  // framed and counted, not decoded
         pos += rh.size;
         continue;
@@ -188,7 +192,8 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
         case P2PTRACE_RECORD_NCCL_OP: ok = Take<p2ptrace_nccl_op_record>(r + pos, rh.size, &rec); break;
         default: break;
       }
-      if (ok) t.records.push_back(rec);
+      if (ok && visit) visit(rec);
+      else if (ok) t.records.push_back(rec);
       else ++t.skipped_records;
       pos += rh.size;
     }

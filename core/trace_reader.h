@@ -5,6 +5,7 @@
 #include <array>
 #include <climits>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -63,5 +64,9 @@ struct Trace {
 // Fails (with one line naming the file) when the file is not a trace, is truncated before its
 // header ends, or has a newer major version than this reader.
 Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options = {});
+// The same, handing each decoded record to `visit` in file order instead of keeping it: memory stays
+// one record however large the file (`records` stays empty; max_records does not apply).
+using RecordVisitor = std::function<void(const TraceRecord&)>;
+Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, const RecordVisitor& visit);
 
 }  // namespace p2ptrace

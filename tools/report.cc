@@ -163,6 +163,81 @@ std::string CommKey(const RankIdentity& id) {
 }
 
 
+// What one trace's records say, gathered one record at a time (ReadTrace's visitor hands them over
+// while reading), so that no record is kept: memory grows with device pairs, communicators and
+// operations in flight, never with events.
+struct TraceFold {
+  struct Ops {
+    uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+  };
+  struct Pending {  // a timed NCCL operation whose TIMING record has not come yet
+    uint64_t comm;
+    int api, peer;
+    uint64_t bytes;
+  };
+  std::map<std::pair<int, int>, PeerFacts> facts;               // per unordered device pair
+  std::unordered_map<uint64_t, std::pair<uint64_t, int>> comm;  // comm pointer -> (id hash, nranks)
+  std::map<std::pair<uint64_t, int>, Ops> ops;                  // (comm pointer, api)
+  std::map<std::pair<uint64_t, int>, Ops> sends;                // (comm pointer, peer): ncclSend
+  // seq is counted per thread, so two operations of one process may share one: a timing applies to
+  // every operation with its seq (before or after it in the file), as a whole-file join would.
+  std::unordered_multimap<uint32_t, Pending> pending;  // op seq -> awaiting its timing
+  std::unordered_map<uint32_t, uint64_t> timings;      // seq -> measured duration, as read
+  bool nccl_used = false;
+  uint64_t last_ns = 0;
+  static constexpr size_t kMaxPending = 1 << 20;  // past it, forgotten rather than accumulated
+
+  void Timed(const Pending& p, uint64_t ns) {
+    auto add = [&](Ops& o) { ++o.timed_calls, o.timed_bytes += p.bytes, o.timed_ns += ns; };
+    add(ops[{p.comm, p.api}]);
+    if (p.api == P2PTRACE_NCCL_Send && p.peer >= 0) add(sends[{p.comm, p.peer}]);
+  }
+
+  void Add(const TraceRecord& r) {
+    last_ns = std::max(last_ns, r.header().time_ns);
+    if (const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body)) {
+      if (pr->device < 0 || pr->peer < 0) return;
+      PeerFacts& f = facts[{std::min<int>(pr->device, pr->peer), std::max<int>(pr->device, pr->peer)}];
+      if (pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer && pr->result == 0) f.can_access = pr->value;
+      if (pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess) {
+        if (pr->result == 0 || pr->result == 704) f.enabled_ever = true;
+        else f.failed_enables.push_back(fmt::format("cudaDeviceEnablePeerAccess({}) on device {} returned {}",
+                                                    pr->peer, pr->device, pr->result));
+      }
+    } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
+      nccl_used = true;
+      if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks};
+    } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
+      nccl_used = true;
+      Ops& a = ops[{o->comm, o->api}];
+      if (o->result != 0) {
+        ++a.errors;
+        return;
+      }
+      ++a.calls;
+      a.bytes += o->bytes;
+      if (o->api == P2PTRACE_NCCL_Send && o->peer >= 0) {
+        Ops& s = sends[{o->comm, o->peer}];
+        ++s.calls;
+        s.bytes += o->bytes;
+      }
+      Pending p{o->comm, o->api, o->peer, o->bytes};
+      if (auto e = timings.find(o->h.seq); e != timings.end()) {
+        Timed(p, e->second);
+      } else {
+        if (pending.size() >= kMaxPending) pending.clear();
+        pending.emplace(o->h.seq, p);
+      }
+    } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body); t && t->src_device < 0) {
+      auto [first, last] = pending.equal_range(t->h.seq);
+      for (auto it = first; it != last; ++it) Timed(it->second, t->duration_ns);
+      pending.erase(first, last);
+      if (timings.size() >= kMaxPending) timings.clear();
+      timings[t->h.seq] = t->duration_ns;
+    }
+  }
+};
+
 }  // namespace
 
 // nccl-tests' conventions: the size of an allgather/reducescatter is the full buffer (count × ranks);
@@ -214,8 +289,9 @@ struct ReportBuilder::State {
       if (auto it = h->second.find(bus); it != h->second.end()) g.gpu = static_cast<int>(std::distance(h->second.begin(), it));
     return g;
   }
-  void AddNcclOps(const Trace& t);
-  void AddCudaPairs(const Trace& t);
+  TraceFold fold;  // the trace being read
+  void AddNcclOps(const Trace& t, const TraceFold& f);
+  void AddCudaPairs(const Trace& t, const TraceFold& f);
   void FinishNcclPairs();
   void FinishCosts();
 };
@@ -227,6 +303,16 @@ void ReportBuilder::AddProblem(std::string problem) { s_->rep.problems.push_back
 void ReportBuilder::AddPartial(std::string partial) { s_->rep.partial.push_back(std::move(partial)); }
 
 void ReportBuilder::AddTrace(const Trace& t) {
+  for (const TraceRecord& r : t.records) AddRecord(r);
+  EndTrace(t);
+}
+
+void ReportBuilder::AddRecord(const TraceRecord& r) { s_->fold.Add(r); }
+void ReportBuilder::AbandonTrace() { s_->fold = TraceFold{}; }
+
+void ReportBuilder::EndTrace(const Trace& t) {
+  TraceFold f = std::move(s_->fold);
+  s_->fold = TraceFold{};
   const p2ptrace_file_header& h = t.header;
   ProcessInfo p;
   p.rank = h.rank;
@@ -245,36 +331,21 @@ void ReportBuilder::AddTrace(const Trace& t) {
   p.nccl_log = NcclLogStatus(t);
   p.job_id = std::string(h.job_id, strnlen(h.job_id, sizeof h.job_id));
   p.start_realtime_ns = h.start_realtime_ns;
-  uint64_t last_ns = h.end_monotonic_ns;  // a process that never exited ran at least to its last record
-  for (const TraceRecord& r : t.records) {
-    p.nccl_used |= std::holds_alternative<p2ptrace_nccl_comm_record>(r.body) ||
-                   std::holds_alternative<p2ptrace_nccl_op_record>(r.body);
-    last_ns = std::max(last_ns, r.header().time_ns);
-  }
+  p.nccl_used = f.nccl_used;
+  // A process that never exited ran at least to its last record.
+  uint64_t last_ns = std::max(h.end_monotonic_ns, f.last_ns);
   if (last_ns > h.start_monotonic_ns) p.seconds = static_cast<double>(last_ns - h.start_monotonic_ns) * 1e-9;
   DescribeCapture(t, &p);
   s_->rep.processes.push_back(std::move(p));
-  s_->AddCudaPairs(t);
-  s_->AddNcclOps(t);
+  s_->AddCudaPairs(t, f);
+  s_->AddNcclOps(t, f);
 }
 
 // Copies between this process's devices: exact totals from the counter table, causes from its
 // peer records (first process to show a host-staged pair explains it).
-void ReportBuilder::State::AddCudaPairs(const Trace& t) {
+void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
   const p2ptrace_file_header& h = t.header;
-  std::map<std::pair<int, int>, PeerFacts> facts;
-  auto unordered = [](int a, int b) { return std::pair{std::min(a, b), std::max(a, b)}; };
-  for (const TraceRecord& r : t.records) {
-    const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body);
-    if (pr == nullptr || pr->device < 0 || pr->peer < 0) continue;
-    PeerFacts& f = facts[unordered(pr->device, pr->peer)];
-    if (pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer && pr->result == 0) f.can_access = pr->value;
-    if (pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess) {
-      if (pr->result == 0 || pr->result == 704) f.enabled_ever = true;
-      else f.failed_enables.push_back(fmt::format("cudaDeviceEnablePeerAccess({}) on device {} returned {}",
-                                                  pr->peer, pr->device, pr->result));
-    }
-  }
+  static const PeerFacts kNone;
   const std::string host = t.Host();
   for (const PairCounter& pc : t.counters) {
     uint32_t cell = pc.index / 2;
@@ -297,7 +368,8 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t) {
     e.ranks.insert(h.rank);
     // What the node allows: NVML's P2P status, else the application's own capability query.
     int status = h.nvml_p2p_status[a][b];
-    const PeerFacts& f = facts[unordered(a, b)];
+    auto fi = fold.facts.find({std::min(a, b), std::max(a, b)});
+    const PeerFacts& f = fi != fold.facts.end() ? fi->second : kNone;
     bool p2p_possible = status == 1 || (status == 0 && f.can_access == 1);
     bool p2p_impossible = (status > 1) || (status == 0 && f.can_access == 0);
     if (p2p_possible) e.expected = direct;
@@ -310,49 +382,32 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t) {
 
 // NCCL operations: per (communicator, operation) calls, bytes and the timed subset; ncclSend per
 // peer, for the pair it crossed.
-void ReportBuilder::State::AddNcclOps(const Trace& t) {
-  std::unordered_map<uint64_t, std::pair<uint64_t, int>> comm;  // comm pointer -> (id hash, nranks)
-  std::unordered_map<uint32_t, uint64_t> timed_ns;              // seq -> measured duration
-  for (const TraceRecord& r : t.records) {
-    if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body); c && c->comm && c->result == 0)
-      comm[c->comm] = {c->id_hash, c->nranks};
-    else if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body); tr && tr->src_device < 0)
-      timed_ns[tr->h.seq] = tr->duration_ns;
-  }
+void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
   const std::string host = ShortHost(t.Host());
-  for (const TraceRecord& r : t.records) {
-    const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
-    if (o == nullptr) continue;
-    auto ci = comm.find(o->comm);
-    uint64_t hash = ci != comm.end() ? ci->second.first : 0;
-    NcclOpSummary& s = ops[{hash, o->api}];
+  for (const auto& [k, a] : f.ops) {
+    auto ci = f.comm.find(k.first);
+    uint64_t hash = ci != f.comm.end() ? ci->second.first : 0;
+    NcclOpSummary& s = ops[{hash, k.second}];
     if (s.op.empty()) {
       s.comm = fmt::format("{:016x}", hash);
-      s.op = std::string(NcclApiName(o->api));
+      s.op = std::string(NcclApiName(k.second));
     }
-    s.nranks = std::max(s.nranks, ci != comm.end() ? ci->second.second : 0);
+    s.nranks = std::max(s.nranks, ci != f.comm.end() ? ci->second.second : 0);
     s.ranks.insert(t.header.rank);
-    if (o->result != 0) {
-      ++s.errors;
-      continue;
-    }
-    ++s.calls;
-    s.bytes += o->bytes;
-    auto ti = timed_ns.find(o->h.seq);
-    if (ti != timed_ns.end()) {
-      ++s.timed_calls;
-      s.timed_bytes += o->bytes;
-      s.timed_ns += ti->second;
-    }
-    if (o->api != P2PTRACE_NCCL_Send || o->peer < 0) continue;
-    P2pOps& p = sends[{host, t.header.pid, o->comm, o->peer}];
-    ++p.calls;
-    p.bytes += o->bytes;
-    if (ti != timed_ns.end()) {
-      ++p.timed_calls;
-      p.timed_bytes += o->bytes;
-      p.timed_ns += ti->second;
-    }
+    s.calls += a.calls;
+    s.errors += a.errors;
+    s.bytes += a.bytes;
+    s.timed_calls += a.timed_calls;
+    s.timed_bytes += a.timed_bytes;
+    s.timed_ns += a.timed_ns;
+  }
+  for (const auto& [k, a] : f.sends) {
+    P2pOps& p = sends[{host, t.header.pid, k.first, k.second}];
+    p.calls += a.calls;
+    p.bytes += a.bytes;
+    p.timed_calls += a.timed_calls;
+    p.timed_bytes += a.timed_bytes;
+    p.timed_ns += a.timed_ns;
   }
 }
 
@@ -519,14 +574,14 @@ absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions
   ReportBuilder b(path);
   size_t total = files->traces.size() + files->nccl_logs.size(), done = 0;
   for (const std::string& f : files->traces) {
-    ReadOptions ro;
-    ro.max_records = options.max_records_per_file;
-    Expected<Trace> t = ReadTrace(f, ro);
+    // Records go straight into the fold as they are decoded; none is kept.
+    Expected<Trace> t = ReadTrace(f, {}, [&b](const TraceRecord& r) { b.AddRecord(r); });
     if (!t.ok()) {
+      b.AbandonTrace();
       b.AddProblem(t.error().message);
     } else {
       if (std::string line = PartialLine(*t); !line.empty()) b.AddPartial(line);
-      b.AddTrace(*t);
+      b.EndTrace(*t);
       size_t before = files->nccl_logs.size();
       AddUserNcclLog(*t, &*files);
       total += files->nccl_logs.size() - before;

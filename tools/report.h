@@ -99,7 +99,12 @@ class ReportBuilder {
  public:
   explicit ReportBuilder(std::string path);
   ~ReportBuilder();
-  void AddTrace(const Trace& trace);
+  void AddTrace(const Trace& trace);  // its records, then EndTrace
+  // Streaming, as ReadTrace's visitor: one trace's records, then the trace itself (header,
+  // counters, environment) once read; AbandonTrace when reading it failed half-way.
+  void AddRecord(const TraceRecord& record);
+  void EndTrace(const Trace& trace);
+  void AbandonTrace();
   void AddNcclLog(const NcclLogFile& log);
   void AddProblem(std::string problem) ;      // a file that was skipped
   void AddPartial(std::string partial);       // a file that was used in part
@@ -113,7 +118,6 @@ class ReportBuilder {
 Report BuildReport(const std::string& path, const LoadedTraces& traces);
 
 struct StreamOptions {
-  uint64_t max_records_per_file = LoadOptions{}.max_records_per_file;
   // Called after each file with (files done, files in all); the caller decides whether to show it.
   std::function<void(size_t, size_t)> progress;
 };
