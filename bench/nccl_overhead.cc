@@ -5,12 +5,21 @@
 //   version    ncclGetVersion: the wrapper alone (nothing recorded)
 //   allreduce  ncclAllReduce of 1024 floats on a 1-rank communicator (an operation record; untimed
 //              with P2PTRACE_SAMPLE=off)
+// Both modes start one idle thread first. A real NCCL process always has several (NCCL's proxy
+// threads, CUDA's); the simulated NCCL has none, and glibc's single-thread shortcuts (no
+// cancellation bookkeeping around open/write/close, no atomics in malloc) in the sim's per-call file
+// I/O would otherwise end, bare vs shim, when the shim's first thread (its node probe) starts:
+// ~280 instructions per call that are the sim's, not the wrapper's (run_bench.py --nccl --no-thread
+// shows them).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+
+#include <unistd.h>
 
 namespace {
 
@@ -26,6 +35,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: nccl_overhead version|allreduce N\n");
     return 2;
   }
+  if (std::getenv("NCCL_OVERHEAD_NO_THREAD") == nullptr) std::thread([] { pause(); }).detach();
   const char* kind = argv[1];
   long n = std::atol(argv[2]);
   int version = 0;

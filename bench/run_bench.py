@@ -4,6 +4,7 @@ LD_PRELOAD=libp2ptrace.so counting only (P2PTRACE_SAMPLE=off) and timing every c
 (P2PTRACE_SAMPLE=all), then the same calls under callgrind for instruction counts.
 
   bench/run_bench.py [--build-dir build/default] [--rounds 3] [--min-time 0.3] [--no-callgrind] ...
+  bench/run_bench.py --nccl [--build-dir ...]   # NCCL calls instead (issue 5's budget), callgrind only
 
 Wall-clock numbers: each mode runs --rounds times, interleaved (bare, counting, timing, bare, ...),
 and the median per benchmark is reported, with the difference and the ratio to bare measured in the
@@ -334,6 +335,98 @@ def print_breakdown(args, files, mode="counting", kinds=None, base="bare", calle
             print("    %+7.1f  %s" % (v, short(name)[:110]))
 
 
+# --- NCCL calls (--nccl) ---------------------------------------------------------------------------
+# bench/nccl_overhead on the simulated libnccl.so.2, bare and under the shim, both with the same
+# environment (so the simulated NCCL, which reads its environment on every call, does the same work):
+# the log tap's settings as a traced parent hands them down (NCCL_DEBUG=INFO, NCCL_DEBUG_FILE in the
+# trace directory, P2PTRACE_NCCL_TAP_FILE), so the shim runs with its tap in force, and the log file
+# exists and does not grow during the loop. P2PTRACE_SAMPLE=off: the collective is untimed.
+NCCL_KINDS = ["version", "allreduce"]
+NCCL_DESCRIPTION = {"version": "ncclGetVersion (nothing recorded)",
+                    "allreduce": "ncclAllReduce 4 KiB, 1 rank, untimed"}
+NCCL_WRAPPED = {"version": "ncclGetVersion", "allreduce": "ncclAllReduce"}
+NCCL_BUDGET = {"allreduce": 150}  # issue 5: an untimed NCCL call, log file not grown
+
+
+def nccl_env(args, mode, trace_dir):
+    env = {k: v for k, v in base_env(args).items() if not k.startswith("NCCL_")}
+    env["P2PSIM_ARENA_GB"] = "1"
+    pattern = os.path.join(trace_dir, "nccl.bench.%p.log")
+    env.update({"P2PTRACE_DIR": trace_dir, "P2PTRACE_MAX_MB": str(args.max_mb), "P2PTRACE_SAMPLE": "off",
+                "P2PTRACE_WARN": "off", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": pattern,
+                "P2PTRACE_NCCL_TAP_FILE": pattern, "P2PTRACE_NCCL_TAP": "1",
+                "LD_PRELOAD": args.shim if mode == "shim" else ""})
+    if args.no_thread:
+        env["NCCL_OVERHEAD_NO_THREAD"] = "1"
+    os.makedirs(trace_dir, exist_ok=True)
+    return env
+
+
+def nccl_inclusive(path):
+    """Inclusive Ir per "file:function" (the wrapper and the simulated NCCL share the name)."""
+    p = subprocess.run([args_global.annotate, "--auto=no", "--threshold=100", "--inclusive=yes", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    costs, started = {}, False
+    for line in p.stdout.splitlines():
+        if "file:function" in line:
+            started = True
+            continue
+        m = FN_LINE.match(line) if started else None
+        if m:
+            name = re.sub(r"\s+\[[^\]]*\]$", "", m.group(2))
+            costs[name] = max(costs.get(name, 0), int(m.group(1).replace(",", "")))
+    return costs
+
+
+def nccl_bench(args, tmp):
+    binary = os.path.join(os.path.abspath(args.build_dir), "bench", "nccl_overhead")
+    if not os.path.exists(binary):
+        die("missing %s (build: cmake --build %s --target nccl_overhead p2ptrace p2psim_libs)" % (binary, args.build_dir))
+    ir, files = {}, {}
+    for kind in NCCL_KINDS:
+        for mode in ("bare", "shim"):
+            for n in (N_SMALL, N_LARGE):
+                out = os.path.join(tmp, "nccl-%s-%s-%d.out" % (mode, kind, n))
+                env = nccl_env(args, mode, os.path.join(tmp, "nccl-trace-%s-%s-%d" % (mode, kind, n)))
+                run([args.valgrind, "--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=" + out,
+                     binary, kind, str(n)], env, "callgrind nccl %s %s N=%d" % (mode, kind, n))
+                with open(out + "-01") as f:
+                    ir[mode, kind, n] = next(int(l.split()[1]) for l in f if l.startswith(("totals:", "summary:")))
+                files[mode, kind, n] = out + "-01"
+            print("  callgrind nccl %-5s %-9s done" % (mode, kind), file=sys.stderr)
+    d = N_LARGE - N_SMALL
+    print()
+    print("NCCL calls, instructions per call (callgrind, calling thread, (Ir(N=%d) - Ir(N=%d)) / %d):"
+          % (N_LARGE, N_SMALL, d))
+    hdr = "%-10s %-38s %8s %8s %8s %8s %-5s %6s" % ("kind", "call", "bare", "shim", "+bare", "budget", "", "own")
+    print(hdr)
+    print("-" * len(hdr))
+    ok = True
+    for kind in NCCL_KINDS:
+        b = (ir["bare", kind, N_LARGE] - ir["bare", kind, N_SMALL]) / d
+        s = (ir["shim", kind, N_LARGE] - ir["shim", kind, N_SMALL]) / d
+        own = ""
+        if args.annotate:
+            inc = {n: nccl_inclusive(files["shim", kind, n]) for n in (N_SMALL, N_LARGE)}
+            fn = NCCL_WRAPPED[kind]
+            per = lambda name: (inc[N_LARGE].get(name, 0) - inc[N_SMALL].get(name, 0)) / d
+            wrapper = [k for k in inc[N_LARGE] if k.endswith("nccl_wrappers.cc:" + fn)]
+            real = [k for k in inc[N_LARGE] if k.endswith(":" + fn) and k not in wrapper]
+            if wrapper and real:
+                own = "%.1f" % (per(wrapper[0]) - per(real[0]))
+        budget = NCCL_BUDGET.get(kind)
+        verdict = ""
+        if budget is not None:
+            verdict = "ok" if s - b <= budget else "OVER"
+            ok = ok and s - b <= budget
+        print("%-10s %-38s %8.1f %8.1f %+8.1f %8s %-5s %6s" % (
+            kind, NCCL_DESCRIPTION[kind], b, s, s - b, "<=%d" % budget if budget else "", verdict, own))
+    print("+bare: shim - bare (the issue's measure). own: the shim's wrapper inclusive minus the real call's.")
+    print("Both runs: NCCL_DEBUG=INFO, NCCL_DEBUG_FILE in the trace dir (the tap in force; the file does not grow")
+    print("in the loop), P2PTRACE_SAMPLE=off. valgrind has no vDSO: clock_gettime is ~10 instructions + a syscall.")
+    return ok
+
+
 args_global = None
 
 
@@ -353,6 +446,10 @@ def main():
     ap.add_argument("--breakdown", action="store_true", help="per-function instruction breakdown of the shim")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (callgrind outputs)")
     ap.add_argument("--report-only", action="store_true", help="exit 0 even when a budget is exceeded")
+    ap.add_argument("--nccl", action="store_true",
+                    help="instead: NCCL calls (bench/nccl_overhead: ncclGetVersion, an untimed ncclAllReduce), callgrind only")
+    ap.add_argument("--no-thread", action="store_true",
+                    help="with --nccl: no idle thread in nccl_overhead (bare stays single-threaded; see nccl_overhead.cc)")
     args = ap.parse_args()
     args_global = args
     args.kinds = [k for k in args.kinds.split(",") if k]
@@ -364,6 +461,24 @@ def main():
     args.shim = os.path.abspath(args.shim) if args.shim else os.path.join(bd, "lib", "libp2ptrace.so")
     args.sim_lib = os.path.join(bd, "sim", "lib")
     args.topology = os.path.abspath(args.topology)
+    if args.nccl:
+        args.valgrind, args.annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
+        if not args.valgrind:
+            die("valgrind is needed for --nccl")
+        for path in (args.shim, os.path.join(args.sim_lib, "libnccl.so.2")):
+            if not os.path.exists(path):
+                die("missing %s (build: cmake --build %s --target nccl_overhead p2ptrace p2psim_libs)" % (path, bd))
+        tmp = tempfile.mkdtemp(prefix="p2ptrace-bench-", dir=args.trace_root)
+        try:
+            print("shim: %s\nsim: %s\ndate: %s" % (args.shim, args.sim_lib, time.strftime("%Y-%m-%d %H:%M %Z")))
+            ok = nccl_bench(args, tmp)
+            print("budgets: %s" % ("met" if ok else "EXCEEDED"))
+            return 0 if ok or args.report_only else 1
+        finally:
+            if args.keep:
+                print("kept: " + tmp, file=sys.stderr)
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
     for path in (args.binary, args.shim, os.path.join(args.sim_lib, "libcudart.so.13"), args.topology):
         if not os.path.exists(path):
             die("missing %s (build: cmake --build %s --target shim_overhead p2ptrace p2psim_libs)" % (path, bd))

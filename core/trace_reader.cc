@@ -175,6 +175,17 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
         pos += rh.size;
         continue;
       }
+      if (rh.type == P2PTRACE_RECORD_NCCL_CONN) {  // few per process: kept apart, like text
+        if (rh.size >= sizeof(p2ptrace_nccl_conn_record) && t.nccl_connections.size() < (1u << 20)) {
+          p2ptrace_nccl_conn_record conn;
+          std::memcpy(&conn, r + pos, sizeof conn);
+          t.nccl_connections.push_back(conn);
+        } else {
+          ++t.skipped_records;
+        }
+        pos += rh.size;
+        continue;
+      }
       if (!visit && t.records.size() >= options.max_records) {
         ++t.records_not_kept;  // framed and counted, not decoded
         pos += rh.size;

@@ -52,6 +52,9 @@ struct Trace {
   uint64_t records_not_kept = 0;     // complete records past ReadOptions::max_records
   // Text blocks (p2ptrace_text_record), joined from their parts: kind 1 = the preflight block.
   std::vector<std::pair<int, std::string>> text_blocks;
+  // The connections NCCL logged, as the shim recorded them (P2PTRACE_RECORD_NCCL_CONN), in file
+  // order; kept apart from `records` (never counted against max_records, also with a visitor).
+  std::vector<p2ptrace_nccl_conn_record> nccl_connections;
 
   // Path 0 direct, 1 host-staged; zeros for a cell never used.
   const p2ptrace_pair_counters& Counter(int src, int dst, int path) const;

@@ -14,7 +14,10 @@ void StartNcclLogTap(const Config& config);
 // thread, any time; does nothing unless this process forwards. Called by the forwarding thread, at
 // exit, and meant for the NCCL wrappers when a call returns: then every line NCCL printed during a
 // call reaches stdout before the program's next own output, as it would have without the tap.
-void PumpNcclLog();
+// With `read_log`, also reads what NCCL appended to its log file (the tap's or the user's
+// NCCL_DEBUG_FILE) and records each new connection it states (P2PTRACE_RECORD_NCCL_CONN); an fstat
+// when nothing was appended. Exit reads the rest.
+void PumpNcclLog(bool read_log = true);
 
 // NCCL 2.13.x decides whether to open NCCL_DEBUG_FILE before it has read NCCL_DEBUG (its level is
 // still unset then; fixed in 2.14.3), so it ignores the file and prints the tap's INFO level on

@@ -1,5 +1,7 @@
 #include "tools/dump.h"
 
+#include <cstring>
+
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "fmt/ostream.h"
@@ -54,6 +56,22 @@ json Record(const TraceRecord& r) {
   return j;
 }
 
+std::string Field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+// A connection NCCL logged (P2PTRACE_RECORD_NCCL_CONN).
+json NcclConnection(const p2ptrace_nccl_conn_record& c) {
+  static constexpr const char* kDirection[] = {"", "send", "receive"};
+  return {{"kind", "nccl_conn"}, {"seq", c.h.seq}, {"time_ns", c.h.time_ns},
+          {"comm", Field(c.comm, sizeof c.comm)}, {"comm_id", Field(c.comm_id, sizeof c.comm_id)},
+          {"keyword", Field(c.keyword, sizeof c.keyword)}, {"channel", c.channel}, {"conn_index", c.conn_index},
+          {"src_rank", c.src_rank}, {"dst_rank", c.dst_rank}, {"src_dev", Field(c.src_dev, sizeof c.src_dev)},
+          {"dst_dev", Field(c.dst_dev, sizeof c.dst_dev)},
+          {"direction", c.direction < 3 ? kDirection[c.direction] : "unknown"},
+          {"transport", Field(c.transport, sizeof c.transport)},
+          {"transport_cut", (c.flags & P2PTRACE_NCCL_CONN_CUT) != 0},
+          {"class", TransportName(c.transport_class)}, {"line", c.line}};
+}
+
 template <typename F>
 void ForEachCounter(const Trace& t, F&& f) {
   for (int a = 0; a < static_cast<int>(t.header.max_devices); ++a)
@@ -75,6 +93,7 @@ void DumpJson(const Trace& t, std::ostream& out) {
         << "\n";
   });
   for (const TraceRecord& r : t.records) out << Record(r).dump() << "\n";
+  for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) out << NcclConnection(c).dump() << "\n";
 }
 
 void DumpText(const Trace& t, std::ostream& out) {
@@ -87,6 +106,7 @@ void DumpText(const Trace& t, std::ostream& out) {
                c.timed_calls, c.timed_bytes, c.timed_ns);
   });
   for (const TraceRecord& r : t.records) fmt::print(out, "  {}\n", Record(r).dump());
+  for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) fmt::print(out, "  {}\n", NcclConnection(c).dump());
 }
 
 }  // namespace p2ptrace::cli

@@ -120,7 +120,8 @@ enum p2ptrace_record_type {
   P2PTRACE_RECORD_IPC = 4,
   P2PTRACE_RECORD_NCCL_COMM = 5,
   P2PTRACE_RECORD_NCCL_OP = 6,
-  P2PTRACE_RECORD_TEXT = 7 /* minor 1: a text block in parts (p2ptrace_text_record) */
+  P2PTRACE_RECORD_TEXT = 7, /* minor 1: a text block in parts (p2ptrace_text_record) */
+  P2PTRACE_RECORD_NCCL_CONN = 8 /* minor 1: a connection NCCL logged (p2ptrace_nccl_conn_record) */
 };
 
 typedef struct p2ptrace_record_header {
@@ -235,6 +236,38 @@ typedef struct p2ptrace_text_record {
   uint32_t reserved;
   char text[P2PTRACE_TEXT_PART_BYTES];
 } p2ptrace_text_record;
+
+/* Added in minor 1. One (channel, peer) connection of this process's NCCL, as NCCL's own INFO line
+ * states it (`Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`), read by the shim from NCCL's log
+ * file (the log tap's, or the user's NCCL_DEBUG_FILE) after the wrapped NCCL call during which NCCL
+ * wrote it, and at exit. Once per distinct connection; lines of other processes sharing the user's
+ * file are left out. Text fields are NUL-padded and cut to their size (a cut transport sets
+ * P2PTRACE_NCCL_CONN_CUT). Connections NCCL logs after the last wrapped call and before a kill are
+ * only in the log file. */
+enum p2ptrace_nccl_conn_direction {
+  P2PTRACE_NCCL_CONN_UNTAGGED = 0, /* P2P/SHM lines carry no [send]/[receive] tag */
+  P2PTRACE_NCCL_CONN_SEND = 1,
+  P2PTRACE_NCCL_CONN_RECEIVE = 2
+};
+enum p2ptrace_nccl_conn_flag { P2PTRACE_NCCL_CONN_CUT = 1u << 0 /* `transport` was longer than the field */ };
+typedef struct p2ptrace_nccl_conn_record {
+  p2ptrace_record_header h;  /* time_ns: when the shim read the line, not when NCCL wrote it */
+  char comm[24];       /* the logging rank's ncclComm as NCCL prints it ("0x7f9e54001060"), the same value
+                          as p2ptrace_nccl_comm_record.comm; "" when the log did not say */
+  char comm_id[24];    /* the communicator's id shared by its ranks (`commId 0x…`, NCCL >= 2.16); "" if none */
+  char keyword[8];     /* "Channel", "Ring" (<= 2.6), "CollNet", "Coll" as printed */
+  int32_t channel;
+  int32_t conn_index;  /* the N of "Channel 00/N"; -1 when the format prints none */
+  int32_t src_rank;    /* the communicator's ranks */
+  int32_t dst_rank;    /* -1 for CollNet lines */
+  uint8_t direction;   /* p2ptrace_nccl_conn_direction */
+  uint8_t transport_class; /* p2ptrace_transport of the text (core's ClassifyNcclTransport) */
+  uint8_t flags;       /* p2ptrace_nccl_conn_flag */
+  uint8_t reserved0;
+  uint32_t line;       /* the line's number in the log file, from 1 */
+  char src_dev[16], dst_dev[16]; /* bracket contents as printed (busId hex, nvmlDev or cudaDev); "" if none */
+  char transport[64];  /* NCCL's text after "via ", verbatim ("P2P/CUMEM/read", "NET/IB/0/GDRDMA") */
+} p2ptrace_nccl_conn_record;
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "p2ptrace/vocabulary.h"
@@ -210,11 +211,26 @@ void EndGroup(ncclResult_t r) {
   t_group_streams = 0;
 }
 
-// A collective or send/recv: recorded, and timed with events on the user's stream — alone when it
-// runs now, with its group (above) inside ncclGroupStart … ncclGroupEnd.
-template <typename Call>
-ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t bytes, int peer, Call&& call) {
-  if (!TraceWriter::Ready()) return call();
+// The operation record, written in place in this thread's chunk.
+__attribute__((always_inline)) inline void RecordOp(uint8_t api, ncclComm_t comm, cudaStream_t stream,
+                                                    uint64_t bytes, int peer, ncclResult_t r, uint8_t flags,
+                                                    uint32_t seq) {
+  TraceWriter::Emit<p2ptrace_nccl_op_record>(P2PTRACE_RECORD_NCCL_OP, seq, [&](p2ptrace_nccl_op_record& rec) {
+    rec.comm = reinterpret_cast<uintptr_t>(comm);
+    rec.stream = reinterpret_cast<uintptr_t>(stream);
+    rec.bytes = bytes;
+    rec.peer = peer;
+    rec.result = r;
+    rec.api = api;
+    rec.flags = flags;
+  });
+}
+
+// Everything but the common case: the trace not open yet, timing on, inside a group.
+template <typename Fn, typename... Args>
+__attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t bytes,
+                                              int peer, Fn real, Args... args) {
+  if (!TraceWriter::Ready()) return real(args...);
   uint32_t seq;
   TimedCopy t;
   bool timed = false;
@@ -225,30 +241,41 @@ ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t byte
     seq = TraceWriter::NextSeq();
     if (t_group_depth == 0) timed = BeginTiming(comm, stream, bytes, &t);
   }
-  ncclResult_t r = call();
+  ncclResult_t r = real(args...);
   if (timed) {
     t.bytes = bytes;
     t.seq = seq;
     CopyTimer::End(stream, r == ncclSuccess, &t);
   }
   if (group != nullptr && group->timed && r == ncclSuccess) group->t.bytes += bytes;
-  p2ptrace_nccl_op_record rec{};
-  rec.comm = reinterpret_cast<uintptr_t>(comm);
-  rec.stream = reinterpret_cast<uintptr_t>(stream);
-  rec.bytes = bytes;
-  rec.peer = peer;
-  rec.result = r;
-  rec.api = api;
   bool will_time = group != nullptr ? group->timed : timed;
-  rec.flags = static_cast<uint8_t>((t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0) |
-                                   (will_time && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0));
-  TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_OP, seq);
+  RecordOp(api, comm, stream, bytes, peer, r,
+           static_cast<uint8_t>((t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0) |
+                                (will_time && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0)),
+           seq);
+  return r;
+}
+
+// A collective or send/recv: recorded, and timed with events on the user's stream — alone when it
+// runs now, with its group (above) inside ncclGroupStart … ncclGroupEnd. The common case (trace
+// open, P2PTRACE_SAMPLE=off, no group) is inlined into the exported wrapper: the real call, then
+// the record; the arguments stay in registers, no timing state on the stack.
+template <typename Fn, typename... Args>
+__attribute__((always_inline)) inline ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream,
+                                                      uint64_t bytes, int peer, Fn real, Args... args) {
+  if (__builtin_expect(detail::g_sample.enabled || t_group_depth > 0 || !TraceWriter::IsOpen(), 0))
+    return SlowOp(api, comm, stream, bytes, peer, real, args...);
+  ncclResult_t r = real(args...);
+  RecordOp(api, comm, stream, bytes, peer, r, 0, TraceWriter::NextSeq());
   return r;
 }
 
 }  // namespace
 
 namespace nccl_hooks {
+
+// The operation hooks are inlined into their exported wrapper: one frame per call.
+#define P2PTRACE_OP_HOOK __attribute__((always_inline)) inline
 
 ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* comm, int nranks, ncclUniqueId id,
                               int rank) {
@@ -320,41 +347,41 @@ ncclResult_t ncclGroupEnd(decltype(&::ncclGroupEnd) real) {
 ncclResult_t ncclGetUniqueId(decltype(&::ncclGetUniqueId) real, ncclUniqueId* id) { return real(id); }
 ncclResult_t ncclGetVersion(decltype(&::ncclGetVersion) real, int* version) { return real(version); }
 
-ncclResult_t ncclAllReduce(decltype(&::ncclAllReduce) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+P2PTRACE_OP_HOOK ncclResult_t ncclAllReduce(decltype(&::ncclAllReduce) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_AllReduce, comm, s, n * TypeSize(t), -1, [&] { return real(sb, rb, n, t, op, comm, s); });
+  return Op(P2PTRACE_NCCL_AllReduce, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, op, comm, s);
 }
-ncclResult_t ncclBroadcast(decltype(&::ncclBroadcast) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+P2PTRACE_OP_HOOK ncclResult_t ncclBroadcast(decltype(&::ncclBroadcast) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                            int root, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, [&] { return real(sb, rb, n, t, root, comm, s); });
+  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
 }
-ncclResult_t ncclBcast(decltype(&::ncclBcast) real, void* b, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
+P2PTRACE_OP_HOOK ncclResult_t ncclBcast(decltype(&::ncclBcast) real, void* b, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
                        cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, [&] { return real(b, n, t, root, comm, s); });
+  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, real, b, n, t, root, comm, s);
 }
-ncclResult_t ncclReduce(decltype(&::ncclReduce) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+P2PTRACE_OP_HOOK ncclResult_t ncclReduce(decltype(&::ncclReduce) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Reduce, comm, s, n * TypeSize(t), root, [&] { return real(sb, rb, n, t, op, root, comm, s); });
+  return Op(P2PTRACE_NCCL_Reduce, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, op, root, comm, s);
 }
-ncclResult_t ncclAllGather(decltype(&::ncclAllGather) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+P2PTRACE_OP_HOOK ncclResult_t ncclAllGather(decltype(&::ncclAllGather) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                            ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_AllGather, comm, s, n * TypeSize(t), -1, [&] { return real(sb, rb, n, t, comm, s); });
+  return Op(P2PTRACE_NCCL_AllGather, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, comm, s);
 }
-ncclResult_t ncclReduceScatter(decltype(&::ncclReduceScatter) real, const void* sb, void* rb, size_t n,
+P2PTRACE_OP_HOOK ncclResult_t ncclReduceScatter(decltype(&::ncclReduceScatter) real, const void* sb, void* rb, size_t n,
                                ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_ReduceScatter, comm, s, n * TypeSize(t), -1, [&] { return real(sb, rb, n, t, op, comm, s); });
+  return Op(P2PTRACE_NCCL_ReduceScatter, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, op, comm, s);
 }
-ncclResult_t ncclAlltoAll(decltype(&::ncclAlltoAll) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+P2PTRACE_OP_HOOK ncclResult_t ncclAlltoAll(decltype(&::ncclAlltoAll) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                           ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_AlltoAll, comm, s, n * TypeSize(t), -1, [&] { return real(sb, rb, n, t, comm, s); });
+  return Op(P2PTRACE_NCCL_AlltoAll, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, comm, s);
 }
-ncclResult_t ncclSend(decltype(&::ncclSend) real, const void* sb, size_t n, ncclDataType_t t, int peer,
+P2PTRACE_OP_HOOK ncclResult_t ncclSend(decltype(&::ncclSend) real, const void* sb, size_t n, ncclDataType_t t, int peer,
                       ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Send, comm, s, n * TypeSize(t), peer, [&] { return real(sb, n, t, peer, comm, s); });
+  return Op(P2PTRACE_NCCL_Send, comm, s, n * TypeSize(t), peer, real, sb, n, t, peer, comm, s);
 }
-ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
+P2PTRACE_OP_HOOK ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Recv, comm, s, n * TypeSize(t), peer, [&] { return real(rb, n, t, peer, comm, s); });
+  return Op(P2PTRACE_NCCL_Recv, comm, s, n * TypeSize(t), peer, real, rb, n, t, peer, comm, s);
 }
 
 }  // namespace nccl_hooks
@@ -378,7 +405,8 @@ ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, size_t n, ncclDataTy
     ++p2ptrace::shim::t_depth;                                                                   \
     ncclResult_t r = p2ptrace::shim::nccl_hooks::name(real P2PTRACE_NCCL_COMMA_ARGS args);       \
     --p2ptrace::shim::t_depth;                                                                   \
-    p2ptrace::shim::PumpNcclLog(); /* NCCL's lines of this call before the program's next */     \
+    /* NCCL's lines of this call: to stdout before the program's next output, into the trace */  \
+    p2ptrace::shim::PumpNcclLog(std::string_view(#name) != "ncclGetVersion");                    \
     return r;                                                                                    \
   }
 #define P2PTRACE_NCCL_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__

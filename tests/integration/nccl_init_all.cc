@@ -1,14 +1,18 @@
 // One process, several devices: ncclCommInitAll, then one allreduce per device in a group, checked.
 // Linked to the real libnccl.so.2 and libcudart (RUNPATH); runs on the simulated node.
+//   nccl_init_all [NDEV] [kill]   kill: SIGKILL itself right after the group (a crash test)
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 int main(int argc, char** argv) {
   int ndev = argc > 1 ? std::atoi(argv[1]) : 2;
+  bool kill_after_group = argc > 2 && std::string(argv[2]) == "kill";
   const size_t count = 1024;
   std::vector<ncclComm_t> comms(ndev);
   if (ncclCommInitAll(comms.data(), ndev, nullptr) != ncclSuccess) return 2;
@@ -21,6 +25,7 @@ int main(int argc, char** argv) {
   ncclGroupStart();
   for (int d = 0; d < ndev; ++d) ncclAllReduce(bufs[d], bufs[d], count, ncclFloat32, ncclSum, comms[d], nullptr);
   if (ncclGroupEnd() != ncclSuccess) return 2;
+  if (kill_after_group) raise(SIGKILL);
   float want = float(ndev * (ndev + 1) / 2);
   for (int d = 0; d < ndev; ++d) {
     std::vector<float> h(count);

@@ -1,0 +1,179 @@
+// The shim's NCCL connection records (P2PTRACE_RECORD_NCCL_CONN) on the simulated NCCL: every
+// connection NCCL logged for a rank is in that rank's trace exactly once, field for field as core's
+// parser reads the tap log file; and those logged before a SIGKILL are in the trace of the killed
+// process.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <tuple>
+
+#include "core/nccl_log.h"
+#include "core/trace_reader.h"
+#include "tests/support/subprocess.h"
+
+namespace {
+
+using p2ptrace::testing::Env;
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+
+using Key = std::tuple<std::string, std::string, std::string, int, int, int, int, std::string, std::string,
+                       std::string, std::string, int, uint32_t>;
+
+std::string Field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
+
+Key Of(const p2ptrace_nccl_conn_record& c) {
+  static const char* kDirection[] = {"", "send", "receive"};
+  return {Field(c.comm, sizeof c.comm), Field(c.comm_id, sizeof c.comm_id), Field(c.keyword, sizeof c.keyword),
+          c.channel, c.conn_index, c.src_rank, c.dst_rank, c.direction < 3 ? kDirection[c.direction] : "?",
+          Field(c.transport, sizeof c.transport), Field(c.src_dev, sizeof c.src_dev), Field(c.dst_dev, sizeof c.dst_dev),
+          c.transport_class, c.line};
+}
+
+Key Of(const p2ptrace::NcclLog& log, const p2ptrace::Connection& c) {
+  const p2ptrace::RankIdentity* r = log.FindRank(c.logger.host, c.logger.pid, c.comm);
+  return {c.comm, r ? r->comm_id : "", c.keyword, c.channel, c.conn_index, c.src_rank, c.dst_rank, c.direction,
+          c.transport, c.src_dev, c.dst_dev, c.transport_class, static_cast<uint32_t>(c.line)};
+}
+
+std::string Show(const Key& k) {
+  return std::get<0>(k) + " ch" + std::to_string(std::get<3>(k)) + "/" + std::to_string(std::get<4>(k)) + " " +
+         std::to_string(std::get<5>(k)) + "->" + std::to_string(std::get<6>(k)) + " " + std::get<7>(k) + " via " +
+         std::get<8>(k) + " line " + std::to_string(std::get<12>(k));
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Checked {
+  int traces = 0;
+  size_t connections = 0;
+};
+
+// Each trace of `dir` against the tap log of its process (nccl.<host>.<pid>.log in the same dir).
+Checked CheckTraces(const std::string& dir) {
+  Checked out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".p2ptrace") continue;
+    auto t = p2ptrace::ReadTrace(e.path().string());
+    if (!t.ok()) {
+      ADD_FAILURE() << e.path();
+      continue;
+    }
+    if (t->header.nccl_version == 0) continue;  // a process that made no NCCL call (the launcher)
+    std::string log_path;
+    for (const auto& f : std::filesystem::directory_iterator(dir)) {
+      std::string name = f.path().filename().string();
+      if (name.starts_with("nccl.") && name.ends_with("." + std::to_string(t->header.pid) + ".log"))
+        log_path = f.path().string();
+    }
+    if (log_path.empty()) {
+      ADD_FAILURE() << "no tap log for pid " << t->header.pid;
+      continue;
+    }
+    p2ptrace::NcclLog log = p2ptrace::ParseNcclLog(Slurp(log_path));
+    std::multiset<Key> want, got;
+    for (const p2ptrace::Connection& c : log.connections)
+      if (c.logger.pid == t->header.pid) want.insert(Of(log, c));
+    for (const p2ptrace_nccl_conn_record& c : t->nccl_connections) got.insert(Of(c));
+    EXPECT_FALSE(want.empty()) << log_path;
+    std::string missing, extra;
+    for (const Key& k : want)
+      if (!got.count(k)) missing += "\n  " + Show(k);
+    for (const Key& k : got)
+      if (!want.count(k)) extra += "\n  " + Show(k);
+    EXPECT_EQ(got, want) << e.path() << "\nmissing:" << missing << "\nextra:" << extra;
+    for (const Key& k : got) EXPECT_FALSE(std::get<0>(k).empty()) << "no comm: " << Show(k);
+    ++out.traces;
+    out.connections += got.size();
+  }
+  return out;
+}
+
+Env SimEnv(const std::string& dir) {
+  return {{"P2PSIM_NCCL_TIMEOUT", "30"}, {"P2PSIM_NCCL_DIR", dir}, {"NCCL_DEBUG", std::nullopt},
+          {"NCCL_DEBUG_FILE", std::nullopt}, {"NCCL_DEBUG_SUBSYS", std::nullopt}, {"P2PTRACE_NCCL_TAP", std::nullopt},
+          {"P2PTRACE_NCCL_TAP_FILE", std::nullopt}, {"P2PTRACE_NCCL_FORWARD", std::nullopt},
+          {"P2PTRACE_NCCL_LOG", std::nullopt}, {"P2PTRACE_SAMPLE", std::nullopt}, {"CUDA_VISIBLE_DEVICES", std::nullopt},
+          {"NCCL_RUNTIME_CONNECT", std::nullopt}, {"P2PTRACE_WARN", "off"}, {"NO_COLOR", "1"}};
+}
+
+struct RingCase {
+  const char* name;
+  int ranks;
+  const char* runtime_connect;  // null: NCCL's default (lazy: lines at the first collective)
+};
+class NcclConnRecords : public ::testing::TestWithParam<RingCase> {};
+
+TEST_P(NcclConnRecords, MatchTheTapLogExactly) {
+  const RingCase& c = GetParam();
+  std::string dir = TempDir() + "/conn-" + c.name;
+  std::filesystem::create_directories(dir + "/rendezvous");
+  std::filesystem::create_directories(dir + "/id");
+  Env env = SimEnv(dir + "/rendezvous");
+  if (c.runtime_connect) env["NCCL_RUNTIME_CONNECT"] = c.runtime_connect;
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir + "/trace", "--", P2PSIM, "launch", "--topology",
+                            std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json", "--hosts",
+                            "node0:" + std::to_string(c.ranks), "--", NCCL_RING, dir + "/id", "4096"},
+                           env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  Checked k = CheckTraces(dir + "/trace");
+  EXPECT_EQ(k.traces, c.ranks);
+  // nccl_ring runs rings (a connection each way per channel) and a send/recv ring: several per rank.
+  EXPECT_GE(k.connections, static_cast<size_t>(2 * c.ranks));
+  // `p2ptrace dump --json` prints them.
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/trace")) {
+    if (e.path().extension() != ".p2ptrace") continue;
+    RunResult d = RunProgram({P2PTRACE_CLI, "dump", e.path().string(), "--json"});
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    auto t = p2ptrace::ReadTrace(e.path().string());
+    ASSERT_TRUE(t.ok());
+    size_t lines = 0;
+    for (size_t pos = d.out.find("\"kind\":\"nccl_conn\""); pos != std::string::npos;
+         pos = d.out.find("\"kind\":\"nccl_conn\"", pos + 1))
+      ++lines;
+    EXPECT_EQ(lines, t->nccl_connections.size()) << e.path();
+    if (!t->nccl_connections.empty()) {
+      EXPECT_NE(d.out.find("\"transport\":\"P2P/CUMEM"), std::string::npos);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, NcclConnRecords,
+                         ::testing::Values(RingCase{"two_ranks_lazy", 2, nullptr}, RingCase{"four_ranks_lazy", 4, nullptr},
+                                           RingCase{"four_ranks_at_init", 4, "0"}),
+                         [](const ::testing::TestParamInfo<RingCase>& p) { return std::string(p.param.name); });
+
+// A process killed right after its first collective: the connections NCCL logged during it (lazy
+// connect) are in its trace, which never saw exit.
+TEST(NcclConnCrash, ConnectionsLoggedBeforeSigkillAreInTheTrace) {
+  std::string dir = TempDir() + "/conn-kill";
+  std::filesystem::create_directories(dir + "/rendezvous");
+  Env env = SimEnv(dir + "/rendezvous");
+  env["P2PTRACE_DIR"] = dir + "/trace";
+  env["LD_PRELOAD"] = P2PTRACE_SHIM;
+  env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
+  env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+  RunResult r = RunProgram({NCCL_INIT_ALL, "2", "kill"}, env);
+  ASSERT_NE(r.exit_code, 0) << r.out << r.err;  // killed
+  Checked k = CheckTraces(dir + "/trace");
+  EXPECT_EQ(k.traces, 1);
+  EXPECT_GE(k.connections, 2u);
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/trace"))
+    if (e.path().extension() == ".p2ptrace") {
+      auto t = p2ptrace::ReadTrace(e.path().string());
+      ASSERT_TRUE(t.ok());
+      EXPECT_EQ(t->header.state, static_cast<uint32_t>(P2PTRACE_STATE_RUNNING));  // no exit ran
+    }
+}
+
+}  // namespace
