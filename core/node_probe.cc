@@ -407,9 +407,10 @@ std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& 
     }
     lines.push_back(Clean(line));
   }
-  if (lines.empty())
+  // The all-good line only where there are pairs: a node with one GPU (or none visible) has nothing to say.
+  if (lines.empty() && !prediction.pairs.empty())
     lines.push_back("p2ptrace: all " + std::to_string(prediction.pairs.size()) + " GPU pairs on " + host +
-                    " can use NVLink/P2P");
+                    " can use NVLink/P2P");  // DESIGN.md §2's wording, even for one pair
   return lines;
 }
 
