@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "core/causes.h"
+#include "core/node_probe.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
@@ -111,6 +112,12 @@ void DescribeCapture(const Trace& t, ProcessInfo* p) {
 }
 
 std::string NcclLogStatus(const Trace& t) {
+  // Checked first: the environment the trace recorded may still show the tap that was taken back.
+  if (t.header.capture_flags & P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN)
+    return fmt::format("not seen: the log tap was withdrawn because NCCL {} ignores NCCL_DEBUG_FILE (its lines "
+                       "would have gone to the job's own output); keep that output with NCCL_DEBUG=INFO and run "
+                       "`p2ptrace explain` on it",
+                       t.header.nccl_version > 0 ? NcclVersionText(t.header.nccl_version) : std::string("2.13"));
   std::string level = t.Env("NCCL_DEBUG");
   for (char& ch : level) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   if (t.Env("P2PTRACE_NCCL_TAP") == "1") return "tapped";
@@ -149,6 +156,7 @@ Cause HostStagedCause(const p2ptrace_pair_counters& c, const GpuRef& src, const 
     cause.id = "unknown";
     cause.evidence.push_back("checked: NVML P2P status (unavailable), cudaDeviceCanAccessPeer (never called)");
   }
+  if (const CauseInfo* info = FindCause(cause.id)) cause.confirm = std::string(info->confirm);
   return cause;
 }
 
@@ -282,6 +290,13 @@ struct ReportBuilder::State {
   std::map<std::tuple<std::string, int, uint64_t>, std::pair<std::string, int>> comm_of;
   std::map<std::tuple<std::string, int, int, int>, NcclConn> nccl_conns;  // (comm key, src, dst, class)
   std::map<std::string, Refusal> first_refusal;  // per host: NCCL's own reason for refusing P2P
+  // Each host's preflight: its pairs (the first process's prediction of a pair stands) and warnings.
+  struct HostPreflight {
+    std::string boot_id;
+    std::vector<PreflightPair> pairs;
+    std::vector<std::string> warnings;
+  };
+  std::map<std::string, HostPreflight> preflight;  // by the trace's host
 
   GpuRef Ref(const std::string& host, const std::string& bus) const {
     GpuRef g{host, bus, -1};
@@ -294,6 +309,9 @@ struct ReportBuilder::State {
   void AddCudaPairs(const Trace& t, const TraceFold& f);
   void FinishNcclPairs();
   void FinishCosts();
+  void AddPreflight(const std::string& host, const PreflightBlock& b);
+  const PreflightPair* PredictionFor(const PairEntry& e) const;
+  void ApplyPreflight(PairEntry& e) const;
 };
 
 ReportBuilder::ReportBuilder(std::string path) : s_(std::make_unique<State>()) { s_->rep.path = std::move(path); }
@@ -326,6 +344,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   }
   p.runtime_version = h.cuda_runtime_version;
   p.driver_version = h.cuda_driver_version;
+  p.nccl_version = h.nccl_version;  // zero in files older than minor 1 (a zero-filled header page)
   p.capture_flags = h.capture_flags;
   p.dropped_records = h.dropped_records;
   p.nccl_log = NcclLogStatus(t);
@@ -336,6 +355,12 @@ void ReportBuilder::EndTrace(const Trace& t) {
   uint64_t last_ns = std::max(h.end_monotonic_ns, f.last_ns);
   if (last_ns > h.start_monotonic_ns) p.seconds = static_cast<double>(last_ns - h.start_monotonic_ns) * 1e-9;
   DescribeCapture(t, &p);
+  for (const auto& [kind, text] : t.text_blocks) {
+    if (kind != P2PTRACE_TEXT_PREFLIGHT) continue;
+    Expected<PreflightBlock> b = ParsePreflight(text);
+    if (b.ok()) s_->AddPreflight(p.host, *b);
+    else s_->rep.partial.push_back(fmt::format("{}: preflight block unreadable ({})", t.path, b.error().message));
+  }
   s_->rep.processes.push_back(std::move(p));
   s_->AddCudaPairs(t, f);
   s_->AddNcclOps(t, f);
@@ -449,6 +474,7 @@ void ReportBuilder::State::FinishNcclPairs() {
     e.nccl_transports.insert(nc.transports.begin(), nc.transports.end());
     e.channels += nc.channels;
     e.ranks.insert(src_rank);
+    e.dst_ranks.insert(dst_rank);
     auto& best = by_ranks[{key, src_rank, dst_rank}];
     if (best.second == nullptr || nc.channels > best.first) best = {nc.channels, &e};
   }
@@ -477,7 +503,8 @@ void ReportBuilder::State::FinishNcclPairs() {
         std::string id(CauseForNcclRefusal(r->second.kind));
         const CauseInfo* info = FindCause(id);
         e.causes.push_back(Cause{id, {fmt::format("NCCL: {}", r->second.text)},
-                                 info ? std::string(info->fix) : "see `p2ptrace doctor` on that node"});
+                                 info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
+                                 info ? std::string(info->confirm) : "", "trace"});
         e.fallback = true;
         e.expected = P2PTRACE_TRANSPORT_P2P;  // what NCCL uses between two GPUs of a node when allowed
       }
@@ -528,6 +555,89 @@ void ReportBuilder::State::FinishCosts() {
   }
 }
 
+void ReportBuilder::State::AddPreflight(const std::string& host, const PreflightBlock& b) {
+  HostPreflight& hp = preflight[host];
+  if (hp.boot_id.empty()) hp.boot_id = b.boot_id;
+  // A pair's first prediction stands unless a later one (a later block of the process, after its
+  // first copies or NCCL's first operation, or another process's) foresees a fallback it did not.
+  for (const PreflightPair& p : b.pairs) {
+    auto same = [&](const PreflightPair& q) { return q.a == p.a && q.b == p.b && q.bus_a == p.bus_a && q.bus_b == p.bus_b; };
+    auto it = std::find_if(hp.pairs.begin(), hp.pairs.end(), same);
+    if (it == hp.pairs.end()) hp.pairs.push_back(p);
+    else if (p.fallback && !it->fallback) *it = p;
+  }
+  for (const std::string& w : b.warnings)
+    if (std::find(hp.warnings.begin(), hp.warnings.end(), w) == hp.warnings.end()) hp.warnings.push_back(w);
+}
+
+// The preflight's prediction for a report pair (either direction): by host and the two bus ids, else
+// by GPU index. The shim numbers another host's (or container's) GPUs from 100 (shim/preflight.cc
+// MergeIdentities), so a pair with such a GPU is matched only to a cross-host pair, its local GPU
+// on the block's host.
+const PreflightPair* ReportBuilder::State::PredictionFor(const PairEntry& e) const {
+  constexpr int kForeignIndex = 100;
+  auto block = [&](const std::string& host) -> const HostPreflight* {
+    if (auto it = preflight.find(host); it != preflight.end()) return &it->second;
+    for (const auto& [h, hp] : preflight)  // NCCL's lines name the short host, a trace may hold the full one
+      if (ShortHost(h) == ShortHost(host)) return &hp;
+    return nullptr;
+  };
+  auto bus = [](const std::string& b) { return NormalizeBusId(b); };  // "" for "device3"
+  if (e.src.host == e.dst.host) {
+    const HostPreflight* hp = block(e.src.host);
+    if (hp == nullptr) return nullptr;
+    std::string s = bus(e.src.bus_id), d = bus(e.dst.bus_id);
+    for (const PreflightPair& p : hp->pairs) {
+      if (p.a >= kForeignIndex || p.b >= kForeignIndex) continue;
+      std::string a = bus(p.bus_a), b = bus(p.bus_b);
+      if (!s.empty() && !d.empty() && !a.empty() && !b.empty()) {
+        if ((a == s && b == d) || (a == d && b == s)) return &p;
+      } else if (e.src.gpu >= 0 && e.dst.gpu >= 0 &&
+                 ((p.a == e.src.gpu && p.b == e.dst.gpu) || (p.a == e.dst.gpu && p.b == e.src.gpu))) {
+        return &p;
+      }
+    }
+    return nullptr;
+  }
+  // Across hosts: the block of either end, its own GPU on that end.
+  for (const auto& [local, remote] : {std::pair{&e.src, &e.dst}, std::pair{&e.dst, &e.src}}) {
+    const HostPreflight* hp = block(local->host);
+    if (hp == nullptr) continue;
+    for (const PreflightPair& p : hp->pairs) {
+      bool a_foreign = p.a >= kForeignIndex, b_foreign = p.b >= kForeignIndex;
+      if (a_foreign == b_foreign) continue;
+      const std::string& mine = a_foreign ? p.bus_b : p.bus_a;
+      const std::string& theirs = a_foreign ? p.bus_a : p.bus_b;
+      if (bus(mine) == bus(local->bus_id) && bus(theirs) == bus(remote->bus_id) && !bus(mine).empty()) return &p;
+    }
+  }
+  return nullptr;
+}
+
+// The job-start prediction's causes, after the report's own, for a pair on the path the prediction
+// foresaw (for an NCCL pair, also one the report already calls a fallback: the prediction says why
+// the better path was closed). The report's own view of the expected class stands; the prediction
+// fills it only where the report could not tell (NCCL prints no reason for a P2P level it applied).
+void ReportBuilder::State::ApplyPreflight(PairEntry& e) const {
+  const PreflightPair* p = PredictionFor(e);
+  if (p == nullptr || !p->fallback) return;
+  bool foreseen = p->transport == e.transport;
+  if (!foreseen && !(e.source == "nccl" && e.fallback)) return;
+  if (foreseen && e.expected == 0 && p->best != 0) {
+    e.expected = p->best;
+    e.fallback = true;
+  }
+  for (const CauseHit& c : p->causes) {
+    if (c.role == "context") continue;
+    if (std::any_of(e.causes.begin(), e.causes.end(), [&](const Cause& x) { return x.id == c.id; })) continue;
+    const CauseInfo* info = FindCause(c.id);
+    Cause cause{c.id, c.evidence, info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
+                info ? std::string(info->confirm) : "", "preflight"};
+    if (cause.evidence.empty() && info) cause.evidence.push_back(std::string(info->title));
+    e.causes.push_back(std::move(cause));
+  }
+}
+
 Report ReportBuilder::Finish() {
   State& s = *s_;
   Report& rep = s.rep;
@@ -542,6 +652,8 @@ Report ReportBuilder::Finish() {
     return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.host, x.dst.gpu, x.dst.bus_id, x.transport, x.source) <
            std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.host, y.dst.gpu, y.dst.bus_id, y.transport, y.source);
   });
+  for (PairEntry& e : rep.pairs) s.ApplyPreflight(e);
+  for (const auto& [host, hp] : s.preflight) rep.preflight.push_back({host, hp.boot_id, hp.warnings});
   s.FinishCosts();
   // One finding per cause id, listing its pairs.
   std::map<std::string, Finding> by_cause;
@@ -712,6 +824,46 @@ std::map<std::string, HostMatrix> Matrices(const Report& rep) {
 
 }  // namespace
 
+// NCCL_VERSION(X,Y,Z): X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z from 2.9 on (nccl.h).
+std::string NcclVersionText(int code) {
+  if (code <= 0) return "";
+  if (code < 10000) return fmt::format("{}.{}.{}", code / 1000, (code % 1000) / 100, code % 100);
+  return fmt::format("{}.{}.{}", code / 10000, (code % 10000) / 100, code % 100);
+}
+
+std::vector<std::string> NcclVersionGroups(const Report& rep) {
+  std::map<std::string, std::vector<int>> ranks, pids;  // version -> ranks (pids of rank-less processes)
+  for (const ProcessInfo& p : rep.processes)
+    if (p.nccl_version > 0) (p.rank >= 0 ? ranks : pids)[NcclVersionText(p.nccl_version)].push_back(p.rank >= 0 ? p.rank : p.pid);
+  std::set<std::string> versions;
+  for (const auto* m : {&ranks, &pids})
+    for (const auto& [v, ids] : *m) versions.insert(v);
+  if (versions.empty()) return {rep.nccl_versions.begin(), rep.nccl_versions.end()};
+  std::vector<std::string> out;
+  for (const std::string& v : versions) {
+    // One version for the whole job needs no rank list.
+    if (versions.size() == 1) {
+      out.push_back(v);
+      continue;
+    }
+    std::vector<std::string> who;
+    if (auto r = ranks.find(v); r != ranks.end()) {
+      std::sort(r->second.begin(), r->second.end());
+      who.push_back(fmt::format("rank{} {}", r->second.size() == 1 ? "" : "s", RankRanges(r->second)));
+    }
+    if (auto p = pids.find(v); p != pids.end()) {
+      std::sort(p->second.begin(), p->second.end());
+      who.push_back(fmt::format("pid{} {}", p->second.size() == 1 ? "" : "s", NameList([&] {
+                                  std::vector<std::string> s;
+                                  for (int x : p->second) s.push_back(std::to_string(x));
+                                  return s;
+                                }())));
+    }
+    out.push_back(fmt::format("{} ({})", v, fmt::join(who, "; ")));
+  }
+  return out;
+}
+
 std::string RenderText(const Report& rep, bool color) {
   std::string out;
   const char* reset = color ? "\033[0m" : "";
@@ -730,9 +882,10 @@ std::string RenderText(const Report& rep, bool color) {
                      job_ids.empty() ? "?" : NameList({job_ids.begin(), job_ids.end()}, 2), ranks.size(),
                      ranks.size() == 1 ? "" : "s", rep.processes.size(), rep.processes.size() == 1 ? "" : "es",
                      hosts.size(), hosts.size() == 1 ? "" : "s", NameList({hosts.begin(), hosts.end()}));
+  std::vector<std::string> nccl = NcclVersionGroups(rep);
   out += fmt::format("CUDA runtime {}, driver {}; NCCL {}\n", Version(rt), Version(drv),
-                     rep.nccl_versions.empty() ? std::string(rep.nccl_logs ? "version not printed" : "not seen")
-                                               : fmt::format("{}", fmt::join(rep.nccl_versions, ", ")));
+                     nccl.empty() ? std::string(rep.nccl_logs ? "version not printed" : "not seen")
+                                  : fmt::format("{}", fmt::join(nccl, ", ")));
   // Capture modes: processes that saw alike grouped, with what that means for trusting the answer.
   std::map<std::pair<std::string, std::string>, std::vector<int>> modes;
   std::map<std::pair<std::string, std::string>, std::vector<int>> mode_pids;  // processes without a rank
@@ -758,6 +911,16 @@ std::string RenderText(const Report& rep, bool color) {
   for (size_t i = 0; i < std::min(kSkippedShown, rep.problems.size()); ++i) out += "skipped: " + rep.problems[i] + "\n";
   if (rep.problems.size() > kSkippedShown)
     out += fmt::format("skipped: … {} more files (each is named on stderr)\n", rep.problems.size() - kSkippedShown);
+  // What the shim predicted at job start, each host's lines once.
+  constexpr size_t kPreflightHostsShown = 8;
+  if (!rep.preflight.empty()) out += "\njob-start preflight (predicted before the first transfer):\n";
+  for (size_t i = 0; i < std::min(kPreflightHostsShown, rep.preflight.size()); ++i) {
+    const Report::Preflight& pf = rep.preflight[i];
+    out += fmt::format("  {}:{}\n", pf.host, pf.warnings.empty() ? " no warning line recorded" : "");
+    for (const std::string& w : pf.warnings) out += "    " + w + "\n";
+  }
+  if (rep.preflight.size() > kPreflightHostsShown)
+    out += fmt::format("  … {} more hosts (--json has every host's)\n", rep.preflight.size() - kPreflightHostsShown);
 
   // Per host, the pair matrix; hosts with the same matrix are shown once.
   std::map<std::string, HostMatrix> matrices = Matrices(rep);
@@ -857,6 +1020,7 @@ std::string RenderText(const Report& rep, bool color) {
                        "1/expected-best GB/s))\n",
                        fallbacks.size(), fallbacks.size() == 1 ? "" : "s", Duration(rep.lost_seconds));
     constexpr size_t kFallbacksShown = 20;
+    std::set<std::string> fixes_shown;
     for (size_t i = 0; i < std::min(kFallbacksShown, fallbacks.size()); ++i) {
       const PairEntry& e = *fallbacks[i];
       std::vector<std::string> ids;
@@ -867,6 +1031,14 @@ std::string RenderText(const Report& rep, bool color) {
                              : std::string(e.bytes ? "not timed: cost unknown" : "no bytes attributed: cost unknown");
       out += fmt::format("  {}  {}{}{} instead of {}: {}  {}\n", PairName(e), Color(e.transport, color),
                          TransportName(e.transport), reset, TransportName(e.expected), cost, fmt::join(ids, " "));
+      // Each cause under its pair; a fix is spelled out the first time its cause appears here.
+      for (const Cause& c : e.causes) {
+        out += fmt::format("      [{}]{} {}\n", c.id, c.origin == "preflight" ? " (predicted at job start)" : "",
+                           c.evidence.empty() ? std::string("no evidence recorded") : fmt::format("{}", fmt::join(c.evidence, "; ")));
+        if (!fixes_shown.insert(c.id).second) continue;
+        if (!c.fix.empty()) out += "        fix: " + c.fix + "\n";
+        if (!c.confirm.empty()) out += "        confirm: " + c.confirm + "\n";
+      }
     }
     if (fallbacks.size() > kFallbacksShown)
       out += fmt::format("  … {} more (--json lists them all)\n", fallbacks.size() - kFallbacksShown);
@@ -901,6 +1073,8 @@ json RenderJson(const Report& rep) {
            {"bus_ids", p.bus_ids}, {"state", p.state}, {"file", p.file},
            {"cuda_runtime_version", p.runtime_version}, {"cuda_driver_version", p.driver_version}};
     r["nccl_log"] = p.nccl_log;
+    r["nccl_version"] = p.nccl_version > 0 ? json(NcclVersionText(p.nccl_version)) : json(nullptr);
+    r["nccl_version_code"] = p.nccl_version;
     r["job_id"] = p.job_id;
     r["capture_mode"] = p.capture_mode;
     r["trust"] = p.trust;
@@ -917,7 +1091,7 @@ json RenderJson(const Report& rep) {
       o["rank"] = ranks.size() == 1 && *ranks.begin() >= 0 ? json(*ranks.begin()) : json(nullptr);
       return o;
     };
-    json p{{"src", ref(e.src, e.ranks)}, {"dst", ref(e.dst, e.ranks)}, {"source", e.source},
+    json p{{"src", ref(e.src, e.ranks)}, {"dst", ref(e.dst, e.dst_ranks.empty() ? e.ranks : e.dst_ranks)}, {"source", e.source},
            {"transport", TransportName(e.transport)}, {"nccl_transports", e.nccl_transports},
            {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"calls", e.calls},
            {"bytes", e.bytes}, {"errors", e.errors}, {"timed_calls", e.timed_calls},
@@ -932,7 +1106,8 @@ json RenderJson(const Report& rep) {
     p["best_basis"] = e.best_basis;
     p["lost_seconds"] = e.lost_seconds >= 0 ? json(e.lost_seconds) : json(nullptr);
     p["causes"] = json::array();
-    for (const Cause& c : e.causes) p["causes"].push_back({{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}});
+    for (const Cause& c : e.causes)
+      p["causes"].push_back({{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}, {"confirm", c.confirm}, {"origin", c.origin}});
     j["pairs"].push_back(p);
   }
   j["nccl_ops"] = json::array();
@@ -953,9 +1128,17 @@ json RenderJson(const Report& rep) {
     rt = std::max(rt, p.runtime_version);
     drv = std::max(drv, p.driver_version);
   }
-  j["job"] = {{"ids", job_ids}, {"hosts", hosts}, {"nccl_versions", rep.nccl_versions},
+  // The headers' versions (ncclGetVersion) when any process recorded one, else the log lines'.
+  std::set<std::string> nccl_versions;
+  for (const ProcessInfo& p : rep.processes)
+    if (p.nccl_version > 0) nccl_versions.insert(NcclVersionText(p.nccl_version));
+  if (nccl_versions.empty()) nccl_versions = rep.nccl_versions;
+  j["job"] = {{"ids", job_ids}, {"hosts", hosts}, {"nccl_versions", nccl_versions},
               {"cuda_runtime", Version(rt)}, {"cuda_driver", Version(drv)}};
   j["lost_seconds"] = rep.lost_seconds;
+  j["preflight"] = json::array();
+  for (const Report::Preflight& pf : rep.preflight)
+    j["preflight"].push_back({{"host", pf.host}, {"boot_id", pf.boot_id}, {"warnings", pf.warnings}});
   j["findings"] = json::array();
   for (const Finding& f : rep.findings)
     j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence},

@@ -27,6 +27,10 @@ struct Cause {
   std::string id;
   std::vector<std::string> evidence;
   std::string fix;
+  std::string confirm;  // how to confirm it before changing anything (core/causes.h); "" when obvious
+  // "trace": derived from what the process did and NCCL printed; "preflight": predicted at job start
+  // by the shim's node probes (the trace's preflight block).
+  std::string origin = "trace";
 };
 
 struct PairEntry {
@@ -38,7 +42,8 @@ struct PairEntry {
   int expected = 0;   // the best class the node allows for this pair; 0 unknown
   bool fallback = false;
   uint64_t calls = 0, bytes = 0, errors = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
-  std::set<int> ranks;
+  std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
+  std::set<int> dst_ranks;  // an NCCL pair's receiving ranks; empty for a CUDA pair
   std::vector<Cause> causes;
   // What the class used should deliver (core/causes.h ExpectedBandwidth); 0/0 when no figure.
   double expected_gbps_low = 0, expected_gbps_high = 0;
@@ -69,6 +74,7 @@ struct ProcessInfo {
   std::string host, file, state;  // state: running|exited|fatal signal N
   std::vector<std::string> bus_ids;
   int runtime_version = 0, driver_version = 0;
+  int nccl_version = 0;  // ncclGetVersion's code from the header (22809); 0 unknown or an older file
   uint32_t capture_flags = 0;
   uint64_t dropped_records = 0;
   std::string nccl_log;  // how NCCL's lines reached p2ptrace: tapped | user file | not seen: <why>
@@ -90,7 +96,14 @@ struct Report {
   std::vector<std::string> problems;  // files skipped, one line each
   std::vector<std::string> partial;   // files used in part, one line each
   size_t nccl_logs = 0;               // NCCL log files read
-  std::set<std::string> nccl_versions;
+  std::set<std::string> nccl_versions;  // printed in NCCL's log lines ("2.18.3+cuda12.2")
+  // Each host's job-start preflight (the shim's probes and prediction): its warning lines, once
+  // per host however many processes wrote the block.
+  struct Preflight {
+    std::string host, boot_id;
+    std::vector<std::string> warnings;
+  };
+  std::vector<Preflight> preflight;
   double lost_seconds = 0;            // summed over the fallback pairs that could be costed
 };
 
@@ -130,6 +143,11 @@ absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions
 absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty);
 
 std::string RenderText(const Report& report, bool color);
+// "2.28.9" for NCCL_VERSION_CODE 22809 (and 2.8.4 for the old 2804 form); "" for 0.
+std::string NcclVersionText(int code);
+// The NCCL versions the header shows: per rank group from the trace headers ("2.28.9 (ranks 0-7)"),
+// else those NCCL's log lines printed.
+std::vector<std::string> NcclVersionGroups(const Report& report);
 // A matrix cell's three letters, as `nvidia-smi topo -m` prints its links: "NVL", "PCI", "HST", …
 const char* TransportCell(int transport);
 nlohmann::json RenderJson(const Report& report);

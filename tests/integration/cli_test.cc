@@ -166,7 +166,9 @@ namespace {
 
 // A 4-rank NCCL job on the simulated node under `p2ptrace run`: the shim taps NCCL's log (the user
 // set no NCCL_DEBUG) and the report carries, per GPU pair, the transport NCCL printed.
-nlohmann::json NcclJob(const std::string& name, std::map<std::string, std::optional<std::string>> extra) {
+nlohmann::json NcclJob(const std::string& name, std::map<std::string, std::optional<std::string>> extra,
+                       const std::string& topology = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json",
+                       const std::string& hosts = "node0:4") {
   std::string dir = TempDir() + "/" + name, rendezvous = TempDir() + "/" + name + "-id";
   std::filesystem::create_directories(rendezvous);
   auto env = SimEnv();
@@ -174,9 +176,8 @@ nlohmann::json NcclJob(const std::string& name, std::map<std::string, std::optio
   env["NCCL_DEBUG_FILE"] = std::nullopt;
   env["P2PTRACE_NCCL_TAP"] = std::nullopt;
   for (auto& [k, v] : extra) env[k] = v;
-  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--json", "--", P2PSIM, "launch", "--topology",
-                            std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json", "--hosts", "node0:4", "--",
-                            NCCL_RING, rendezvous},
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--json", "--", P2PSIM, "launch", "--topology", topology,
+                            "--hosts", hosts, "--", NCCL_RING, rendezvous},
                            env);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("NCCL INFO"), std::string::npos) << "NCCL's lines must not reach the user";
@@ -245,6 +246,37 @@ TEST(NcclReport, P2pDisabledShowsShmWithNcclsOwnReason) {
     ++shm;
   }
   EXPECT_EQ(shm, 4);
+}
+
+// Two GPUs on two sockets: NCCL's default P2P level (PXB) sends their traffic through host memory
+// and NCCL prints no reason. The shim's job-start prediction knew it: the report marks the pairs as
+// fallbacks from pcie_p2p and gives the predicted cause with its evidence and fix.
+TEST(NcclReport, PathBeyondTheP2pLevelIsAFallbackWithThePredictedCause) {
+  std::string topo = TempDir() + "/cross-socket.json";
+  p2ptrace::testing::WriteFile(topo, R"({"version": 1, "hosts": [{"name": "node0",
+      "cpus": [{"id": "cpu0"}, {"id": "cpu1"}],
+      "gpus": [{"index": 0, "bus_id": "0000:1a:00.0", "parent": "cpu0"},
+               {"index": 1, "bus_id": "0000:9a:00.0", "parent": "cpu1"}]}]})");
+  nlohmann::json j = NcclJob("nccl-cross-socket", {}, topo, "node0:2");
+  ASSERT_FALSE(j.is_null());
+  int shm = 0;
+  for (const auto& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ++shm;
+    EXPECT_EQ(p["transport"], "shm") << p.dump();
+    EXPECT_EQ(p["fallback"], true) << p.dump();
+    EXPECT_EQ(p["expected"], "pcie_p2p") << p.dump();
+    ASSERT_EQ(p["causes"].size(), 1u) << p.dump();
+    const auto& c = p["causes"][0];
+    EXPECT_EQ(c["id"], "topology-beyond-p2p-level");
+    EXPECT_EQ(c["origin"], "preflight");
+    ASSERT_FALSE(c["evidence"].empty());
+    EXPECT_NE(c["evidence"][0].get<std::string>().find("SYS"), std::string::npos) << c.dump();
+    EXPECT_FALSE(c["fix"].get<std::string>().empty());
+  }
+  EXPECT_EQ(shm, 2);  // 0 -> 1 and back
+  ASSERT_EQ(j["preflight"].size(), 1u);
+  EXPECT_EQ(j["preflight"][0]["host"], "node0");
 }
 
 }  // namespace

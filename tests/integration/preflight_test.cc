@@ -338,6 +338,97 @@ TEST(Preflight, OncePerNodeByDefaultEveryRankOnRequestOffSilences) {
   EXPECT_NE(run("bogus", "c").find("P2PTRACE_WARN='bogus' is not node, rank or off"), std::string::npos);
 }
 
+// --- the preflight in `p2ptrace report` ------------------------------------------------------------
+
+// One workload process on the simulated node0 of `topology` under the shim; its trace directory.
+std::string TraceWorkload(const std::string& name, const std::string& topology, const std::string& workload) {
+  std::string dir = testing::TempDir() + "/" + name;
+  std::string topo = dir + ".json";
+  testing::WriteFile(topo, topology);
+  RunResult s = RunProgram({P2PSIM, "sysroot", topo, "node0", dir + "-root"});
+  EXPECT_EQ(s.exit_code, 0) << s.err;
+  Env e{{"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR}, {"LD_PRELOAD", P2PTRACE_SHIM}, {"P2PSIM_TOPOLOGY", topo},
+        {"P2PSIM_HOST", "node0"}, {"P2PTRACE_SYSROOT", dir + "-root"}, {"P2PTRACE_DIR", dir + "/trace"},
+        {"P2PTRACE_NVML_TIMEOUT_MS", "20000"}};
+  RunResult r = RunProgram({PREFLIGHT_WORKLOAD, workload}, e);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return dir + "/trace";
+}
+
+const nlohmann::json* ReportPair(const nlohmann::json& j, int src, int dst, const std::string& transport) {
+  for (const auto& p : j["pairs"])
+    if (p["src"]["gpu"] == src && p["dst"]["gpu"] == dst && p["transport"] == transport) return &p;
+  return nullptr;
+}
+
+std::vector<std::string> CauseIds(const nlohmann::json& pair) {
+  std::vector<std::string> ids;
+  for (const auto& c : pair["causes"]) ids.push_back(c["id"]);
+  return ids;
+}
+
+// Every cause the report gives carries evidence and a fix, and the predicted ones say so.
+void ExpectExplained(const nlohmann::json& pair) {
+  for (const auto& c : pair["causes"]) {
+    EXPECT_FALSE(c["evidence"].empty()) << c.dump();
+    for (const auto& ev : c["evidence"]) EXPECT_FALSE(ev.get<std::string>().empty()) << c.dump();
+    EXPECT_FALSE(c["fix"].get<std::string>().empty()) << c.dump();
+  }
+}
+
+// copy-no-peer on a switch pair: the report derives [peer-access-not-enabled] from the copies; the
+// preflight predicted the same cause, which must not appear twice. The host's warning line is kept.
+TEST(PreflightReport, HostStagedCopyCarriesItsCauseOnceAndTheWarningLine) {
+  std::string trace = TraceWorkload("report-copy-no-peer", SwitchPair(), "copy-no-peer");
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", trace, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json* staged = ReportPair(j, 0, 1, "host_staged");
+  ASSERT_NE(staged, nullptr) << r.out;
+  EXPECT_EQ((*staged)["fallback"], true);
+  EXPECT_EQ((*staged)["expected"], "pcie_p2p");
+  EXPECT_EQ(CauseIds(*staged), std::vector<std::string>{"peer-access-not-enabled"});
+  ExpectExplained(*staged);
+  ASSERT_EQ(j["preflight"].size(), 1u) << j["preflight"].dump();
+  EXPECT_EQ(j["preflight"][0]["host"], "node0");
+  bool warned = false;
+  for (const auto& w : j["preflight"][0]["warnings"])
+    warned |= w.get<std::string>().find("host_staged instead of pcie_p2p [peer-access-not-enabled]") != std::string::npos;
+  EXPECT_TRUE(warned) << j["preflight"].dump();
+
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", trace}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("job-start preflight (predicted before the first transfer):\n  node0:\n"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("\n    p2ptrace: warning: node0 GPU0 -> GPU1: host_staged instead of pcie_p2p "
+                          "[peer-access-not-enabled]"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("      [peer-access-not-enabled] "), std::string::npos) << text.out;
+}
+
+// Consumer GPUs copying without peer access: NVML refuses P2P, so the report's own cause comes
+// first; the preflight adds what the copies cannot show (the GPU model), marked as predicted.
+TEST(PreflightReport, ConsumerGpuPairGainsThePredictedCauses) {
+  std::string trace = TraceWorkload(
+      "report-consumer", SwitchPair("", R"("name": "NVIDIA GeForce RTX 4090")", R"("name": "NVIDIA GeForce RTX 4090")"),
+      "copy-no-peer");
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", trace, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json* staged = ReportPair(j, 0, 1, "host_staged");
+  ASSERT_NE(staged, nullptr) << r.out;
+  EXPECT_EQ(CauseIds(*staged), (std::vector<std::string>{"nvml-p2p-status", "cuda-no-peer-access", "consumer-gpu"}))
+      << staged->dump();
+  ExpectExplained(*staged);
+  EXPECT_EQ((*staged)["causes"][0]["origin"], "trace");
+  EXPECT_EQ((*staged)["causes"][2]["origin"], "preflight");
+  EXPECT_NE((*staged)["causes"][2]["evidence"][0].get<std::string>().find("GeForce RTX 4090"), std::string::npos);
+  std::set<std::string> findings;
+  for (const auto& f : j["findings"]) findings.insert(f["id"]);
+  EXPECT_TRUE(findings.count("consumer-gpu")) << j["findings"].dump();
+}
+
 // --- p2ptrace doctor --------------------------------------------------------------------------------
 
 nlohmann::json Doctor(const std::string& root, const std::string& topo, const std::string& host, int* exit_code) {
