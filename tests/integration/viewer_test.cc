@@ -17,7 +17,10 @@
 #include <nlohmann/json.hpp>
 
 #include "p2ptrace/trace_format.h"
+#include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
+#include "core/causes.h"
+#include "tools/report.h"
 #include "tools/synth.h"
 #include "tools/traces.h"
 
@@ -119,6 +122,111 @@ TEST(Synth, FallbackScenarioShowsBothFallbacksWithTheirCauses) {
   for (const auto& p : j["pairs"]) {
     EXPECT_EQ(p["fallback"], true) << p.dump();
     EXPECT_EQ(p["transport"], p["source"] == "cuda" ? "host_staged" : "shm");
+  }
+}
+
+// What the report computes, computed again here from the traces' own counters and records: the
+// time lost per fallback pair, bytes × (1/achieved − 1/best), where best is the catalog's low figure
+// for the expected class (no pair of the fallback job measured it); ncclSend bytes on the pair they
+// crossed; and each NCCL pair's expected class.
+TEST(Synth, FallbackCostsAndNcclSendBytesMatchAHandComputation) {
+  std::string dir = Synth("synth-costs", 8, 48, "fallback");
+  json j = ReportJson(dir);
+  ASSERT_FALSE(j.is_discarded());
+  const double best = p2ptrace::ExpectedBandwidth(P2PTRACE_TRANSPORT_NVLINK, "", 0).low;
+  ASSERT_GT(best, 0);
+  struct Sums {
+    uint64_t calls = 0, bytes = 0, timed_bytes = 0, timed_ns = 0;
+  };
+  std::map<std::tuple<std::string, std::string, std::string>, Sums> staged;  // (host, src bus, dst bus)
+  std::map<std::pair<int, int>, Sums> sends;                                  // (rank, peer rank)
+  std::map<std::pair<std::string, std::string>, int> rank_of;                 // (host, bus) -> rank
+  for (const std::string& f : Files(dir, ".p2ptrace")) {
+    auto t = p2ptrace::ReadTrace(f);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    for (const p2ptrace::PairCounter& pc : t->counters) {
+      int cell = static_cast<int>(pc.index / 2), a = cell / t->header.max_devices, b = cell % t->header.max_devices;
+      ASSERT_EQ(pc.index % 2, 1u) << "the fallback job's copies are all host-staged";
+      Sums& s = staged[{t->Host(), t->BusId(a), t->BusId(b)}];
+      s.calls += pc.c.calls, s.bytes += pc.c.bytes, s.timed_bytes += pc.c.timed_bytes, s.timed_ns += pc.c.timed_ns;
+    }
+    std::map<uint32_t, uint64_t> duration;  // seq -> ns
+    for (const auto& r : t->records)
+      if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body); tr && tr->src_device < 0)
+        duration[tr->h.seq] = tr->duration_ns;
+    for (const auto& r : t->records) {
+      if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) rank_of[{t->Host(), c->bus_id}] = c->rank;
+      if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body); o && o->api == P2PTRACE_NCCL_Send) {
+        Sums& s = sends[{t->header.rank, o->peer}];
+        ++s.calls, s.bytes += o->bytes, s.timed_bytes += o->bytes, s.timed_ns += duration.at(o->h.seq);
+      }
+    }
+  }
+  auto lost = [&](const Sums& s) {
+    return static_cast<double>(s.bytes) * 1e-9 * (static_cast<double>(s.timed_ns) / static_cast<double>(s.timed_bytes) - 1 / best);
+  };
+  double total = 0;
+  size_t cuda = 0, nccl = 0;
+  for (const auto& p : j["pairs"]) {
+    ASSERT_EQ(p["fallback"], true) << p.dump();
+    EXPECT_EQ(p["expected"], "nvlink") << p.dump();  // NCCL's pairs too: the link the copies saw
+    const Sums* s = nullptr;
+    if (p["source"] == "cuda") {
+      ++cuda;
+      auto it = staged.find({p["src"]["host"], p["src"]["bus_id"], p["dst"]["bus_id"]});
+      ASSERT_NE(it, staged.end()) << p.dump();
+      s = &it->second;
+    } else {
+      ++nccl;
+      int src = rank_of.at({p["src"]["host"], p["src"]["bus_id"]}), dst = rank_of.at({p["dst"]["host"], p["dst"]["bus_id"]});
+      EXPECT_EQ(p["src"]["rank"], src);
+      EXPECT_EQ(p["dst"]["rank"], dst);
+      auto it = sends.find({src, dst});
+      ASSERT_NE(it, sends.end()) << p.dump();
+      s = &it->second;
+    }
+    EXPECT_EQ(p["calls"], s->calls) << p.dump();
+    EXPECT_EQ(p["bytes"], s->bytes) << p.dump();
+    EXPECT_EQ(p["best_gbps"], best) << p.dump();
+    EXPECT_NEAR(p["lost_seconds"].get<double>(), lost(*s), lost(*s) * 1e-9) << p.dump();
+    EXPECT_GT(lost(*s), 0);
+    total += lost(*s);
+  }
+  EXPECT_EQ(cuda, staged.size());
+  EXPECT_EQ(nccl, sends.size());  // every rank's sends went to one pair: its ring neighbour
+  EXPECT_EQ(nccl, 8u);
+  EXPECT_NEAR(j["lost_seconds"].get<double>(), total, total * 1e-9);
+}
+
+// On a healthy job NCCL's pairs expect what they got: P2P inside a host, GPUDirect RDMA across.
+TEST(Synth, HealthyNcclPairsExpectTheirOwnClass) {
+  json j = ReportJson(Synth("synth-expected", 16, 16));
+  int nccl = 0;
+  for (const auto& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ++nccl;
+    EXPECT_EQ(p["expected"], p["transport"]) << p.dump();
+    EXPECT_TRUE(p["expected"] == "p2p" || p["expected"] == "net_gdr") << p.dump();
+    EXPECT_EQ(p["fallback"], false);
+    EXPECT_TRUE(p["lost_seconds"].is_null());
+  }
+  EXPECT_EQ(nccl, 16);
+  EXPECT_EQ(j["lost_seconds"], 0);
+}
+
+// The streaming fold (report) and the all-in-memory load (diff, export, run) give the same report.
+TEST(Report, StreamingEqualsTheAllInMemoryReport) {
+  std::vector<std::string> dirs = {Synth("same-fallback", 8, 64, "fallback"), Synth("same-healthy", 16, 40)};
+  for (const std::string& dir : dirs) {
+    auto loaded = p2ptrace::cli::LoadTraces(dir);
+    ASSERT_TRUE(loaded.ok());
+    auto streamed = p2ptrace::cli::StreamReport(dir);
+    ASSERT_TRUE(streamed.ok());
+    json a = p2ptrace::cli::RenderJson(p2ptrace::cli::BuildReport(dir, *loaded)), b = p2ptrace::cli::RenderJson(*streamed);
+    EXPECT_FALSE(a["pairs"].empty());
+    EXPECT_EQ(a, b) << dir;
+    EXPECT_EQ(p2ptrace::cli::RenderText(p2ptrace::cli::BuildReport(dir, *loaded), false),
+              p2ptrace::cli::RenderText(*streamed, false));
   }
 }
 
@@ -424,12 +532,20 @@ TEST(Loading, DamagedAndForeignFilesAreNamedSkippedAndCounted) {
   EXPECT_EQ(StderrLines(r.err, "p2ptrace: skipped "), 5) << r.err;
   EXPECT_EQ(StderrLines(r.err, "p2ptrace: partly read "), 2) << r.err;
   EXPECT_NE(r.err.find(traces[1] + ": truncated before the end of its header"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(traces[2] + ": trace format 2.0 is newer than this p2ptrace reads (1.x)"), std::string::npos);
+  // The patched file keeps this build's minor: the message names the version the file claims.
+  const std::string newer = std::to_string(P2PTRACE_FORMAT_MAJOR + 1) + "." + std::to_string(P2PTRACE_FORMAT_MINOR);
+  EXPECT_NE(r.err.find(traces[2] + ": trace format " + newer + " is newer than this p2ptrace reads (" +
+                       std::to_string(P2PTRACE_FORMAT_MAJOR) + ".x)"),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find(dir + "/empty.p2ptrace: empty file"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(dir + "/notes.p2ptrace: not a p2ptrace trace"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(dir + "/subdir.p2ptrace: not a regular file"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(traces[0] + ": cut short at"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(traces[3] + ": 1 record of unknown type skipped (written as format 1.7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(traces[3] + ": 1 record of unknown type skipped (written as format " +
+                       std::to_string(P2PTRACE_FORMAT_MAJOR) + ".7"),
+            std::string::npos)
+      << r.err;
   EXPECT_NE(r.err.find("p2ptrace: 6 traces used (2 in part), 5 files skipped\n"), std::string::npos) << r.err;
   json j = json::parse(r.out);
   EXPECT_EQ(j["ranks"].size(), 6u);
@@ -473,6 +589,14 @@ TEST(Loading, TenThousandFilesGiveABoundedSummary) {
   EXPECT_NE(r.err.find("p2ptrace: 4 traces used (0 in part), 10000 files skipped; 9980 more lines not shown"),
             std::string::npos) << r.err.substr(r.err.size() > 500 ? r.err.size() - 500 : 0);
   EXPECT_EQ(json::parse(r.out)["ranks"].size(), 4u);
+  // The text report names 20 skipped files, then one line for the rest.
+  r = RunProgram({P2PTRACE_CLI, "report", dir});
+  ASSERT_EQ(r.exit_code, 0);
+  int named = 0;
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line);) named += line.rfind("skipped: ", 0) == 0 && line.find(".p2ptrace") != std::string::npos;
+  EXPECT_EQ(named, 20) << r.out.substr(0, 3000);
+  EXPECT_NE(r.out.find("skipped: … 9980 more files (each is named on stderr)\n"), std::string::npos) << r.out.substr(0, 3000);
 }
 
 // A huge file: records past the cap are counted, not kept; pair totals stay exact (counters).
