@@ -125,7 +125,9 @@ std::string NcclLogStatus(const Trace& t) {
   if (level == "INFO" || level == "TRACE")
     return "not seen: NCCL_DEBUG=" + level + " prints to the job's own output; set NCCL_DEBUG_FILE to let p2ptrace read it";
   if (!level.empty()) return "not seen: NCCL_DEBUG=" + level + " hides the transport lines; unset it to let p2ptrace tap them";
-  return "not seen: P2PTRACE_NCCL_LOG=off";
+  if (t.Env("P2PTRACE_NCCL_LOG") == "off") return "not seen: P2PTRACE_NCCL_LOG=off";
+  // The tap declines a value of NCCL_DEBUG it does not know, and a trace directory it cannot make.
+  return "not seen: the shim set up no NCCL log tap for this process";
 }
 
 // The cause of a host-staged CUDA pair, from what the node allows and what the process did.

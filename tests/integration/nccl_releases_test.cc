@@ -266,6 +266,17 @@ TEST_P(NcclRelease, OutputUnchangedWrappersRecordAndLogRead) {
   nlohmann::json j = nlohmann::json::parse(report.out);
   ASSERT_EQ(j["ranks"].size(), 1u) << report.out;
   std::string seen = j["ranks"][0]["nccl_log"];
+  // The header's version (ncclGetVersion), not a log line's (none printed here), names the release.
+  EXPECT_EQ(j["ranks"][0]["nccl_version"], version);
+  EXPECT_EQ(j["job"]["nccl_versions"], nlohmann::json::array({version}));
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", trace_dir}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("; NCCL " + version + "\n"), std::string::npos) << text.out;
+  // A withdrawn tap is the reason no log was read, not a setting the user never made.
+  if (trace->header.capture_flags & P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN) {
+    EXPECT_EQ(seen.rfind("not seen: the log tap was withdrawn because NCCL " + version + " ignores NCCL_DEBUG_FILE", 0), 0u)
+        << seen;
+  }
+  EXPECT_EQ(seen.find("P2PTRACE_NCCL_LOG=off"), std::string::npos) << seen;
   std::vector<std::string> tapped = FilesStartingWith(trace_dir, "nccl.");
   if (debug == Debug::kUserFile && HonoursDebugFile(version)) {
     EXPECT_EQ(seen, "user file");
