@@ -230,6 +230,28 @@ TEST(Report, StreamingEqualsTheAllInMemoryReport) {
   }
 }
 
+// Ranks on two NCCL releases: the header names each with its ranks; a header's version wins over
+// a log line's; an old file (no version in its header) falls back to the log's.
+TEST(Report, NcclVersionPerRankGroupFromTheHeaders) {
+  p2ptrace::cli::Report rep;
+  rep.nccl_versions = {"2.18.3+cuda12.2"};  // what a log line printed
+  for (int r = 0; r < 4; ++r) {
+    p2ptrace::cli::ProcessInfo p;
+    p.rank = r;
+    p.nccl_version = r < 3 ? 22809 : 21803;
+    rep.processes.push_back(p);
+  }
+  EXPECT_EQ(p2ptrace::cli::NcclVersionGroups(rep), (std::vector<std::string>{"2.18.3 (rank 3)", "2.28.9 (ranks 0-2)"}));
+  EXPECT_NE(p2ptrace::cli::RenderText(rep, false).find("; NCCL 2.18.3 (rank 3), 2.28.9 (ranks 0-2)\n"), std::string::npos);
+  json j = p2ptrace::cli::RenderJson(rep);
+  EXPECT_EQ(j["job"]["nccl_versions"], json::array({"2.18.3", "2.28.9"}));
+  EXPECT_EQ(j["ranks"][0]["nccl_version"], "2.28.9");
+  EXPECT_EQ(p2ptrace::cli::NcclVersionText(2804), "2.8.4");  // the code's form before 2.9
+  for (auto& p : rep.processes) p.nccl_version = 0;
+  EXPECT_EQ(p2ptrace::cli::NcclVersionGroups(rep), std::vector<std::string>{"2.18.3+cuda12.2"});
+  EXPECT_TRUE(p2ptrace::cli::RenderJson(rep)["ranks"][0]["nccl_version"].is_null());
+}
+
 TEST(Synth, BadOptionsGiveOneLineAndExit2) {
   std::string out = TempDir() + "/synth-bad";
   for (std::vector<std::string> args : {std::vector<std::string>{"--ranks", "0", "--events", "1"},
