@@ -211,8 +211,9 @@ std::string RenderHtml(const Report& rep) {
                      Escape(rep.path), ranks.size(), ranks.size() == 1 ? "" : "s", rep.processes.size(),
                      rep.processes.size() == 1 ? "" : "es", hosts.size(), hosts.size() == 1 ? "" : "s",
                      full["job"]["cuda_runtime"].get<std::string>(), full["job"]["cuda_driver"].get<std::string>(),
-                     rep.nccl_versions.empty() ? std::string("not seen")
-                                               : Escape(fmt::format("{}", fmt::join(rep.nccl_versions, ", "))));
+                     NcclVersionGroups(rep).empty()
+                         ? std::string("not seen")
+                         : Escape(fmt::format("{}", fmt::join(NcclVersionGroups(rep), ", "))));  // as `report` says it
   std::map<std::pair<std::string, std::string>, size_t> modes;
   for (const ProcessInfo& p : rep.processes) ++modes[{p.capture_mode, p.trust}];
   out += "<ul class=\"capture\">";
