@@ -146,6 +146,7 @@ void* ThreadMain(void* arg) {
 }
 
 // All signals blocked in the thread, so that none meant for the program runs its handler here.
+// The caller holds f->mu.
 void StartThread(Forwarder* f) {
   sigset_t all, old;
   sigfillset(&all);
@@ -189,6 +190,7 @@ void StartForwarding(const std::string& pattern, const std::string& dir, NcclUse
   g_forwarder.store(f, std::memory_order_release);
   std::atexit(DrainAtExit);  // registered before main: runs after the program's own exit work
   pthread_atfork(BeforeFork, AfterForkParent, AfterForkChild);
+  std::lock_guard<std::mutex> lock(f->mu);  // StartThread's contract (the thread reads thread_running under it)
   StartThread(f);
 }
 
