@@ -190,8 +190,8 @@ void StartForwarding(const std::string& pattern, const std::string& dir, NcclUse
   g_forwarder.store(f, std::memory_order_release);
   std::atexit(DrainAtExit);  // registered before main: runs after the program's own exit work
   pthread_atfork(BeforeFork, AfterForkParent, AfterForkChild);
-  std::lock_guard<std::mutex> lock(f->mu);  // StartThread's contract (the thread reads thread_running under it)
-  StartThread(f);
+  // The thread starts at the first wrapped NCCL call (PumpNcclLog): a process of the job that never
+  // uses NCCL (a launcher, a shell) gets no thread, and forks as single-threaded as it was.
 }
 
 // A traced parent's tap, inherited through the environment. True when it is still in force; when
