@@ -794,8 +794,12 @@ std::string RateText(const PairEntry& e) {
                        : e.expected_gbps_low == e.expected_gbps_high
                            ? fmt::format(" [~{:.0f}]", e.expected_gbps_high)
                            : fmt::format(" [{:.0f}-{:.0f}]", e.expected_gbps_low, e.expected_gbps_high);
-  const char* slow = e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
-  return fmt::format("{:.1f} GB/s{}{}", e.Gbps(), expect, slow);
+  // NCCL's send/recv are timed as their group: every pair of a ring shows the rate its slowest link
+  // set, so a group-timed pair is labelled so and never judged SLOW on that rate.
+  bool group_timed = e.source == "nccl";
+  const char* slow =
+      !group_timed && e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
+  return fmt::format("{:.1f} GB/s{}{}{}", e.Gbps(), group_timed ? " (group)" : "", expect, slow);
 }
 
 // The matrix cells of one host, in the layout of `nvidia-smi topo -m`.
@@ -959,7 +963,8 @@ std::string RenderText(const Report& rep, bool color) {
   if (!groups.empty())
     out += "\nLegend: NVL nvlink, PCI pcie_p2p, P2P direct (link unknown), HST host-staged, SHM NCCL via host memory,\n"
            "NET NCCL via the network, . none, * several paths (the cell shows the one that moved most bytes);\n"
-           "[low-high]: the GB/s the path used should give (one direction)\n";
+           "[low-high]: the GB/s the path used should give (one direction); (group): NCCL send/recv timed as their\n"
+           "group, whose slowest link sets the rate\n";
 
   // Cross-host pairs, grouped by host pair.
   std::map<std::pair<std::string, std::string>, std::vector<const PairEntry*>> cross;
