@@ -34,6 +34,7 @@
 
 #include "core/nccl_log.h"
 #include "shim/nccl_output_filter.h"
+#include "shim/preflight.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -287,6 +288,7 @@ void EmitConnection(const NcclLog& log, const Connection& c) {
         CopyField(r.dst_dev, c.dst_dev);
         if (!CopyField(r.transport, c.transport)) r.flags |= P2PTRACE_NCCL_CONN_CUT;
       });
+  PreflightObserveNccl(c);  // a path worse than the job start predicted: say so now
 }
 
 // Feeds what NCCL appended (whole lines) and records the new connections; `mu` held.

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/node_probe.h"
@@ -321,6 +322,128 @@ void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
   block.pairs.push_back(std::move(q));
   block.warnings.push_back(line);
   if (ShouldPrint(p, "copy-" + std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b)))) WriteStderr(line);
+  RecordText(SerializePreflight(block));
+}
+
+// --- after the first NCCL operation: what NCCL did against what the job start predicted ----------
+
+namespace {
+
+// Paths of one kind: a fallback only when NCCL took a worse kind than predicted (P2P over NVLink
+// vs PCIe is not in NCCL's text, so those compare equal).
+int Family(int transport) {
+  switch (transport) {
+    case P2PTRACE_TRANSPORT_NVLINK: case P2PTRACE_TRANSPORT_PCIE_P2P: case P2PTRACE_TRANSPORT_P2P:
+    case P2PTRACE_TRANSPORT_P2P_INDIRECT: case P2PTRACE_TRANSPORT_SAME_DEVICE: case P2PTRACE_TRANSPORT_NVLS:
+      return 0;
+    case P2PTRACE_TRANSPORT_SHM: case P2PTRACE_TRANSPORT_HOST_STAGED: return 1;
+    case P2PTRACE_TRANSPORT_NET_GDR: return 2;
+    case P2PTRACE_TRANSPORT_NET_IB: return 3;
+    case P2PTRACE_TRANSPORT_NET_SOCKET: return 4;
+    default: return -1;  // unknown, collnet: nothing to compare
+  }
+}
+
+// The probe's GPU of a rank of NCCL's line: the identity exchange's rank, else (one process) the
+// device NCCL printed in brackets (a busId in hex, or a CUDA ordinal).
+const ProbedGpu* GpuOfRank(const NodeProbe& p, int rank, const std::string& dev) {
+  for (const ProbedGpu& g : p.gpus)
+    if (g.rank >= 0 && g.rank == rank) return &g;
+  if (dev.empty() || EnvInt("WORLD_SIZE", 1) > 1) return nullptr;
+  bool decimal = dev.find_first_not_of("0123456789") == std::string::npos && dev.size() <= 3;
+  if (decimal) {
+    int d = std::atoi(dev.c_str());
+    for (const ProbedGpu& g : p.gpus)
+      if (g.cuda == d) return &g;
+    return nullptr;
+  }
+  std::string bus = NormalizeBusId(dev);
+  for (const ProbedGpu& g : p.gpus)
+    if (!bus.empty() && g.bus_id == bus) return &g;
+  return nullptr;
+}
+
+std::set<std::pair<int, int>> g_observed;  // pairs already compared (under g_mu)
+
+}  // namespace
+
+void PreflightObserveNccl(const Connection& c) {
+  if (c.dst_rank < 0 || c.src_rank == c.dst_rank || Family(c.transport_class) < 0) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_probe == nullptr) return;
+  const NodeProbe& p = *g_probe;
+  const ProbedGpu* ga = GpuOfRank(p, c.src_rank, c.src_dev);
+  const ProbedGpu* gb = GpuOfRank(p, c.dst_rank, c.dst_dev);
+  if (ga == nullptr || gb == nullptr || ga == gb) return;
+  if (!g_observed.insert({ga->index, gb->index}).second) return;
+  // What the job start predicted with NCCL's rules and the environment it saw, and the same with
+  // the environment now (a program may set NCCL_* after the check and before NCCL reads it).
+  Prediction before = PredictNode(p);
+  NodeProbe now_probe = p;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+    if (std::strncmp(*e, "NCCL_", 5) == 0)
+      if (const char* eq = std::strchr(*e, '=')) now_probe.env[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
+  for (auto it = now_probe.env.begin(); it != now_probe.env.end();)
+    it = it->first.rfind("NCCL_", 0) == 0 && std::getenv(it->first.c_str()) == nullptr ? now_probe.env.erase(it) : ++it;
+  Prediction after = PredictNode(now_probe);
+  auto find = [&](const Prediction& pr) -> const PairPrediction* {
+    for (const PairPrediction& q : pr.pairs)
+      if ((q.a == ga->index && q.b == gb->index) || (q.a == gb->index && q.b == ga->index)) return &q;
+    return nullptr;
+  };
+  const PairPrediction* was = find(before);
+  if (was == nullptr || Family(was->transport) < 0 || Family(c.transport_class) <= Family(was->transport)) return;
+  PreflightPair q;
+  q.a = ga->index;
+  q.b = gb->index;
+  q.bus_a = ga->bus_id;
+  q.bus_b = gb->bus_id;
+  q.link = was->link;
+  q.transport = c.transport_class;
+  q.best = was->best;
+  q.fallback = true;
+  q.impact = ImpactText(q.transport, was->transport, q.link, 0);
+  std::string observed = "NCCL connected rank " + std::to_string(c.src_rank) + " to " + std::to_string(c.dst_rank) +
+                         " via " + c.transport + " where the job-start check predicted " +
+                         std::string(TransportName(was->transport));
+  const PairPrediction* is = find(after);
+  if (is != nullptr && Family(is->transport) == Family(c.transport_class) && !is->causes.empty()) {
+    std::vector<std::string> changed;
+    for (const auto& [k, v] : now_probe.env) {
+      auto old = p.env.find(k);
+      if (old == p.env.end() || old->second != v) changed.push_back(k + "=" + v);
+    }
+    for (const auto& [k, v] : p.env)
+      if (k.rfind("NCCL_", 0) == 0 && now_probe.env.count(k) == 0) changed.push_back(k + " unset");
+    for (const CauseHit& h : is->causes) {
+      if (h.role == "context") continue;
+      CauseHit hit = h;
+      if (!changed.empty())
+        hit.evidence.push_back("set after the job-start check: " + [&] {
+          std::string j;
+          for (const std::string& x : changed) j += (j.empty() ? "" : ", ") + x;
+          return j;
+        }());
+      q.causes.push_back(hit);
+    }
+  }
+  if (q.causes.empty()) q.causes.push_back({"unknown", "decided", {observed, "checked: the node probes and NCCL_* as the process sees them now"}});
+  const CauseHit& head = q.causes.front();
+  const CauseInfo* info = FindCause(head.id);
+  std::string ev;
+  for (const std::string& e : head.evidence) ev += (ev.empty() ? "" : "; ") + e;
+  std::string line = "p2ptrace: warning: " + p.hostname + " GPU" + std::to_string(q.a) + " -> GPU" + std::to_string(q.b) +
+                     " (ranks " + std::to_string(c.src_rank) + "->" + std::to_string(c.dst_rank) + "): " +
+                     std::string(TransportName(q.transport)) + " instead of " + std::string(TransportName(was->transport)) +
+                     " (observed after the first NCCL operation) [" + head.id + "] " + ev +
+                     (q.impact.empty() ? "" : "; " + q.impact) + "; fix: " + std::string(info ? info->fix : "");
+  PreflightBlock block;
+  block.host = p.hostname;
+  block.boot_id = p.boot_id;
+  block.pairs.push_back(std::move(q));
+  block.warnings.push_back(line);
+  int lo = std::min(ga->index, gb->index), hi = std::max(ga->index, gb->index);
+  if (ShouldPrint(p, "observed-" + std::to_string(lo) + "-" + std::to_string(hi))) WriteStderr(line);
   RecordText(SerializePreflight(block));
 }
 

@@ -5,6 +5,7 @@
 // process, off). The probes, predictions and causes go into the trace as a text block.
 #pragma once
 
+#include "core/nccl_log.h"
 #include "shim/interpose/cuda_runtime.h"
 
 namespace p2ptrace::shim {
@@ -23,5 +24,10 @@ void PreflightAtNcclInit();
 // A pair's first copy resolved its route: when it goes through the host although the driver
 // allows peer access, the application never enabled it ([peer-access-not-enabled]).
 void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct);
+
+// A connection NCCL logged (after an operation): when its path is worse than the job-start
+// prediction for that GPU pair, one more warning the same way — with the cause when the
+// environment NCCL now sees explains it (set after the check), else [unknown]. Once per pair.
+void PreflightObserveNccl(const Connection& c);
 
 }  // namespace p2ptrace::shim

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "p2ptrace/trace_format.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -95,7 +96,7 @@ TEST_F(PeerCopyTraced, DumpPrintsHeaderCountersAndRecordsAsJsonLines) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::istringstream lines(r.out);
   std::string line;
-  int copies = 0, timings = 0, counters = 0, peers = 0;
+  int copies = 0, timed_copies = 0, timings = 0, counters = 0, peers = 0;
   std::getline(lines, line);
   nlohmann::json header = nlohmann::json::parse(line);
   EXPECT_EQ(header["kind"], "header");
@@ -104,12 +105,18 @@ TEST_F(PeerCopyTraced, DumpPrintsHeaderCountersAndRecordsAsJsonLines) {
   while (std::getline(lines, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
     copies += j["kind"] == "copy";
+    timed_copies += j["kind"] == "copy" && (j["flags"].get<uint32_t>() & P2PTRACE_COPY_TIMED) != 0;
     timings += j["kind"] == "timing";
     counters += j["kind"] == "counter";
     peers += j["kind"] == "peer";
   }
   EXPECT_EQ(copies, 24 * 4 + 32 * 4);  // every cross-device copy, none of the same-device ones
-  EXPECT_EQ(timings, copies);          // all within the first 8 of their pair: all timed
+  // All are within the first 8 of their pair, so all are sampled; a sampled copy goes untimed only
+  // when the capped event pool is used up (a loaded machine), and a timing may miss the exit's
+  // bounded drain. So: most are timed, and every TIMING belongs to a copy flagged timed.
+  EXPECT_GE(timed_copies * 2, copies);
+  EXPECT_LE(timings, timed_copies);
+  EXPECT_GE(timings * 2, copies);
   EXPECT_EQ(counters, 24 * 2 + 32);  // the pairs' cells; same-device copies are not counted
   EXPECT_GT(peers, 56);                  // capability queries and enable/disable calls
 }

@@ -12,7 +12,9 @@
 #include <tuple>
 
 #include "core/nccl_log.h"
+#include "core/node_probe.h"
 #include "core/trace_reader.h"
+#include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -174,6 +176,60 @@ TEST(NcclConnCrash, ConnectionsLoggedBeforeSigkillAreInTheTrace) {
       ASSERT_TRUE(t.ok());
       EXPECT_EQ(t->header.state, static_cast<uint32_t>(P2PTRACE_STATE_RUNNING));  // no exit ran
     }
+}
+
+// Issue 6: after the first operation, what NCCL did is compared with the job-start prediction. The
+// program sets NCCL_P2P_DISABLE=1 after its first allocation (where the check ran, predicting NVLink)
+// and before ncclCommInitAll: every ring pair turns out SHM, each warned once, with the cause and the
+// evidence that the setting came after the check; the same in the trace for the report. A run
+// without the late setting observes what was predicted and warns nothing more.
+TEST(NcclObserved, PathsWorseThanPredictedAreWarnedWithTheirCause) {
+  std::string dir = TempDir() + "/observed";
+  auto run = [&](const std::string& name, std::vector<std::string> args) {
+    std::filesystem::create_directories(dir + "/" + name + "/rendezvous");
+    Env env = SimEnv(dir + "/" + name + "/rendezvous");
+    env["P2PTRACE_DIR"] = dir + "/" + name + "/trace";
+    env["P2PTRACE_WARN"] = "rank";
+    env["LD_PRELOAD"] = P2PTRACE_SHIM;
+    env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
+    env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+    env["CUDA_VISIBLE_DEVICES"] = "0,1,2,3";  // one NVLink island
+    args.insert(args.begin(), NCCL_INIT_ALL);
+    return RunProgram(args, env);
+  };
+  RunResult late = run("late", {"4", "late-env", "NCCL_P2P_DISABLE=1"});
+  ASSERT_EQ(late.exit_code, 0) << late.out << late.err;
+  EXPECT_NE(late.err.find("p2ptrace: all 6 GPU pairs on"), std::string::npos) << late.err;  // at the allocation
+  for (const char* pair : {"GPU0 -> GPU1 (ranks 0->1)", "GPU1 -> GPU2 (ranks 1->2)", "GPU2 -> GPU3 (ranks 2->3)",
+                           "GPU3 -> GPU0 (ranks 3->0)"}) {
+    std::string want = std::string(pair) + ": shm instead of nvlink (observed after the first NCCL operation) "
+                       "[env-p2p-disabled] NCCL_P2P_DISABLE=1; set after the job-start check: NCCL_P2P_DISABLE=1";
+    size_t at = late.err.find(want);
+    EXPECT_NE(at, std::string::npos) << want << "\n" << late.err;
+    if (at != std::string::npos) {
+      EXPECT_EQ(late.err.find(want, at + 1), std::string::npos) << "warned twice: " << pair;
+    }
+    EXPECT_NE(late.err.find("fix: unset NCCL_P2P_DISABLE"), std::string::npos);
+  }
+  // The trace holds the observed pairs with their cause.
+  int observed = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/late/trace"))
+    if (e.path().extension() == ".p2ptrace") {
+      auto t = p2ptrace::ReadTrace(e.path().string());
+      ASSERT_TRUE(t.ok());
+      for (const auto& [kind, text] : t->text_blocks) {
+        auto b = p2ptrace::ParsePreflight(text);
+        ASSERT_TRUE(b.ok());
+        for (const auto& pp : b->pairs)
+          if (pp.transport == P2PTRACE_TRANSPORT_SHM && !pp.causes.empty() && pp.causes.front().id == "env-p2p-disabled")
+            ++observed;
+      }
+    }
+  EXPECT_EQ(observed, 4);
+
+  RunResult plain = run("plain", {"4"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.out << plain.err;
+  EXPECT_EQ(plain.err.find("observed after the first NCCL operation"), std::string::npos) << plain.err;
 }
 
 }  // namespace
