@@ -217,7 +217,8 @@ bool NcclLoaded() {
   return nccl;
 }
 
-void Run(const CudaRuntime* rt) {
+// `devices`: the CUDA ordinals of a one-process communicator (ncclCommInitAll), when known.
+void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
   const Config& c = TraceWriter::config();
   if (c.disabled) return;
   ProbeOptions o;
@@ -244,9 +245,30 @@ void Run(const CudaRuntime* rt) {
   for (const ProbedGpu& g : probe->gpus)
     if (!self.bus.empty() && g.bus_id == self.bus) self.gpu = g.index;
   if (EnvInt("WORLD_SIZE", 1) > 1 && MakeDirs(c.dir)) MergeIdentities(self, ExchangeIdentities(self), probe);
-  if (probe->communicator.empty()) {  // one process driving several GPUs: the ones it can see
+  if (probe->communicator.empty()) {  // one process driving several GPUs: the ones it uses or sees
     for (const ProbedGpu& g : probe->gpus)
-      if (g.cuda >= 0) probe->communicator.push_back(g.index);
+      if (g.cuda >= 0 && (devices == nullptr || std::find(devices->begin(), devices->end(), g.cuda) != devices->end()))
+        probe->communicator.push_back(g.index);
+    // No runtime to ask (NCCL's init was the first call): CUDA's ordinals taken as NVML's (PCI)
+    // order, through CUDA_VISIBLE_DEVICES when it lists indices.
+    if (probe->communicator.empty() && devices != nullptr) {
+      std::vector<int> visible;
+      if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr && *v != '\0') {
+        for (const char* at = v; *at != '\0';) {
+          char* end = nullptr;
+          long x = std::strtol(at, &end, 10);
+          if (end == at) break;
+          visible.push_back(static_cast<int>(x));
+          at = *end == ',' ? end + 1 : end;
+          if (*end != ',' && *end != '\0') break;
+        }
+      }
+      for (int d : *devices) {
+        int index = d < static_cast<int>(visible.size()) ? visible[d] : (std::getenv("CUDA_VISIBLE_DEVICES") ? -1 : d);
+        for (const ProbedGpu& g : probe->gpus)
+          if (index >= 0 && g.index == index) probe->communicator.push_back(g.index);
+      }
+    }
     if (probe->communicator.size() < 2) probe->communicator.clear();
   }
   // A process without NCCL moves data with CUDA copies: NCCL's rules (P2P level, SHM, network)
@@ -274,10 +296,17 @@ void PreflightIfNccl(const CudaRuntime& rt) {
   if (NcclLoaded()) PreflightFromCuda(rt);
 }
 
-void PreflightAtNcclInit() {
+void PreflightAtNcclInit(int ndev, const int* devlist) {
   int expected = 0;
   if (g_preflight.load(std::memory_order_relaxed) != 0 || !g_preflight.compare_exchange_strong(expected, 1)) return;
-  Run(nullptr);
+  // The runtime the application called (NCCL's init comes after CUDA's first calls): with it the
+  // probe knows which GPUs this process sees; without it, none are asked.
+  const CudaRuntime* rt = nullptr;
+  for (int n = static_cast<int>(Node::kCount) - 1; n >= 0 && rt == nullptr; --n)
+    if (const CudaRuntime* r = g_runtimes[n].load(std::memory_order_acquire); r != nullptr && RuntimeAnswered(*r)) rt = r;
+  std::vector<int> devices;
+  for (int i = 0; i < ndev; ++i) devices.push_back(devlist != nullptr ? devlist[i] : i);
+  Run(rt, ndev > 0 ? &devices : nullptr);
 }
 
 void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {

@@ -19,7 +19,8 @@ void PreflightFromCuda(const CudaRuntime& rt);
 void PreflightIfNccl(const CudaRuntime& rt);
 
 // From NCCL's init wrappers (before the real init: warnings precede the first collective's traffic).
-void PreflightAtNcclInit();
+// ncclCommInitAll passes its devices (devlist, or 0..ndev-1 when null): only their pairs are judged.
+void PreflightAtNcclInit(int ndev = 0, const int* devlist = nullptr);
 
 // A pair's first copy resolved its route: when it goes through the host although the driver
 // allows peer access, the application never enabled it ([peer-access-not-enabled]).

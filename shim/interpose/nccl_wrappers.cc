@@ -292,7 +292,7 @@ ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, nc
   return r;
 }
 ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm, int ndev, const int* devlist) {
-  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
+  PreflightAtNcclInit(ndev, devlist);  // before the real init: warnings precede the first traffic
   ncclResult_t r = real(comm, ndev, devlist);
   if (comm == nullptr || ndev <= 0) return r;
   uint64_t h = Fnv(comm, sizeof *comm);  // one communicator, all in this process
