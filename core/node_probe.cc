@@ -372,13 +372,13 @@ std::string GpuLabel(const NodeProbe& probe, int index) {
   return "GPU" + std::to_string(index);
 }
 
+}  // namespace
+
 std::string Join(const std::vector<std::string>& v, std::string_view sep) {
   std::string out;
   for (const std::string& s : v) out += (out.empty() ? "" : std::string(sep)) + s;
   return out;
 }
-
-}  // namespace
 
 std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& prediction) {
   std::vector<std::string> lines;

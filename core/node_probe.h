@@ -55,6 +55,9 @@ std::optional<AcsControl> ParseAcsFromConfig(std::span<const uint8_t> config);
 // "0000:1A:00.0", "00000000:1a:00.0" (NVML) → "0000:1a:00.0"; "" when it is not a PCI address.
 std::string NormalizeBusId(std::string_view text);
 
+// "a; b; c": the evidence of a cause, the ids of others, as warning lines write them.
+std::string Join(const std::vector<std::string>& v, std::string_view sep);
+
 // --- the probe's result ---------------------------------------------------------------------------
 
 // One probe step, as `doctor` and the trace show it.

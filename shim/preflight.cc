@@ -27,6 +27,7 @@ namespace {
 std::atomic<int> g_preflight{0};  // 0 not yet, 1 running or done
 std::mutex g_mu;                  // the probe result below, and the copy-route warnings
 NodeProbe* g_probe = nullptr;     // kept for later warnings about the application's copies
+Prediction* g_nccl_prediction = nullptr;  // the job start's, with NCCL's rules (made once, under g_mu)
 std::atomic<uint32_t> g_block{0};
 
 int EnvInt(const char* name, int fallback) {
@@ -273,13 +274,15 @@ void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
   }
   // A process without NCCL moves data with CUDA copies: NCCL's rules (P2P level, SHM, network)
   // would warn about paths it never takes.
-  Prediction pred = PredictNode(*probe, /*cuda_copies=*/rt != nullptr && !NcclLoaded());
+  bool cuda_copies = rt != nullptr && !NcclLoaded();
+  Prediction pred = PredictNode(*probe, cuda_copies);
   std::vector<std::string> lines = WarningLines(*probe, pred);
   if (ShouldPrint(*probe, "preflight"))
     for (const std::string& l : lines) WriteStderr(l);
   RecordText(SerializePreflight(MakePreflightBlock(*probe, pred, lines)));
   std::lock_guard<std::mutex> lock(g_mu);
   g_probe = probe;
+  if (!cuda_copies) g_nccl_prediction = new Prediction(std::move(pred));  // what NCCL's connections meet
 }
 
 }  // namespace
@@ -407,7 +410,8 @@ void PreflightObserveNccl(const Connection& c) {
   if (!g_observed.insert({ga->index, gb->index}).second) return;
   // What the job start predicted with NCCL's rules and the environment it saw, and the same with
   // the environment now (a program may set NCCL_* after the check and before NCCL reads it).
-  Prediction before = PredictNode(p);
+  if (g_nccl_prediction == nullptr) g_nccl_prediction = new Prediction(PredictNode(p));  // the check ran for CUDA
+  const Prediction& before = *g_nccl_prediction;
   NodeProbe now_probe = p;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e)
     if (std::strncmp(*e, "NCCL_", 5) == 0)
@@ -447,20 +451,14 @@ void PreflightObserveNccl(const Connection& c) {
     for (const CauseHit& h : is->causes) {
       if (h.role == "context") continue;
       CauseHit hit = h;
-      if (!changed.empty())
-        hit.evidence.push_back("set after the job-start check: " + [&] {
-          std::string j;
-          for (const std::string& x : changed) j += (j.empty() ? "" : ", ") + x;
-          return j;
-        }());
+      if (!changed.empty()) hit.evidence.push_back("set after the job-start check: " + Join(changed, ", "));
       q.causes.push_back(hit);
     }
   }
   if (q.causes.empty()) q.causes.push_back({"unknown", "decided", {observed, "checked: the node probes and NCCL_* as the process sees them now"}});
   const CauseHit& head = q.causes.front();
   const CauseInfo* info = FindCause(head.id);
-  std::string ev;
-  for (const std::string& e : head.evidence) ev += (ev.empty() ? "" : "; ") + e;
+  std::string ev = Join(head.evidence, "; ");
   std::string line = "p2ptrace: warning: " + p.hostname + " GPU" + std::to_string(q.a) + " -> GPU" + std::to_string(q.b) +
                      " (ranks " + std::to_string(c.src_rank) + "->" + std::to_string(c.dst_rank) + "): " +
                      std::string(TransportName(q.transport)) + " instead of " + std::string(TransportName(was->transport)) +
