@@ -27,6 +27,7 @@ bool Take(const unsigned char* p, size_t size, TraceRecord* out) {
 // Parts of text blocks, by block number, then part number; joined once every chunk is read.
 struct TextPart {
   int kind = 0, parts = 0;
+  uint32_t tag = 0;
   std::string text;
 };
 using TextParts = std::map<uint32_t, std::map<uint16_t, TextPart>>;
@@ -35,10 +36,12 @@ void TakeTextPart(const unsigned char* p, size_t size, TextParts* parts) {
   if (size < sizeof(p2ptrace_text_record)) return;
   p2ptrace_text_record r;
   std::memcpy(&r, p, sizeof r);
-  if (r.part >= r.parts || parts->size() > 4096) return;
+  // Bounded like the file: a few preflight blocks and at most a few thousand call sites per process.
+  if (r.part >= r.parts || (parts->size() > 16384 && !parts->count(r.block))) return;
   TextPart& tp = (*parts)[r.block][r.part];
   tp.kind = r.kind;
   tp.parts = r.parts;
+  tp.tag = r.tag;
   tp.text.assign(r.text, std::min<size_t>(r.length, sizeof r.text));
 }
 
@@ -50,8 +53,24 @@ void JoinTextParts(const TextParts& parts, Trace* t) {
     if (static_cast<int>(by_part.size()) != n) continue;
     std::string text;
     for (const auto& [part, tp] : by_part) text += tp.text;
+    if (kind == P2PTRACE_TEXT_CALL_SITE) {
+      CallSite site{by_part.begin()->second.tag, {}};
+      for (size_t pos = 0; pos < text.size();) {
+        size_t end = std::min(text.find('\n', pos), text.size());
+        if (end > pos) site.frames.push_back(text.substr(pos, end - pos));
+        pos = end + 1;
+      }
+      if (site.id != 0) t->call_sites.push_back(std::move(site));
+      continue;
+    }
     t->text_blocks.emplace_back(kind, std::move(text));
   }
+  // By id, each once (a site is described once per file; should it appear twice, the first stands).
+  std::stable_sort(t->call_sites.begin(), t->call_sites.end(),
+                   [](const CallSite& a, const CallSite& b) { return a.id < b.id; });
+  t->call_sites.erase(std::unique(t->call_sites.begin(), t->call_sites.end(),
+                                  [](const CallSite& a, const CallSite& b) { return a.id == b.id; }),
+                      t->call_sites.end());
 }
 
 // A read-only mapping that unmaps itself.
@@ -85,6 +104,12 @@ std::string Trace::Env(const std::string& name) const {
 std::string Trace::BusId(int device) const {
   if (device < 0 || device >= P2PTRACE_MAX_DEVICES) return "";
   return Bounded(header.bus_id[device], sizeof header.bus_id[device]);
+}
+
+const CallSite* Trace::FindCallSite(uint32_t id) const {
+  auto it = std::lower_bound(call_sites.begin(), call_sites.end(), id,
+                             [](const CallSite& c, uint32_t i) { return c.id < i; });
+  return it != call_sites.end() && it->id == id ? &*it : nullptr;
 }
 
 Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {

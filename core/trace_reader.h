@@ -32,6 +32,13 @@ struct PairCounter {
   p2ptrace_pair_counters c{};
 };
 
+// A call site (P2PTRACE_TEXT_CALL_SITE block): the application frames that led to the records
+// whose `site` is `id`, innermost first, as the shim wrote them ("MODULE+0xOFFSET (SYMBOL+0xOFF)").
+struct CallSite {
+  uint32_t id = 0;
+  std::vector<std::string> frames;
+};
+
 struct ReadOptions {
   // Records kept in memory at most; the rest are counted in records_not_kept (pair totals stay
   // exact: they come from the counters). Bounds memory on a huge file.
@@ -51,7 +58,10 @@ struct Trace {
   uint64_t missing_chunks = 0;       // claimed chunks beyond the end of a cut-short file
   uint64_t records_not_kept = 0;     // complete records past ReadOptions::max_records
   // Text blocks (p2ptrace_text_record), joined from their parts: kind 1 = the preflight block.
+  // Call-site blocks are not here but in call_sites.
   std::vector<std::pair<int, std::string>> text_blocks;
+  // The call sites the file describes (P2PTRACE_STACKS), by ascending id, each once.
+  std::vector<CallSite> call_sites;
   // The connections NCCL logged, as the shim recorded them (P2PTRACE_RECORD_NCCL_CONN), in file
   // order; kept apart from `records` (never counted against max_records, also with a visitor).
   std::vector<p2ptrace_nccl_conn_record> nccl_connections;
@@ -62,6 +72,7 @@ struct Trace {
   std::string Host() const;   // header.host, NUL-terminated safely
   std::string Env(const std::string& name) const;  // a recorded variable, "" when absent
   std::string BusId(int device) const;
+  const CallSite* FindCallSite(uint32_t id) const;  // null when the file does not describe it
 };
 
 // Fails (with one line naming the file) when the file is not a trace, is truncated before its

@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.1 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.2 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -16,7 +16,12 @@
  *                                  only complete records.
  *
  * Readers must reject a newer major version, and skip record types and trailing fields they do not
- * know (minor versions only append). */
+ * know (minor versions only append).
+ *
+ * Minor versions: 1 added the header's timing counters and nccl_version, TEXT records (the
+ * preflight block) and NCCL_CONN records. 2 added call sites (P2PTRACE_STACKS): a copy's and an
+ * NCCL operation's `site` (formerly reserved, so 0 in older files), and TEXT blocks of kind
+ * P2PTRACE_TEXT_CALL_SITE that describe each site once per file. */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -28,7 +33,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 1
+#define P2PTRACE_FORMAT_MINOR 2
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -149,7 +154,7 @@ typedef struct p2ptrace_copy_record {
   int8_t dst_device;
   uint8_t transport; /* p2ptrace_transport: the path at that moment */
   uint32_t flags;    /* p2ptrace_copy_flag */
-  uint32_t reserved;
+  uint32_t site;     /* minor 2: the call site (a P2PTRACE_TEXT_CALL_SITE block's tag); 0 not captured */
 } p2ptrace_copy_record;
 
 /* A capability query or a peer access change. */
@@ -218,14 +223,22 @@ typedef struct p2ptrace_nccl_op_record {
   uint8_t api;     /* p2ptrace_nccl_api */
   uint8_t flags;   /* p2ptrace_nccl_op_flag */
   uint16_t reserved0;
-  uint32_t reserved1;
+  uint32_t site;   /* minor 2: the call site, as in p2ptrace_copy_record; 0 not captured */
 } p2ptrace_nccl_op_record;
 
 /* Added in minor 1. A text block too long for one record, in parts: readers join the parts of one
  * `block` in `part` order. Kind 1 is the preflight block (core/node_probe.h: what the node probes
  * found, the predicted path and causes of every GPU pair, the warnings printed at job start), as
- * "p2ptrace-preflight 1" then tab-separated lines. */
-enum p2ptrace_text_kind { P2PTRACE_TEXT_PREFLIGHT = 1 };
+ * "p2ptrace-preflight 1" then tab-separated lines.
+ * Kind 2 (minor 2) describes one call site, written the first time a record of this file names it
+ * (the writer's own records may reach the file first: readers join after reading every chunk).
+ * `tag` is the site's id (from 1, per file; every part carries it); the text is its frames,
+ * innermost first, one per line: "MODULE+0xOFFSET (SYMBOL+0xOFF)", OFFSET being the call
+ * instruction's address (return address - 1) minus the module's load bias, so that
+ * `addr2line -e MODULE OFFSET` names the line; " (SYMBOL+0xOFF)" is the nearest exported symbol,
+ * demangled, left out when there is none. A site whose frames were not written (a crash in
+ * between) has copies but no text: readers show its id alone. */
+enum p2ptrace_text_kind { P2PTRACE_TEXT_PREFLIGHT = 1, P2PTRACE_TEXT_CALL_SITE = 2 };
 #define P2PTRACE_TEXT_PART_BYTES 4064
 typedef struct p2ptrace_text_record {
   p2ptrace_record_header h;
@@ -233,7 +246,7 @@ typedef struct p2ptrace_text_record {
   uint16_t part, parts;
   uint16_t kind;   /* p2ptrace_text_kind */
   uint16_t length; /* bytes of text used in this part */
-  uint32_t reserved;
+  uint32_t tag;    /* minor 2, by kind: P2PTRACE_TEXT_CALL_SITE the site's id; 0 otherwise (formerly reserved) */
   char text[P2PTRACE_TEXT_PART_BYTES];
 } p2ptrace_text_record;
 

@@ -58,5 +58,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Require(t->counters.size() <= size_t{t->header.max_devices} * t->header.max_devices * 2);
   for (size_t i = 1; i < t->counters.size(); ++i) Require(t->counters[i - 1].index < t->counters[i].index);
   Require(t->records.size() * sizeof(p2ptrace_record_header) <= bytes.size());
+  // Call sites (TEXT blocks of kind P2PTRACE_TEXT_CALL_SITE): ids from 1, ascending, each once, found.
+  for (size_t i = 0; i < t->call_sites.size(); ++i) {
+    Require(t->call_sites[i].id != 0 && (i == 0 || t->call_sites[i - 1].id < t->call_sites[i].id));
+    Require(t->FindCallSite(t->call_sites[i].id) == &t->call_sites[i]);
+    for (const std::string& f : t->call_sites[i].frames) Require(!f.empty() && f.find('\n') == std::string::npos);
+  }
   return 0;
 }
