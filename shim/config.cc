@@ -81,6 +81,15 @@ bool ParseMaxMb(const std::string& text, uint64_t* bytes) {
   return true;
 }
 
+bool ParseStacks(const std::string& text, int* depth) {
+  if (text == "off" || text == "0") { *depth = 0; return true; }
+  if (text == "on" || text == "1") { *depth = kDefaultStackDepth; return true; }
+  uint64_t n = 0;
+  if (!ParseU64(text, &n) || n > kMaxStackDepth) return false;
+  *depth = static_cast<int>(n);
+  return true;
+}
+
 Config ReadConfig(void (*warn)(const std::string&)) {
   Config c;
   if (const char* v = Env("P2PTRACE_DISABLE")) c.disabled = std::string(v) == "1";
@@ -88,6 +97,9 @@ Config ReadConfig(void (*warn)(const std::string&)) {
     warn(std::string("P2PTRACE_SAMPLE=") + v + " is not K:N:SIZE (e.g. 8:64:16M), all or off; using 8:64:16M");
   if (const char* v = Env("P2PTRACE_MAX_MB"); v && !ParseMaxMb(v, &c.max_bytes))
     warn(std::string("P2PTRACE_MAX_MB=") + v + " is not a whole number of megabytes in 1..65536; using 64");
+  if (const char* v = Env("P2PTRACE_STACKS"); v && !ParseStacks(v, &c.stack_depth))
+    warn(std::string("P2PTRACE_STACKS=") + v + " is not 0, off, 1, on or a depth up to " +
+         std::to_string(kMaxStackDepth) + "; call sites off");
   if (const char* v = Env("P2PTRACE_SYSROOT")) c.sysroot = v;
   if (const char* v = Env("P2PTRACE_WARN")) {
     std::string w = v;

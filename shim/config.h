@@ -21,6 +21,7 @@ struct Config {
   std::string sysroot;    // P2PTRACE_SYSROOT, "" for /
   std::string warn = "node";  // P2PTRACE_WARN: node (once per node), rank (every process), off
   bool disabled = false;  // P2PTRACE_DISABLE=1: the shim passes everything through and records nothing
+  int stack_depth = 0;    // P2PTRACE_STACKS: application frames kept per call site; 0 off
 };
 
 // Parses the environment. `warn` receives each warning line (without the "p2ptrace: warning: ").
@@ -32,5 +33,9 @@ bool ParseSample(const std::string& text, SampleSpec* out);
 bool ParseMaxMb(const std::string& text, uint64_t* bytes);
 // "16M", "4096", "1G", "512K".
 bool ParseSize(const std::string& text, uint64_t* bytes);
+// P2PTRACE_STACKS: "0"/"off" → 0, "1"/"on" → kDefaultStackDepth, "N" (2..kMaxStackDepth) → N frames.
+// False when malformed or out of range.
+constexpr int kDefaultStackDepth = 8, kMaxStackDepth = 32;
+bool ParseStacks(const std::string& text, int* depth);
 
 }  // namespace p2ptrace::shim

@@ -1,0 +1,46 @@
+// The shim's settings (shim/config.cc): P2PTRACE_STACKS's values, and one warning for a bad one.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "shim/config.h"
+
+namespace {
+
+using p2ptrace::shim::ParseStacks;
+
+TEST(Config, StacksValues) {
+  int depth = -1;
+  for (const auto& [text, want] : std::vector<std::pair<std::string, int>>{
+           {"0", 0}, {"off", 0}, {"1", 8}, {"on", 8}, {"2", 2}, {"16", 16}, {"32", 32}}) {
+    depth = -1;
+    EXPECT_TRUE(ParseStacks(text, &depth)) << text;
+    EXPECT_EQ(depth, want) << text;
+  }
+  for (const char* bad : {"", "33", "-1", "+4", "yes", "8x", "4096", "99999999999999999999"}) {
+    depth = -7;
+    EXPECT_FALSE(ParseStacks(bad, &depth)) << bad;
+    EXPECT_EQ(depth, -7) << bad;  // untouched
+  }
+}
+
+std::vector<std::string> g_warnings;
+void Collect(const std::string& w) { g_warnings.push_back(w); }
+
+TEST(Config, StacksFromTheEnvironment) {
+  unsetenv("P2PTRACE_STACKS");
+  g_warnings.clear();
+  EXPECT_EQ(p2ptrace::shim::ReadConfig(Collect).stack_depth, 0);  // unset: off
+  setenv("P2PTRACE_STACKS", "12", 1);
+  EXPECT_EQ(p2ptrace::shim::ReadConfig(Collect).stack_depth, 12);
+  EXPECT_TRUE(g_warnings.empty());
+  setenv("P2PTRACE_STACKS", "deep", 1);
+  EXPECT_EQ(p2ptrace::shim::ReadConfig(Collect).stack_depth, 0);  // malformed: off…
+  ASSERT_EQ(g_warnings.size(), 1u);                               // …after one warning that names it
+  EXPECT_NE(g_warnings[0].find("P2PTRACE_STACKS=deep"), std::string::npos) << g_warnings[0];
+  unsetenv("P2PTRACE_STACKS");
+}
+
+}  // namespace
