@@ -19,6 +19,7 @@
 #include "core/vocabulary.h"
 #include "shim/interpose/cuda_hooks.h"
 #include "shim/probe.h"
+#include "shim/record/text_block.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -28,7 +29,6 @@ std::atomic<int> g_preflight{0};  // 0 not yet, 1 running or done
 std::mutex g_mu;                  // the probe result below, and the copy-route warnings
 NodeProbe* g_probe = nullptr;     // kept for later warnings about the application's copies
 Prediction* g_nccl_prediction = nullptr;  // the job start's, with NCCL's rules (made once, under g_mu)
-std::atomic<uint32_t> g_block{0};
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -44,25 +44,8 @@ void WriteStderr(const std::string& line) {
   (void)ignored;
 }
 
-// The block into the trace, in parts of at most P2PTRACE_TEXT_PART_BYTES.
-void RecordText(const std::string& text) {
-  if (!TraceWriter::Ready()) return;
-  uint32_t block = g_block.fetch_add(1) + 1;
-  size_t parts = (text.size() + P2PTRACE_TEXT_PART_BYTES - 1) / P2PTRACE_TEXT_PART_BYTES;
-  if (parts == 0 || parts > 0xffff) return;
-  for (size_t i = 0; i < parts; ++i) {
-    size_t off = i * P2PTRACE_TEXT_PART_BYTES;
-    size_t len = std::min<size_t>(P2PTRACE_TEXT_PART_BYTES, text.size() - off);
-    TraceWriter::Emit<p2ptrace_text_record>(P2PTRACE_RECORD_TEXT, TraceWriter::NextSeq(), [&](p2ptrace_text_record& r) {
-      r.block = block;
-      r.part = static_cast<uint16_t>(i);
-      r.parts = static_cast<uint16_t>(parts);
-      r.kind = P2PTRACE_TEXT_PREFLIGHT;
-      r.length = static_cast<uint16_t>(len);
-      std::memcpy(r.text, text.data() + off, len);
-    });
-  }
-}
+// The block into the trace (in parts, as every text block).
+void RecordText(const std::string& text) { WriteTextBlock(P2PTRACE_TEXT_PREFLIGHT, 0, text); }
 
 // Whether this process prints: P2PTRACE_WARN=rank always; node only the first process of a node
 // (an O_EXCL marker in the trace directory, keyed by what NCCL calls a node); off never.
