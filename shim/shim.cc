@@ -5,6 +5,7 @@
 
 #include "shim/config.h"
 #include "shim/nccl_log_tap.h"
+#include "shim/record/call_sites.h"
 #include "shim/record/trace_writer.h"
 
 namespace {
@@ -17,6 +18,8 @@ __attribute__((constructor)) void P2ptraceInit() {
   if (config.disabled) return;
   // Processes started by this one trace into the same directory (torchrun's ranks, for one).
   setenv("P2PTRACE_DIR", config.dir.c_str(), 0);
+  // P2PTRACE_STACKS: backtrace()'s first call (it loads libgcc_s) happens here, before any wrapped call.
+  if (config.stack_depth > 0) p2ptrace::shim::StartCallSites(config.stack_depth, WarnOnce);
   // NCCL states the transport of each (channel, peer) only in its INFO lines: have it write them
   // where the viewer reads them, and show the user exactly what their own NCCL_DEBUG would have
   // shown (the policy is in nccl_log_tap.cc).
