@@ -18,6 +18,7 @@
 #include "shim/interpose/nccl_functions.h"
 #include "shim/nccl_log_tap.h"
 #include "shim/preflight.h"
+#include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
 #include "shim/record/trace_writer.h"
 
@@ -214,7 +215,7 @@ void EndGroup(ncclResult_t r) {
 // The operation record, written in place in this thread's chunk.
 __attribute__((always_inline)) inline void RecordOp(uint8_t api, ncclComm_t comm, cudaStream_t stream,
                                                     uint64_t bytes, int peer, ncclResult_t r, uint8_t flags,
-                                                    uint32_t seq) {
+                                                    uint32_t seq, uint32_t site = 0) {
   TraceWriter::Emit<p2ptrace_nccl_op_record>(P2PTRACE_RECORD_NCCL_OP, seq, [&](p2ptrace_nccl_op_record& rec) {
     rec.comm = reinterpret_cast<uintptr_t>(comm);
     rec.stream = reinterpret_cast<uintptr_t>(stream);
@@ -223,14 +224,16 @@ __attribute__((always_inline)) inline void RecordOp(uint8_t api, ncclComm_t comm
     rec.result = r;
     rec.api = api;
     rec.flags = flags;
+    rec.site = site;
   });
 }
 
-// Everything but the common case: the trace not open yet, timing on, inside a group.
+// Everything but the common case: the trace not open yet, timing on, inside a group, call sites on.
 template <typename Fn, typename... Args>
 __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t bytes,
                                               int peer, Fn real, Args... args) {
   if (!TraceWriter::Ready()) return real(args...);
+  uint32_t site = CallSitesEnabled() ? CaptureCallSite() : 0;  // before any record of this call
   uint32_t seq;
   TimedCopy t;
   bool timed = false;
@@ -252,7 +255,7 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
   RecordOp(api, comm, stream, bytes, peer, r,
            static_cast<uint8_t>((t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0) |
                                 (will_time && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0)),
-           seq);
+           seq, site);
   return r;
 }
 
@@ -263,7 +266,7 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
 template <typename Fn, typename... Args>
 __attribute__((always_inline)) inline ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream,
                                                       uint64_t bytes, int peer, Fn real, Args... args) {
-  if (__builtin_expect(detail::g_sample.enabled || t_group_depth > 0 || !TraceWriter::IsOpen(), 0))
+  if (__builtin_expect(detail::g_sample.enabled || t_group_depth > 0 || !TraceWriter::IsOpen() || CallSitesEnabled(), 0))
     return SlowOp(api, comm, stream, bytes, peer, real, args...);
   ncclResult_t r = real(args...);
   RecordOp(api, comm, stream, bytes, peer, r, 0, TraceWriter::NextSeq());
