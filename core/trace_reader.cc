@@ -24,6 +24,49 @@ bool Take(const unsigned char* p, size_t size, TraceRecord* out) {
   return true;
 }
 
+// Converts the CPU counter values of P2PTRACE_COPY_TICKS records into CLOCK_MONOTONIC ns, from the
+// file's anchors (counter and clock read together): linearly between the two anchors around the
+// value (exact at each anchor, never backwards), beyond the first or last one at the rate between
+// those two, which span the whole run (at least the ~200 us calibration at open).
+class TickClock {
+ public:
+  void Add(uint64_t ticks, uint64_t ns) {
+    if (ticks != 0 && ns != 0) anchors_.push_back({ticks, ns});
+  }
+  void Finish() {
+    std::sort(anchors_.begin(), anchors_.end());
+    anchors_.erase(std::unique(anchors_.begin(), anchors_.end()), anchors_.end());
+    // An anchor whose clock runs backwards against the one before it (a torn write, a counter not
+    // synchronised across CPUs) is dropped rather than trusted.
+    std::vector<Anchor> kept;
+    for (const Anchor& a : anchors_)
+      if (kept.empty() || (a.ticks > kept.back().ticks && a.ns >= kept.back().ns)) kept.push_back(a);
+    anchors_ = std::move(kept);
+    if (anchors_.size() >= 2)
+      rate_ = static_cast<double>(anchors_.back().ns - anchors_.front().ns) /
+              static_cast<double>(anchors_.back().ticks - anchors_.front().ticks);
+  }
+  // 0 when the file holds no usable pair of anchors.
+  uint64_t ToNs(uint64_t ticks) const {
+    if (rate_ <= 0) return 0;
+    auto it = std::upper_bound(anchors_.begin(), anchors_.end(), Anchor{ticks, UINT64_MAX});
+    double rate = rate_;
+    const Anchor& a = it == anchors_.begin() ? *it : *(it - 1);
+    if (it != anchors_.begin() && it != anchors_.end())
+      rate = static_cast<double>(it->ns - a.ns) / static_cast<double>(it->ticks - a.ticks);
+    double ns = static_cast<double>(a.ns) + (static_cast<double>(ticks) - static_cast<double>(a.ticks)) * rate;
+    return ns > 0 ? static_cast<uint64_t>(ns) : 0;
+  }
+
+ private:
+  struct Anchor {
+    uint64_t ticks, ns;
+    auto operator<=>(const Anchor&) const = default;
+  };
+  std::vector<Anchor> anchors_;
+  double rate_ = 0;  // ns per tick
+};
+
 // Parts of text blocks, by block number, then part number; joined once every chunk is read.
 struct TextPart {
   int kind = 0, parts = 0;
@@ -171,6 +214,26 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
         t.counters.push_back(pc);
     }
 
+  // The tick anchors first (the header's, and the CLOCK record that starts each chunk), so that
+  // records can be converted as they stream by.
+  TickClock clock;
+  clock.Add(h.start_ticks, h.start_monotonic_ns);
+  clock.Add(h.calib_ticks, h.calib_monotonic_ns);
+  clock.Add(h.end_ticks, h.end_monotonic_ns);
+  for (uint64_t c = 0; c < h.chunks_claimed; ++c) {
+    uint64_t off = h.chunks_offset + c * h.chunk_size;
+    constexpr uint64_t kFirst = sizeof(p2ptrace_chunk_header) + sizeof(p2ptrace_clock_record);
+    if (!in_file(off, kFirst)) break;
+    p2ptrace_chunk_header ch;
+    p2ptrace_clock_record cr;
+    std::memcpy(&ch, m.data + off, sizeof ch);
+    std::memcpy(&cr, m.data + off + sizeof ch, sizeof cr);
+    if (ch.magic == P2PTRACE_CHUNK_MAGIC && ch.used >= sizeof cr && cr.h.type == P2PTRACE_RECORD_CLOCK &&
+        cr.h.size >= sizeof cr)
+      clock.Add(cr.ticks, cr.h.time_ns);
+  }
+  clock.Finish();
+
   for (uint64_t c = 0; c < h.chunks_claimed; ++c) {
     uint64_t off = h.chunks_offset + c * h.chunk_size;
     if (!in_file(off, sizeof(p2ptrace_chunk_header))) {
@@ -200,6 +263,10 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
         pos += rh.size;
         continue;
       }
+      if (rh.type == P2PTRACE_RECORD_CLOCK) {  // used above
+        pos += rh.size;
+        continue;
+      }
       if (rh.type == P2PTRACE_RECORD_NCCL_CONN) {  // few per process: kept apart, like text
         if (rh.size >= sizeof(p2ptrace_nccl_conn_record) && t.nccl_connections.size() < (1u << 20)) {
           p2ptrace_nccl_conn_record conn;
@@ -220,7 +287,11 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
       rec.tid = ch.tid;
       bool ok = false;
       switch (rh.type) {
-        case P2PTRACE_RECORD_COPY: ok = Take<p2ptrace_copy_record>(r + pos, rh.size, &rec); break;
+        case P2PTRACE_RECORD_COPY:
+          ok = Take<p2ptrace_copy_record>(r + pos, rh.size, &rec);
+          if (auto* copy = std::get_if<p2ptrace_copy_record>(&rec.body); ok && (copy->flags & P2PTRACE_COPY_TICKS))
+            copy->h.time_ns = clock.ToNs(copy->h.time_ns);
+          break;
         case P2PTRACE_RECORD_PEER: ok = Take<p2ptrace_peer_record>(r + pos, rh.size, &rec); break;
         case P2PTRACE_RECORD_TIMING: ok = Take<p2ptrace_timing_record>(r + pos, rh.size, &rec); break;
         case P2PTRACE_RECORD_IPC: ok = Take<p2ptrace_ipc_record>(r + pos, rh.size, &rec); break;

@@ -21,7 +21,10 @@
  * Minor versions: 1 added the header's timing counters and nccl_version, TEXT records (the
  * preflight block) and NCCL_CONN records. 2 added call sites (P2PTRACE_STACKS): a copy's and an
  * NCCL operation's `site` (formerly reserved, so 0 in older files), and TEXT blocks of kind
- * P2PTRACE_TEXT_CALL_SITE that describe each site once per file. */
+ * P2PTRACE_TEXT_CALL_SITE that describe each site once per file.
+ * Also in 2: copy records written by the shim's fast path carry CPU ticks for a time
+ * (P2PTRACE_COPY_TICKS) and seq 0 (only a timed copy needs a seq); CLOCK records and the header's
+ * *_ticks fields convert them. */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -101,6 +104,12 @@ typedef struct p2ptrace_file_header {
    * answer (NCCL_VERSION_CODE, e.g. 21805), asked at the process's first NCCL call; 0 unknown. */
   int32_t nccl_version;
   uint32_t reserved_nccl;
+  /* Added in minor 2. The CPU's counter (x86 TSC, arm64 CNTVCT) read together with
+   * start_monotonic_ns, again ~200 us later with calib_monotonic_ns (its rate), and with
+   * end_monotonic_ns at exit (0 until then). With the CLOCK record that starts every chunk, these
+   * convert the time of records flagged P2PTRACE_COPY_TICKS into CLOCK_MONOTONIC ns. All 0 when
+   * the CPU has no such counter (then no record carries ticks). */
+  uint64_t start_ticks, calib_ticks, calib_monotonic_ns, end_ticks;
 } p2ptrace_file_header;
 
 typedef struct p2ptrace_pair_counters {
@@ -126,21 +135,27 @@ enum p2ptrace_record_type {
   P2PTRACE_RECORD_NCCL_COMM = 5,
   P2PTRACE_RECORD_NCCL_OP = 6,
   P2PTRACE_RECORD_TEXT = 7, /* minor 1: a text block in parts (p2ptrace_text_record) */
-  P2PTRACE_RECORD_NCCL_CONN = 8 /* minor 1: a connection NCCL logged (p2ptrace_nccl_conn_record) */
+  P2PTRACE_RECORD_NCCL_CONN = 8, /* minor 1: a connection NCCL logged (p2ptrace_nccl_conn_record) */
+  P2PTRACE_RECORD_CLOCK = 10     /* minor 2: the CPU counter and CLOCK_MONOTONIC read together
+                                    (p2ptrace_clock_record), first in every chunk */
 };
 
 typedef struct p2ptrace_record_header {
   uint16_t type; /* p2ptrace_record_type */
   uint16_t size; /* of the whole record, a multiple of 8 */
   uint32_t seq;  /* per process, in call order per thread */
-  uint64_t time_ns; /* CLOCK_MONOTONIC at the call */
+  uint64_t time_ns; /* CLOCK_MONOTONIC when recorded (a call's: when it returned); see P2PTRACE_COPY_TICKS */
 } p2ptrace_record_header;
 
 enum p2ptrace_copy_flag {
   P2PTRACE_COPY_ASYNC = 1u << 0,
   P2PTRACE_COPY_PER_THREAD_STREAM = 1u << 1, /* a _ptds/_ptsz entry point */
   P2PTRACE_COPY_TIMED = 1u << 2,             /* a TIMING record with this seq follows */
-  P2PTRACE_COPY_IPC_MEMORY = 1u << 3         /* one side was opened with cudaIpcOpenMemHandle */
+  P2PTRACE_COPY_IPC_MEMORY = 1u << 3,        /* one side was opened with cudaIpcOpenMemHandle */
+  P2PTRACE_COPY_TICKS = 1u << 4              /* minor 2: h.time_ns holds the CPU counter, not ns
+                                                (the copy fast path: a call of clock_gettime costs
+                                                more than the rest of the record); readers convert
+                                                it with the header's and CLOCK records' anchors */
 };
 
 /* A cross-device copy (same-device copies are not recorded). */
@@ -156,6 +171,13 @@ typedef struct p2ptrace_copy_record {
   uint32_t flags;    /* p2ptrace_copy_flag */
   uint32_t site;     /* minor 2: the call site (a P2PTRACE_TEXT_CALL_SITE block's tag); 0 not captured */
 } p2ptrace_copy_record;
+
+/* Added in minor 2: an anchor for converting CPU ticks (P2PTRACE_COPY_TICKS) to ns. h.time_ns is
+ * CLOCK_MONOTONIC, read right after `ticks`; h.seq 0. */
+typedef struct p2ptrace_clock_record {
+  p2ptrace_record_header h;
+  uint64_t ticks;
+} p2ptrace_clock_record;
 
 /* A capability query or a peer access change. */
 typedef struct p2ptrace_peer_record {

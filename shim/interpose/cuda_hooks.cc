@@ -6,11 +6,13 @@
 #include "shim/interpose/cuda_hooks.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <climits>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -56,6 +58,29 @@ constexpr uint8_t kStaged = 0x80;
 std::atomic<uint8_t> g_route[kMaxDev][kMaxDev];
 
 std::mutex g_slow_mu;  // slow paths only
+
+// What the copy fast path (OtherCopy) needs of a pair, per runtime node, in one word: the record's
+// device and transport bytes (the tag, high half) and the offset of the pair's counters in the
+// trace (low half); 0 sends the copy down the slow path. Set there (Fasten, under g_slow_mu) once
+// everything the word stands for holds: the trace open, the node's runtime heard from in this
+// file, the route resolved; cleared when a route changes (SetRoutes) and in a fork child.
+constexpr int kNodes = static_cast<int>(Node::kCount);
+// Indexed by PairOf(src, dst): 128 x 128, so that the fast path needs no range check (only pairs of
+// devices below kMaxDev are ever set; the untouched rest stays zero pages).
+constinit std::atomic<uint64_t> g_fast[kNodes][128 * 128]{};
+
+// Caller holds g_slow_mu.
+void ForgetFastPair(int a, int b) {
+  for (auto& node : g_fast) {
+    node[a << 7 | b].store(0, std::memory_order_relaxed);
+    node[b << 7 | a].store(0, std::memory_order_relaxed);
+  }
+}
+void ForgetFastPairs() {  // a fork child, single-threaded: its file and counters are new
+  for (auto& node : g_fast)
+    for (int a = 0; a < kMaxDev; ++a)
+      for (int b = 0; b < kMaxDev; ++b) node[a << 7 | b].store(0, std::memory_order_relaxed);
+}
 
 // Streams the application created, with their device (for timing events on the right device):
 // open addressing with linear probing, written under g_streams_mu at stream create and destroy,
@@ -252,6 +277,7 @@ void SetRoutes(int a, int b) {
   uint8_t route = direct ? link : static_cast<uint8_t>(P2PTRACE_TRANSPORT_HOST_STAGED | kStaged);
   g_route[a][b].store(route, std::memory_order_relaxed);
   g_route[b][a].store(route, std::memory_order_relaxed);
+  ForgetFastPair(a, b);
 }
 
 // A peer mapping from `from` to `to` appeared (or, with set=false, went away).
@@ -308,14 +334,6 @@ int StreamDevice(const CudaRuntime& rt, cudaStream_t stream) {
   return LookupStream(s);
 }
 
-// Whether this pair copy is timed; `sample` is the (never moving) config's, read once.
-inline __attribute__((always_inline)) bool Sampled(const SampleSpec& s, const p2ptrace_pair_counters* counter,
-                                                   uint64_t bytes) {
-  if (!s.enabled) return false;
-  uint64_t n = __atomic_load_n(&counter->calls, __ATOMIC_RELAXED);
-  return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
-}
-
 inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, cudaError_t r, uint64_t bytes) {
   if (r == cudaSuccess) {
     AddRelaxed(&c->calls, 1);
@@ -362,7 +380,7 @@ RealCopy RefTo(const Call& call) {
 void RecordPairCopy(const CudaRuntime& rt, const Copy& c, int src, int dst, cudaError_t r) {
   uint8_t route = Route(rt, src, dst);
   AccountAt(TraceWriter::Counter(src, dst, RoutePath(route)), r, c.bytes);
-  WriteCopy(c, src, dst, RouteTransport(route), r, TraceWriter::NextSeq(), 0);
+  WriteCopy(c, src, dst, RouteTransport(route), r, 0, 0);
 }
 
 // The rare path (a side not known, or the runtime not yet heard from), after the copy returned r.
@@ -371,7 +389,7 @@ __attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, Co
   if (r != cudaSuccess) {
     if (ValidDevice(src) && ValidDevice(dst) && src != dst) {
       AccountAt(TraceWriter::Counter(src, dst, 1), r, c.bytes);
-      WriteCopy(c, src, dst, P2PTRACE_TRANSPORT_UNKNOWN, r, TraceWriter::NextSeq(), 0);
+      WriteCopy(c, src, dst, P2PTRACE_TRANSPORT_UNKNOWN, r, 0, 0);
     }
     return r;
   }
@@ -390,13 +408,13 @@ __attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, Co
 
 // A sampled pair copy: the real call between two timing events on its stream.
 __attribute__((noinline)) cudaError_t TimedPairCopy(const CudaRuntime& rt, Copy c, int src, int dst,
-                                                    uint8_t route, uint32_t seq, p2ptrace_pair_counters* counter,
-                                                    RealCopy real) {
+                                                    uint8_t route, p2ptrace_pair_counters* counter, RealCopy real) {
   TimedCopy t;
   bool timed = CopyTimer::Begin(rt, StreamDevice(rt, c.stream), c.stream, &t);
   cudaError_t r = real();
-  uint32_t timed_flag = 0;
+  uint32_t timed_flag = 0, seq = 0;  // a seq only for a timed copy: its TIMING record's key
   if (timed) {
+    seq = TraceWriter::NextSeq();
     t.src = src;
     t.dst = dst;
     t.path = RoutePath(route);
@@ -407,7 +425,7 @@ __attribute__((noinline)) cudaError_t TimedPairCopy(const CudaRuntime& rt, Copy 
     if (r == cudaSuccess) timed_flag = P2PTRACE_COPY_TIMED;
   }
   AccountAt(counter, r, c.bytes);
-  WriteCopy(c, src, dst, RouteTransport(route), r, seq, timed_flag);
+  WriteCopy(c, src, dst, RouteTransport(route), r, timed_flag ? seq : 0, timed_flag);
   return r;
 }
 
@@ -416,41 +434,129 @@ __attribute__((noinline)) cudaError_t TimedPairCopy(const CudaRuntime& rt, Copy 
 // wrapper never needs a stack frame.
 struct Pending {
   void* real;
-  int src, dst;  // the call's devices or QuickLookup's answers
+  uint32_t pair;  // src << 7 | dst: the call's devices or QuickLookup's answers, each < 128 (PairOf)
+  // Untimed fast-path copies before the next timed one (CopySampled); here to share the
+  // thread-local block's address with the rest. Below 0: time this one (the slow path restarts it).
+  int32_t countdown;
+  uint64_t rng;  // xorshift state for the countdown's restarts; 0 until seeded
 };
-constinit thread_local Pending t_pending __attribute__((tls_model("initial-exec"))) = {nullptr, 0, 0};
-constexpr int kNotProven = -4;  // QuickLookup could not tell
+constinit thread_local Pending t_pending __attribute__((tls_model("initial-exec"))) = {nullptr, 0, 0, 0};
+// A side QuickLookup could not tell (two values: equal answers are then one proven device), or a
+// peer copy's device outside [0, 126). MemoryMap owners never reach them (kMaxOwner).
+constexpr int kSrcNotProven = 126, kDstNotProven = 127;
+static_assert(MemoryMap::kMaxOwner < kSrcNotProven);
+constexpr uint32_t PairOf(int src, int dst) { return static_cast<uint32_t>(src) << 7 | static_cast<uint32_t>(dst); }
+
+// Whether a pair copy is timed (P2PTRACE_SAMPLE K:N:SIZE): each pair's first K copies (before
+// its fast path opens: Fasten), every copy of at least SIZE bytes, and one in N on average: a
+// per-thread countdown the fast path decrements, restarted at a random value in [N/2, 3N/2) so that
+// no regular pattern of pairs always escapes it (an exact 1-in-N per pair would need the pair's
+// counter before the call, which costs the fast path a saved register).
+__attribute__((noinline)) int32_t RestartCountdown() {
+  const SampleSpec& s = detail::g_sample;
+  if (!s.enabled) return INT32_MAX;
+  if (s.every <= 1) return 0;
+  uint64_t& x = t_pending.rng;
+  if (x == 0) x = reinterpret_cast<uintptr_t>(&x) ^ (uint64_t{static_cast<uint32_t>(gettid())} << 32) ^ MonotonicNs();
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  uint64_t n = s.every / 2 + x % s.every;  // the timed one's place, from 1
+  return static_cast<int32_t>(std::clamp<uint64_t>(n, 1, INT32_MAX) - 1);
+}
+inline bool CopySampled(const p2ptrace_pair_counters* counter, uint64_t bytes) {
+  bool due = t_pending.countdown < 0;
+  if (due) t_pending.countdown = RestartCountdown();
+  const SampleSpec& s = detail::g_sample;
+  return s.enabled && (due || bytes >= s.min_bytes || __atomic_load_n(&counter->calls, __ATOMIC_RELAXED) < s.first);
+}
 
 // A copy between two known, different devices of this runtime: count, record, maybe time.
 template <typename Describe, typename F, typename... A>
 inline __attribute__((always_inline)) cudaError_t PairCopy(const CudaRuntime& rt, const Copy& c, int src, int dst,
                                                            F* real, A... args) {
   uint8_t route = Route(rt, src, dst);
-  uint32_t seq = TraceWriter::NextSeq();
   p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, RoutePath(route));
-  if (__builtin_expect(Sampled(detail::g_sample, counter, c.bytes), 0))
-    return TimedPairCopy(rt, c, src, dst, route, seq, counter, RefTo([&] { return real(args...); }));
+  if (__builtin_expect(CopySampled(counter, c.bytes), 0))
+    return TimedPairCopy(rt, c, src, dst, route, counter, RefTo([&] { return real(args...); }));
   cudaError_t r = real(args...);
   AccountAt(counter, r, c.bytes);
-  WriteCopy(c, src, dst, RouteTransport(route), r, seq, 0);
+  WriteCopy(c, src, dst, RouteTransport(route), r, 0, 0);  // no seq: only a timed copy needs one
   return r;
 }
 
-// Every copy that is not plainly within one device, out of line (TraceCopy jumps here with
-// t_pending set): a pair of devices this runtime knows, or a side the shim has yet to learn, a
-// runtime not yet heard from, a trace not yet open.
+// The fast path's word for a pair with a resolved route (caller holds g_slow_mu, the trace open).
+uint64_t FastWord(int src, int dst, uint8_t route) {
+  static_assert(offsetof(p2ptrace_copy_record, src_device) == offsetof(p2ptrace_copy_record, api) + 1 &&
+                offsetof(p2ptrace_copy_record, dst_device) == offsetof(p2ptrace_copy_record, api) + 2 &&
+                offsetof(p2ptrace_copy_record, transport) == offsetof(p2ptrace_copy_record, api) + 3);
+  uint32_t tag = uint32_t{static_cast<uint8_t>(src)} << 8 | uint32_t{static_cast<uint8_t>(dst)} << 16 |
+                 uint32_t{RouteTransport(route)} << 24;  // with the api byte: the record's four bytes (little-endian)
+  auto offset = reinterpret_cast<uintptr_t>(TraceWriter::Counter(src, dst, RoutePath(route))) -
+                reinterpret_cast<uintptr_t>(TraceWriter::Counters());
+  return uint64_t{tag} << 32 | offset;
+}
+inline p2ptrace_pair_counters* FastCounter(uint64_t fast) {
+  return reinterpret_cast<p2ptrace_pair_counters*>(reinterpret_cast<char*>(TraceWriter::Counters()) +
+                                                   static_cast<uint32_t>(fast));
+}
+
+// The fast path's copy record, whole: no seq (only a timed copy needs one), the time in CPU ticks.
+inline __attribute__((always_inline)) void PutCopy(p2ptrace_copy_record* rec, uint64_t ticks, uint32_t tag,
+                                                   uint32_t flags, uint64_t bytes, uintptr_t stream, cudaError_t r) {
+  constexpr uint64_t kHead = P2PTRACE_RECORD_COPY | uint64_t{sizeof(p2ptrace_copy_record)} << 16;  // type, size, seq 0
+  std::memcpy(&rec->h, &kHead, sizeof kHead);
+  rec->h.time_ns = ticks;
+  rec->bytes = bytes;
+  rec->stream = stream;
+  rec->result = r;
+  std::memcpy(&rec->api, &tag, sizeof tag);
+  rec->flags = flags | (kCpuTicks ? P2PTRACE_COPY_TICKS : 0);
+}
+// The same when this thread's chunk is full: Emit claims the next one.
+__attribute__((noinline)) cudaError_t RecordCopyInNewChunk(uint64_t ticks, uint32_t tag, uint32_t flags,
+                                                           uint64_t bytes, uintptr_t stream, cudaError_t r) {
+  TraceWriter::EmitAt<p2ptrace_copy_record>(P2PTRACE_RECORD_COPY, 0, ticks, [&](p2ptrace_copy_record& rec) {
+    PutCopy(&rec, ticks, tag, flags, bytes, stream, r);
+  });
+  return r;
+}
+
+// After a pair copy took the slow path: lets the pair's next copies through this node take the
+// fast one, if nothing needs the slow one any more.
+__attribute__((noinline, cold)) void Fasten(Node node, int src, int dst) {
+  std::lock_guard<std::mutex> lock(g_slow_mu);
+  static bool registered = (pthread_atfork(nullptr, nullptr, ForgetFastPairs), true);
+  (void)registered;
+  uint8_t route = g_route[src][dst].load(std::memory_order_relaxed);
+  if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node)) return;
+  const SampleSpec& s = detail::g_sample;
+  if (s.enabled && TraceWriter::Counter(src, dst, RoutePath(route))->calls < s.first) return;  // still timed here
+  g_fast[static_cast<int>(node)][src << 7 | dst].store(FastWord(src, dst, route), std::memory_order_relaxed);
+}
+
+// Every copy that is not plainly within one device, out of line (TraceCopy and OtherCopy jump
+// here with t_pending set): a pair of devices this runtime knows, or a side the shim has yet to
+// learn, a runtime not yet heard from, a trace not yet open, a copy to time.
 template <typename Describe, Node kNode, typename F, typename... A>
-__attribute__((noinline)) cudaError_t OtherCopy(A... args) {
+__attribute__((noinline)) cudaError_t SlowCopy(A... args) {
   const Pending p = t_pending;
   F* real = reinterpret_cast<F*>(p.real);
-  int src = p.src, dst = p.dst;
   const Copy c = Describe{}(args...);
-  if (__builtin_expect(TraceWriter::IsOpen() && static_cast<unsigned>(src | dst) < kMaxDev && NodeAnswered(kNode), 1))
-    return PairCopy<Describe>(Runtime(kNode), c, src, dst, real, args...);
+  int src = static_cast<int>(p.pair >> 7), dst = static_cast<int>(p.pair & 127);
+  if (c.src_dev != kLookUp) {  // a peer copy: its devices as the call names them
+    src = c.src_dev;
+    dst = c.dst_dev;
+  }
+  if (__builtin_expect(TraceWriter::IsOpen() && static_cast<unsigned>(src | dst) < kMaxDev && NodeAnswered(kNode), 1)) {
+    cudaError_t r = PairCopy<Describe>(Runtime(kNode), c, src, dst, real, args...);
+    if (g_fast[static_cast<int>(kNode)][PairOf(src, dst)].load(std::memory_order_relaxed) == 0) Fasten(kNode, src, dst);
+    return r;
+  }
   if (!TraceWriter::Ready()) return real(args...);  // opens the trace at the first pair copy
   if (c.src_dev == kLookUp) {
-    if (src < 0) src = MemoryMap::Lookup(c.src);
-    if (dst < 0) dst = MemoryMap::Lookup(c.dst);
+    if (src == kSrcNotProven) src = MemoryMap::Lookup(c.src);
+    if (dst == kDstNotProven) dst = MemoryMap::Lookup(c.dst);
   }
   if (src >= 0 && src == dst) return real(args...);
   const CudaRuntime& rt = Runtime(kNode);
@@ -459,6 +565,34 @@ __attribute__((noinline)) cudaError_t OtherCopy(A... args) {
   if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt))
     return AfterUnknownSide(rt, c, src, dst, real(args...));
   return PairCopy<Describe>(rt, c, src, dst, real, args...);
+}
+
+// A pair copy, out of line (TraceCopy jumps here with t_pending set): the common case of a pair
+// already seen through this node, untimed, in as few instructions as possible (issue 4's budget:
+// 100 over the bare call, the wrapper's lookups included): one word per pair says everything, the
+// counters take two atomic adds, the record is written in place after the call (no seq: only a
+// timed copy needs one). Anything else goes to SlowCopy.
+template <typename Describe, Node kNode, typename F, typename... A>
+__attribute__((noinline)) cudaError_t OtherCopy(A... args) {
+  Pending& p = t_pending;
+  uint64_t fast = g_fast[static_cast<int>(kNode)][p.pair].load(std::memory_order_relaxed);
+  const Copy c = Describe{}(args...);
+  if (__builtin_expect(fast == 0 || c.bytes >= detail::g_sample.min_bytes || (p.countdown -= 1) < 0, 0))
+    return SlowCopy<Describe, kNode, F>(args...);  // to be timed (CopySampled), or not fast yet
+  cudaError_t r = reinterpret_cast<F*>(p.real)(args...);
+  // Only fast, bytes and stream live across the call: what derives from `fast` is recomputed
+  // (cheaper than keeping it in a saved register), and every later call is a tail call.
+  asm("" : "+r"(fast));
+  AccountAt(FastCounter(fast), r, c.bytes);
+  uint64_t ticks = CpuTicks();
+  uint32_t tag = static_cast<uint32_t>(fast >> 32) | c.api;
+  auto stream = reinterpret_cast<uintptr_t>(c.stream);
+  TraceWriter::Slot slot;
+  if (__builtin_expect(!TraceWriter::Reserve<p2ptrace_copy_record>(&slot), 0))
+    return RecordCopyInNewChunk(ticks, tag, c.flags, c.bytes, stream, r);
+  PutCopy(TraceWriter::At<p2ptrace_copy_record>(slot), ticks, tag, c.flags, c.bytes, stream, r);
+  TraceWriter::Publish<p2ptrace_copy_record>(slot);
+  return r;
 }
 
 // The part of every copy hook inlined into its exported wrapper. A copy within one device (the
@@ -470,15 +604,18 @@ inline __attribute__((always_inline)) cudaError_t TraceCopy(NodeRuntime rt, Desc
   // The pointer map works whether or not the trace is open: only the way out checks that.
   const Copy c = describe(args...);
   if (HostSide(c.kind)) return real(args...);
-  int src = c.src_dev, dst = c.dst_dev;  // a peer copy names them
-  if (src == kLookUp) {
-    // Two different "not proven" values: equal answers are then one proven device.
+  int src, dst;
+  if (c.src_dev == kLookUp) {
     bool in = MemoryMap::InTable(c.src, c.dst);
-    src = in ? MemoryMap::QuickLookup(c.src, kNotProven) : kNotProven;
-    dst = in ? MemoryMap::QuickLookup(c.dst, kNotProven - 1) : kNotProven - 1;
+    src = in ? MemoryMap::QuickLookup(c.src, kSrcNotProven) : kSrcNotProven;
+    dst = in ? MemoryMap::QuickLookup(c.dst, kDstNotProven) : kDstNotProven;
+  } else {  // a peer copy names them
+    src = static_cast<unsigned>(c.src_dev) < kSrcNotProven ? c.src_dev : kSrcNotProven;
+    dst = static_cast<unsigned>(c.dst_dev) < kSrcNotProven ? c.dst_dev : kDstNotProven;
   }
   if (src == dst) return real(args...);
-  t_pending = Pending{reinterpret_cast<void*>(real), src, dst};
+  t_pending.real = reinterpret_cast<void*>(real);  // field by field: the countdown stays
+  t_pending.pair = PairOf(src, dst);
   switch (rt.node) {  // a constant in each wrapper: one direct jump
     case Node::kCudart11: return OtherCopy<Describe, Node::kCudart11, F>(args...);
     case Node::kCudart12: return OtherCopy<Describe, Node::kCudart12, F>(args...);

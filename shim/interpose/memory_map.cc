@@ -36,7 +36,7 @@ MemoryMap::Leaf* MemoryMap::LeafFor(uintptr_t g) {
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 void MemoryMap::Add(const void* base, size_t size, int device) {
-  if (base == nullptr || size == 0 || device < 0 || device > 127) return;
+  if (base == nullptr || size == 0 || device < 0 || device > kMaxOwner) return;
   if ((reinterpret_cast<uintptr_t>(base) + size - 1) >> kVaBits) {  // exact map only
     std::lock_guard<std::mutex> lock(g_mu);
     Ranges()[reinterpret_cast<uintptr_t>(base)] = Range{size, device};
@@ -62,7 +62,7 @@ bool MemoryMap::Remove(const void* base) {
 
 void MemoryMap::Learn(const void* p, int device_or_host) {
   auto a = reinterpret_cast<uintptr_t>(p);
-  if (a >> kVaBits) return;
+  if (a >> kVaBits || device_or_host > kMaxOwner) return;
   std::lock_guard<std::mutex> lock(g_mu);
   uintptr_t g = a >> kGranuleShift;
   Leaf* leaf = LeafFor(g);

@@ -18,6 +18,7 @@ class MemoryMap {
  public:
   static constexpr int kUnknown = -1;  // not an allocation the shim saw
   static constexpr int kHost = -2;     // learned: host memory
+  static constexpr int kMaxOwner = 125;  // devices above are not mapped (the copy path's sentinels lie above)
 
   // A device allocation (cudaMalloc…) of [base, base+size) on `device`.
   static void Add(const void* base, size_t size, int device);

@@ -20,10 +20,11 @@ extern char** environ;
 namespace p2ptrace::shim {
 
 namespace detail {
+constinit uint64_t g_no_chunk = 0;
 constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("initial-exec")));
 std::atomic<uint64_t> g_generation{1};
 std::atomic<int> g_state{0};
-std::atomic<uint32_t> g_seq{0};
+std::atomic<uint32_t> g_seq{1};
 }  // namespace detail
 
 p2ptrace_file_header* TraceWriter::header_ = nullptr;
@@ -124,6 +125,7 @@ void ForkChild() {
   if (g_map != nullptr) munmap(g_map, g_map_size);
   g_map = nullptr;
   TraceWriter::ForgetMapping();
+  detail::t_chunk = detail::ThreadChunk{};  // the only thread the child has: its next record claims a chunk of the child's file
   g_forked_child = true;
   detail::g_generation.fetch_add(1);
   if (detail::g_state.load() == 1) detail::g_state.store(0);
@@ -225,7 +227,20 @@ bool TraceWriter::Open() {
   timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
   h->start_realtime_ns = static_cast<uint64_t>(rt.tv_sec) * 1000000000ull + static_cast<uint64_t>(rt.tv_nsec);
-  h->start_monotonic_ns = MonotonicNs();
+  if (kCpuTicks) {
+    // The counter's rate, measured over ~200 us once per file: what converts tick-stamped records
+    // even if the process dies before writing any other anchor (see trace_format.h).
+    TickAnchor start = ReadTickAnchor();
+    h->start_ticks = start.ticks;
+    h->start_monotonic_ns = start.ns;
+    while (MonotonicNs() - start.ns < 200000) {
+    }
+    TickAnchor calib = ReadTickAnchor();
+    h->calib_ticks = calib.ticks;
+    h->calib_monotonic_ns = calib.ns;
+  } else {
+    h->start_monotonic_ns = MonotonicNs();
+  }
   CopyField(h->host, sizeof h->host, host);
   CopyField(h->boot_id, sizeof h->boot_id, ReadSmallFile(c.sysroot + "/proc/sys/kernel/random/boot_id"));
   std::string dir_name = c.dir.substr(c.dir.find_last_of('/') + 1);
@@ -260,7 +275,6 @@ bool TraceWriter::Open() {
 bool TraceWriter::ClaimChunk() {
   p2ptrace_file_header* h = header_;
   if (h == nullptr || detail::g_state.load(std::memory_order_acquire) != 1) return false;
-  uint64_t gen = detail::g_generation.load(std::memory_order_acquire);
   uint64_t n_chunks = (h->file_size - h->chunks_offset) / h->chunk_size;
   uint64_t index = __atomic_fetch_add(&h->chunks_claimed, 1, __ATOMIC_RELAXED);
   if (index >= n_chunks) {
@@ -278,11 +292,12 @@ bool TraceWriter::ClaimChunk() {
   ch->used = 0;
   __atomic_store_n(&ch->magic, P2PTRACE_CHUNK_MAGIC, __ATOMIC_RELEASE);
   detail::ThreadChunk& c = detail::t_chunk;
-  c.records = base + sizeof(p2ptrace_chunk_header);
   c.used = &ch->used;
-  c.fill = 0;
   c.capacity = h->chunk_size - sizeof(p2ptrace_chunk_header);
-  c.generation = gen;
+  if (kCpuTicks) {  // an anchor for the tick-stamped records to come in this chunk
+    TickAnchor a = ReadTickAnchor();
+    EmitAt<p2ptrace_clock_record>(P2PTRACE_RECORD_CLOCK, 0, a.ns, [&](p2ptrace_clock_record& r) { r.ticks = a.ticks; });
+  }
   return true;
 }
 
@@ -293,7 +308,13 @@ void TraceWriter::ForgetMapping() {
 
 void TraceWriter::MarkExited() {
   if (p2ptrace_file_header* h = header_; h && detail::g_state.load() == 1) {
-    h->end_monotonic_ns = MonotonicNs();
+    if (kCpuTicks) {
+      TickAnchor end = ReadTickAnchor();
+      h->end_ticks = end.ticks;
+      h->end_monotonic_ns = end.ns;
+    } else {
+      h->end_monotonic_ns = MonotonicNs();
+    }
     // Exited, even after a fatal signal the program's own handler survived (fatal_signal stays).
     __atomic_store_n(&h->state, static_cast<uint32_t>(P2PTRACE_STATE_EXITED), __ATOMIC_RELEASE);
   }

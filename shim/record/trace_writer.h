@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <ctime>
@@ -15,17 +16,18 @@
 namespace p2ptrace::shim {
 
 namespace detail {
+extern constinit uint64_t g_no_chunk;  // a `used` for a thread with no chunk: with capacity 0, nothing fits
+// This thread's chunk: its header's `used` (the records follow it directly), read and published by
+// this thread alone.
 struct ThreadChunk {
-  unsigned char* records = nullptr;  // first byte after the chunk header
-  uint64_t* used = nullptr;          // the chunk header's `used`, published with release stores
-  uint64_t fill = 0;                 // this thread's copy of *used
-  uint64_t capacity = 0;
-  uint64_t generation = 0;           // the file this chunk belongs to
+  uint64_t* used = &g_no_chunk;
+  uint64_t capacity = 0;  // 0: none claimed yet (or a fork child's, reset: the parent's file is not ours)
 };
+static_assert(offsetof(p2ptrace_chunk_header, used) + sizeof(uint64_t) == sizeof(p2ptrace_chunk_header));
 extern constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("initial-exec")));
 extern std::atomic<uint64_t> g_generation;  // bumped when a file opens (and in a fork child)
 extern std::atomic<int> g_state;            // 0 closed, 1 open, 2 disabled
-extern std::atomic<uint32_t> g_seq;
+extern std::atomic<uint32_t> g_seq;       // from 1: 0 is an untimed copy's "no seq needed"
 extern constinit SampleSpec g_sample;       // config().sample, where hot paths read it without a guard
 }  // namespace detail
 
@@ -33,6 +35,41 @@ inline uint64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// The CPU's own counter, for the copy fast path's record time: one instruction where clock_gettime
+// is a call (which costs the caller its argument registers) plus ~20 ns. Records stamped with it
+// carry P2PTRACE_COPY_TICKS; readers convert with the chunk's CLOCK anchors (trace_format.h).
+#if defined(__x86_64__)
+inline uint64_t CpuTicks() { return __builtin_ia32_rdtsc(); }
+constexpr bool kCpuTicks = true;
+#elif defined(__aarch64__)
+inline uint64_t CpuTicks() {
+  uint64_t t;
+  asm volatile("mrs %0, cntvct_el0" : "=r"(t));
+  return t;
+}
+constexpr bool kCpuTicks = true;
+#else
+inline uint64_t CpuTicks() { return MonotonicNs(); }
+constexpr bool kCpuTicks = false;
+#endif
+
+// The counter and the clock read together (a conversion anchor): the clock is read on both sides
+// of the counter and the pair retried when they lie far apart (the thread was preempted between).
+struct TickAnchor {
+  uint64_t ticks = 0, ns = 0;
+};
+inline TickAnchor ReadTickAnchor() {
+  TickAnchor a;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    uint64_t before = MonotonicNs();
+    a.ticks = CpuTicks();
+    uint64_t after = MonotonicNs();
+    a.ns = before + (after - before) / 2;
+    if (after - before < 2000) break;
+  }
+  return a;
 }
 
 class TraceWriter {
@@ -59,21 +96,47 @@ class TraceWriter {
   // False when the record was dropped (counted in the header).
   template <typename R, typename Fill>
   static bool Emit(uint16_t type, uint32_t seq, Fill&& fill) {
+    return EmitAt<R>(type, seq, MonotonicNs(), fill);
+  }
+  // Emit with the record's time given (e.g. in CPU ticks: see CpuTicks).
+  template <typename R, typename Fill>
+  static bool EmitAt(uint16_t type, uint32_t seq, uint64_t now, Fill&& fill) {
     static_assert(sizeof(R) % 8 == 0 && sizeof(R) < 65536);
-    uint64_t now = MonotonicNs();
-    detail::ThreadChunk& c = detail::t_chunk;
-    if (c.generation != detail::g_generation.load(std::memory_order_relaxed) || c.fill + sizeof(R) > c.capacity) {
+    Slot slot;
+    if (__builtin_expect(!Reserve<R>(&slot), 0)) {
       if (!ClaimChunk()) return false;  // counted as dropped
+      Reserve<R>(&slot);
     }
-    R* r = reinterpret_cast<R*>(c.records + c.fill);
+    R* r = At<R>(slot);
     r->h.type = type;
     r->h.size = sizeof(R);
     r->h.seq = seq;
     r->h.time_ns = now;
     fill(*r);
-    c.fill += sizeof(R);
-    __atomic_store_n(c.used, c.fill, __ATOMIC_RELEASE);
+    Publish<R>(slot);
     return true;
+  }
+
+  // For a hot path that writes its record itself, in three steps: Reserve (false: no room, then
+  // Emit claims a chunk), write every field of At (the memory is zero), Publish.
+  struct Slot {
+    uint64_t* used;
+    uint64_t fill;
+  };
+  template <typename R>
+  static bool Reserve(Slot* s) {
+    const detail::ThreadChunk& c = detail::t_chunk;
+    s->used = c.used;
+    s->fill = *c.used;
+    return s->fill + sizeof(R) <= c.capacity;
+  }
+  template <typename R>
+  static R* At(const Slot& s) {
+    return reinterpret_cast<R*>(reinterpret_cast<unsigned char*>(s.used + 1) + s.fill);
+  }
+  template <typename R>
+  static void Publish(const Slot& s) {
+    __atomic_store_n(s.used, s.fill + sizeof(R), __ATOMIC_RELEASE);
   }
 
   // Appends a record built elsewhere (its header is stamped as by Emit).
@@ -85,6 +148,9 @@ class TraceWriter {
       out.h = h;
     });
   }
+
+  // The counters table (null until the file is open): for the copy fast path's precomputed offsets.
+  static p2ptrace_pair_counters* Counters() { return counters_; }
 
   // Exact totals of (src, dst, path); null when a device number is out of the table's range.
   static p2ptrace_pair_counters* Counter(int src, int dst, int path) {

@@ -541,16 +541,33 @@ TEST(Threads, SixteenThreadsExactCounts) {
   EXPECT_EQ(t.Counter(0, 1, 0).calls, kTotal);
   EXPECT_EQ(t.Counter(0, 1, 0).bytes, kTotal * 4 * KiB);
   EXPECT_EQ(t.Counter(0, 1, 0).errors, 0u);
-  std::vector<p2ptrace_copy_record> copies = Copies(t);
-  EXPECT_EQ(copies.size(), kTotal);
-  // Every record is whole and unique (seq is per process).
+  EXPECT_EQ(Copies(t).size(), kTotal);
+  // Every record is whole; the timed ones carry a seq unique in the process (their TIMING record's
+  // key), the others none (the fast path draws no seq); times run forward within each thread, to
+  // within the ~2 us that a time converted from CPU ticks may be off.
   std::set<uint32_t> seqs;
-  for (const auto& c : copies) {
-    seqs.insert(c.h.seq);
-    EXPECT_EQ(c.bytes, 4 * KiB);
-    if (c.bytes != 4 * KiB) break;
+  uint64_t timed = 0, bad = 0, backwards = 0;
+  std::map<uint32_t, uint64_t> last_time;
+  uint64_t max_back = 0;
+  for (const auto& rec : t.records) {
+    const auto* c = std::get_if<p2ptrace_copy_record>(&rec.body);
+    if (c == nullptr) continue;
+    bad += c->bytes != 4 * KiB || c->result != 0 || c->h.time_ns == 0;
+    if (c->flags & P2PTRACE_COPY_TIMED) {
+      ++timed;
+      seqs.insert(c->h.seq);
+    } else {
+      bad += c->h.seq != 0;
+    }
+    if (c->h.time_ns < last_time[rec.tid]) max_back = std::max(max_back, last_time[rec.tid] - c->h.time_ns);
+    backwards += c->h.time_ns + 2000 < last_time[rec.tid];
+    last_time[rec.tid] = c->h.time_ns;
   }
-  EXPECT_EQ(seqs.size(), kTotal);
+  EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(backwards, 0u) << "largest step back " << max_back << " ns";
+  EXPECT_GT(timed, 0u);
+  EXPECT_EQ(seqs.size(), timed);
+  EXPECT_EQ(seqs.count(0), 0u);
 }
 
 TEST(Threads, SizeCapCountsEveryDroppedRecord) {
