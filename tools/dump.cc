@@ -35,7 +35,7 @@ json Record(const TraceRecord& r) {
   if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
     j.update({{"kind", "copy"}, {"api", ApiName(c->api)}, {"src", c->src_device}, {"dst", c->dst_device},
               {"transport", TransportName(c->transport)}, {"bytes", c->bytes}, {"result", c->result},
-              {"stream", c->stream}, {"flags", c->flags}});
+              {"stream", c->stream}, {"flags", c->flags}, {"site", c->site}});
   } else if (const auto* p = std::get_if<p2ptrace_peer_record>(&r.body)) {
     j.update({{"kind", "peer"}, {"api", ApiName(p->api)}, {"device", p->device}, {"peer", p->peer},
               {"result", p->result}, {"value", p->value}, {"attr", p->attr}});
@@ -48,7 +48,7 @@ json Record(const TraceRecord& r) {
               {"cuda_device", nc->cuda_device}, {"result", nc->result}});
   } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
     j.update({{"kind", "nccl_op"}, {"api", NcclApiName(o->api)}, {"comm", o->comm}, {"stream", o->stream},
-              {"bytes", o->bytes}, {"peer", o->peer}, {"result", o->result}, {"flags", o->flags}});
+              {"bytes", o->bytes}, {"peer", o->peer}, {"result", o->result}, {"flags", o->flags}, {"site", o->site}});
   } else if (const auto* i = std::get_if<p2ptrace_ipc_record>(&r.body)) {
     j.update({{"kind", "ipc"}, {"api", ApiName(i->api)}, {"device", i->device}, {"owner", i->owner_device},
               {"result", i->result}, {"address", i->address}});
@@ -72,6 +72,9 @@ json NcclConnection(const p2ptrace_nccl_conn_record& c) {
           {"class", TransportName(c.transport_class)}, {"line", c.line}};
 }
 
+// A call site the file describes (P2PTRACE_TEXT_CALL_SITE): what a record's "site" refers to.
+json CallSiteJson(const CallSite& c) { return {{"kind", "call_site"}, {"id", c.id}, {"frames", c.frames}}; }
+
 template <typename F>
 void ForEachCounter(const Trace& t, F&& f) {
   for (int a = 0; a < static_cast<int>(t.header.max_devices); ++a)
@@ -94,6 +97,7 @@ void DumpJson(const Trace& t, std::ostream& out) {
   });
   for (const TraceRecord& r : t.records) out << Record(r).dump() << "\n";
   for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) out << NcclConnection(c).dump() << "\n";
+  for (const CallSite& c : t.call_sites) out << CallSiteJson(c).dump() << "\n";
 }
 
 void DumpText(const Trace& t, std::ostream& out) {
@@ -107,6 +111,10 @@ void DumpText(const Trace& t, std::ostream& out) {
   });
   for (const TraceRecord& r : t.records) fmt::print(out, "  {}\n", Record(r).dump());
   for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) fmt::print(out, "  {}\n", NcclConnection(c).dump());
+  for (const CallSite& c : t.call_sites) {
+    fmt::print(out, "  call site {}:\n", c.id);
+    for (const std::string& f : c.frames) fmt::print(out, "    {}\n", f);
+  }
 }
 
 }  // namespace p2ptrace::cli

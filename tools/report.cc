@@ -193,6 +193,14 @@ struct TraceFold {
   // every operation with its seq (before or after it in the file), as a whole-file join would.
   std::unordered_multimap<uint32_t, Pending> pending;  // op seq -> awaiting its timing
   std::unordered_map<uint32_t, uint64_t> timings;      // seq -> measured duration, as read
+  // What the records naming each call site (P2PTRACE_STACKS) did, by the file's site id.
+  struct SiteUse {
+    uint64_t copies = 0, bytes = 0, host_staged_bytes = 0, errors = 0, nccl_ops = 0, nccl_bytes = 0, nccl_errors = 0;
+    std::map<std::tuple<int, int, int>, std::pair<uint64_t, uint64_t>> pairs;  // (src, dst, transport) -> copies, bytes
+    std::set<int> nccl_apis;
+  };
+  std::map<uint32_t, SiteUse> sites;
+  static constexpr size_t kMaxSites = 1 << 16;  // the shim writes at most 4096 per file; more is a damaged file
   bool nccl_used = false;
   uint64_t last_ns = 0;
   static constexpr size_t kMaxPending = 1 << 20;  // past it, forgotten rather than accumulated
@@ -203,9 +211,27 @@ struct TraceFold {
     if (p.api == P2PTRACE_NCCL_Send && p.peer >= 0) add(sends[{p.comm, p.peer}]);
   }
 
+  SiteUse* Site(uint32_t id) {
+    if (id == 0 || (sites.size() >= kMaxSites && !sites.count(id))) return nullptr;
+    return &sites[id];
+  }
+
   void Add(const TraceRecord& r) {
     last_ns = std::max(last_ns, r.header().time_ns);
-    if (const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body)) {
+    if (const auto* cr = std::get_if<p2ptrace_copy_record>(&r.body)) {
+      SiteUse* u = Site(cr->site);
+      if (u == nullptr) return;
+      if (cr->result != 0) {
+        ++u->errors;
+        return;
+      }
+      ++u->copies;
+      u->bytes += cr->bytes;
+      if (cr->transport == P2PTRACE_TRANSPORT_HOST_STAGED) u->host_staged_bytes += cr->bytes;
+      auto& p = u->pairs[{cr->src_device, cr->dst_device, cr->transport}];
+      ++p.first;
+      p.second += cr->bytes;
+    } else if (const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body)) {
       if (pr->device < 0 || pr->peer < 0) return;
       PeerFacts& f = facts[{std::min<int>(pr->device, pr->peer), std::max<int>(pr->device, pr->peer)}];
       if (pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer && pr->result == 0) f.can_access = pr->value;
@@ -219,6 +245,11 @@ struct TraceFold {
       if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks};
     } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
       nccl_used = true;
+      if (SiteUse* u = Site(o->site)) {
+        u->nccl_apis.insert(o->api);
+        if (o->result != 0) ++u->nccl_errors;
+        else ++u->nccl_ops, u->nccl_bytes += o->bytes;
+      }
       Ops& a = ops[{o->comm, o->api}];
       if (o->result != 0) {
         ++a.errors;
@@ -299,6 +330,13 @@ struct ReportBuilder::State {
     std::vector<std::string> warnings;
   };
   std::map<std::string, HostPreflight> preflight;  // by the trace's host
+  // Call sites by their frames (one text per site over all processes), their pairs by (host, src bus,
+  // dst bus, transport) until the GPUs' indices are known in Finish.
+  struct SiteTotals {
+    CallSiteSummary s;
+    std::map<std::tuple<std::string, std::string, std::string, int>, std::pair<uint64_t, uint64_t>> pairs;
+  };
+  std::map<std::string, SiteTotals> sites;
 
   GpuRef Ref(const std::string& host, const std::string& bus) const {
     GpuRef g{host, bus, -1};
@@ -309,6 +347,8 @@ struct ReportBuilder::State {
   TraceFold fold;  // the trace being read
   void AddNcclOps(const Trace& t, const TraceFold& f);
   void AddCudaPairs(const Trace& t, const TraceFold& f);
+  void AddCallSites(const Trace& t, const TraceFold& f);
+  void FinishCallSites();
   void FinishNcclPairs();
   void FinishCosts();
   void AddPreflight(const std::string& host, const PreflightBlock& b);
@@ -366,6 +406,57 @@ void ReportBuilder::EndTrace(const Trace& t) {
   s_->rep.processes.push_back(std::move(p));
   s_->AddCudaPairs(t, f);
   s_->AddNcclOps(t, f);
+  s_->AddCallSites(t, f);
+}
+
+// The file's call sites, by their frames: the same site in every rank of a program is one.
+void ReportBuilder::State::AddCallSites(const Trace& t, const TraceFold& f) {
+  const std::string host = t.Host();
+  for (const auto& [id, u] : f.sites) {
+    const CallSite* cs = t.FindCallSite(id);
+    std::vector<std::string> frames =
+        cs != nullptr && !cs->frames.empty()
+            ? cs->frames
+            : std::vector<std::string>{fmt::format("[site {} not described in {}: the process ended before writing it]", id, t.path)};
+    SiteTotals& st = sites[fmt::format("{}", fmt::join(frames, "\n"))];
+    CallSiteSummary& s = st.s;
+    if (s.frames.empty()) s.frames = std::move(frames);
+    s.copies += u.copies;
+    s.bytes += u.bytes;
+    s.host_staged_bytes += u.host_staged_bytes;
+    s.errors += u.errors;
+    s.nccl_ops += u.nccl_ops;
+    s.nccl_bytes += u.nccl_bytes;
+    s.nccl_errors += u.nccl_errors;
+    for (int api : u.nccl_apis) s.nccl_operations.insert(std::string(NcclApiName(api)));
+    for (const auto& [k, v] : u.pairs) {
+      auto& p = st.pairs[{host, DeviceName(t, std::get<0>(k)), DeviceName(t, std::get<1>(k)), std::get<2>(k)}];
+      p.first += v.first;
+      p.second += v.second;
+    }
+    if (t.header.rank >= 0) s.ranks.insert(t.header.rank);
+    ++s.processes;
+  }
+}
+
+// GPU indices for the sites' pairs; the sites most host-staged bytes first, then most bytes.
+void ReportBuilder::State::FinishCallSites() {
+  for (auto& [key, st] : sites) {
+    for (const auto& [k, v] : st.pairs) {
+      const auto& [host, src, dst, transport] = k;
+      st.s.pairs.push_back({Ref(host, src), Ref(host, dst), transport, v.first, v.second});
+    }
+    std::sort(st.s.pairs.begin(), st.s.pairs.end(), [](const CallSiteSummary::Pair& a, const CallSiteSummary::Pair& b) {
+      return std::tie(a.src.host, a.src.gpu, a.dst.gpu, a.src.bus_id, a.dst.bus_id, a.transport) <
+             std::tie(b.src.host, b.src.gpu, b.dst.gpu, b.src.bus_id, b.dst.bus_id, b.transport);
+    });
+    rep.call_sites.push_back(std::move(st.s));
+  }
+  std::stable_sort(rep.call_sites.begin(), rep.call_sites.end(), [](const CallSiteSummary& a, const CallSiteSummary& b) {
+    return std::make_tuple(a.host_staged_bytes, a.bytes + a.nccl_bytes, a.copies + a.nccl_ops) >
+           std::make_tuple(b.host_staged_bytes, b.bytes + b.nccl_bytes, b.copies + b.nccl_ops);
+  });
+  for (size_t i = 0; i < rep.call_sites.size(); ++i) rep.call_sites[i].id = static_cast<int>(i + 1);
 }
 
 // Copies between this process's devices: exact totals from the counter table, causes from its
@@ -649,6 +740,7 @@ Report ReportBuilder::Finish() {
     rep.pairs.push_back(std::move(e));
   }
   s.FinishNcclPairs();
+  s.FinishCallSites();
   for (auto& [k, op] : s.ops) rep.nccl_ops.push_back(std::move(op));
   std::sort(rep.pairs.begin(), rep.pairs.end(), [](const PairEntry& x, const PairEntry& y) {
     return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.host, x.dst.gpu, x.dst.bus_id, x.transport, x.source) <
@@ -1051,6 +1143,46 @@ std::string RenderText(const Report& rep, bool color) {
       out += fmt::format("  … {} more (--json lists them all)\n", fallbacks.size() - kFallbacksShown);
   }
 
+  // Where in the program the traffic came from (P2PTRACE_STACKS): the sites that staged most
+  // bytes through the host first.
+  if (!rep.call_sites.empty()) {
+    uint64_t dropped = 0;
+    for (const ProcessInfo& p : rep.processes) dropped += p.dropped_records;
+    constexpr size_t kSitesShown = 10, kFramesShown = 6, kPairsShownPerSite = 4;
+    out += fmt::format("\ntop call sites ({} in all; most host-staged bytes first, then most bytes{}):\n",
+                       rep.call_sites.size(), dropped ? "; copies whose records were dropped at the size cap are not counted" : "");
+    for (size_t i = 0; i < std::min(kSitesShown, rep.call_sites.size()); ++i) {
+      const CallSiteSummary& c = rep.call_sites[i];
+      std::vector<std::string> what;
+      if (c.copies || c.errors)
+        what.push_back(fmt::format("{} cop{}, {}{}{}", c.copies, c.copies == 1 ? "y" : "ies", Bytes(c.bytes),
+                                   c.host_staged_bytes ? fmt::format(" ({} host-staged)", Bytes(c.host_staged_bytes)) : "",
+                                   c.errors ? fmt::format(", {} failed", c.errors) : ""));
+      if (c.nccl_ops || c.nccl_errors)
+        what.push_back(fmt::format("{} NCCL op{} ({}), {}{}", c.nccl_ops, c.nccl_ops == 1 ? "" : "s",
+                                   fmt::join(c.nccl_operations, ", "), Bytes(c.nccl_bytes),
+                                   c.nccl_errors ? fmt::format(", {} failed", c.nccl_errors) : ""));
+      std::vector<int> site_ranks(c.ranks.begin(), c.ranks.end());
+      out += fmt::format("  #{}  {}; {} process{}{}\n", c.id, fmt::join(what, "; "), c.processes,
+                         c.processes == 1 ? "" : "es",
+                         site_ranks.empty() ? "" : " (ranks " + RankRanges(site_ranks) + ")");
+      std::vector<std::string> pairs;
+      for (size_t k = 0; k < std::min(kPairsShownPerSite, c.pairs.size()); ++k) {
+        const CallSiteSummary::Pair& p = c.pairs[k];
+        pairs.push_back(fmt::format("{} GPU{} -> GPU{} {}{}{} ({})", p.src.host, p.src.gpu, p.dst.gpu,
+                                    Color(p.transport, color), TransportName(p.transport), reset, Bytes(p.bytes)));
+      }
+      if (c.pairs.size() > kPairsShownPerSite) pairs.push_back(fmt::format("… {} more", c.pairs.size() - kPairsShownPerSite));
+      if (!pairs.empty()) out += fmt::format("      pairs: {}\n", fmt::join(pairs, ", "));
+      for (size_t k = 0; k < std::min(kFramesShown, c.frames.size()); ++k)
+        out += fmt::format("      {} {}\n", k == 0 ? "at" : "  ", c.frames[k]);
+      if (c.frames.size() > kFramesShown)
+        out += fmt::format("         … {} more frames (--json has them)\n", c.frames.size() - kFramesShown);
+    }
+    if (rep.call_sites.size() > kSitesShown)
+      out += fmt::format("  … {} more call sites (--json lists them all)\n", rep.call_sites.size() - kSitesShown);
+  }
+
   // One paragraph per finding: the pairs it explains, the evidence of the first, the fix.
   for (const Finding& f : rep.findings) {
     const PairEntry* first = nullptr;
@@ -1126,6 +1258,19 @@ json RenderJson(const Report& rep) {
     o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
     o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
     j["nccl_ops"].push_back(o);
+  }
+  j["call_sites"] = json::array();
+  for (const CallSiteSummary& c : rep.call_sites) {
+    json pairs = json::array();
+    for (const CallSiteSummary::Pair& p : c.pairs)
+      pairs.push_back({{"src", {{"host", p.src.host}, {"gpu", p.src.gpu}, {"bus_id", p.src.bus_id}}},
+                       {"dst", {{"host", p.dst.host}, {"gpu", p.dst.gpu}, {"bus_id", p.dst.bus_id}}},
+                       {"transport", TransportName(p.transport)}, {"copies", p.copies}, {"bytes", p.bytes}});
+    j["call_sites"].push_back({{"id", c.id}, {"frames", c.frames}, {"copies", c.copies}, {"bytes", c.bytes},
+                               {"host_staged_bytes", c.host_staged_bytes}, {"errors", c.errors},
+                               {"nccl_ops", c.nccl_ops}, {"nccl_bytes", c.nccl_bytes}, {"nccl_errors", c.nccl_errors},
+                               {"nccl_operations", c.nccl_operations}, {"pairs", pairs}, {"ranks", c.ranks},
+                               {"processes", c.processes}});
   }
   std::set<std::string> hosts, job_ids;
   int rt = 0, drv = 0;

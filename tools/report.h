@@ -69,6 +69,24 @@ struct NcclOpSummary {
   double BusBw() const;
 };
 
+// One application call site (P2PTRACE_STACKS) over all processes: the sites of different processes
+// with the same frames are one (frames are module offsets, alike in every rank of one program).
+struct CallSiteSummary {
+  int id = 0;  // its place in Report::call_sites, from 1 (the order shown)
+  std::vector<std::string> frames;  // innermost first, as the shim wrote them; one "[not described …]" line when lost
+  uint64_t copies = 0, bytes = 0, host_staged_bytes = 0, errors = 0;  // CUDA peer copies (from their records)
+  uint64_t nccl_ops = 0, nccl_bytes = 0, nccl_errors = 0;             // NCCL operations
+  struct Pair {
+    GpuRef src, dst;
+    int transport = 0;  // p2ptrace_transport of the copies' path
+    uint64_t copies = 0, bytes = 0;
+  };
+  std::vector<Pair> pairs;               // by source, destination, transport
+  std::set<std::string> nccl_operations;  // "ncclAllReduce", …
+  std::set<int> ranks;
+  int processes = 0;
+};
+
 struct ProcessInfo {
   int rank = -1, pid = 0;
   std::string host, file, state;  // state: running|exited|fatal signal N
@@ -92,6 +110,8 @@ struct Report {
   std::vector<ProcessInfo> processes;
   std::vector<PairEntry> pairs;
   std::vector<NcclOpSummary> nccl_ops;
+  // Every call site the traces describe or name, most host-staged bytes first, then most bytes.
+  std::vector<CallSiteSummary> call_sites;
   std::vector<Finding> findings;
   std::vector<std::string> problems;  // files skipped, one line each
   std::vector<std::string> partial;   // files used in part, one line each
