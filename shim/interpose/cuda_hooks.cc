@@ -20,6 +20,7 @@
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/memory_map.h"
 #include "shim/preflight.h"
+#include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
 #include "shim/record/trace_writer.h"
 
@@ -346,6 +347,7 @@ inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, 
 inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int dst, uint8_t transport,
                                                      cudaError_t r, uint32_t seq, uint32_t flags) {
   // Fields by value: a Copy whose address escapes is built in memory on every call.
+  uint32_t site = CallSitesEnabled() ? CaptureCallSite() : 0;  // before Emit (it may write a text block)
   uint64_t bytes = c.bytes;
   auto stream = reinterpret_cast<uintptr_t>(c.stream);
   uint8_t api = c.api;
@@ -359,6 +361,7 @@ inline __attribute__((always_inline)) void WriteCopy(const Copy& c, int src, int
     rec.dst_device = static_cast<int8_t>(dst);
     rec.transport = transport;
     rec.flags = flags;
+    rec.site = site;
   });
 }
 
@@ -529,7 +532,8 @@ __attribute__((noinline, cold)) void Fasten(Node node, int src, int dst) {
   static bool registered = (pthread_atfork(nullptr, nullptr, ForgetFastPairs), true);
   (void)registered;
   uint8_t route = g_route[src][dst].load(std::memory_order_relaxed);
-  if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node)) return;
+  // Call sites need every copy's stack: the fast path stays shut.
+  if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node) || CallSitesEnabled()) return;
   const SampleSpec& s = detail::g_sample;
   if (s.enabled && TraceWriter::Counter(src, dst, RoutePath(route))->calls < s.first) return;  // still timed here
   g_fast[static_cast<int>(node)][src << 7 | dst].store(FastWord(src, dst, route), std::memory_order_relaxed);

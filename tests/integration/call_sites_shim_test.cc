@@ -321,9 +321,8 @@ TEST(CallSitesShim, EveryNcclOperationCarriesItsCallSite) {
   }
 }
 
-// CUDA peer copies carry their call site. DISABLED until the copy hooks (shim/interpose/cuda_hooks.cc)
-// call CaptureCallSite(): enable it with that change.
-TEST(CallSitesShim, DISABLED_EveryPeerCopyCarriesItsCallSite) {
+// CUDA peer copies carry their call site (with call sites on, every copy takes the slow path).
+TEST(CallSitesShim, EveryPeerCopyCarriesItsCallSite) {
   std::string dir = TempDir() + "/copy-sites";
   RunResult r = RunProgram({SHIM_WORKLOAD, "pairs"}, Traced(SimEnv(TempDir()), dir, "1"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
