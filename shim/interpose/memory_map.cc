@@ -68,35 +68,28 @@ void MemoryMap::Learn(const void* p, int device_or_host) {
   Leaf* leaf = LeafFor(g);
   // Only where the range map says nothing: what the shim saw allocated wins.
   if (leaf->entry[g & kLeafMask].load(std::memory_order_relaxed) == 0)
-    leaf->entry[g & kLeafMask].store(device_or_host >= 0 ? Entry(device_or_host, 0, kGranule) : Entry(device_or_host, 0, 0),
+    leaf->entry[g & kLeafMask].store(device_or_host >= 0 ? DeviceEntry(device_or_host) : OtherEntry(static_cast<int8_t>(device_or_host)),
                                      std::memory_order_relaxed);
 }
 
-// Sets one granule from the ranges overlapping it (caller holds g_mu): one owner and the span
-// from its first to its last byte there, or "mixed" (ask the exact map).
+// Sets one granule from the ranges overlapping it (caller holds g_mu): its one owner (the whole
+// granule: see memory_map.h), or "mixed" (ask the exact map).
 void MemoryMap::Recompute(uintptr_t g) {
   uintptr_t lo = g << kGranuleShift, hi = lo + kGranule;
   int owner = kUnknown;
-  uintptr_t span_lo = 0, span_hi = 0;
   auto& ranges = Ranges();
   auto it = ranges.upper_bound(lo);
   if (it != ranges.begin()) --it;
   for (; it != ranges.end() && it->first < hi; ++it) {
-    uintptr_t end = it->first + it->second.size;
-    if (end <= lo) continue;
-    uintptr_t a = std::max(it->first, lo) - lo, b = std::min(end, hi) - lo;
+    if (it->first + it->second.size <= lo) continue;
     if (owner == kUnknown) {
       owner = it->second.device;
-      span_lo = a;
-      span_hi = b;
     } else if (owner != it->second.device) {
       owner = kMixed;  // a second owner
       break;
-    } else {
-      span_hi = b;  // ranges come in address order: extend the span, over any gap
     }
   }
-  uint64_t entry = owner >= 0 ? Entry(owner, span_lo, span_hi) : owner == kMixed ? Entry(kMixed, 0, 0) : 0;
+  uint64_t entry = owner >= 0 ? DeviceEntry(owner) : owner == kMixed ? OtherEntry(kMixed) : 0;
   if (entry == 0 && LeafAt((g >> kLeafBits) & kTopMask) == &empty_) return;
   LeafFor(g)->entry[g & kLeafMask].store(entry, std::memory_order_relaxed);
 }

@@ -1,9 +1,10 @@
 // Which GPU owns a pointer, answered on the hot path without a lock: a two-level table of 2 MiB
-// granules, each holding one owning device and the span of the granule from the first to the last
-// byte of its allocations there. A gap between two allocations of one device counts as that
-// device's (real CUDA carves each device's memory from its own address ranges, so what lies there
-// is that device's memory the shim did not see allocated, e.g. through the driver API). A granule
-// shared by two owners says "mixed" and the exact range map answers under a lock.
+// granules. A granule where the shim saw allocations of one device only is that device's, whole:
+// CUDA maps device memory in 2 MiB pages carved from each device's own address reservations, so
+// the rest of such a granule is that device's memory the shim did not see allocated (a neighbour
+// from a caching allocator, the driver API), never host memory. This makes small allocations as
+// quick to look up as large ones (bench/README.md: same_small, cross_small). A granule shared by two
+// owners says "mixed" and the exact range map answers under a lock.
 #pragma once
 
 #include <array>
@@ -31,10 +32,9 @@ class MemoryMap {
     auto a = reinterpret_cast<uintptr_t>(p);
     if (__builtin_expect(a >> kVaBits, 0)) return LookupExact(a);  // beyond the table (5-level paging)
     uint64_t e = EntryOf(a);
-    if (Covers(e, a)) return static_cast<int8_t>(e & 0xff);
-    auto owner = static_cast<int8_t>(e & 0xff);
-    if (owner >= 0) return kUnknown;
-    return owner == kMixed ? LookupExact(a) : owner;
+    if (OneDevice(e)) return static_cast<int>(e & 0x7f);
+    auto owner = static_cast<int8_t>(e & 0xff);  // kHost, kMixed, or 0: nothing known
+    return owner == kMixed ? LookupExact(a) : owner == kHost ? kHost : kUnknown;
   }
 
   // Whether both pointers lie within the table's address range (QuickLookup's precondition).
@@ -44,10 +44,8 @@ class MemoryMap {
   // The owner of a pointer InTable when the table alone proves it, else `not_proven` (then ask
   // Lookup): no call and one branch, so a caller's hot path needs no stack frame.
   static int QuickLookup(const void* p, int not_proven) {
-    auto a = reinterpret_cast<uintptr_t>(p);
-    uint64_t e = EntryOf(a);
-    if (__builtin_expect(WholeGranule(e), 1)) return static_cast<int>(e & 0x7f);
-    return Covers(e, a) ? static_cast<int>(e & 0x7f) : not_proven;
+    uint64_t e = EntryOf(reinterpret_cast<uintptr_t>(p));
+    return OneDevice(e) ? static_cast<int>(e & 0x7f) : not_proven;
   }
 
   static void ForgetAll();  // tests
@@ -61,18 +59,11 @@ class MemoryMap {
   static constexpr uintptr_t kTopMask = (uintptr_t{1} << (kVaBits - kTopShift)) - 1;
   static constexpr int8_t kMixed = -3;
   static constexpr uint64_t kGranule = uint64_t{1} << kGranuleShift;
-  // An entry: owner in bits 0-7, the span [lo, lo+len) of the granule it covers as lo (bits
-  // 8-29) and len (bits 42-63), so one unsigned comparison checks both ends. Entries that are not
-  // one device's (kHost, kMixed, or 0: nothing known) have len 0, so that comparison fails.
-  static uint64_t Entry(int owner, uint64_t lo, uint64_t hi) {
-    return static_cast<uint8_t>(owner) | (lo << 8) | ((hi - lo) << 42);
-  }
-  // One device covers the whole granule (lo 0, len 2^21): exactly the top bit, a sign test.
-  static bool WholeGranule(uint64_t e) { return static_cast<int64_t>(e) < 0; }
-  static_assert((kGranule << 42) == uint64_t{1} << 63);
-  static bool Covers(uint64_t e, uintptr_t a) {
-    return (a & (kGranule - 1)) - ((e >> 8) & 0x3fffff) < (e >> 42);
-  }
+  // An entry: the owner in bits 0-7 and, when it is one device's, the top bit (a sign test);
+  // kHost and kMixed entries have it clear, and 0 is "nothing known".
+  static uint64_t DeviceEntry(int device) { return static_cast<uint8_t>(device) | uint64_t{1} << 63; }
+  static uint64_t OtherEntry(int8_t what) { return static_cast<uint8_t>(what); }
+  static bool OneDevice(uint64_t e) { return static_cast<int64_t>(e) < 0; }
   struct Leaf {
     std::atomic<uint64_t> entry[size_t{1} << kLeafBits];  // zero: nothing known
   };

@@ -1,5 +1,5 @@
-// The shim's pointer→device map: lock-free granules where one device owns a 2 MiB block (from its
-// first to its last allocation there), the exact ranges where two devices share one.
+// The shim's pointer→device map: lock-free granules where one device owns a 2 MiB block, the exact
+// ranges where two devices share one.
 #include "shim/interpose/memory_map.h"
 
 #include <gtest/gtest.h>
@@ -28,40 +28,40 @@ TEST_F(MemoryMapTest, WholeBlocksAnswerTheirOwner) {
   EXPECT_FALSE(MemoryMap::Remove(At(base)));
 }
 
-TEST_F(MemoryMapTest, PartlyCoveredBlockLeavesItsHostPartsHost) {
-  uintptr_t base = 0x7f0000200000 + 0x1000;  // 1 MiB inside one block, host pages around it
-  MemoryMap::Add(At(base), 1 << 20, 4);
-  EXPECT_EQ(MemoryMap::Lookup(At(base)), 4);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + (1 << 20) - 1)), 4);
-  EXPECT_EQ(MemoryMap::Lookup(At(base - 1)), MemoryMap::kUnknown);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + (1 << 20))), MemoryMap::kUnknown);
-  // A neighbour of another device in the same block.
-  MemoryMap::Add(At(base + (1 << 20)), 4096, 1);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + (1 << 20))), 1);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + 10)), 4);
-}
-
-// Two small allocations of one device with a gap between them: the gap is that device's too (real
-// CUDA carves each device's memory from its own ranges), and the quick lookup proves it without
-// the exact map. Outside the first and last allocation it still knows nothing.
-TEST_F(MemoryMapTest, OneDevicesSmallAllocationsSpanTheirGaps) {
+// One device's allocations make its granule its own, whole: CUDA maps device memory in 2 MiB pages
+// from each device's own reservations, so the rest of the granule is that device's memory the shim
+// did not see allocated, never host memory; the quick lookup proves it without the exact map.
+TEST_F(MemoryMapTest, OneDevicesSmallAllocationsMakeTheirGranuleItsOwn) {
   uintptr_t base = 0x7f0000a00000;
   MemoryMap::Add(At(base + 0x1000), 4096, 6);
   MemoryMap::Add(At(base + 0x9000), 4096, 6);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x5000)), 6);
+  for (uintptr_t off : {uintptr_t{0}, uintptr_t{0xfff}, uintptr_t{0x5000}, uintptr_t{0x9fff}, uintptr_t{0xa000}, kBlock - 1}) {
+    EXPECT_EQ(MemoryMap::Lookup(At(base + off)), 6) << off;
+    EXPECT_EQ(MemoryMap::QuickLookup(At(base + off), -9), 6) << off;
+  }
+  EXPECT_EQ(MemoryMap::Lookup(At(base + kBlock)), MemoryMap::kUnknown);  // the next granule: nothing known
+  EXPECT_EQ(MemoryMap::QuickLookup(At(base - 1), -9), -9);
+  // Freed, the granule knows nothing again.
+  EXPECT_TRUE(MemoryMap::Remove(At(base + 0x1000)));
   EXPECT_EQ(MemoryMap::QuickLookup(At(base + 0x5000), -9), 6);
-  EXPECT_EQ(MemoryMap::QuickLookup(At(base + 0x9fff), -9), 6);
-  EXPECT_EQ(MemoryMap::QuickLookup(At(base + 0xa000), -9), -9);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + 0xa000)), MemoryMap::kUnknown);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + 0xfff)), MemoryMap::kUnknown);
-  // A whole granule answers at once; one shared with a second device is left to the exact map.
+  EXPECT_TRUE(MemoryMap::Remove(At(base + 0x9000)));
+  EXPECT_EQ(MemoryMap::QuickLookup(At(base + 0x5000), -9), -9);
+  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x5000)), MemoryMap::kUnknown);
+}
+
+// A granule shared by two devices is left to the exact map: each allocation answers its own
+// device, a gap between them nothing; the quick lookup says "not proven".
+TEST_F(MemoryMapTest, AGranuleOfTwoDevicesAsksTheExactMap) {
+  uintptr_t base = 0x7f0000200000;
+  MemoryMap::Add(At(base + 0x1000), 1 << 20, 4);
+  MemoryMap::Add(At(base + 0x1000 + (2 << 20) / 2 + 0x10000), 4096, 1);
+  EXPECT_EQ(MemoryMap::QuickLookup(At(base + 0x1000), -9), -9);
+  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x1000 + 10)), 4);
+  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x1000 + (2 << 20) / 2 + 0x10000)), 1);
+  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x1000 + (1 << 20) + 8)), MemoryMap::kUnknown);  // a real gap
+  // A whole granule next to it answers at once.
   MemoryMap::Add(At(base + kBlock), kBlock, 2);
   EXPECT_EQ(MemoryMap::QuickLookup(At(base + kBlock + 12345), -9), 2);
-  MemoryMap::Add(At(base + 0x20000), 4096, 3);
-  EXPECT_EQ(MemoryMap::QuickLookup(At(base + 0x20000), -9), -9);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x20000)), 3);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x1000)), 6);
-  EXPECT_EQ(MemoryMap::Lookup(At(base + 0x5000)), MemoryMap::kUnknown);  // exact map: a real gap
 }
 
 TEST_F(MemoryMapTest, LearningNeverOverridesWhatWasAllocated) {
