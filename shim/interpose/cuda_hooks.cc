@@ -535,7 +535,8 @@ __attribute__((noinline, cold)) void Fasten(Node node, int src, int dst) {
   // Call sites need every copy's stack: the fast path stays shut.
   if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node) || CallSitesEnabled()) return;
   const SampleSpec& s = detail::g_sample;
-  if (s.enabled && TraceWriter::Counter(src, dst, RoutePath(route))->calls < s.first) return;  // still timed here
+  if (s.enabled && __atomic_load_n(&TraceWriter::Counter(src, dst, RoutePath(route))->calls, __ATOMIC_RELAXED) < s.first)
+    return;  // its first K copies are timed here
   g_fast[static_cast<int>(node)][src << 7 | dst].store(FastWord(src, dst, route), std::memory_order_relaxed);
 }
 
