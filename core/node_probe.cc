@@ -380,32 +380,36 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
   return out;
 }
 
+std::string WarningLine(std::string_view host, std::string_view gpu_a, std::string_view gpu_b, int rank_a, int rank_b,
+                        const PairPrediction& p, std::string_view note) {
+  std::string line = "p2ptrace: warning: " + std::string(host) + " " + std::string(gpu_a) + " -> " + std::string(gpu_b);
+  if (rank_a >= 0 && rank_b >= 0) line += " (ranks " + std::to_string(rank_a) + "->" + std::to_string(rank_b) + ")";
+  std::string taken(TransportName(p.transport)), best(TransportName(p.best));
+  if (p.fallback) line += ": " + taken + " instead of " + best;
+  else if (p.init_error) line += ": NCCL init error instead of " + best;
+  else line += ": " + taken + " at risk (slow or hanging) instead of " + best + " at full speed";
+  if (!note.empty()) line += " (" + std::string(note) + ")";
+  if (const CauseHit* head = HeadlineCause(p)) {
+    line += " [" + head->id + "] " + Join(head->evidence, "; ");
+    std::vector<std::string> also;
+    for (const CauseHit& c : p.causes)
+      if (&c != head && c.role != "context") also.push_back(c.id);
+    if (!also.empty()) line += " (also: " + Join(also, ", ") + ")";
+    if (!p.impact.empty()) line += "; " + p.impact;
+    if (const CauseInfo* info = FindCause(head->id)) line += "; fix: " + std::string(info->fix);
+  }
+  return Clean(line);
+}
+
 std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& prediction) {
   std::vector<std::string> lines;
   std::string host = probe.hostname.empty() ? "this node" : probe.hostname;
   for (const PairPrediction& p : prediction.pairs) {
     if (!PairWarns(p)) continue;
-    const CauseHit* head = HeadlineCause(p);
     const ProbedGpu* ga = probe.Gpu(p.a);
     const ProbedGpu* gb = probe.Gpu(p.b);
-    std::string line = "p2ptrace: warning: " + host + " " + GpuLabel(probe, p.a) + " -> " + GpuLabel(probe, p.b);
-    if (ga && gb && ga->rank >= 0 && gb->rank >= 0)
-      line += " (ranks " + std::to_string(ga->rank) + "->" + std::to_string(gb->rank) + ")";
-    std::string taken(TransportName(p.transport)), best(TransportName(p.best));
-    if (p.fallback) line += ": " + taken + " instead of " + best;
-    else if (p.init_error) line += ": NCCL init error instead of " + best;
-    else line += ": " + taken + " at risk (slow or hanging) instead of " + best + " at full speed";
-    if (head) {
-      line += " [" + head->id + "] " + Join(head->evidence, "; ");
-      std::vector<std::string> also;
-      for (const CauseHit& c : p.causes)
-        if (&c != head && c.role != "context") also.push_back(c.id);
-      if (!also.empty()) line += " (also: " + Join(also, ", ") + ")";
-      if (!p.impact.empty()) line += "; " + p.impact;
-      const CauseInfo* info = FindCause(head->id);
-      if (info) line += "; fix: " + std::string(info->fix);
-    }
-    lines.push_back(Clean(line));
+    lines.push_back(WarningLine(host, GpuLabel(probe, p.a), GpuLabel(probe, p.b), ga && gb ? ga->rank : -1,
+                                ga && gb ? gb->rank : -1, p));
   }
   // The all-good line only where there are pairs: a node with one GPU (or none visible) has nothing to say.
   if (lines.empty() && !prediction.pairs.empty())

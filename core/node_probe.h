@@ -148,6 +148,10 @@ bool PairWarns(const PairPrediction& p);
 // [<cause-id>] <evidence>; fix: <fix>` for each pair that warns, in pair order; or the single
 // `p2ptrace: all N GPU pairs on <host> can use NVLink/P2P` line. No trailing newlines.
 std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& prediction);
+// One pair's line, as in WarningLines (ranks left out when either is -1), with `note` in
+// parentheses after the classes when not empty: the one format every warning of a pair uses.
+std::string WarningLine(std::string_view host, std::string_view gpu_a, std::string_view gpu_b, int rank_a, int rank_b,
+                        const PairPrediction& p, std::string_view note = "");
 // The cause a pair's warning names: the most specific of the ones that decided or contributed.
 const CauseHit* HeadlineCause(const PairPrediction& p);
 

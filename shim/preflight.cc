@@ -25,6 +25,20 @@
 namespace p2ptrace::shim {
 namespace {
 
+// A recorded pair as the prediction WarningLine formats (the one warning format, core/node_probe).
+PairPrediction AsPrediction(const PreflightPair& q) {
+  PairPrediction p;
+  p.a = q.a;
+  p.b = q.b;
+  p.link = q.link;
+  p.transport = q.transport;
+  p.best = q.best;
+  p.fallback = q.fallback;
+  p.causes = q.causes;
+  p.impact = q.impact;
+  return p;
+}
+
 std::atomic<int> g_preflight{0};  // 0 not yet, 1 running or done
 std::mutex g_mu;                  // the probe result below, and the copy-route warnings
 NodeProbe* g_probe = nullptr;     // kept for later warnings about the application's copies
@@ -330,10 +344,7 @@ void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
                    " without cudaDeviceEnablePeerAccess, though cudaDeviceCanAccessPeer says " + std::to_string(ab) + "/" +
                    std::to_string(ba);
   q.causes.push_back({"peer-access-not-enabled", "decided", {ev}});
-  const CauseInfo* info = FindCause("peer-access-not-enabled");
-  std::string line = "p2ptrace: warning: " + p.hostname + " GPU" + std::to_string(a) + " -> GPU" + std::to_string(b) +
-                     ": host_staged instead of " + std::string(TransportName(best)) + " [peer-access-not-enabled] " + ev +
-                     (q.impact.empty() ? "" : "; " + q.impact) + "; fix: " + std::string(info ? info->fix : "");
+  std::string line = WarningLine(p.hostname, "GPU" + std::to_string(a), "GPU" + std::to_string(b), -1, -1, AsPrediction(q));
   block.pairs.push_back(std::move(q));
   block.warnings.push_back(line);
   if (ShouldPrint(p, "copy-" + std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b)))) WriteStderr(line);
@@ -439,14 +450,10 @@ void PreflightObserveNccl(const Connection& c) {
     }
   }
   if (q.causes.empty()) q.causes.push_back({"unknown", "decided", {observed, "checked: the node probes and NCCL_* as the process sees them now"}});
-  const CauseHit& head = q.causes.front();
-  const CauseInfo* info = FindCause(head.id);
-  std::string ev = Join(head.evidence, "; ");
-  std::string line = "p2ptrace: warning: " + p.hostname + " GPU" + std::to_string(q.a) + " -> GPU" + std::to_string(q.b) +
-                     " (ranks " + std::to_string(c.src_rank) + "->" + std::to_string(c.dst_rank) + "): " +
-                     std::string(TransportName(q.transport)) + " instead of " + std::string(TransportName(was->transport)) +
-                     " (observed after the first NCCL operation) [" + head.id + "] " + ev +
-                     (q.impact.empty() ? "" : "; " + q.impact) + "; fix: " + std::string(info ? info->fix : "");
+  PairPrediction shown = AsPrediction(q);
+  shown.best = was->transport;  // the line compares with what the job start predicted
+  std::string line = WarningLine(p.hostname, "GPU" + std::to_string(q.a), "GPU" + std::to_string(q.b), c.src_rank,
+                                 c.dst_rank, shown, "observed after the first NCCL operation");
   PreflightBlock block;
   block.host = p.hostname;
   block.boot_id = p.boot_id;
