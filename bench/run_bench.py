@@ -197,8 +197,9 @@ def timed_copies(trace_dir):
 FN_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*)$")
 
 
-def self_costs(path, inclusive=False):
-    """Ir per function, self or inclusive (inlined code of other files folded into its function)."""
+def self_costs(path, inclusive=False, keep_file=False):
+    """Ir per function, self or inclusive (inlined code of other files folded into its function);
+    keep_file: name them "file:function" (the NCCL wrapper and the simulated NCCL share a name)."""
     p = subprocess.run([args_global.annotate, "--auto=no", "--threshold=100",
                         "--inclusive=" + ("yes" if inclusive else "no"), path],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -211,7 +212,8 @@ def self_costs(path, inclusive=False):
         if not m:
             continue
         name = re.sub(r"\s+\[[^\]]*\]$", "", m.group(2))
-        name = re.sub(r"^[^:]*:(?!:)", "", name, count=1)  # drop "file:"
+        if not keep_file:
+            name = re.sub(r"^[^:]*:(?!:)", "", name, count=1)  # drop "file:"
         v = int(m.group(1).replace(",", ""))
         # Self costs of a function's fragments (its inlined code from other files) add up; each
         # fragment's inclusive cost is already the function's whole.
@@ -367,22 +369,6 @@ def nccl_env(args, mode, trace_dir):
     return env
 
 
-def nccl_inclusive(path):
-    """Inclusive Ir per "file:function" (the wrapper and the simulated NCCL share the name)."""
-    p = subprocess.run([args_global.annotate, "--auto=no", "--threshold=100", "--inclusive=yes", path],
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    costs, started = {}, False
-    for line in p.stdout.splitlines():
-        if "file:function" in line:
-            started = True
-            continue
-        m = FN_LINE.match(line) if started else None
-        if m:
-            name = re.sub(r"\s+\[[^\]]*\]$", "", m.group(2))
-            costs[name] = max(costs.get(name, 0), int(m.group(1).replace(",", "")))
-    return costs
-
-
 def nccl_bench(args, tmp):
     binary = os.path.join(os.path.abspath(args.build_dir), "bench", "nccl_overhead")
     if not os.path.exists(binary):
@@ -412,7 +398,7 @@ def nccl_bench(args, tmp):
         s = (ir["shim", kind, N_LARGE] - ir["shim", kind, N_SMALL]) / d
         own = ""
         if args.annotate:
-            inc = {n: nccl_inclusive(files["shim", kind, n]) for n in (N_SMALL, N_LARGE)}
+            inc = {n: self_costs(files["shim", kind, n], inclusive=True, keep_file=True) for n in (N_SMALL, N_LARGE)}
             fn = NCCL_WRAPPED[kind]
             per = lambda name: (inc[N_LARGE].get(name, 0) - inc[N_SMALL].get(name, 0)) / d
             wrapper = [k for k in inc[N_LARGE] if k.endswith("nccl_wrappers.cc:" + fn)]

@@ -269,7 +269,7 @@ __attribute__((always_inline)) inline ncclResult_t Op(uint8_t api, ncclComm_t co
   if (__builtin_expect(detail::g_sample.enabled || t_group_depth > 0 || !TraceWriter::IsOpen() || CallSitesEnabled(), 0))
     return SlowOp(api, comm, stream, bytes, peer, real, args...);
   ncclResult_t r = real(args...);
-  RecordOp(api, comm, stream, bytes, peer, r, 0, TraceWriter::NextSeq());
+  RecordOp(api, comm, stream, bytes, peer, r, 0, 0);  // untimed: no seq (only a TIMING record needs one)
   return r;
 }
 
