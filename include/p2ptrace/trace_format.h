@@ -23,8 +23,8 @@
  * NCCL operation's `site` (formerly reserved, so 0 in older files), and TEXT blocks of kind
  * P2PTRACE_TEXT_CALL_SITE that describe each site once per file.
  * Also in 2: copy records written by the shim's fast path carry CPU ticks for a time
- * (P2PTRACE_COPY_TICKS) and seq 0 (only a timed copy needs a seq); CLOCK records and the header's
- * *_ticks fields convert them. */
+ * (P2PTRACE_COPY_TICKS), converted with CLOCK records and the header's *_ticks fields; untimed
+ * copies and NCCL operations carry seq 0 (only a timed one needs a seq). */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -143,7 +143,8 @@ enum p2ptrace_record_type {
 typedef struct p2ptrace_record_header {
   uint16_t type; /* p2ptrace_record_type */
   uint16_t size; /* of the whole record, a multiple of 8 */
-  uint32_t seq;  /* per process, in call order per thread */
+  uint32_t seq;  /* per process from 1, in call order per thread; minor 2: 0 on an untimed copy or
+                    NCCL operation (only a timed one needs a seq: its TIMING record's key) */
   uint64_t time_ns; /* CLOCK_MONOTONIC when recorded (a call's: when it returned); see P2PTRACE_COPY_TICKS */
 } p2ptrace_record_header;
 
