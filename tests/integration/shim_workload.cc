@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "shim/interpose/cuda_functions.h"  // declares the _ptds/_ptsz entry points
+#include "tests/support/cuda_check.h"
 
 namespace {
 
@@ -378,22 +379,7 @@ int Script() {
 
 // --- helpers for the trace workloads --------------------------------------------------------------
 
-#define CHECK(call)                                                                                       \
-  do {                                                                                                    \
-    cudaError_t e_ = (call);                                                                              \
-    if (e_ != cudaSuccess) {                                                                              \
-      std::fprintf(stderr, "shim_workload: %s failed: %d (%s) at line %d\n", #call, static_cast<int>(e_), \
-                   cudaGetErrorName(e_), __LINE__);                                                       \
-      std::exit(2);                                                                                       \
-    }                                                                                                     \
-  } while (0)
-
-void* Alloc(int device, size_t bytes) {
-  void* p = nullptr;
-  CHECK(cudaSetDevice(device));
-  CHECK(cudaMalloc(&p, bytes));
-  return p;
-}
+using p2ptrace::test::AllocOn;
 
 // `pairs`: known pairs on demo-8gpu (0-3 and 4-7 are NVLink islands; cross-island pairs cannot peer).
 //   0->1  direct (peer access enabled 0->1): 3 x 1 MiB cudaMemcpyPeer + 1 x 64 MiB   = 4 calls, 67 MiB
@@ -401,25 +387,25 @@ void* Alloc(int device, size_t bytes) {
 //   2->3  host-staged (capable, never enabled): 1 x 2 MiB cudaMemcpy(cudaMemcpyDefault)
 //   0->0  same device: 5 x 1 MiB cudaMemcpyAsync D2D (counted, not a pair)
 int Pairs() {
-  void* src0 = Alloc(0, 64 * MiB);
-  void* other0 = Alloc(0, MiB);
-  void* dst1 = Alloc(1, 64 * MiB);
-  void* buf2 = Alloc(2, 2 * MiB);
-  void* buf3 = Alloc(3, 2 * MiB);
-  void* dst4 = Alloc(4, 64 * MiB);
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaDeviceEnablePeerAccess(1, 0));
-  for (int i = 0; i < 3; ++i) CHECK(cudaMemcpyPeer(dst1, 1, src0, 0, MiB));
+  void* src0 = AllocOn(0, 64 * MiB);
+  void* other0 = AllocOn(0, MiB);
+  void* dst1 = AllocOn(1, 64 * MiB);
+  void* buf2 = AllocOn(2, 2 * MiB);
+  void* buf3 = AllocOn(3, 2 * MiB);
+  void* dst4 = AllocOn(4, 64 * MiB);
+  P2PTRACE_CHECK(cudaSetDevice(0));
+  P2PTRACE_CHECK(cudaDeviceEnablePeerAccess(1, 0));
+  for (int i = 0; i < 3; ++i) P2PTRACE_CHECK(cudaMemcpyPeer(dst1, 1, src0, 0, MiB));
   cudaStream_t s;
-  CHECK(cudaStreamCreate(&s));
-  for (int i = 0; i < 2; ++i) CHECK(cudaMemcpyPeerAsync(dst4, 4, src0, 0, 4 * MiB, s));
-  CHECK(cudaMemcpy(buf3, buf2, 2 * MiB, cudaMemcpyDefault));
-  for (int i = 0; i < 5; ++i) CHECK(cudaMemcpyAsync(other0, src0, MiB, cudaMemcpyDeviceToDevice, s));
-  CHECK(cudaMemcpyPeer(dst1, 1, src0, 0, 64 * MiB));
-  CHECK(cudaMemcpyPeer(dst4, 4, src0, 0, 64 * MiB));
-  CHECK(cudaStreamSynchronize(s));
-  CHECK(cudaDeviceSynchronize());
-  CHECK(cudaStreamDestroy(s));
+  P2PTRACE_CHECK(cudaStreamCreate(&s));
+  for (int i = 0; i < 2; ++i) P2PTRACE_CHECK(cudaMemcpyPeerAsync(dst4, 4, src0, 0, 4 * MiB, s));
+  P2PTRACE_CHECK(cudaMemcpy(buf3, buf2, 2 * MiB, cudaMemcpyDefault));
+  for (int i = 0; i < 5; ++i) P2PTRACE_CHECK(cudaMemcpyAsync(other0, src0, MiB, cudaMemcpyDeviceToDevice, s));
+  P2PTRACE_CHECK(cudaMemcpyPeer(dst1, 1, src0, 0, 64 * MiB));
+  P2PTRACE_CHECK(cudaMemcpyPeer(dst4, 4, src0, 0, 64 * MiB));
+  P2PTRACE_CHECK(cudaStreamSynchronize(s));
+  P2PTRACE_CHECK(cudaDeviceSynchronize());
+  P2PTRACE_CHECK(cudaStreamDestroy(s));
   std::printf("pairs done pid=%d\n", static_cast<int>(getpid()));
   return 0;
 }
@@ -428,7 +414,7 @@ int Pairs() {
 // wherever the host memory lies — also in the same aligned 2 MiB block as a device allocation, when
 // the runtime leaves free pages there: those are mapped as anonymous host memory.
 int HostCopies() {
-  void* dev4 = Alloc(4, MiB);
+  void* dev4 = AllocOn(4, MiB);
   auto d = reinterpret_cast<uintptr_t>(dev4);
   uintptr_t block = d & ~((uintptr_t{1} << 21) - 1);
   // Every free page of the block becomes host memory (so no later allocation lands there either).
@@ -448,12 +434,12 @@ int HostCopies() {
   static char fallback[4 * KiB];
   if (host == nullptr) host = fallback;
   std::memset(host, 5, 4 * KiB);
-  void* dev1 = Alloc(1, MiB);
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaMemcpy(dev1, host, 4 * KiB, cudaMemcpyDefault));  // host -> device 1
-  CHECK(cudaMemcpy(host, dev1, 4 * KiB, cudaMemcpyDefault));  // device 1 -> host
-  CHECK(cudaMemcpy(dev4, host, 4 * KiB, cudaMemcpyDefault));  // host -> device 4
-  CHECK(cudaDeviceSynchronize());
+  void* dev1 = AllocOn(1, MiB);
+  P2PTRACE_CHECK(cudaSetDevice(0));
+  P2PTRACE_CHECK(cudaMemcpy(dev1, host, 4 * KiB, cudaMemcpyDefault));  // host -> device 1
+  P2PTRACE_CHECK(cudaMemcpy(host, dev1, 4 * KiB, cudaMemcpyDefault));  // device 1 -> host
+  P2PTRACE_CHECK(cudaMemcpy(dev4, host, 4 * KiB, cudaMemcpyDefault));  // host -> device 4
+  P2PTRACE_CHECK(cudaDeviceSynchronize());
   std::printf("hostcopies done\n");
   return 0;
 }
@@ -464,14 +450,14 @@ struct PeerBuffers {
   void* dst1;
 };
 PeerBuffers SetUpPeer01(size_t dst_bytes = 4 * KiB) {
-  PeerBuffers b{Alloc(0, 4 * KiB), Alloc(1, dst_bytes)};
-  CHECK(cudaSetDevice(0));
-  CHECK(cudaDeviceEnablePeerAccess(1, 0));
+  PeerBuffers b{AllocOn(0, 4 * KiB), AllocOn(1, dst_bytes)};
+  P2PTRACE_CHECK(cudaSetDevice(0));
+  P2PTRACE_CHECK(cudaDeviceEnablePeerAccess(1, 0));
   return b;
 }
 
 void Copies01(const PeerBuffers& b, int n) {
-  for (int i = 0; i < n; ++i) CHECK(cudaMemcpyPeer(b.dst1, 1, b.src0, 0, 4 * KiB));
+  for (int i = 0; i < n; ++i) P2PTRACE_CHECK(cudaMemcpyPeer(b.dst1, 1, b.src0, 0, 4 * KiB));
 }
 
 int Crash(int n, const std::string& how) {
@@ -533,13 +519,13 @@ int Threads(int threads, int copies) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&b, t, copies] {
-      CHECK(cudaSetDevice(0));
+      P2PTRACE_CHECK(cudaSetDevice(0));
       cudaStream_t s;
-      CHECK(cudaStreamCreate(&s));
+      P2PTRACE_CHECK(cudaStreamCreate(&s));
       void* dst = static_cast<char*>(b.dst1) + static_cast<size_t>(t) * 4 * KiB;
-      for (int i = 0; i < copies; ++i) CHECK(cudaMemcpyPeerAsync(dst, 1, b.src0, 0, 4 * KiB, s));
-      CHECK(cudaStreamSynchronize(s));
-      CHECK(cudaStreamDestroy(s));
+      for (int i = 0; i < copies; ++i) P2PTRACE_CHECK(cudaMemcpyPeerAsync(dst, 1, b.src0, 0, 4 * KiB, s));
+      P2PTRACE_CHECK(cudaStreamSynchronize(s));
+      P2PTRACE_CHECK(cudaStreamDestroy(s));
     });
   }
   for (std::thread& t : pool) t.join();

@@ -9,45 +9,33 @@
 #include <deque>
 #include <string>
 
+#include "tests/support/cuda_check.h"
+
 namespace {
 
-#define CHECK(call)                                                                       \
-  do {                                                                                    \
-    cudaError_t e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s -> %d\n", __FILE__, __LINE__, #call, static_cast<int>(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-void* Alloc(int device, size_t bytes) {
-  void* p = nullptr;
-  CHECK(cudaSetDevice(device));
-  CHECK(cudaMalloc(&p, bytes));
-  return p;
-}
+using p2ptrace::test::AllocOn;
 
 int Churn(int rounds) {
   constexpr size_t kBytes = 4096;
-  void* src[2] = {Alloc(0, kBytes), Alloc(2, kBytes)};
-  void* dst[2] = {Alloc(1, kBytes), Alloc(3, kBytes)};
+  void* src[2] = {AllocOn(0, kBytes), AllocOn(2, kBytes)};
+  void* dst[2] = {AllocOn(1, kBytes), AllocOn(3, kBytes)};
   std::deque<cudaStream_t> live;
   for (int i = 0; i < rounds; ++i) {
     int side = i % 2, device = side * 2;
-    CHECK(cudaSetDevice(device));
+    P2PTRACE_CHECK(cudaSetDevice(device));
     cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    P2PTRACE_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     live.push_back(s);
-    CHECK(cudaMemcpyPeerAsync(dst[side], device + 1, src[side], device, kBytes, s));
+    P2PTRACE_CHECK(cudaMemcpyPeerAsync(dst[side], device + 1, src[side], device, kBytes, s));
     if (live.size() > 8) {
-      CHECK(cudaStreamSynchronize(live.front()));
-      CHECK(cudaStreamDestroy(live.front()));
+      P2PTRACE_CHECK(cudaStreamSynchronize(live.front()));
+      P2PTRACE_CHECK(cudaStreamDestroy(live.front()));
       live.pop_front();
     }
   }
   for (cudaStream_t s : live) {
-    CHECK(cudaStreamSynchronize(s));
-    CHECK(cudaStreamDestroy(s));
+    P2PTRACE_CHECK(cudaStreamSynchronize(s));
+    P2PTRACE_CHECK(cudaStreamDestroy(s));
   }
   std::printf("churn %d done\n", rounds);
   return 0;
