@@ -97,7 +97,8 @@ TEST_F(PeerCopyTraced, TextReportShowsTheMatrixAndTheFindings) {
 
 TEST_F(PeerCopyTraced, DumpPrintsHeaderCountersAndRecordsAsJsonLines) {
   std::string file;
-  for (const auto& e : std::filesystem::directory_iterator(dir_)) file = e.path().string();
+  for (const auto& e : std::filesystem::directory_iterator(dir_))  // the trace, not a marker file beside it
+    if (e.path().extension() == ".p2ptrace") file = e.path().string();
   ASSERT_FALSE(file.empty());
   RunResult r = RunProgram({P2PTRACE_CLI, "dump", file, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
