@@ -271,21 +271,20 @@ json RenderDiffJson(const DiffResult& d) {
   return j;
 }
 
-int RunDiff(const std::string& a, const std::string& b, bool as_json, std::ostream& out, std::ostream& err) {
+int RunDiff(const std::string& a, const std::string& b, bool as_json, std::ostream& out, std::ostream& err,
+            bool err_is_tty) {
   Report reports[2];
   const std::string* paths[2] = {&a, &b};
+  StreamOptions options;
+  options.started = std::chrono::steady_clock::now();  // progress once both reads together take a second
   for (int i = 0; i < 2; ++i) {
-    auto loaded = LoadTraces(*paths[i]);
-    if (!loaded.ok()) {
-      err << "p2ptrace diff: " << loaded.status().message() << "\n";
+    // Streamed as `report` reads: one file's records at a time, so two runs cost two reports' pairs.
+    absl::StatusOr<Report> rep = LoadReport(*paths[i], err, err_is_tty, options);
+    if (!rep.ok()) {
+      err << "p2ptrace diff: " << rep.status().message() << "\n";
       return 2;
     }
-    PrintLoadProblems(*loaded, err);
-    if (loaded->traces.empty()) {
-      err << "p2ptrace diff: no usable trace in " << *paths[i] << "\n";
-      return 2;
-    }
-    reports[i] = BuildReport(*paths[i], *loaded);
+    reports[i] = std::move(*rep);
   }
   DiffResult d = DiffReports(reports[0], reports[1]);
   if (as_json) out << RenderDiffJson(d).dump(2) << "\n";

@@ -28,40 +28,23 @@ std::string Quote(const std::string& s) { return json(s).dump(); }
 
 // This process's communicators: its ncclComm_t value -> the job-wide identity of the communicator
 // and this process's rank in it.
-struct CommView {
-  uint64_t hash = 0;
-  int rank = -1, nranks = 0, device = -1;
-};
-std::map<uint64_t, CommView> CommsOf(const Trace& t) {
-  std::map<uint64_t, CommView> comms;
-  for (const TraceRecord& r : t.records)
-    if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body); c && c->comm && c->result == 0 && c->rank >= 0)
-      comms[c->comm] = CommView{c->id_hash, c->rank, c->nranks, c->cuda_device};
-  return comms;
-}
-
-// seq -> measured duration: TIMING records name the seq of the copy or operation they time.
-std::unordered_map<uint32_t, uint64_t> TimingsOf(const Trace& t) {
-  std::unordered_map<uint32_t, uint64_t> timed;
-  for (const TraceRecord& r : t.records)
-    if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body)) timed[tr->h.seq] = tr->duration_ns;
-  return timed;
+using CommView = ExportCounts::CommView;
+void AddComm(const TraceRecord& r, std::map<uint64_t, CommView>* comms) {
+  if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body); c && c->comm && c->result == 0 && c->rank >= 0)
+    (*comms)[c->comm] = CommView{c->id_hash, c->rank, c->nranks, c->cuda_device};
 }
 
 // A send/recv direction of one communicator: (comm hash, sending rank, receiving rank).
 using Link = std::tuple<uint64_t, int, int>;
-struct LinkOps {
-  uint64_t sends = 0, recvs = 0;  // the k-th send pairs with the k-th recv
-  uint64_t first_flow_id = 0;
-};
+using LinkOps = ExportCounts::LinkOps;
 
 // GPU index on a host: the PCI order of every bus id the host's traces saw (as the report does).
 class GpuIndex {
  public:
-  explicit GpuIndex(const LoadedTraces& loaded) {
-    for (const Trace& t : loaded.traces)
-      for (int d = 0; d < std::min(t.header.device_count, P2PTRACE_MAX_DEVICES); ++d)
-        if (!t.BusId(d).empty()) buses_[t.Host()].insert(t.BusId(d));
+  explicit GpuIndex(const Report& report) {
+    for (const ProcessInfo& p : report.processes)
+      for (const std::string& bus : p.bus_ids)
+        if (!bus.empty()) buses_[p.host].insert(bus);
   }
   int operator()(const Trace& t, int device) const {
     auto h = buses_.find(t.Host());
@@ -94,35 +77,50 @@ std::string Us(double us) { return fmt::format("{:.3f}", us); }
 
 }  // namespace
 
-ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, const ExportOptions& options,
-                          std::ostream& out) {
-  ExportStats stats;
-  GpuIndex gpu_index(loaded);
-  // Pass 1, counts only: events that get a slice (for the sampling stride), and each send/recv
-  // direction's calls (flows join the k-th send to the k-th recv).
-  std::map<Link, LinkOps> links;
-  uint64_t t0 = UINT64_MAX;
-  for (const Trace& t : loaded.traces) {
-    t0 = std::min(t0, t.header.start_realtime_ns);
-    auto comms = CommsOf(t);
-    auto timed = TimingsOf(t);
-    for (const TraceRecord& r : t.records) {
-      if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
-        stats.events += c->result == 0 && timed.count(c->h.seq);
-        continue;
-      }
-      const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
-      if (o == nullptr || o->result != 0) continue;
-      ++stats.events;  // every NCCL call has a slice: a zero-length one when it was not timed
-      if (o->api != P2PTRACE_NCCL_Send && o->api != P2PTRACE_NCCL_Recv) continue;
-      auto c = comms.find(o->comm);
-      if (c == comms.end()) continue;
-      bool send = o->api == P2PTRACE_NCCL_Send;
-      LinkOps& l = links[send ? Link{c->second.hash, c->second.rank, o->peer} : Link{c->second.hash, o->peer, c->second.rank}];
-      ++(send ? l.sends : l.recvs);
-    }
+// Pass 1, counts only, riding on the report's read (StreamOptions hooks): events that get a slice
+// (for the sampling stride), and each send/recv direction's calls (flows join the k-th send to the
+// k-th recv). Per file it holds the timed copies' seqs; over the job, one entry per direction.
+void ExportCounts::Add(const TraceRecord& r) {
+  AddComm(r, &file_comms_);
+  if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
+    if (c->result == 0) copy_seqs_.push_back(c->h.seq);
+  } else if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body)) {
+    timed_seqs_.push_back(tr->h.seq);
+  } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body); o && o->result == 0) {
+    ++events;  // every NCCL call has a slice: a zero-length one when it was not timed
+    if (o->api == P2PTRACE_NCCL_Send || o->api == P2PTRACE_NCCL_Recv) ++file_p2p_[{o->comm, o->api, o->peer}];
   }
-  if (t0 == UINT64_MAX) t0 = 0;
+}
+
+void ExportCounts::EndTrace(const Trace& t) {
+  t0 = std::min(t0, t.header.start_realtime_ns);
+  std::sort(timed_seqs_.begin(), timed_seqs_.end());
+  for (uint32_t seq : copy_seqs_) events += std::binary_search(timed_seqs_.begin(), timed_seqs_.end(), seq);
+  for (const auto& [k, n] : file_p2p_) {
+    const auto& [comm, api, peer] = k;
+    auto c = file_comms_.find(comm);
+    if (c == file_comms_.end()) continue;
+    bool send = api == P2PTRACE_NCCL_Send;
+    LinkOps& l = links[send ? Link{c->second.hash, c->second.rank, peer} : Link{c->second.hash, peer, c->second.rank}];
+    (send ? l.sends : l.recvs) += n;
+  }
+  Abandon();
+}
+
+void ExportCounts::Abandon() {
+  file_comms_.clear();
+  file_p2p_.clear();
+  std::vector<uint32_t>().swap(copy_seqs_);
+  std::vector<uint32_t>().swap(timed_seqs_);
+}
+
+ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const ExportOptions& options, std::ostream& out,
+                          std::ostream& err, const std::function<void(size_t, size_t)>& progress) {
+  ExportStats stats;
+  GpuIndex gpu_index(report);
+  stats.events = counts.events;
+  std::map<Link, LinkOps>& links = counts.links;
+  uint64_t t0 = counts.t0 == UINT64_MAX ? 0 : counts.t0;
   uint64_t next_flow = 1;
   for (auto& [k, l] : links) {
     l.first_flow_id = next_flow;
@@ -148,7 +146,7 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
   w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":1,"ts":0,"cat":"p2ptrace.meta","name":"job summary","args":{}}})",
                       kJobPid,
                       json{{"processes", report.processes.size()}, {"hosts", hosts.size()},
-                           {"skipped_files", loaded.problems.size()}, {"partly_read_files", loaded.partial.size()},
+                           {"skipped_files", report.problems.size()}, {"partly_read_files", report.partial.size()},
                            {"events", stats.events}, {"kept_every", stats.stride}}
                           .dump()));
   int64_t tid = 2;
@@ -183,17 +181,28 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
                         kJobPid, tid, Quote(f.severity + " [" + f.id + "]"), args.dump()));
   }
 
-  // Pass 2, one process at a time: its name, its tracks, its slices.
+  // Pass 2, one process at a time, its file read again (twice: its communicators and timings
+  // first, then its records in order): its name, its tracks, its slices. Memory: one file's timings.
   std::set<int64_t> pids;
   uint64_t slice_id = 0;
-  for (size_t index = 0; index < loaded.traces.size(); ++index) {
-    const Trace& t = loaded.traces[index];
+  for (size_t index = 0; index < report.processes.size(); ++index) {
+    if (progress) progress(index, report.processes.size());
+    const std::string& file = report.processes[index].file;
+    std::map<uint64_t, CommView> comms;
+    std::unordered_map<uint32_t, uint64_t> timed;  // seq -> measured duration (TIMING records)
+    Expected<Trace> first = ReadTrace(file, {}, [&](const TraceRecord& r) {
+      AddComm(r, &comms);
+      if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body)) timed[tr->h.seq] = tr->duration_ns;
+    });
+    if (!first.ok()) {  // read a moment ago: removed or replaced since
+      err << "p2ptrace export: skipped " << first.error().message << " (on the second read)\n";
+      continue;
+    }
+    const Trace& t = *first;
     const p2ptrace_file_header& h = t.header;
     int64_t pid = h.rank >= 0 ? h.rank + 1 : 0;
     if (pid == 0 || !pids.insert(pid).second) pid = 1000000 + static_cast<int64_t>(index);  // unranked, or a fork
     pids.insert(pid);
-    auto comms = CommsOf(t);
-    auto timed = TimingsOf(t);
     std::string gpu;
     if (!comms.empty() && comms.begin()->second.device >= 0) gpu = fmt::format(" GPU{}", gpu_index(t, comms.begin()->second.device));
     else if (h.device_count == 1) gpu = fmt::format(" GPU{}", gpu_index(t, 0));
@@ -230,14 +239,23 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
       ++stats.counters;
     };
     std::map<Link, uint64_t> ordinal;  // sends/recvs seen so far per direction
-    for (const TraceRecord& r : t.records) {
+    using Track = std::pair<int64_t, uint64_t>;
+    std::map<std::tuple<int, int, int>, std::pair<std::string, Track*>> copy_tracks;  // (src, dst, path)
+    std::map<std::tuple<int, uint64_t, int, int>, std::pair<std::string, Track*>> nccl_tracks;  // (api|-1, comm, link)
+    auto emit = [&](const TraceRecord& r) {
       if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
         auto d = timed.find(c->h.seq);
-        if (d == timed.end() || c->result != 0 || c->src_device < 0 || c->dst_device < 0) continue;
-        std::string label = fmt::format("GPU{} -> GPU{} {}", gpu_index(t, c->src_device), gpu_index(t, c->dst_device),
-                                        TransportName(c->transport));
-        auto& [on, seen] = track(label);
-        if (seen++ % stats.stride != 0) continue;
+        if (d == timed.end() || c->result != 0 || c->src_device < 0 || c->dst_device < 0) return;
+        // A label per (devices, path), formatted once per file: most records are thinned away.
+        auto [cached, added] = copy_tracks.try_emplace({c->src_device, c->dst_device, c->transport});
+        if (added) {
+          cached->second.first = fmt::format("GPU{} -> GPU{} {}", gpu_index(t, c->src_device),
+                                             gpu_index(t, c->dst_device), TransportName(c->transport));
+          cached->second.second = &track(cached->second.first);
+        }
+        const std::string& label = cached->second.first;
+        auto& [on, seen] = *cached->second.second;
+        if (seen++ % stats.stride != 0) return;
         double begin = us(c->h.time_ns), end = us(c->h.time_ns + d->second);
         double gbps = d->second ? static_cast<double>(c->bytes) / static_cast<double>(d->second) : 0;
         slice(label, on, "p2ptrace.copy", begin, end,
@@ -247,7 +265,7 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
         counter(label, on, begin, gbps);
         counter(label, on, end, 0);
       } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
-        if (o->result != 0) continue;
+        if (o->result != 0) return;
         auto cv = comms.find(o->comm);
         CommView comm = cv != comms.end() ? cv->second : CommView{};
         bool send = o->api == P2PTRACE_NCCL_Send, recv = o->api == P2PTRACE_NCCL_Recv;
@@ -256,13 +274,21 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
         if ((send || recv) && cv != comms.end()) k = ordinal[link]++;
         auto d = timed.find(o->h.seq);
         uint64_t duration = d == timed.end() ? 0 : d->second;  // calls inside a group are not timed
-        std::string label = send || recv ? fmt::format("NCCL rank {} -> rank {}", std::get<1>(link), std::get<2>(link))
-                                         : fmt::format("NCCL {} comm {:08x}", NcclApiName(o->api), comm.hash >> 32);
-        auto& [on, seen] = track(label);
+        auto [cached, added] = nccl_tracks.try_emplace(
+            send || recv ? std::make_tuple(-1, comm.hash, std::get<1>(link), std::get<2>(link))
+                         : std::make_tuple(int{o->api}, comm.hash, 0, 0));
+        if (added) {
+          cached->second.first = send || recv
+                                     ? fmt::format("NCCL rank {} -> rank {}", std::get<1>(link), std::get<2>(link))
+                                     : fmt::format("NCCL {} comm {:08x}", NcclApiName(o->api), comm.hash >> 32);
+          cached->second.second = &track(cached->second.first);
+        }
+        const std::string& label = cached->second.first;
+        auto& [on, seen] = *cached->second.second;
         // Sends and recvs sample by their ordinal, the same on both ends; the rest by track order.
         if ((send || recv ? k : seen) % stats.stride != 0) {
           ++seen;
-          continue;
+          return;
         }
         ++seen;
         std::string flow;
@@ -285,38 +311,48 @@ ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, cons
           counter(label, on, end, 0);
         }
       }
-    }
+    };
+    if (Expected<Trace> again = ReadTrace(file, {}, emit); !again.ok())
+      err << "p2ptrace export: partly written " << again.error().message << " (on the second read)\n";
   }
+  if (progress) progress(report.processes.size(), report.processes.size());
   out << "\n]}\n";
   return stats;
 }
 
-int RunExport(const std::string& dir, const std::string& out_file, const ExportOptions& options, std::ostream& err) {
-  auto loaded = LoadTraces(dir);
-  if (!loaded.ok()) {
-    err << "p2ptrace export: " << loaded.status().message() << "\n";
+int RunExport(const std::string& dir, const std::string& out_file, const ExportOptions& options, std::ostream& err,
+              bool err_is_tty) {
+  // The report and pass 1's counts in one read of every file; records are folded, never kept.
+  ExportCounts counts;
+  StreamOptions hooks;
+  hooks.started = std::chrono::steady_clock::now();
+  hooks.on_record = [&](const TraceRecord& r) { counts.Add(r); };
+  hooks.on_trace = [&](const Trace& t) { counts.EndTrace(t); };
+  hooks.on_abandon = [&] { counts.Abandon(); };
+  absl::StatusOr<Report> report = LoadReport(dir, err, err_is_tty, hooks);
+  if (!report.ok()) {
+    err << "p2ptrace export: " << report.status().message() << "\n";
     return 2;
   }
-  PrintLoadProblems(*loaded, err);
-  if (loaded->traces.empty()) {
-    err << "p2ptrace export: no usable trace in " << dir << "\n";
-    return 2;
-  }
-  Report report = BuildReport(dir, *loaded);
   std::ofstream out(out_file, std::ios::binary | std::ios::trunc);
   if (!out) {
     err << "p2ptrace export: " << out_file << ": cannot write: " << std::strerror(errno) << "\n";
     return 2;
   }
-  ExportStats stats = WritePerfetto(report, *loaded, options, out);
+  ExportStats stats;
+  {
+    ProgressLine progress(err, err_is_tty, "writing the timeline of", hooks.started);
+    stats = WritePerfetto(*report, counts, options, out, err,
+                          [&](size_t done, size_t total) { progress.Update(done, total, "processes"); });
+  }
   out.close();
   if (!out) {
     err << "p2ptrace export: " << out_file << ": write failed: " << std::strerror(errno) << "\n";
     return 2;
   }
-  err << fmt::format("p2ptrace export: {} process{}, {} slices, {} flows, {} counter samples -> {}{}\n",
-                     loaded->traces.size(), loaded->traces.size() == 1 ? "" : "es", stats.slices, stats.flows,
-                     stats.counters, out_file,
+  size_t n = report->processes.size();
+  err << fmt::format("p2ptrace export: {} process{}, {} slices, {} flows, {} counter samples -> {}{}\n", n,
+                     n == 1 ? "" : "es", stats.slices, stats.flows, stats.counters, out_file,
                      stats.stride > 1 ? fmt::format(" (every {}th of {} events: --max-slices)", stats.stride,
                                                     stats.events)
                                       : "");

@@ -8,6 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <tuple>
+#include <vector>
 #include <ostream>
 #include <string>
 
@@ -28,10 +32,43 @@ struct ExportStats {
   uint64_t stride = 1;  // 1: every timed event has its slice
 };
 
-// The `export` command: loads DIR, writes OUT; exit 0, or 2 with one line per problem on `err`.
-int RunExport(const std::string& dir, const std::string& out_file, const ExportOptions& options, std::ostream& err);
+// Pass 1 of the export: what it must know of every file before writing any slice (how many
+// events, for the stride; each send/recv direction's calls, for the flows; the first start).
+// Fed one trace at a time, as the report reads it (StreamOptions' hooks); memory is one file's
+// timed copies plus one entry per send/recv direction.
+class ExportCounts {
+ public:
+  void Add(const TraceRecord& record);
+  void EndTrace(const Trace& trace);
+  void Abandon();  // the file being read failed half-way: forget it
 
-ExportStats WritePerfetto(const Report& report, const LoadedTraces& loaded, const ExportOptions& options,
-                          std::ostream& out);
+  uint64_t events = 0;  // timed copies and NCCL calls (as ExportStats::events)
+  uint64_t t0 = UINT64_MAX;  // the first process's start, wall clock
+  struct LinkOps {
+    uint64_t sends = 0, recvs = 0;  // the k-th send pairs with the k-th recv
+    uint64_t first_flow_id = 0;
+  };
+  std::map<std::tuple<uint64_t, int, int>, LinkOps> links;  // (comm hash, sender, receiver)
+
+  // A process's communicator: the job-wide identity and this process's rank in it.
+  struct CommView {
+    uint64_t hash = 0;
+    int rank = -1, nranks = 0, device = -1;
+  };
+
+ private:
+  std::map<uint64_t, CommView> file_comms_;
+  std::map<std::tuple<uint64_t, int, int>, uint64_t> file_p2p_;  // (comm pointer, api, peer) -> calls
+  std::vector<uint32_t> copy_seqs_, timed_seqs_;
+};
+
+// The `export` command: loads DIR, writes OUT; exit 0, or 2 with one line per problem on `err`.
+// Memory: the report (pairs, processes), pass 1's counts, and one file's timings at a time.
+int RunExport(const std::string& dir, const std::string& out_file, const ExportOptions& options, std::ostream& err,
+              bool err_is_tty = false);
+
+// Writes the trace from the report and pass 1's counts, reading each process's file again (twice).
+ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const ExportOptions& options, std::ostream& out,
+                          std::ostream& err, const std::function<void(size_t, size_t)>& progress = {});
 
 }  // namespace p2ptrace::cli

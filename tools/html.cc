@@ -200,7 +200,7 @@ std::string RenderHtml(const Report& rep) {
     hosts.insert(p.host);
     if (p.rank >= 0) ranks.insert(p.rank);
   }
-  json full = RenderJson(rep);
+  json job = JobJson(rep);
   std::string out = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
                     // No network at all: nothing may load from anywhere but this file.
                     "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
@@ -210,7 +210,7 @@ std::string RenderHtml(const Report& rep) {
                      "runtime {}, driver {} · NCCL {}</div>\n",
                      Escape(rep.path), ranks.size(), ranks.size() == 1 ? "" : "s", rep.processes.size(),
                      rep.processes.size() == 1 ? "" : "es", hosts.size(), hosts.size() == 1 ? "" : "s",
-                     full["job"]["cuda_runtime"].get<std::string>(), full["job"]["cuda_driver"].get<std::string>(),
+                     job["cuda_runtime"].get<std::string>(), job["cuda_driver"].get<std::string>(),
                      NcclVersionGroups(rep).empty()
                          ? std::string("not seen")
                          : Escape(fmt::format("{}", fmt::join(NcclVersionGroups(rep), ", "))));  // as `report` says it
@@ -224,18 +224,22 @@ std::string RenderHtml(const Report& rep) {
     out += fmt::format("<p class=\"note\">{} file{} skipped (p2ptrace names each on stderr)</p>\n", rep.problems.size(),
                        rep.problems.size() == 1 ? "" : "s");
 
-  // Pairs for the script: what the details panel shows.
-  json pairs = json::array();
+  // Pairs for the script: what the details panel shows; each pair's JSON text in turn (a big job's
+  // pairs as one JSON tree would take several times the page).
+  std::string pairs_data = "{\"pairs\":[";
   for (size_t i = 0; i < rep.pairs.size(); ++i) {
     const PairEntry& e = rep.pairs[i];
-    const json& j = full["pairs"][i];
-    json p{{"label", PairLabel(e)}, {"source", e.source}, {"transport", j["transport"]},
-           {"expected", j["expected"]}, {"fallback", e.fallback}, {"nccl_transports", j["nccl_transports"]},
-           {"rate", Gb(e.Gbps())}, {"causes", j["causes"]}};
+    json causes = json::array();
+    for (const Cause& c : e.causes) causes.push_back(CauseJson(c));
+    json p{{"label", PairLabel(e)}, {"source", e.source}, {"transport", TransportName(e.transport)},
+           {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"nccl_transports", e.nccl_transports},
+           {"rate", Gb(e.Gbps())}, {"causes", std::move(causes)}};
     p["expected_range"] = e.expected_gbps_high > 0 ? fmt::format("{:.0f}-{:.0f} GB/s", e.expected_gbps_low, e.expected_gbps_high) : "";
     p["lost"] = e.lost_seconds > 0 ? fmt::format("{:.3g} s", e.lost_seconds) : "";
-    pairs.push_back(std::move(p));
+    if (i) pairs_data += ',';
+    pairs_data += ScriptJson(p);
   }
+  pairs_data += "]}";
 
   // One matrix per distinct host layout; the hosts that share it are listed.
   struct Cell {
@@ -393,7 +397,7 @@ std::string RenderHtml(const Report& rep) {
     out += "</table>\n";
   }
   out += fmt::format("<script type=\"application/json\" id=\"report-data\">{}</script>\n",
-                     ScriptJson(json{{"pairs", pairs}}));
+                     pairs_data);
   out += fmt::format("<script>{}</script>\n</body></html>\n", kScript);
   return out;
 }

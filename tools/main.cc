@@ -170,9 +170,9 @@ int main(int argc, char** argv) {
     return RunDoctor(doctor_options, std::cout, std::cerr);
   }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);
-  if (exporter->parsed()) return RunExport(path, perfetto_out, export_options, std::cerr);
+  if (exporter->parsed()) return RunExport(path, perfetto_out, export_options, std::cerr, isatty(2));
   if (html->parsed()) return RunHtml(path, html_out, std::cerr, isatty(2));
-  if (differ->parsed()) return RunDiff(path, path_b, json, std::cout, std::cerr);
+  if (differ->parsed()) return RunDiff(path, path_b, json, std::cout, std::cerr, isatty(2));
 
   if (report->parsed()) {
     absl::StatusOr<Report> rep = LoadReport(path, std::cerr, isatty(2));
@@ -180,7 +180,10 @@ int main(int argc, char** argv) {
       std::cerr << "p2ptrace: " << rep.status().message() << "\n";
       return 2;
     }
-    if (json) std::cout << RenderJson(*rep).dump(2) << "\n";
+    if (json) {
+      WriteJson(*rep, std::cout);
+      std::cout << "\n";
+    }
     else std::cout << RenderText(*rep, isatty(1) && std::getenv("NO_COLOR") == nullptr);
     return 0;
   }

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "absl/container/flat_hash_map.h"
 #include "core/causes.h"
 #include "core/node_probe.h"
 #include "core/vocabulary.h"
@@ -191,8 +192,10 @@ struct TraceFold {
   std::map<std::pair<uint64_t, int>, Ops> sends;                // (comm pointer, peer): ncclSend
   // seq is counted per thread, so two operations of one process may share one: a timing applies to
   // every operation with its seq (before or after it in the file), as a whole-file join would.
-  std::unordered_multimap<uint32_t, Pending> pending;  // op seq -> awaiting its timing
-  std::unordered_map<uint32_t, uint64_t> timings;      // seq -> measured duration, as read
+  // Flat tables: one entry per timed operation of the file, and no allocation per record.
+  absl::flat_hash_map<uint32_t, Pending> pending;            // op seq -> awaiting its timing
+  std::unordered_multimap<uint32_t, Pending> pending_more;   // another op with a seq already pending
+  absl::flat_hash_map<uint32_t, uint64_t> timings;           // seq -> measured duration, as read
   // What the records naming each call site (P2PTRACE_STACKS) did, by the file's site id.
   struct SiteUse {
     uint64_t copies = 0, bytes = 0, host_staged_bytes = 0, errors = 0, nccl_ops = 0, nccl_bytes = 0, nccl_errors = 0;
@@ -266,13 +269,19 @@ struct TraceFold {
       if (auto e = timings.find(o->h.seq); e != timings.end()) {
         Timed(p, e->second);
       } else {
-        if (pending.size() >= kMaxPending) pending.clear();
-        pending.emplace(o->h.seq, p);
+        if (pending.size() + pending_more.size() >= kMaxPending) pending.clear(), pending_more.clear();
+        if (!pending.try_emplace(o->h.seq, p).second) pending_more.emplace(o->h.seq, p);
       }
     } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body); t && t->src_device < 0) {
-      auto [first, last] = pending.equal_range(t->h.seq);
-      for (auto it = first; it != last; ++it) Timed(it->second, t->duration_ns);
-      pending.erase(first, last);
+      if (auto it = pending.find(t->h.seq); it != pending.end()) {
+        Timed(it->second, t->duration_ns);
+        pending.erase(it);
+      }
+      if (!pending_more.empty()) {
+        auto [first, last] = pending_more.equal_range(t->h.seq);
+        for (auto it = first; it != last; ++it) Timed(it->second, t->duration_ns);
+        pending_more.erase(first, last);
+      }
       if (timings.size() >= kMaxPending) timings.clear();
       timings[t->h.seq] = t->duration_ns;
     }
@@ -584,7 +593,8 @@ void ReportBuilder::State::FinishNcclPairs() {
     pe.timed_bytes += p.timed_bytes;
     pe.timed_ns += p.timed_ns;
   }
-  for (auto& [k, e] : pairs) {
+  for (auto it = pairs.begin(); it != pairs.end(); it = pairs.erase(it)) {
+    PairEntry& e = it->second;
     bool same_host = e.src.host == e.dst.host;
     if (IsDirect(e.transport)) e.expected = e.transport;
     else if (!same_host && e.transport == P2PTRACE_TRANSPORT_NET_GDR) e.expected = e.transport;
@@ -734,7 +744,10 @@ void ReportBuilder::State::ApplyPreflight(PairEntry& e) const {
 Report ReportBuilder::Finish() {
   State& s = *s_;
   Report& rep = s.rep;
-  for (auto& [k, e] : s.cuda_pairs) {
+  // Each map node goes as its pair moves out: the pairs are never held twice.
+  rep.pairs.reserve(s.cuda_pairs.size() + s.nccl_conns.size());
+  for (auto it = s.cuda_pairs.begin(); it != s.cuda_pairs.end(); it = s.cuda_pairs.erase(it)) {
+    PairEntry& e = it->second;
     e.src = s.Ref(e.src.host, e.src.bus_id);
     e.dst = s.Ref(e.dst.host, e.dst.bus_id);
     rep.pairs.push_back(std::move(e));
@@ -781,13 +794,18 @@ absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions
   size_t total = files->traces.size() + files->nccl_logs.size(), done = 0;
   for (const std::string& f : files->traces) {
     // Records go straight into the fold as they are decoded; none is kept.
-    Expected<Trace> t = ReadTrace(f, {}, [&b](const TraceRecord& r) { b.AddRecord(r); });
+    Expected<Trace> t = ReadTrace(f, {}, [&](const TraceRecord& r) {
+      b.AddRecord(r);
+      if (options.on_record) options.on_record(r);
+    });
     if (!t.ok()) {
       b.AbandonTrace();
+      if (options.on_abandon) options.on_abandon();
       b.AddProblem(t.error().message);
     } else {
       if (std::string line = PartialLine(*t); !line.empty()) b.AddPartial(line);
       b.EndTrace(*t);
+      if (options.on_trace) options.on_trace(*t);
       size_t before = files->nccl_logs.size();
       AddUserNcclLog(*t, &*files);
       total += files->nccl_logs.size() - before;
@@ -803,21 +821,32 @@ absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions
   return b.Finish();
 }
 
-absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty) {
-  StreamOptions options;
-  auto start = std::chrono::steady_clock::now();
-  auto last = start;
-  bool shown = false;
-  if (err_is_tty)
-    options.progress = [&](size_t done, size_t total) {
-      auto now = std::chrono::steady_clock::now();
-      if (now - start < std::chrono::seconds(1) || (now - last < std::chrono::milliseconds(100) && done < total)) return;
-      last = now;
-      shown = true;
-      err << fmt::format("\rp2ptrace: reading {} of {} files ({:.0f}%)", done, total, 100.0 * done / total) << std::flush;
-    };
+ProgressLine::ProgressLine(std::ostream& err, bool enabled, std::string what, std::chrono::steady_clock::time_point started)
+    : err_(err), enabled_(enabled), what_(std::move(what)), start_(started), last_(started) {}
+
+void ProgressLine::Update(size_t done, size_t total, const char* unit) {
+  if (!enabled_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - start_ < std::chrono::seconds(1) || (now - last_ < std::chrono::milliseconds(100) && done < total)) return;
+  last_ = now;
+  shown_ = true;
+  err_ << fmt::format("\rp2ptrace: {} {} of {} {} ({:.0f}%)", what_, done, total, unit,
+                      total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0)
+       << std::flush;
+}
+
+void ProgressLine::Clear() {
+  if (shown_) err_ << "\r\033[K" << std::flush;  // the progress line gives way to what follows
+  shown_ = false;
+}
+
+absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty, StreamOptions options) {
+  ProgressLine progress(err, err_is_tty, "reading",
+                        options.started == std::chrono::steady_clock::time_point{} ? std::chrono::steady_clock::now()
+                                                                                    : options.started);
+  options.progress = progress.Callback();
   absl::StatusOr<Report> rep = StreamReport(path, options);
-  if (shown) err << "\r\033[K" << std::flush;  // the progress line gives way to what follows
+  progress.Clear();
   if (!rep.ok()) return rep;
   PrintLoadProblems(rep->problems, rep->partial, rep->processes.size(), err);
   if (rep->processes.empty()) return absl::NotFoundError("no usable trace in " + path);
@@ -1203,75 +1232,145 @@ std::string RenderText(const Report& rep, bool color) {
   return out;
 }
 
-json RenderJson(const Report& rep) {
-  json j;
-  j["version"] = 1;
-  j["ranks"] = json::array();
+namespace {
+
+json RankJson(const ProcessInfo& p) {
+  json r{{"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)}, {"host", p.host}, {"pid", p.pid},
+         {"bus_ids", p.bus_ids}, {"state", p.state}, {"file", p.file},
+         {"cuda_runtime_version", p.runtime_version}, {"cuda_driver_version", p.driver_version}};
+  r["nccl_log"] = p.nccl_log;
+  r["nccl_version"] = p.nccl_version > 0 ? json(NcclVersionText(p.nccl_version)) : json(nullptr);
+  r["nccl_version_code"] = p.nccl_version;
+  r["job_id"] = p.job_id;
+  r["capture_mode"] = p.capture_mode;
+  r["trust"] = p.trust;
+  r["start_realtime_ns"] = p.start_realtime_ns;
+  r["seconds"] = p.seconds >= 0 ? json(p.seconds) : json(nullptr);
+  r["gpu"] = p.bus_ids.size() == 1 ? json(0) : json(nullptr);
+  r["bus_id"] = p.bus_ids.size() == 1 ? json(p.bus_ids[0]) : json(nullptr);
+  return r;
+}
+
+json PairJson(const PairEntry& e) {
+  auto ref = [](const GpuRef& g, const std::set<int>& ranks) {
+    json o{{"host", g.host}, {"gpu", g.gpu}, {"bus_id", g.bus_id}};
+    o["rank"] = ranks.size() == 1 && *ranks.begin() >= 0 ? json(*ranks.begin()) : json(nullptr);
+    return o;
+  };
+  json p{{"src", ref(e.src, e.ranks)}, {"dst", ref(e.dst, e.dst_ranks.empty() ? e.ranks : e.dst_ranks)}, {"source", e.source},
+         {"transport", TransportName(e.transport)}, {"nccl_transports", e.nccl_transports},
+         {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"calls", e.calls},
+         {"bytes", e.bytes}, {"errors", e.errors}, {"timed_calls", e.timed_calls},
+         {"timed_bytes", e.timed_bytes}};
+  p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
+  p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
+  p["channels"] = e.channels;
+  p["expected_gbps"] = e.expected_gbps_high > 0 ? json{{"low", e.expected_gbps_low}, {"high", e.expected_gbps_high},
+                                                       {"basis", e.expected_basis}}
+                                                : json(nullptr);
+  p["best_gbps"] = e.best_gbps > 0 ? json(e.best_gbps) : json(nullptr);
+  p["best_basis"] = e.best_basis;
+  p["lost_seconds"] = e.lost_seconds >= 0 ? json(e.lost_seconds) : json(nullptr);
+  p["causes"] = json::array();
+  for (const Cause& c : e.causes) p["causes"].push_back(CauseJson(c));
+  return p;
+}
+
+json NcclOpJson(const NcclOpSummary& s) {
+  json o{{"comm", s.comm}, {"nranks", s.nranks}, {"op", s.op}, {"calls", s.calls}, {"errors", s.errors},
+         {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks}};
+  o["seconds"] = s.timed_calls ? json(static_cast<double>(s.timed_ns) * 1e-9 / static_cast<double>(s.timed_calls))
+                               : json(nullptr);
+  o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
+  o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
+  return o;
+}
+
+json CallSiteJson(const CallSiteSummary& c) {
+  json pairs = json::array();
+  for (const CallSiteSummary::Pair& p : c.pairs)
+    pairs.push_back({{"src", {{"host", p.src.host}, {"gpu", p.src.gpu}, {"bus_id", p.src.bus_id}}},
+                     {"dst", {{"host", p.dst.host}, {"gpu", p.dst.gpu}, {"bus_id", p.dst.bus_id}}},
+                     {"transport", TransportName(p.transport)}, {"copies", p.copies}, {"bytes", p.bytes}});
+  return {{"id", c.id}, {"frames", c.frames}, {"copies", c.copies}, {"bytes", c.bytes},
+          {"host_staged_bytes", c.host_staged_bytes}, {"errors", c.errors},
+          {"nccl_ops", c.nccl_ops}, {"nccl_bytes", c.nccl_bytes}, {"nccl_errors", c.nccl_errors},
+          {"nccl_operations", c.nccl_operations}, {"pairs", pairs}, {"ranks", c.ranks},
+          {"processes", c.processes}};
+}
+
+json PreflightJson(const Report::Preflight& pf) {
+  return {{"host", pf.host}, {"boot_id", pf.boot_id}, {"warnings", pf.warnings}};
+}
+
+json FindingJson(const Finding& f) {
+  return {{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence}, {"fix", f.fix}};
+}
+
+json CaptureJson(const Report& rep) {
+  uint32_t flags = 0;
+  uint64_t dropped = 0;
+  int abnormal = 0;
   for (const ProcessInfo& p : rep.processes) {
-    json r{{"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)}, {"host", p.host}, {"pid", p.pid},
-           {"bus_ids", p.bus_ids}, {"state", p.state}, {"file", p.file},
-           {"cuda_runtime_version", p.runtime_version}, {"cuda_driver_version", p.driver_version}};
-    r["nccl_log"] = p.nccl_log;
-    r["nccl_version"] = p.nccl_version > 0 ? json(NcclVersionText(p.nccl_version)) : json(nullptr);
-    r["nccl_version_code"] = p.nccl_version;
-    r["job_id"] = p.job_id;
-    r["capture_mode"] = p.capture_mode;
-    r["trust"] = p.trust;
-    r["start_realtime_ns"] = p.start_realtime_ns;
-    r["seconds"] = p.seconds >= 0 ? json(p.seconds) : json(nullptr);
-    r["gpu"] = p.bus_ids.size() == 1 ? json(0) : json(nullptr);
-    r["bus_id"] = p.bus_ids.size() == 1 ? json(p.bus_ids[0]) : json(nullptr);
-    j["ranks"].push_back(r);
+    flags |= p.capture_flags;
+    dropped += p.dropped_records;
+    if (p.state != "exited") ++abnormal;
   }
-  j["pairs"] = json::array();
-  for (const PairEntry& e : rep.pairs) {
-    auto ref = [](const GpuRef& g, const std::set<int>& ranks) {
-      json o{{"host", g.host}, {"gpu", g.gpu}, {"bus_id", g.bus_id}};
-      o["rank"] = ranks.size() == 1 && *ranks.begin() >= 0 ? json(*ranks.begin()) : json(nullptr);
-      return o;
-    };
-    json p{{"src", ref(e.src, e.ranks)}, {"dst", ref(e.dst, e.dst_ranks.empty() ? e.ranks : e.dst_ranks)}, {"source", e.source},
-           {"transport", TransportName(e.transport)}, {"nccl_transports", e.nccl_transports},
-           {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"calls", e.calls},
-           {"bytes", e.bytes}, {"errors", e.errors}, {"timed_calls", e.timed_calls},
-           {"timed_bytes", e.timed_bytes}};
-    p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
-    p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
-    p["channels"] = e.channels;
-    p["expected_gbps"] = e.expected_gbps_high > 0 ? json{{"low", e.expected_gbps_low}, {"high", e.expected_gbps_high},
-                                                         {"basis", e.expected_basis}}
-                                                  : json(nullptr);
-    p["best_gbps"] = e.best_gbps > 0 ? json(e.best_gbps) : json(nullptr);
-    p["best_basis"] = e.best_basis;
-    p["lost_seconds"] = e.lost_seconds >= 0 ? json(e.lost_seconds) : json(nullptr);
-    p["causes"] = json::array();
-    for (const Cause& c : e.causes)
-      p["causes"].push_back({{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}, {"confirm", c.confirm}, {"origin", c.origin}});
-    j["pairs"].push_back(p);
+  return {{"processes", rep.processes.size()},
+          {"nccl_logs", rep.nccl_logs},
+          {"cudart_11", (flags & P2PTRACE_CAPTURE_CUDART_11) != 0},
+          {"cudart_12", (flags & P2PTRACE_CAPTURE_CUDART_12) != 0},
+          {"cudart_13", (flags & P2PTRACE_CAPTURE_CUDART_13) != 0},
+          {"nvml_link_types", (flags & P2PTRACE_CAPTURE_NVML_LINKS) != 0},
+          {"timing", (flags & P2PTRACE_CAPTURE_TIMING_OFF) == 0},
+          {"abnormal_exits", abnormal},
+          {"dropped_records", dropped},
+          {"skipped_files", rep.problems},
+          {"partial_files", rep.partial}};
+}
+
+// The report's top-level members in the order nlohmann's object (a std::map) prints them; each
+// writes its value. Big arrays are written element by element (see WriteJson).
+template <typename T, typename F>
+json ArrayOf(const std::vector<T>& items, F&& one) {
+  json a = json::array();
+  for (const T& x : items) a.push_back(one(x));
+  return a;
+}
+
+// `v` as nlohmann's dump(2) prints it nested `depth` levels deep: every line after the first
+// indented by 2 × depth spaces (a JSON string never holds a raw newline).
+void PutNested(std::ostream& out, const json& v, int depth) {
+  std::string s = v.dump(2);
+  size_t start = 0;
+  for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
+    out.write(s.data() + start, static_cast<std::streamsize>(nl + 1 - start));
+    for (int i = 0; i < depth; ++i) out << "  ";
   }
-  j["nccl_ops"] = json::array();
-  for (const NcclOpSummary& s : rep.nccl_ops) {
-    json o{{"comm", s.comm}, {"nranks", s.nranks}, {"op", s.op}, {"calls", s.calls}, {"errors", s.errors},
-           {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks}};
-    o["seconds"] = s.timed_calls ? json(static_cast<double>(s.timed_ns) * 1e-9 / static_cast<double>(s.timed_calls))
-                                 : json(nullptr);
-    o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
-    o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
-    j["nccl_ops"].push_back(o);
+  out.write(s.data() + start, static_cast<std::streamsize>(s.size() - start));
+}
+
+template <typename T, typename F>
+void PutArray(std::ostream& out, const std::vector<T>& items, F&& one) {
+  if (items.empty()) {
+    out << "[]";
+    return;
   }
-  j["call_sites"] = json::array();
-  for (const CallSiteSummary& c : rep.call_sites) {
-    json pairs = json::array();
-    for (const CallSiteSummary::Pair& p : c.pairs)
-      pairs.push_back({{"src", {{"host", p.src.host}, {"gpu", p.src.gpu}, {"bus_id", p.src.bus_id}}},
-                       {"dst", {{"host", p.dst.host}, {"gpu", p.dst.gpu}, {"bus_id", p.dst.bus_id}}},
-                       {"transport", TransportName(p.transport)}, {"copies", p.copies}, {"bytes", p.bytes}});
-    j["call_sites"].push_back({{"id", c.id}, {"frames", c.frames}, {"copies", c.copies}, {"bytes", c.bytes},
-                               {"host_staged_bytes", c.host_staged_bytes}, {"errors", c.errors},
-                               {"nccl_ops", c.nccl_ops}, {"nccl_bytes", c.nccl_bytes}, {"nccl_errors", c.nccl_errors},
-                               {"nccl_operations", c.nccl_operations}, {"pairs", pairs}, {"ranks", c.ranks},
-                               {"processes", c.processes}});
+  out << "[\n";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out << (i ? ",\n    " : "    ");
+    PutNested(out, one(items[i]), 2);
   }
+  out << "\n  ]";
+}
+
+}  // namespace
+
+json CauseJson(const Cause& c) {
+  return {{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}, {"confirm", c.confirm}, {"origin", c.origin}};
+}
+
+json JobJson(const Report& rep) {
   std::set<std::string> hosts, job_ids;
   int rt = 0, drv = 0;
   for (const ProcessInfo& p : rep.processes) {
@@ -1285,36 +1384,48 @@ json RenderJson(const Report& rep) {
   for (const ProcessInfo& p : rep.processes)
     if (p.nccl_version > 0) nccl_versions.insert(NcclVersionText(p.nccl_version));
   if (nccl_versions.empty()) nccl_versions = rep.nccl_versions;
-  j["job"] = {{"ids", job_ids}, {"hosts", hosts}, {"nccl_versions", nccl_versions},
-              {"cuda_runtime", Version(rt)}, {"cuda_driver", Version(drv)}};
+  return {{"ids", job_ids}, {"hosts", hosts}, {"nccl_versions", nccl_versions},
+          {"cuda_runtime", Version(rt)}, {"cuda_driver", Version(drv)}};
+}
+
+json RenderJson(const Report& rep) {
+  json j;
+  j["version"] = 1;
+  j["ranks"] = ArrayOf(rep.processes, RankJson);
+  j["pairs"] = ArrayOf(rep.pairs, PairJson);
+  j["nccl_ops"] = ArrayOf(rep.nccl_ops, NcclOpJson);
+  j["call_sites"] = ArrayOf(rep.call_sites, CallSiteJson);
+  j["job"] = JobJson(rep);
   j["lost_seconds"] = rep.lost_seconds;
-  j["preflight"] = json::array();
-  for (const Report::Preflight& pf : rep.preflight)
-    j["preflight"].push_back({{"host", pf.host}, {"boot_id", pf.boot_id}, {"warnings", pf.warnings}});
-  j["findings"] = json::array();
-  for (const Finding& f : rep.findings)
-    j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence},
-                             {"fix", f.fix}});
-  uint32_t flags = 0;
-  uint64_t dropped = 0;
-  int abnormal = 0;
-  for (const ProcessInfo& p : rep.processes) {
-    flags |= p.capture_flags;
-    dropped += p.dropped_records;
-    if (p.state != "exited") ++abnormal;
-  }
-  j["capture"] = {{"processes", rep.processes.size()},
-                  {"nccl_logs", rep.nccl_logs},
-                  {"cudart_11", (flags & P2PTRACE_CAPTURE_CUDART_11) != 0},
-                  {"cudart_12", (flags & P2PTRACE_CAPTURE_CUDART_12) != 0},
-                  {"cudart_13", (flags & P2PTRACE_CAPTURE_CUDART_13) != 0},
-                  {"nvml_link_types", (flags & P2PTRACE_CAPTURE_NVML_LINKS) != 0},
-                  {"timing", (flags & P2PTRACE_CAPTURE_TIMING_OFF) == 0},
-                  {"abnormal_exits", abnormal},
-                  {"dropped_records", dropped},
-                  {"skipped_files", rep.problems},
-                  {"partial_files", rep.partial}};
+  j["preflight"] = ArrayOf(rep.preflight, PreflightJson);
+  j["findings"] = ArrayOf(rep.findings, FindingJson);
+  j["capture"] = CaptureJson(rep);
   return j;
+}
+
+// RenderJson(rep).dump(2), without the whole tree: one array element at a time (a 4096-rank job's
+// tree is ~200 MB; this holds one pair's).
+void WriteJson(const Report& rep, std::ostream& out) {
+  // Members in key order, as nlohmann's std::map-backed object prints them.
+  out << "{\n  \"call_sites\": ";
+  PutArray(out, rep.call_sites, CallSiteJson);
+  out << ",\n  \"capture\": ";
+  PutNested(out, CaptureJson(rep), 1);
+  out << ",\n  \"findings\": ";
+  PutArray(out, rep.findings, FindingJson);
+  out << ",\n  \"job\": ";
+  PutNested(out, JobJson(rep), 1);
+  out << ",\n  \"lost_seconds\": ";
+  PutNested(out, json(rep.lost_seconds), 1);
+  out << ",\n  \"nccl_ops\": ";
+  PutArray(out, rep.nccl_ops, NcclOpJson);
+  out << ",\n  \"pairs\": ";
+  PutArray(out, rep.pairs, PairJson);
+  out << ",\n  \"preflight\": ";
+  PutArray(out, rep.preflight, PreflightJson);
+  out << ",\n  \"ranks\": ";
+  PutArray(out, rep.processes, RankJson);
+  out << ",\n  \"version\": 1\n}";
 }
 
 }  // namespace p2ptrace::cli

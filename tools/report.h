@@ -4,6 +4,7 @@
 // processes and communicators, never with events.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -153,6 +154,36 @@ Report BuildReport(const std::string& path, const LoadedTraces& traces);
 struct StreamOptions {
   // Called after each file with (files done, files in all); the caller decides whether to show it.
   std::function<void(size_t, size_t)> progress;
+  // Another fold riding on the same read (export counts its events this way): each record of a
+  // trace as it is decoded, then the trace once read whole (`on_trace`), or `on_abandon` when
+  // reading it failed half-way.
+  std::function<void(const TraceRecord&)> on_record;
+  std::function<void(const Trace&)> on_trace;
+  std::function<void()> on_abandon;
+  // When the command started (LoadReport's progress shows once the whole run, not this read, has
+  // taken a second); the default: when the read starts.
+  std::chrono::steady_clock::time_point started{};
+};
+
+// "p2ptrace: reading 120 of 8192 files (1%)" on `err`, redrawn at most every 100 ms, once the run
+// has taken a second, and only when `enabled` (stderr is a terminal); the line is erased by Clear
+// (or the destructor) so that what follows starts clean.
+class ProgressLine {
+ public:
+  ProgressLine(std::ostream& err, bool enabled, std::string what = "reading",
+               std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now());
+  ~ProgressLine() { Clear(); }
+  void Update(size_t done, size_t total, const char* unit = "files");
+  void Clear();
+  std::function<void(size_t, size_t)> Callback() {
+    return [this](size_t done, size_t total) { Update(done, total); };
+  }
+
+ private:
+  std::ostream& err_;
+  bool enabled_, shown_ = false;
+  std::string what_;
+  std::chrono::steady_clock::time_point start_, last_;
 };
 // Lists DIR (or one trace file) and folds its files one by one: only one file's records are in
 // memory at a time. Fails only when the path cannot be listed; unusable files become problems.
@@ -160,7 +191,9 @@ absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions
 // `report`, `html`, `diff` and `run` load this way: StreamReport, the load problems on `err`
 // (capped), progress on `err` when it is a terminal and the run takes over a second. Exit 2 with
 // one line when nothing usable remains.
-absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty);
+// `options`' progress is replaced by that line; its other hooks are passed on.
+absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty,
+                                  StreamOptions options = {});
 
 std::string RenderText(const Report& report, bool color);
 // "2.28.9" for NCCL_VERSION_CODE 22809 (and 2.8.4 for the old 2804 form); "" for 0.
@@ -171,5 +204,11 @@ std::vector<std::string> NcclVersionGroups(const Report& report);
 // A matrix cell's three letters, as `nvidia-smi topo -m` prints its links: "NVL", "PCI", "HST", …
 const char* TransportCell(int transport);
 nlohmann::json RenderJson(const Report& report);
+// The same document written as RenderJson(report).dump(2) prints it (byte for byte, no final
+// newline), one array element at a time: memory stays one element, not the whole tree.
+void WriteJson(const Report& report, std::ostream& out);
+// Parts of the document: a cause of a pair ({"id","evidence","fix","confirm","origin"}) and "job".
+nlohmann::json CauseJson(const Cause& cause);
+nlohmann::json JobJson(const Report& report);
 
 }  // namespace p2ptrace::cli

@@ -107,8 +107,9 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   }
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 
-  auto loaded = LoadTraces(dir);
-  if (!loaded.ok() || loaded->traces.empty()) {
+  // The report folds one file at a time (memory bounded by pairs, not events).
+  absl::StatusOr<Report> rep = StreamReport(dir);
+  if (!rep.ok() || rep->processes.empty()) {
     std::string why = HasStaticCudart(FindInPath(o.command[0]))
                           ? fmt::format("{} carries a statically linked CUDA runtime (nvcc's default --cudart "
                                         "static), which LD_PRELOAD cannot intercept: rebuild it with "
@@ -119,9 +120,12 @@ int Run(const RunOptions& o, const std::string& self_exe) {
     if (created) std::filesystem::remove(dir, ec);  // only if still empty
     return code != 0 ? code : 1;
   }
-  Report rep = BuildReport(dir, *loaded);
-  if (o.json) std::cout << RenderJson(rep).dump(2) << "\n";
-  else std::cout << RenderText(rep, isatty(1) && std::getenv("NO_COLOR") == nullptr);
+  if (o.json) {
+    WriteJson(*rep, std::cout);
+    std::cout << "\n";
+  } else {
+    std::cout << RenderText(*rep, isatty(1) && std::getenv("NO_COLOR") == nullptr);
+  }
   return code;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -214,7 +215,7 @@ TEST(Synth, HealthyNcclPairsExpectTheirOwnClass) {
   EXPECT_EQ(j["lost_seconds"], 0);
 }
 
-// The streaming fold (report) and the all-in-memory load (diff, export, run) give the same report.
+// The streaming fold (every command) and the all-in-memory load (BuildReport) give the same report.
 TEST(Report, StreamingEqualsTheAllInMemoryReport) {
   std::vector<std::string> dirs = {Synth("same-fallback", 8, 64, "fallback"), Synth("same-healthy", 16, 40)};
   for (const std::string& dir : dirs) {
@@ -228,6 +229,79 @@ TEST(Report, StreamingEqualsTheAllInMemoryReport) {
     EXPECT_EQ(p2ptrace::cli::RenderText(p2ptrace::cli::BuildReport(dir, *loaded), false),
               p2ptrace::cli::RenderText(*streamed, false));
   }
+}
+
+// `report --json` is written one array element at a time (WriteJson); its text is the whole tree's
+// dump(2), byte for byte, for jobs with fallbacks, several hosts, findings and empty sections.
+TEST(Report, JsonWrittenElementByElementIsTheTreesTextByteForByte) {
+  std::vector<std::string> dirs = {Synth("bytes-fallback", 16, 32, "fallback", 1, 4), Synth("bytes-healthy", 8, 16)};
+  for (const std::string& dir : dirs) {
+    auto rep = p2ptrace::cli::StreamReport(dir);
+    ASSERT_TRUE(rep.ok());
+    std::ostringstream streamed;
+    p2ptrace::cli::WriteJson(*rep, streamed);
+    std::string tree = p2ptrace::cli::RenderJson(*rep).dump(2);
+    EXPECT_EQ(streamed.str(), tree) << dir;
+    RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, tree + "\n") << dir;
+  }
+  // Empty arrays and a report of nothing print as the tree does ("[]", no element lines).
+  p2ptrace::cli::Report empty;
+  std::ostringstream streamed;
+  p2ptrace::cli::WriteJson(empty, streamed);
+  EXPECT_EQ(streamed.str(), p2ptrace::cli::RenderJson(empty).dump(2));
+  EXPECT_NE(streamed.str().find("\"pairs\": []"), std::string::npos) << streamed.str();
+}
+
+// Memory grows with pairs, not events: 100x the events over the same ranks and pairs leaves every
+// command's peak within a few MB (one file mapped at a time, one file's timings for export). The
+// all-in-memory load that export and diff used before took ~130 bytes per record: +120 MB here.
+TEST(Viewer, PeakMemoryGrowsWithPairsNotEvents) {
+  std::string small = Synth("mem-small", 16, 400), big = Synth("mem-big", 16, 40000);
+  auto peak = [](const std::string& dir, const std::string& name) {
+    std::string html = TempDir() + "/" + name + ".html", trace = TempDir() + "/" + name + ".json";
+    std::map<std::string, long> kb;
+    for (const auto& [what, argv] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+             {"report", {P2PTRACE_CLI, "report", dir}},
+             {"report --json", {P2PTRACE_CLI, "report", dir, "--json"}},
+             {"html", {P2PTRACE_CLI, "html", dir, "-o", html}},
+             {"export", {P2PTRACE_CLI, "export", dir, "--perfetto", trace, "--max-slices", "4000"}},
+             {"diff", {P2PTRACE_CLI, "diff", dir, dir}}}) {
+      RunResult r = RunProgram(argv);
+      EXPECT_EQ(r.exit_code, 0) << what << ": " << r.err;
+      kb[what] = r.max_rss_kb;
+    }
+    return kb;
+  };
+  auto a = peak(small, "mem-small"), b = peak(big, "mem-big");
+  for (const auto& [what, kb] : a) {
+    EXPECT_GT(kb, 0) << what;
+    // A big file is ~4.5 MB mapped while read, export's timings of one file ~2 MB.
+    EXPECT_LT(b[what], kb + 16 * 1024) << what << ": " << kb << " KB for 400 events per rank, " << b[what]
+                                       << " KB for 40000";
+  }
+}
+
+// Progress on stderr: only on a terminal, only once the run has taken a second, and erased after.
+TEST(Viewer, ProgressLineOnATerminalAfterASecondThenErased) {
+  auto long_ago = std::chrono::steady_clock::now() - std::chrono::seconds(2);
+  std::ostringstream piped, fresh, shown;
+  {
+    p2ptrace::cli::ProgressLine p(piped, false, "reading", long_ago);
+    p.Update(3, 10);
+  }
+  EXPECT_EQ(piped.str(), "");  // stderr is not a terminal
+  {
+    p2ptrace::cli::ProgressLine p(fresh, true);
+    p.Update(3, 10);
+  }
+  EXPECT_EQ(fresh.str(), "");  // under a second
+  {
+    p2ptrace::cli::ProgressLine p(shown, true, "writing the timeline of", long_ago);
+    p.Update(3, 10, "processes");
+  }
+  EXPECT_EQ(shown.str(), "\rp2ptrace: writing the timeline of 3 of 10 processes (30%)\r\033[K");
 }
 
 // Ranks on two NCCL releases: the header names each with its ranks; a header's version wins over

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -72,8 +73,10 @@ RunResult ChildProcess::Finish() {
   }
   RunResult r;
   int status = 0;
-  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  struct rusage usage {};
+  while (wait4(pid_, &status, 0, &usage) < 0 && errno == EINTR) {
   }
+  r.max_rss_kb = usage.ru_maxrss;
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   else r.exit_code = WEXITSTATUS(status);
   r.out = text_[0];

@@ -15,6 +15,7 @@ struct RunResult {
   int exit_code = -1;   // valid when signal == 0
   int signal = 0;       // the signal that killed it, or 0
   std::string out, err;
+  long max_rss_kb = 0;  // the child's peak resident memory (getrusage's ru_maxrss)
 };
 
 // env: variables to set (a nullopt value unsets the variable); everything else is inherited.
