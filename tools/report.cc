@@ -79,7 +79,7 @@ std::string BusFromNccl(const std::string& hex) {
 }
 
 // How far a process's trace can be trusted: what the shim saw, and what an empty answer means.
-void DescribeCapture(const Trace& t, ProcessInfo* p) {
+void DescribeCapture(ProcessInfo* p) {
   std::vector<std::string> mode, trust;
   std::vector<std::string> runtimes;
   if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_11) runtimes.push_back("11");
@@ -93,10 +93,15 @@ void DescribeCapture(const Trace& t, ProcessInfo* p) {
   }
   mode.push_back(p->capture_flags & P2PTRACE_CAPTURE_NVML_LINKS ? "link types from NVML" : "link types unknown");
   if (p->nccl_used) {
+    bool from_trace = p->nccl_log.rfind("trace records", 0) == 0;
     mode.push_back(p->nccl_log == "tapped"      ? "NCCL log tapped"
                    : p->nccl_log == "user file" ? "NCCL log read from the user's file"
+                   : from_trace                 ? "NCCL connections from the trace (log file missing)"
                                                 : "NCCL lines not seen");
     if (p->nccl_log.rfind("not seen", 0) == 0) trust.push_back("NCCL's transports are unknown: " + p->nccl_log.substr(10));
+    if (from_trace)
+      trust.push_back("NCCL's transports from the connection lines the shim recorded; NCCL's other lines (its "
+                      "reasons for refusing P2P) were only in the missing log");
   }
   if (p->capture_flags & P2PTRACE_CAPTURE_TIMING_OFF) {
     mode.push_back("timing off");
@@ -106,7 +111,7 @@ void DescribeCapture(const Trace& t, ProcessInfo* p) {
   if (p->dropped_records)
     trust.push_back(fmt::format("{} records dropped at the size cap: pair totals exact, timelines partial",
                                 p->dropped_records));
-  if (t.header.state != P2PTRACE_STATE_EXITED)
+  if (p->state != "exited")
     trust.push_back("ended without exit (killed, crashed or still running): complete up to that moment");
   p->capture_mode = fmt::format("{}", fmt::join(mode, ", "));
   p->trust = trust.empty() ? "complete" : fmt::format("{}", fmt::join(trust, "; "));
@@ -187,7 +192,11 @@ struct TraceFold {
     uint64_t bytes;
   };
   std::map<std::pair<int, int>, PeerFacts> facts;               // per unordered device pair
-  std::unordered_map<uint64_t, std::pair<uint64_t, int>> comm;  // comm pointer -> (id hash, nranks)
+  struct CommSeen {
+    uint64_t id_hash = 0;
+    int nranks = 0, rank = -1, device = -1;
+  };
+  std::unordered_map<uint64_t, CommSeen> comm;  // comm pointer -> what its init said
   std::map<std::pair<uint64_t, int>, Ops> ops;                  // (comm pointer, api)
   std::map<std::pair<uint64_t, int>, Ops> sends;                // (comm pointer, peer): ncclSend
   // seq is counted per thread, so two operations of one process may share one: a timing applies to
@@ -245,7 +254,7 @@ struct TraceFold {
       }
     } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
       nccl_used = true;
-      if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks};
+      if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks, c->rank, c->cuda_device};
     } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
       nccl_used = true;
       if (SiteUse* u = Site(o->site)) {
@@ -316,6 +325,7 @@ struct ReportBuilder::State {
   struct NcclConn {
     std::set<std::string> transports;
     int channels = 0;
+    bool from_log = false, from_trace = false;
   };
   struct P2pOps {
     uint64_t calls = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
@@ -332,6 +342,19 @@ struct ReportBuilder::State {
   std::map<std::tuple<std::string, int, uint64_t>, std::pair<std::string, int>> comm_of;
   std::map<std::tuple<std::string, int, int, int>, NcclConn> nccl_conns;  // (comm key, src, dst, class)
   std::map<std::string, Refusal> first_refusal;  // per host: NCCL's own reason for refusing P2P
+  // One process's NCCL view as its trace recorded it (its communicators' records and the connection
+  // lines the shim read, P2PTRACE_RECORD_NCCL_CONN), used in Finish when no log read holds a
+  // connection line the process logged: its log file is missing. A few entries per connection.
+  struct TraceConns {
+    std::string host;  // short, as NCCL prints it
+    int pid = 0;
+    size_t process = 0;  // its index in rep.processes
+    std::map<std::pair<std::string, int>, Who> who;
+    std::map<std::tuple<std::string, int, uint64_t>, std::pair<std::string, int>> comm_of;
+    std::map<std::tuple<std::string, int, int, int>, NcclConn> conns;
+  };
+  std::vector<TraceConns> trace_conns;
+  std::set<std::pair<std::string, int>> logged;  // (short host, pid) of every connection line read from a log
   // Each host's preflight: its pairs (the first process's prediction of a pair stands) and warnings.
   struct HostPreflight {
     std::string boot_id;
@@ -357,6 +380,8 @@ struct ReportBuilder::State {
   void AddNcclOps(const Trace& t, const TraceFold& f);
   void AddCudaPairs(const Trace& t, const TraceFold& f);
   void AddCallSites(const Trace& t, const TraceFold& f);
+  void AddTraceConns(const Trace& t, const TraceFold& f);
+  void FinishTraceConns();
   void FinishCallSites();
   void FinishNcclPairs();
   void FinishCosts();
@@ -405,7 +430,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   // A process that never exited ran at least to its last record.
   uint64_t last_ns = std::max(h.end_monotonic_ns, f.last_ns);
   if (last_ns > h.start_monotonic_ns) p.seconds = static_cast<double>(last_ns - h.start_monotonic_ns) * 1e-9;
-  DescribeCapture(t, &p);
+  DescribeCapture(&p);
   for (const auto& [kind, text] : t.text_blocks) {
     if (kind != P2PTRACE_TEXT_PREFLIGHT) continue;
     Expected<PreflightBlock> b = ParsePreflight(text);
@@ -416,6 +441,65 @@ void ReportBuilder::EndTrace(const Trace& t) {
   s_->AddCudaPairs(t, f);
   s_->AddNcclOps(t, f);
   s_->AddCallSites(t, f);
+  s_->AddTraceConns(t, f);
+}
+
+namespace {
+template <size_t N>
+std::string Field(const char (&text)[N]) {
+  return std::string(text, strnlen(text, N));
+}
+}  // namespace
+
+// The connection lines the shim recorded, keyed as AddNcclLog keys a log's: the communicator by its
+// commId (else host:pid:nranks), its ranks by the trace's communicator records.
+void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
+  if (t.nccl_connections.empty()) return;
+  TraceConns tc;
+  tc.host = ShortHost(t.Host());
+  tc.pid = t.header.pid;
+  tc.process = rep.processes.size() - 1;
+  for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) {
+    if (c.dst_rank < 0) continue;  // CollNet lines name no peer
+    std::string comm = Field(c.comm);
+    // The logging rank's communicator: by its pointer, or the process's only one when the log did not say.
+    auto ci = !comm.empty() ? f.comm.find(ParsePointer(comm)) : f.comm.size() == 1 ? f.comm.begin() : f.comm.end();
+    if (ci == f.comm.end() || ci->second.rank < 0) continue;
+    std::string comm_id = Field(c.comm_id);
+    std::string key = comm_id.empty() ? fmt::format("{}:{}:{}", tc.host, tc.pid, ci->second.nranks) : comm_id;
+    std::string bus = t.BusId(ci->second.device);
+    tc.who.try_emplace({key, ci->second.rank}, Who{tc.host, bus});
+    tc.comm_of.try_emplace({tc.host, tc.pid, ci->first}, std::pair{key, ci->second.rank});
+    NcclConn& nc = tc.conns[{key, c.src_rank, c.dst_rank, c.transport_class}];
+    nc.transports.insert(Field(c.transport));
+    ++nc.channels;
+    nc.from_trace = true;
+  }
+  if (!tc.conns.empty()) trace_conns.push_back(std::move(tc));
+}
+
+// The recorded connections of every process no log spoke for; what the logs said stands.
+void ReportBuilder::State::FinishTraceConns() {
+  for (TraceConns& tc : trace_conns) {
+    if (logged.count({tc.host, tc.pid})) continue;
+    for (auto& [k, w] : tc.who) {
+      if (!w.bus.empty()) host_buses[w.host].insert(w.bus);
+      who.try_emplace(k, std::move(w));
+    }
+    for (auto& [k, v] : tc.comm_of) comm_of.try_emplace(k, std::move(v));
+    for (auto& [k, nc] : tc.conns) {
+      NcclConn& to = nccl_conns[k];
+      to.transports.insert(nc.transports.begin(), nc.transports.end());
+      to.channels += nc.channels;
+      to.from_trace = true;
+    }
+    ProcessInfo& p = rep.processes[tc.process];
+    p.nccl_log = "trace records: " + std::string(p.nccl_log == "user file" ? "the user's NCCL_DEBUG_FILE" : "the tapped log") +
+                 " is not in the trace directory";
+    DescribeCapture(&p);
+    ++rep.nccl_from_traces;
+  }
+  std::vector<TraceConns>().swap(trace_conns);
 }
 
 // The file's call sites, by their frames: the same site in every rank of a program is one.
@@ -513,13 +597,13 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
   const std::string host = ShortHost(t.Host());
   for (const auto& [k, a] : f.ops) {
     auto ci = f.comm.find(k.first);
-    uint64_t hash = ci != f.comm.end() ? ci->second.first : 0;
+    uint64_t hash = ci != f.comm.end() ? ci->second.id_hash : 0;
     NcclOpSummary& s = ops[{hash, k.second}];
     if (s.op.empty()) {
       s.comm = fmt::format("{:016x}", hash);
       s.op = std::string(NcclApiName(k.second));
     }
-    s.nranks = std::max(s.nranks, ci != f.comm.end() ? ci->second.second : 0);
+    s.nranks = std::max(s.nranks, ci != f.comm.end() ? ci->second.nranks : 0);
     s.ranks.insert(t.header.rank);
     s.calls += a.calls;
     s.errors += a.errors;
@@ -553,6 +637,8 @@ void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
     State::NcclConn& nc = s_->nccl_conns[{CommKey(*me), c.src_rank, c.dst_rank, c.transport_class}];
     nc.transports.insert(c.transport);
     ++nc.channels;
+    nc.from_log = true;
+    s_->logged.insert({ShortHost(c.logger.host), c.logger.pid});
   }
   for (const Refusal& r : f.log.refusals) s_->first_refusal.try_emplace(r.logger.host, r);
 }
@@ -575,6 +661,9 @@ void ReportBuilder::State::FinishNcclPairs() {
     e.transport = cls;
     e.nccl_transports.insert(nc.transports.begin(), nc.transports.end());
     e.channels += nc.channels;
+    bool log = nc.from_log || e.nccl_from == "log" || e.nccl_from == "log+trace";
+    bool trace = nc.from_trace || e.nccl_from == "trace" || e.nccl_from == "log+trace";
+    e.nccl_from = log && trace ? "log+trace" : log ? "log" : "trace";
     e.ranks.insert(src_rank);
     e.dst_ranks.insert(dst_rank);
     auto& best = by_ranks[{key, src_rank, dst_rank}];
@@ -752,6 +841,7 @@ Report ReportBuilder::Finish() {
     e.dst = s.Ref(e.dst.host, e.dst.bus_id);
     rep.pairs.push_back(std::move(e));
   }
+  s.FinishTraceConns();
   s.FinishNcclPairs();
   s.FinishCallSites();
   for (auto& [k, op] : s.ops) rep.nccl_ops.push_back(std::move(op));
@@ -903,6 +993,11 @@ std::string NameList(const std::vector<std::string>& names, size_t shown = 4) {
                      names.size());
 }
 
+// Where an NCCL pair's connection lines came from, when not (only) from NCCL's log.
+const char* NcclFromText(const PairEntry& e) {
+  return e.nccl_from == "trace" ? " (from trace)" : e.nccl_from == "log+trace" ? " (log + trace)" : "";
+}
+
 std::string PairName(const PairEntry& e) {
   return e.src.host == e.dst.host ? fmt::format("{} GPU{} -> GPU{}", e.src.host, e.src.gpu, e.dst.gpu)
                                   : fmt::format("{} GPU{} -> {} GPU{}", e.src.host, e.src.gpu, e.dst.host, e.dst.gpu);
@@ -1034,6 +1129,11 @@ std::string RenderText(const Report& rep, bool color) {
       out += "note: NCCL lines " + p.nccl_log + "\n";
       break;
     }
+  if (rep.nccl_from_traces)
+    out += fmt::format("note: the NCCL connections of {} process{} come from the connection lines their traces "
+                       "recorded: their NCCL log file{} not in {} (marked \"from trace\" below)\n",
+                       rep.nccl_from_traces, rep.nccl_from_traces == 1 ? "" : "es",
+                       rep.nccl_from_traces == 1 ? " is" : "s are", rep.path);
   constexpr size_t kSkippedShown = 20;
   for (size_t i = 0; i < std::min(kSkippedShown, rep.problems.size()); ++i) out += "skipped: " + rep.problems[i] + "\n";
   if (rep.problems.size() > kSkippedShown)
@@ -1100,7 +1200,8 @@ std::string RenderText(const Report& rep, bool color) {
     for (const PairEntry* e : entries)
       out += fmt::format("    GPU{} -> GPU{}  {}{:<12}{} {}{:>11}  {}\n", e->src.gpu, e->dst.gpu, Color(e->transport, color),
                          TransportName(e->transport), reset,
-                         e->nccl_transports.empty() ? "" : fmt::format("{} ", fmt::join(e->nccl_transports, ", ")),
+                         e->nccl_transports.empty() ? ""
+                         : fmt::format("{}{} ", fmt::join(e->nccl_transports, ", "), NcclFromText(*e)),
                          e->bytes ? Bytes(e->bytes) : "", RateText(*e));
   }
   if (cross.size() > kHostPairsShown)
@@ -1116,8 +1217,8 @@ std::string RenderText(const Report& rep, bool color) {
   for (const PairEntry& e : rep.pairs) {
     if (e.src.host != e.dst.host || shown++ >= kPairsShown) continue;
     std::string what = e.source == "nccl"
-                           ? fmt::format("NCCL, {} connection{}: {}", e.channels, e.channels == 1 ? "" : "s",
-                                         fmt::join(e.nccl_transports, ", "))
+                           ? fmt::format("NCCL, {} connection{}: {}{}", e.channels, e.channels == 1 ? "" : "s",
+                                         fmt::join(e.nccl_transports, ", "), NcclFromText(e))
                            : fmt::format("{} cop{}", e.calls, e.calls == 1 ? "y" : "ies");
     out += fmt::format("  {}  {}{:<12}{} {:<34} {:>11} {:>9}  {}{}{}\n", PairName(e), Color(e.transport, color),
                        TransportName(e.transport), reset, what, e.bytes ? Bytes(e.bytes) : "",
@@ -1265,6 +1366,7 @@ json PairJson(const PairEntry& e) {
   p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
   p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
   p["channels"] = e.channels;
+  p["nccl_from"] = e.nccl_from.empty() ? json(nullptr) : json(e.nccl_from);
   p["expected_gbps"] = e.expected_gbps_high > 0 ? json{{"low", e.expected_gbps_low}, {"high", e.expected_gbps_high},
                                                        {"basis", e.expected_basis}}
                                                 : json(nullptr);
@@ -1318,6 +1420,7 @@ json CaptureJson(const Report& rep) {
   }
   return {{"processes", rep.processes.size()},
           {"nccl_logs", rep.nccl_logs},
+          {"nccl_from_traces", rep.nccl_from_traces},
           {"cudart_11", (flags & P2PTRACE_CAPTURE_CUDART_11) != 0},
           {"cudart_12", (flags & P2PTRACE_CAPTURE_CUDART_12) != 0},
           {"cudart_13", (flags & P2PTRACE_CAPTURE_CUDART_13) != 0},

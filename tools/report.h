@@ -38,6 +38,10 @@ struct PairEntry {
   GpuRef src, dst;
   std::string source = "cuda";             // "cuda": intercepted copies; "nccl": NCCL's own log lines
   std::set<std::string> nccl_transports;   // NCCL's text after "via", verbatim
+  // Where an NCCL pair's connection lines were read: "log" (NCCL's log file in DIR, or the user's
+  // own), "trace" (the shim's P2PTRACE_RECORD_NCCL_CONN records: the log file is missing), or
+  // "log+trace"; "" for a CUDA pair.
+  std::string nccl_from;
   int channels = 0;                        // NCCL connections seen for the pair
   int transport = 0;  // p2ptrace_transport
   int expected = 0;   // the best class the node allows for this pair; 0 unknown
@@ -117,6 +121,9 @@ struct Report {
   std::vector<std::string> problems;  // files skipped, one line each
   std::vector<std::string> partial;   // files used in part, one line each
   size_t nccl_logs = 0;               // NCCL log files read
+  // Processes whose NCCL connections came from their trace's records: no log read held a
+  // connection line they logged (the file was deleted, not copied, or never written in DIR).
+  size_t nccl_from_traces = 0;
   std::set<std::string> nccl_versions;  // printed in NCCL's log lines ("2.18.3+cuda12.2")
   // Each host's job-start preflight (the shim's probes and prediction): its warning lines, once
   // per host however many processes wrote the block.

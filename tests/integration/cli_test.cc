@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -230,6 +232,74 @@ TEST(NcclReport, PairsCarryTheTransportNcclPrinted) {
     EXPECT_EQ(o["ranks"].size(), 4u);
   }
   EXPECT_TRUE(allreduce) << j["nccl_ops"].dump();
+}
+
+// NCCL's log files gone from the trace directory (not copied off the node, deleted): the report
+// takes each such process's connections from the lines its shim recorded in the trace, and the
+// pairs, transports, connection counts and bytes come out as they did from the logs; the report
+// says per pair and per rank where they came from.
+TEST(NcclReport, WithoutItsLogFilesTheTracesConnectionRecordsGiveTheSamePairs) {
+  nlohmann::json from_logs = NcclJob("nccl-logs-lost", {});
+  ASSERT_FALSE(from_logs.is_null());
+  std::string dir = TempDir() + "/nccl-logs-lost";
+  using Pair = std::tuple<int, int, std::string, nlohmann::json, int, uint64_t, bool, std::string>;
+  auto nccl_pairs = [](const nlohmann::json& j, std::map<std::pair<int, int>, std::string>* from) {
+    std::vector<Pair> out;
+    for (const auto& p : j["pairs"]) {
+      if (p["source"] != "nccl") continue;
+      out.emplace_back(p["src"]["gpu"], p["dst"]["gpu"], p["transport"], p["nccl_transports"], p["channels"],
+                       p["bytes"], p["fallback"], p["expected"]);
+      (*from)[{p["src"]["gpu"], p["dst"]["gpu"]}] = p["nccl_from"];
+    }
+    return out;
+  };
+  std::map<std::pair<int, int>, std::string> from;
+  std::vector<Pair> expected = nccl_pairs(from_logs, &from);
+  ASSERT_EQ(expected.size(), 4u);  // the ring 0→1→2→3→0
+  for (const auto& [gpus, where] : from) EXPECT_EQ(where, "log");
+  EXPECT_EQ(from_logs["capture"]["nccl_from_traces"], 0);
+  std::map<int, std::string> log_of_rank;  // the tap's file: nccl.<host>.<pid>.log
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    for (const auto& r : from_logs["ranks"])
+      if (e.path().filename().string().rfind("nccl.", 0) == 0 &&
+          e.path().filename().string().find("." + std::to_string(r["pid"].get<int>()) + ".log") != std::string::npos)
+        log_of_rank[r["rank"]] = e.path().string();
+  ASSERT_EQ(log_of_rank.size(), 4u);
+
+  // Ranks 0 and 1 lose their logs: the pairs they logged (0→1, 1→2) come from their traces.
+  std::filesystem::remove(log_of_rank[0]);
+  std::filesystem::remove(log_of_rank[1]);
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json half = nlohmann::json::parse(r.out);
+  from.clear();
+  EXPECT_EQ(nccl_pairs(half, &from), expected);
+  EXPECT_EQ(from, (std::map<std::pair<int, int>, std::string>{
+                      {{0, 1}, "trace"}, {{1, 2}, "trace"}, {{2, 3}, "log"}, {{3, 0}, "log"}}));
+  EXPECT_EQ(half["capture"]["nccl_logs"], 2);
+  EXPECT_EQ(half["capture"]["nccl_from_traces"], 2);
+
+  // Every log gone.
+  std::filesystem::remove(log_of_rank[2]);
+  std::filesystem::remove(log_of_rank[3]);
+  r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json none = nlohmann::json::parse(r.out);
+  from.clear();
+  EXPECT_EQ(nccl_pairs(none, &from), expected);
+  for (const auto& [gpus, where] : from) EXPECT_EQ(where, "trace");
+  EXPECT_EQ(none["capture"]["nccl_logs"], 0);
+  EXPECT_EQ(none["capture"]["nccl_from_traces"], 4);
+  for (const auto& rank : none["ranks"])
+    EXPECT_EQ(rank["nccl_log"], "trace records: the tapped log is not in the trace directory") << rank.dump();
+  r = RunProgram({P2PTRACE_CLI, "report", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: the NCCL connections of 4 processes come from the connection lines their traces "
+                       "recorded: their NCCL log files are not in " + dir),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("NCCL, 4 connections: P2P/CUMEM (from trace)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("NCCL connections from the trace (log file missing)"), std::string::npos) << r.out;
 }
 
 TEST(NcclReport, TheUsersOwnDebugFileIsReadWhereItIs) {
