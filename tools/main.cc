@@ -146,6 +146,9 @@ int main(int argc, char** argv) {
                     "healthy (NVLink, NCCL P2P and IB GDR), pcie (PCIe P2P), fallback (peer access never enabled: "
                     "host-staged copies; NCCL_P2P_DISABLE=1: NCCL over SHM)")
       ->capture_default_str();
+  synth->add_flag("--stacks", synth_options.stacks,
+                  "call sites, as P2PTRACE_STACKS records them: copies, allreduce and send/recv from three program "
+                  "locations");
   synth->footer(
       "Writes one trace per rank in the real format (v1.0) and the NCCL log its shim would have tapped, so that\n"
       "report, html, export and diff run on them. Ranks 0..N-1 fill hosts in order; each rank copies to the other\n"

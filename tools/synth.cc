@@ -192,6 +192,18 @@ std::string NcclLog(const SynthOptions& o, const Layout& L, const Links& links, 
   return out;
 }
 
+// The program locations a --stacks job's records name (the same in every rank, so the report
+// merges them), innermost frame first, as the shim describes a call site.
+constexpr const char* kSiteFrames[] = {
+    "",
+    "train+0x4a1f7 (exchange_halo(float*, float*, unsigned long)+0x5b)\n"
+    "train+0x4b3a1 (step(int)+0x111)\ntrain+0x3f100 (main+0x2d0)\nlibc.so.6+0x2724d (__libc_start_main+0xcd)",
+    "libnccl.so.2+0x5e1c3 (ncclAllReduce+0x53)\ntrain+0x4b41f (step(int)+0x18f)\ntrain+0x3f100 (main+0x2d0)\n"
+    "libc.so.6+0x2724d (__libc_start_main+0xcd)",
+    "train+0x4c00b (ring_pass(float*, int)+0x7b)\ntrain+0x4b4e2 (step(int)+0x252)\ntrain+0x3f100 (main+0x2d0)\n"
+    "libc.so.6+0x2724d (__libc_start_main+0xcd)"};
+enum SynthSite : uint32_t { kSiteCopies = 1, kSiteAllReduce = 2, kSiteSendRecv = 3 };
+
 // One rank's process: peer-access setup, then `events` timed operations.
 std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links, int rank, uint64_t comm_id) {
   Rng rng{o.seed * 0x100000001b3ull + static_cast<uint64_t>(rank)};
@@ -233,6 +245,19 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
 
   uint64_t t = h.start_monotonic_ns + 2000000;
   auto step = [&](uint64_t duration) { t += duration + 20000 + rng.Next() % 60000; };
+  if (o.stacks) {
+    for (uint32_t id : {kSiteCopies, kSiteAllReduce, kSiteSendRecv}) {
+      p2ptrace_text_record tr{};
+      tr.block = id;
+      tr.parts = 1;
+      tr.kind = P2PTRACE_TEXT_CALL_SITE;
+      tr.tag = id;
+      tr.length = static_cast<uint16_t>(std::strlen(kSiteFrames[id]));
+      std::memcpy(tr.text, kSiteFrames[id], tr.length);
+      b.Append(tr, P2PTRACE_RECORD_TEXT, 0, t);
+    }
+  }
+  auto site = [&](uint32_t id) { return o.stacks ? id : 0u; };
   // The application asks, then (unless it forgets: the fallback) enables peer access to every
   // other GPU of its host.
   for (int p = 0; p < gpus; ++p) {
@@ -285,6 +310,7 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
       r.dst_device = static_cast<int8_t>(peer);
       r.transport = transport;
       r.flags = P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_TIMED;
+      r.site = site(kSiteCopies);
       b.Append(r, P2PTRACE_RECORD_COPY, seq, t);
       p2ptrace_timing_record tr{};
       tr.bytes = bytes;
@@ -319,6 +345,7 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
       gbps = ring_gbps * o.ranks / (2.0 * (o.ranks - 1));
     }
     uint64_t ns = static_cast<uint64_t>(static_cast<double>(r.bytes) / (gbps * rng.Jitter(0.05)));
+    r.site = site(r.api == P2PTRACE_NCCL_AllReduce ? kSiteAllReduce : kSiteSendRecv);
     b.Append(r, P2PTRACE_RECORD_NCCL_OP, seq, t);
     p2ptrace_timing_record tr{};
     tr.bytes = r.bytes;

@@ -23,6 +23,9 @@ struct SynthOptions {
   // fallback: peer access never enabled (copies staged through the host) and NCCL_P2P_DISABLE=1
   //           (NCCL through SHM inside a host).
   std::string scenario = "healthy";
+  // Call sites as P2PTRACE_STACKS records them: every copy and NCCL operation names one of three
+  // program locations (halo exchange copies, allreduce, ring send/recv), described in each file.
+  bool stacks = false;
 };
 
 // Writes `ranks` trace files and, when ranks > 1, one nccl.<host>.<pid>.log per rank into `out`.
