@@ -52,6 +52,24 @@ std::string PairLabel(const PairEntry& e) {
 
 std::string Gb(double v) { return v > 0 ? fmt::format("{:.1f} GB/s", v) : "not timed"; }
 
+std::string ByteText(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1ull << 10));
+  return fmt::format("{} B", b);
+}
+
+// "0-7, 9, 12-15"
+std::string RankList(const std::set<int>& ranks) {
+  std::vector<std::string> parts;
+  for (auto it = ranks.begin(); it != ranks.end();) {
+    int first = *it, last = first;
+    while (++it != ranks.end() && *it == last + 1) ++last;
+    parts.push_back(first == last ? std::to_string(first) : fmt::format("{}-{}", first, last));
+  }
+  return parts.empty() ? std::string("?") : fmt::format("{}", fmt::join(parts, ", "));
+}
+
 constexpr const char* kStyle = R"css(
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d232a;background:#fff}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:28px 0 8px;border-bottom:1px solid #ddd}
@@ -70,6 +88,7 @@ td.self{background:#eee;color:#999}td.none{color:#bbb}
 td.fallback{outline:3px solid #d73027;outline-offset:-5px}
 td.multi::after{content:"*"}
 #details{border:1px solid #ccc;border-radius:6px;padding:8px 12px;min-height:48px;background:#fafbfc;max-width:900px}
+#call-sites code{font:12px monospace}#call-sites details{color:#555}#call-sites tr.staged td:first-child{color:#d73027}
 .cause{margin:4px 0 8px}.cause code{background:#eef;padding:0 4px}.fix{color:#0b5394}
 .legend span{display:inline-block;padding:1px 6px;margin:2px;border-radius:3px;font:12px monospace}
 svg text{font:11px system-ui,sans-serif}
@@ -382,6 +401,52 @@ std::string RenderHtml(const Report& rep) {
     }
     out += "</table>\n";
     if (falls.size() > 500) out += fmt::format("<p class=\"meta\">… {} more</p>\n", falls.size() - 500);
+  }
+
+  // Where in the program the traffic came from (P2PTRACE_STACKS), as `report` ranks the sites.
+  out += "<h2>Call sites</h2>\n";
+  if (rep.call_sites.empty()) {
+    out += "<p id=\"no-call-sites\" class=\"meta\">No call site was captured: run the job with P2PTRACE_STACKS=1 to "
+           "see where in the program each copy and NCCL operation came from.</p>\n";
+  } else {
+    constexpr size_t kSites = 100, kPairs = 4;
+    out += fmt::format("<p class=\"meta\">{} site{}, most host-staged bytes first, then most bytes; frames innermost "
+                       "first (<code>addr2line -e MODULE OFFSET</code> names the line)</p>\n<table class=\"list\" "
+                       "id=\"call-sites\"><tr><th>#</th><th>where</th><th>copies</th><th>bytes</th><th>host-staged</th>"
+                       "<th>NCCL operations</th><th>pairs</th><th>ranks</th></tr>\n",
+                       rep.call_sites.size(), rep.call_sites.size() == 1 ? "" : "s");
+    for (size_t k = 0; k < std::min(rep.call_sites.size(), kSites); ++k) {
+      const CallSiteSummary& c = rep.call_sites[k];
+      std::string where = c.frames.empty() ? std::string("?") : "<code>" + Escape(c.frames[0]) + "</code>";
+      if (c.frames.size() > 1) {
+        where += fmt::format("<details><summary>{} more frame{}</summary>", c.frames.size() - 1,
+                             c.frames.size() == 2 ? "" : "s");
+        for (size_t f = 1; f < c.frames.size(); ++f) where += "<code>" + Escape(c.frames[f]) + "</code><br>";
+        where += "</details>";
+      }
+      std::vector<std::string> pairs;
+      for (size_t i = 0; i < std::min(c.pairs.size(), kPairs); ++i) {
+        const CallSiteSummary::Pair& p = c.pairs[i];
+        pairs.push_back(fmt::format("{} GPU{} → GPU{} <span class=\"t-{}\">{}</span> ({})", Escape(p.src.host), p.src.gpu,
+                                    p.dst.gpu, TransportName(p.transport), TransportName(p.transport), ByteText(p.bytes)));
+      }
+      if (c.pairs.size() > kPairs) pairs.push_back(fmt::format("… {} more", c.pairs.size() - kPairs));
+      std::string nccl = c.nccl_ops || c.nccl_errors
+                             ? fmt::format("{} ({}), {}{}", c.nccl_ops, Escape(fmt::format("{}", fmt::join(c.nccl_operations, ", "))),
+                                           ByteText(c.nccl_bytes), c.nccl_errors ? fmt::format(", {} failed", c.nccl_errors) : "")
+                             : std::string();
+      out += fmt::format("<tr data-site=\"{}\"{}><td>{}</td><td>{}</td><td>{}{}</td><td>{}</td><td{}>{}</td><td>{}</td>"
+                         "<td>{}</td><td>{} ({} process{})</td></tr>\n",
+                         c.id, c.host_staged_bytes ? " class=\"staged\"" : "", c.id, where, c.copies,
+                         c.errors ? fmt::format(", {} failed", c.errors) : "", c.bytes ? ByteText(c.bytes) : "",
+                         c.host_staged_bytes ? " class=\"t-host_staged\"" : "",
+                         c.host_staged_bytes ? ByteText(c.host_staged_bytes) : "", nccl, fmt::join(pairs, "<br>"),
+                         RankList(c.ranks), c.processes, c.processes == 1 ? "" : "es");
+    }
+    out += "</table>\n";
+    if (rep.call_sites.size() > kSites)
+      out += fmt::format("<p class=\"meta\">… {} more call sites (`p2ptrace report --json` lists them all)</p>\n",
+                         rep.call_sites.size() - kSites);
   }
 
   // Timeline summary.

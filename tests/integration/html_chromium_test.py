@@ -5,7 +5,8 @@ DevTools protocol over a websocket with the standard library only (no pip, no br
 For a synthetic job with fallbacks and a healthy one it asserts: no console error, no uncaught
 exception, no network request at all (the page is self-contained); every matrix cell carries the
 classes the report's JSON implies (`cell t-<class of most bytes>`, `fallback`, `multi`); clicking a
-fallback cell shows its causes and fix; and a screenshot is written. A missing browser is a failure,
+fallback cell shows its causes and fix; the call-site table lists the report's sites in its order
+(or says how to capture them); and a screenshot is written. A missing browser is a failure,
 never a skip: CI must have it (scripts/common.sh installs it)."""
 import argparse
 import base64
@@ -231,6 +232,24 @@ def check_page(browser, html, report, screenshot, want_fallbacks):
     if js("document.querySelectorAll('svg rect.bar').length") == 0:
         fail("no bandwidth bar drawn")
 
+    # The call-site table: the report's sites in its order, host-staging ones marked, frames shown.
+    sites = report["call_sites"]
+    rows = js("""Array.from(document.querySelectorAll('#call-sites tr[data-site]')).map(tr => ({site: Number(tr.dataset.site),
+        staged: tr.classList.contains('staged'), text: tr.textContent}))""")
+    if not sites:
+        if rows or js("document.getElementById('no-call-sites') !== null") is not True:
+            fail("a job without call sites should say how to capture them, and show no site table")
+    else:
+        if [r["site"] for r in rows] != [c["id"] for c in sites[:100]]:
+            fail(f"call-site rows {[r['site'] for r in rows]}, the report's {[c['id'] for c in sites[:100]]}")
+        for r, c in zip(rows, sites):
+            if r["staged"] != (c["host_staged_bytes"] > 0):
+                fail(f"call site {c['id']}: marked staged {r['staged']}, host-staged bytes {c['host_staged_bytes']}")
+            if any(f not in r["text"] for f in c["frames"]):
+                fail(f"call site {c['id']}: its frames are not all in the row: {r['text'][:300]!r}")
+        if not rows[0]["staged"]:
+            fail("the first call site of the fallback job stages nothing through the host")
+
     shot = browser.call("Page.captureScreenshot", session, format="png")["data"]
     png = base64.b64decode(shot)
     if not png.startswith(b"\x89PNG") or len(png) < 10000:
@@ -276,7 +295,9 @@ def main():
     try:
         for scenario, ranks in (("fallback", 16), ("healthy", 8)):
             job = os.path.join(a.out, scenario)
-            run([a.cli, "synth", "--ranks", str(ranks), "--events", "64", "--out", job, "--scenario", scenario])
+            # The fallback job carries call sites (P2PTRACE_STACKS), the healthy one none.
+            run([a.cli, "synth", "--ranks", str(ranks), "--events", "64", "--out", job, "--scenario", scenario]
+                + (["--stacks"] if scenario == "fallback" else []))
             html = os.path.join(a.out, f"{scenario}.html")
             run([a.cli, "html", job, "-o", html])
             report = json.loads(run([a.cli, "report", job, "--json"]))
