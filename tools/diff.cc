@@ -119,6 +119,8 @@ bool DiffResult::Worse() const {
     if (p.worse) return true;
   for (const PairDiff& p : nccl_ops)
     if (p.worse) return true;
+  for (const SiteDiff& c : call_sites)
+    if (c.worse) return true;
   return false;
 }
 
@@ -188,6 +190,27 @@ DiffResult DiffReports(const Report& a, const Report& b) {
     p.worse = after < before;
     d.nccl_ops.push_back(p);
   }
+  // Call sites by their frames: those whose host-staged bytes appeared or grew by more than 20%.
+  std::map<std::string, const CallSiteSummary*> sites_a;
+  for (const CallSiteSummary& c : a.call_sites) sites_a.emplace(fmt::format("{}", fmt::join(c.frames, "\n")), &c);
+  for (const CallSiteSummary& c : b.call_sites) {  // B's order: most host-staged bytes first
+    if (c.host_staged_bytes == 0) continue;
+    auto it = sites_a.find(fmt::format("{}", fmt::join(c.frames, "\n")));
+    uint64_t before = it == sites_a.end() ? 0 : it->second->host_staged_bytes;
+    bool appeared = before == 0;
+    if (!appeared && static_cast<double>(c.host_staged_bytes) <= (1 + kBandwidthThreshold) * static_cast<double>(before))
+      continue;
+    SiteDiff sd;
+    sd.frames = c.frames;
+    sd.id_after = c.id;
+    sd.change = appeared ? "appeared" : "grew";
+    sd.host_staged_before = before;
+    sd.host_staged_after = c.host_staged_bytes;
+    sd.bytes_before = it == sites_a.end() ? 0 : it->second->bytes;
+    sd.bytes_after = c.bytes;
+    sd.worse = appeared;
+    d.call_sites.push_back(std::move(sd));
+  }
   std::set<std::string> fa, fb;
   for (const Finding& f : a.findings) fa.insert(f.id);
   for (const Finding& f : b.findings) fb.insert(f.id);
@@ -199,6 +222,13 @@ DiffResult DiffReports(const Report& a, const Report& b) {
 namespace {
 
 std::string Bw(double gbps) { return gbps > 0 ? fmt::format("{:.1f} GB/s", gbps) : "not timed"; }
+
+std::string DiffBytes(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(b) / (1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1ull << 10));
+  return fmt::format("{} B", b);
+}
 
 std::string Line(const PairDiff& p) {
   std::string s = fmt::format("  {:<7}{}: ", p.worse ? "worse" : p.change == "gone" ? "gone" : p.change == "new" ? "new" : "changed",
@@ -234,10 +264,31 @@ std::string RenderDiffText(const DiffResult& d) {
   for (const PairDiff& p : d.nccl_ops)
     out += fmt::format("  {:<7}{}: busbw {} -> {} ({:+.0f}%)\n", p.worse ? "worse" : "changed", p.pair,
                        Bw(p.gbps_before), Bw(p.gbps_after), 100 * (p.gbps_after - p.gbps_before) / p.gbps_before);
+  if (!d.call_sites.empty()) {
+    constexpr size_t kSites = 10, kFrames = 3;
+    out += "call sites staging more through host memory (matched by their frames):\n";
+    for (size_t i = 0; i < std::min(d.call_sites.size(), kSites); ++i) {
+      const SiteDiff& c = d.call_sites[i];
+      out += fmt::format("  {:<7}#{} host-staged {} -> {}{}\n", c.worse ? "worse" : "changed", c.id_after,
+                         DiffBytes(c.host_staged_before), DiffBytes(c.host_staged_after),
+                         c.host_staged_before ? fmt::format(" ({:+.0f}%)", 100.0 * (static_cast<double>(c.host_staged_after) -
+                                                                                   static_cast<double>(c.host_staged_before)) /
+                                                                          static_cast<double>(c.host_staged_before))
+                                              : std::string());
+      for (size_t f = 0; f < std::min(c.frames.size(), kFrames); ++f)
+        out += fmt::format("         {} {}\n", f == 0 ? "at" : "  ", c.frames[f]);
+    }
+    if (d.call_sites.size() > kSites) out += fmt::format("  … {} more call sites (--json lists all)\n", d.call_sites.size() - kSites);
+  }
   if (!d.causes_appeared.empty()) out += fmt::format("causes that appeared: {}\n", fmt::join(d.causes_appeared, ", "));
   if (!d.causes_vanished.empty()) out += fmt::format("causes that vanished: {}\n", fmt::join(d.causes_vanished, ", "));
   size_t worse_ops = 0;
   for (const PairDiff& p : d.nccl_ops) worse_ops += p.worse;
+  size_t worse_sites = 0;
+  for (const SiteDiff& c : d.call_sites) worse_sites += c.worse;
+  if (!d.call_sites.empty())
+    out += fmt::format("{} call site{} staging more through host memory ({} newly)\n", d.call_sites.size(),
+                       d.call_sites.size() == 1 ? "" : "s", worse_sites);
   if (d.pairs.empty() && d.nccl_ops.empty()) out += "no pair changed class or moved more than 20% in GB/s\n";
   else
     out += fmt::format("{} pair{} changed ({} worse), {} NCCL operation{} moved ({} slower)\n", d.pairs.size(),
@@ -268,6 +319,12 @@ json RenderDiffJson(const DiffResult& d) {
   for (const PairDiff& p : d.nccl_ops) j["nccl_ops"].push_back(item(p));
   j["causes_appeared"] = d.causes_appeared;
   j["causes_vanished"] = d.causes_vanished;
+  j["call_sites"] = json::array();
+  for (const SiteDiff& c : d.call_sites)
+    j["call_sites"].push_back({{"frames", c.frames}, {"id", c.id_after}, {"change", c.change}, {"worse", c.worse},
+                               {"host_staged_bytes_before", c.host_staged_before},
+                               {"host_staged_bytes_after", c.host_staged_after}, {"bytes_before", c.bytes_before},
+                               {"bytes_after", c.bytes_after}});
   return j;
 }
 

@@ -50,6 +50,14 @@ std::string Synth(const std::string& name, int ranks, int events, const std::str
   return dir;
 }
 
+std::string SynthStacks(const std::string& name, int events, const std::string& scenario) {
+  std::string dir = TempDir() + "/" + name;
+  RunResult r = RunProgram({P2PTRACE_CLI, "synth", "--ranks", "8", "--events", std::to_string(events), "--out", dir,
+                            "--scenario", scenario, "--stacks"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return dir;
+}
+
 json ReportJson(const std::string& dir) {
   RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -519,6 +527,38 @@ TEST(Export, SimulatedRunsFollowTheTraceEventRules) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// html (the page in a real browser: html_chromium_test.py)
+
+// synth --stacks names three program locations in every rank; the page's call-site table lists
+// the report's sites in its order, host-staging ones marked; without sites it says how to get them.
+TEST(Html, CallSiteTableAsTheReportRanksTheSites) {
+  std::string dir = SynthStacks("html-sites", 64, "fallback");
+  json j = ReportJson(dir);
+  ASSERT_EQ(j["call_sites"].size(), 3u) << j["call_sites"].dump();
+  EXPECT_GT(j["call_sites"][0]["host_staged_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["call_sites"][0]["processes"], 8);
+  std::string page = TempDir() + "/html-sites.html";
+  RunResult r = RunProgram({P2PTRACE_CLI, "html", dir, "-o", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string html = ReadAll(page);
+  size_t table = html.find("<table class=\"list\" id=\"call-sites\">");
+  ASSERT_NE(table, std::string::npos);
+  size_t one = html.find("<tr data-site=\"1\" class=\"staged\">", table), two = html.find("<tr data-site=\"2\">", table),
+         three = html.find("<tr data-site=\"3\">", table);
+  EXPECT_TRUE(one != std::string::npos && one < two && two < three && three != std::string::npos) << html.substr(table, 3000);
+  EXPECT_NE(html.find("<code>train+0x4a1f7 (exchange_halo(float*, float*, unsigned long)+0x5b)</code>", table),
+            std::string::npos);
+  EXPECT_EQ(html.find("id=\"no-call-sites\""), std::string::npos);
+
+  std::string plain = Synth("html-no-sites", 8, 16);
+  r = RunProgram({P2PTRACE_CLI, "html", plain, "-o", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  html = ReadAll(page);
+  EXPECT_NE(html.find("id=\"no-call-sites\""), std::string::npos);
+  EXPECT_EQ(html.find("id=\"call-sites\""), std::string::npos);
+}
+
+// ------------------------------------------------------------------------------------------------
 // diff
 
 TEST(Diff, FallbackAfterHealthyIsWorseAndSaysWhy) {
@@ -567,6 +607,50 @@ TEST(Diff, BetterOrUnchangedExitsZero) {
   j = json::parse(r.out);
   EXPECT_TRUE(j["pairs"].empty()) << r.out;
   EXPECT_TRUE(j["nccl_ops"].empty()) << r.out;
+}
+
+
+// Call sites (P2PTRACE_STACKS) matched across runs by their frames: a site that newly stages bytes
+// through the host is worse (exit 1); one that stages more than 20% more is listed, not gating (a
+// longer run stages more); one that stages less is not listed.
+TEST(Diff, CallSitesWhoseHostStagedBytesAppearedOrGrew) {
+  std::string healthy = SynthStacks("diff-sites-h", 64, "healthy"), staged = SynthStacks("diff-sites-f", 64, "fallback"),
+              longer = SynthStacks("diff-sites-f2", 128, "fallback");
+  RunResult r = RunProgram({P2PTRACE_CLI, "diff", healthy, staged, "--json"});
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  json j = json::parse(r.out);
+  ASSERT_EQ(j["call_sites"].size(), 1u) << j["call_sites"].dump();
+  const json& site = j["call_sites"][0];
+  EXPECT_EQ(site["change"], "appeared");
+  EXPECT_EQ(site["worse"], true);
+  EXPECT_EQ(site["host_staged_bytes_before"], 0);
+  EXPECT_GT(site["host_staged_bytes_after"].get<uint64_t>(), 0u);
+  EXPECT_EQ(site["host_staged_bytes_after"], site["bytes_after"]);  // every copy of the site staged
+  EXPECT_GT(site["bytes_before"].get<uint64_t>(), 0u);              // the same site, matched by its frames
+  ASSERT_FALSE(site["frames"].empty());
+  EXPECT_NE(site["frames"][0].get<std::string>().find("exchange_halo"), std::string::npos) << site.dump();
+  r = RunProgram({P2PTRACE_CLI, "diff", healthy, staged});
+  EXPECT_NE(r.out.find("call sites staging more through host memory (matched by their frames):\n  worse  #1 "
+                       "host-staged 0 B -> "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("         at train+0x4a1f7 (exchange_halo(float*, float*, unsigned long)+0x5b)\n"), std::string::npos)
+      << r.out;
+
+  // Twice the copies, the same paths: listed as grown, and the exit status stays 0.
+  r = RunProgram({P2PTRACE_CLI, "diff", staged, longer, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  j = json::parse(r.out);
+  ASSERT_EQ(j["call_sites"].size(), 1u) << j["call_sites"].dump();
+  EXPECT_EQ(j["call_sites"][0]["change"], "grew");
+  EXPECT_EQ(j["call_sites"][0]["worse"], false);
+  EXPECT_GT(j["call_sites"][0]["host_staged_bytes_after"].get<double>(),
+            1.2 * j["call_sites"][0]["host_staged_bytes_before"].get<double>());
+
+  // Back to healthy: nothing stages more.
+  r = RunProgram({P2PTRACE_CLI, "diff", staged, healthy, "--json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(json::parse(r.out)["call_sites"].empty()) << r.out;
 }
 
 TEST(Diff, PcieInsteadOfNvlinkIsWorse) {
