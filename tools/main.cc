@@ -131,8 +131,10 @@ int main(int argc, char** argv) {
   differ->add_flag("--json", json, "print the changes as JSON");
   differ->footer(
       "Lists GPU pairs whose transport class changed or whose GB/s moved by more than 20%, pairs that appeared or\n"
-      "vanished, causes that appeared or vanished, and NCCL operations whose busbw moved by more than 20%.\n"
-      "Exit status: 1 when any pair got worse (worse class, newly falling back, or 20% slower), 0 otherwise,\n"
+      "vanished, causes that appeared or vanished, NCCL operations whose busbw moved by more than 20%, and call\n"
+      "sites (P2PTRACE_STACKS; matched by their frames) whose host-staged bytes appeared or grew by more than 20%.\n"
+      "Exit status: 1 when any pair got worse (worse class, newly falling back, or 20% slower) or a call site\n"
+      "newly stages through the host, 0 otherwise,\n"
       "2 when A or B holds no usable trace: usable as a node-acceptance gate in CI.");
   SynthOptions synth_options;
   auto* synth = app.add_subcommand("synth", "a synthetic job's traces (demos, tests, benchmarks)");
@@ -150,7 +152,7 @@ int main(int argc, char** argv) {
                   "call sites, as P2PTRACE_STACKS records them: copies, allreduce and send/recv from three program "
                   "locations");
   synth->footer(
-      "Writes one trace per rank in the real format (v1.0) and the NCCL log its shim would have tapped, so that\n"
+      "Writes one trace per rank in the real format (trace_format.h) and the NCCL log its shim would have tapped, so that\n"
       "report, html, export and diff run on them. Ranks 0..N-1 fill hosts in order; each rank copies to the other\n"
       "GPUs of its host and runs an NCCL ring (send to rank+1, recv from rank-1, allreduce).");
   DoctorOptions doctor_options;

@@ -1,4 +1,4 @@
-// `p2ptrace synth`: a synthetic job's traces in the real on-disk format (trace_format.h v1.0), plus
+// `p2ptrace synth`: a synthetic job's traces in the real on-disk format (trace_format.h), plus
 // the NCCL log each rank's shim would have tapped (NCCL 2.28's lines), for demos, tests and
 // benchmarks of report, html, export and diff. Deterministic for a seed.
 #pragma once
