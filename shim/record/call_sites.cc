@@ -208,7 +208,11 @@ uint32_t CaptureCallSite() {
   Table& t = *g_table;
   void* frames[kMaxStackDepth + kShimFrames];
   int n = backtrace(frames, g_depth + kShimFrames);
+  // The shim's frames come first, unless an interceptor of backtrace() itself (ASan's) precedes
+  // them: skip through the first run of shim frames found near the top.
   int first = 0;
+  while (first < n && first < 4 && !InShim(frames[first])) ++first;
+  if (first == n || !InShim(frames[first])) first = 0;
   while (first < n && InShim(frames[first])) ++first;
   int depth = std::min(n - first, g_depth);
   if (depth <= 0) return 0;
