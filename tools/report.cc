@@ -100,8 +100,8 @@ void DescribeCapture(ProcessInfo* p) {
                                                 : "NCCL lines not seen");
     if (p->nccl_log.rfind("not seen", 0) == 0) trust.push_back("NCCL's transports are unknown: " + p->nccl_log.substr(10));
     if (from_trace)
-      trust.push_back("NCCL's transports from the connection lines the shim recorded; NCCL's other lines (its "
-                      "reasons for refusing P2P) were only in the missing log");
+      trust.push_back("NCCL's transports from the connection lines the shim recorded; NCCL's other messages (its "
+                      "reasons for refusing P2P) were only in the missing log: the recorded environment stands in");
   }
   if (p->capture_flags & P2PTRACE_CAPTURE_TIMING_OFF) {
     mode.push_back("timing off");
@@ -352,8 +352,12 @@ struct ReportBuilder::State {
     std::map<std::pair<std::string, int>, Who> who;
     std::map<std::tuple<std::string, int, uint64_t>, std::pair<std::string, int>> comm_of;
     std::map<std::tuple<std::string, int, int, int>, NcclConn> conns;
+    std::string refusal_kind, refusal_evidence;  // NCCL_P2P_DISABLE / NCCL_P2P_LEVEL=LOC in its environment
   };
   std::vector<TraceConns> trace_conns;
+  // Per host, from the environment of a process whose log is missing: a setting that takes P2P
+  // away (the refusal kind, the evidence), standing in for NCCL's `… set by environment` line.
+  std::map<std::string, std::pair<std::string, std::string>> env_refusal;
   std::set<std::pair<std::string, int>> logged;  // (short host, pid) of every connection line read from a log
   // Each host's preflight: its pairs (the first process's prediction of a pair stands) and warnings.
   struct HostPreflight {
@@ -475,6 +479,16 @@ void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
     ++nc.channels;
     nc.from_trace = true;
   }
+  auto zero = [](const std::string& v) { return v == "0" || v == "00"; };
+  if (std::string v = t.Env("NCCL_P2P_DISABLE"); !v.empty() && !zero(v)) {
+    tc.refusal_kind = "env-p2p-disabled";
+    tc.refusal_evidence = fmt::format("NCCL_P2P_DISABLE={} in the environment {} recorded (NCCL's log line is missing)",
+                                      v, t.path);
+  } else if (std::string l = t.Env("NCCL_P2P_LEVEL"); l == "LOC" || zero(l)) {
+    tc.refusal_kind = "env-p2p-level";
+    tc.refusal_evidence = fmt::format("NCCL_P2P_LEVEL={} in the environment {} recorded (NCCL's log line is missing)",
+                                      l, t.path);
+  }
   if (!tc.conns.empty()) trace_conns.push_back(std::move(tc));
 }
 
@@ -493,6 +507,7 @@ void ReportBuilder::State::FinishTraceConns() {
       to.channels += nc.channels;
       to.from_trace = true;
     }
+    if (!tc.refusal_kind.empty()) env_refusal.try_emplace(tc.host, tc.refusal_kind, tc.refusal_evidence);
     ProcessInfo& p = rep.processes[tc.process];
     p.nccl_log = "trace records: " + std::string(p.nccl_log == "user file" ? "the user's NCCL_DEBUG_FILE" : "the tapped log") +
                  " is not in the trace directory";
@@ -690,16 +705,18 @@ void ReportBuilder::State::FinishNcclPairs() {
     // NCCL said why it refused P2P on this host: that explains a host or network path there.
     bool host_path = e.transport == P2PTRACE_TRANSPORT_SHM || e.transport == P2PTRACE_TRANSPORT_NET_IB ||
                      e.transport == P2PTRACE_TRANSPORT_NET_GDR || e.transport == P2PTRACE_TRANSPORT_NET_SOCKET;
-    if (host_path && same_host)
-      if (auto r = first_refusal.find(e.src.host); r != first_refusal.end()) {
-        std::string id(CauseForNcclRefusal(r->second.kind));
-        const CauseInfo* info = FindCause(id);
-        e.causes.push_back(Cause{id, {fmt::format("NCCL: {}", r->second.text)},
-                                 info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
-                                 info ? std::string(info->confirm) : "", "trace"});
-        e.fallback = true;
-        e.expected = P2PTRACE_TRANSPORT_P2P;  // what NCCL uses between two GPUs of a node when allowed
-      }
+    // Without NCCL's line (its log missing), the setting as the trace recorded the environment.
+    auto refusal = first_refusal.find(e.src.host);
+    auto env = env_refusal.find(e.src.host);
+    if (host_path && same_host && (refusal != first_refusal.end() || env != env_refusal.end())) {
+      std::string id(CauseForNcclRefusal(refusal != first_refusal.end() ? refusal->second.kind : env->second.first));
+      std::string evidence = refusal != first_refusal.end() ? fmt::format("NCCL: {}", refusal->second.text) : env->second.second;
+      const CauseInfo* info = FindCause(id);
+      e.causes.push_back(Cause{id, {evidence}, info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
+                               info ? std::string(info->confirm) : "", "trace"});
+      e.fallback = true;
+      e.expected = P2PTRACE_TRANSPORT_P2P;  // what NCCL uses between two GPUs of a node when allowed
+    }
     rep.pairs.push_back(std::move(e));
   }
 }

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <vector>
 
+#include "core/nccl_log.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
@@ -159,8 +160,29 @@ absl::Status WriteFile(const std::string& path, const std::string& bytes) {
   return absl::OkStatus();
 }
 
+// One ring connection of a rank, as NCCL 2.28 prints it during init.
+struct RingConn {
+  int channel, conn_index;  // conn_index -1: the "Channel 00 :" form (no /N)
+  int src, dst;             // ranks
+  const char* direction;    // "send", "receive", "" (P2P/SHM lines carry no tag)
+  std::string transport;
+};
+
+// Each rank's ring connections (NCCL_RUNTIME_CONNECT=0 order): to the next rank, and from the
+// previous one when that one is on another host (NET lines are printed by both ends).
+std::vector<RingConn> RingConns(const SynthOptions& o, const Layout& L, const Links& links, int rank) {
+  std::vector<RingConn> out;
+  int next = (rank + 1) % o.ranks, prev = (rank + o.ranks - 1) % o.ranks;
+  for (int ch = 0; ch < 2; ++ch) {
+    if (L.Host(prev) != L.Host(rank)) out.push_back({ch, 0, prev, rank, "receive", kNetText});
+    if (L.Host(next) != L.Host(rank)) out.push_back({ch, 0, rank, next, "send", kNetText});
+    else out.push_back({ch, links.p2p_disabled ? -1 : 0, rank, next, "", links.nccl_intra});
+  }
+  return out;
+}
+
 // NCCL 2.28's INIT lines for one rank of the job-wide communicator, with the ring connections
-// printed during init (NCCL_RUNTIME_CONNECT=0 order): what the shim's log tap writes.
+// printed during init: what the shim's log tap writes.
 std::string NcclLog(const SynthOptions& o, const Layout& L, const Links& links, int rank, uint64_t comm_id) {
   std::string host = HostName(L.Host(rank), L.hosts);
   int dev = L.Gpu(rank), pid = Pid(rank);
@@ -172,21 +194,10 @@ std::string NcclLog(const SynthOptions& o, const Layout& L, const Links& links, 
                        prefix, CommPointer(rank), rank, o.ranks, dev, dev, BusNumber(dev) << 12, comm_id, what);
   };
   out += init("Init START");
-  int next = (rank + 1) % o.ranks, prev = (rank + o.ranks - 1) % o.ranks;
-  for (int ch = 0; ch < 2; ++ch) {
-    if (L.Host(prev) != L.Host(rank))
-      out += fmt::format("{}Channel {:02d}/0 : {}[{}] -> {}[{}] [receive] via {}\n", prefix, ch, prev, L.Gpu(prev), rank,
-                         dev, kNetText);
-    if (L.Host(next) != L.Host(rank))
-      out += fmt::format("{}Channel {:02d}/0 : {}[{}] -> {}[{}] [send] via {}\n", prefix, ch, rank, dev, next,
-                         L.Gpu(next), kNetText);
-    else if (links.p2p_disabled)
-      out += fmt::format("{}Channel {:02d} : {}[{}] -> {}[{}] via {}\n", prefix, ch, rank, dev, next, L.Gpu(next),
-                         links.nccl_intra);
-    else
-      out += fmt::format("{}Channel {:02d}/0 : {}[{}] -> {}[{}] via {}\n", prefix, ch, rank, dev, next, L.Gpu(next),
-                         links.nccl_intra);
-  }
+  for (const RingConn& c : RingConns(o, L, links, rank))
+    out += fmt::format("{}Channel {:02d}{} : {}[{}] -> {}[{}]{} via {}\n", prefix, c.channel,
+                       c.conn_index < 0 ? "" : fmt::format("/{}", c.conn_index), c.src, L.Gpu(c.src), c.dst, L.Gpu(c.dst),
+                       *c.direction ? fmt::format(" [{}]", c.direction) : "", c.transport);
   out += prefix + fmt::format("Connected all rings, use ring PXN 0 GDR {}\n", L.hosts > 1 ? 1 : 0);
   out += init("Init COMPLETE");
   return out;
@@ -288,6 +299,27 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
     c.api = P2PTRACE_NCCL_CommInitRank;
     std::snprintf(c.bus_id, sizeof c.bus_id, "%s", BusId(dev).c_str());
     b.Append(c, P2PTRACE_RECORD_NCCL_COMM, b.NextSeq(), t);
+    // The connection lines the shim reads from its log tap during init (P2PTRACE_RECORD_NCCL_CONN).
+    uint32_t line = 3;
+    for (const RingConn& rc : RingConns(o, L, links, rank)) {
+      p2ptrace_nccl_conn_record r{};
+      std::snprintf(r.comm, sizeof r.comm, "%s", fmt::format("{:#x}", CommPointer(rank)).c_str());
+      std::snprintf(r.comm_id, sizeof r.comm_id, "%s", fmt::format("{:#x}", comm_id).c_str());
+      std::snprintf(r.keyword, sizeof r.keyword, "Channel");
+      r.channel = rc.channel;
+      r.conn_index = rc.conn_index;
+      r.src_rank = rc.src;
+      r.dst_rank = rc.dst;
+      r.direction = std::string(rc.direction) == "send"      ? P2PTRACE_NCCL_CONN_SEND
+                    : std::string(rc.direction) == "receive" ? P2PTRACE_NCCL_CONN_RECEIVE
+                                                             : P2PTRACE_NCCL_CONN_UNTAGGED;
+      r.transport_class = static_cast<uint8_t>(ClassifyNcclTransport(rc.transport));
+      r.line = line++;
+      std::snprintf(r.src_dev, sizeof r.src_dev, "%d", L.Gpu(rc.src));
+      std::snprintf(r.dst_dev, sizeof r.dst_dev, "%d", L.Gpu(rc.dst));
+      std::snprintf(r.transport, sizeof r.transport, "%s", rc.transport.c_str());
+      b.Append(r, P2PTRACE_RECORD_NCCL_CONN, b.NextSeq(), t);
+    }
     step(5000000);
   }
   int next = (rank + 1) % o.ranks, prev = (rank + o.ranks - 1) % o.ranks;

@@ -239,6 +239,52 @@ TEST(Report, StreamingEqualsTheAllInMemoryReport) {
   }
 }
 
+// Two hosts, NCCL over SHM inside each (NCCL_P2P_DISABLE=1) and IB between them; every NCCL log
+// deleted: each rank's trace holds the connection lines its shim read (synth writes them as the
+// shim does), so the NCCL pairs, transports, fallbacks and causes are those the logs gave, and
+// each pair says it came from the traces; the cause's evidence is the recorded environment.
+TEST(Report, NcclPairsFromTheTracesWhenEveryLogIsGone) {
+  std::string dir = Synth("conn-records", 16, 24, "fallback");
+  json from_logs = ReportJson(dir);
+  for (const std::string& log : Files(dir, ".log")) fs::remove(log);
+  ASSERT_TRUE(Files(dir, ".log").empty());
+  json from_traces = ReportJson(dir);
+  auto nccl = [](const json& j) {
+    json out = json::array();
+    for (const auto& p : j["pairs"])
+      if (p["source"] == "nccl")
+        out.push_back({p["src"], p["dst"], p["transport"], p["nccl_transports"], p["channels"], p["bytes"],
+                       p["fallback"], p["expected"], p["lost_seconds"], p["causes"].size(),
+                       p["causes"].empty() ? json(nullptr) : p["causes"][0]["id"]});
+    return out;
+  };
+  json a = nccl(from_logs), b = nccl(from_traces);
+  ASSERT_EQ(a.size(), 16u);
+  EXPECT_EQ(a, b);
+  int net = 0, shm = 0;
+  for (const auto& p : from_traces["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    EXPECT_EQ(p["nccl_from"], "trace") << p.dump();
+    net += p["transport"] == "net_gdr";
+    if (p["transport"] == "shm") {
+      ++shm;
+      ASSERT_EQ(p["causes"].size(), 1u) << p.dump();
+      EXPECT_EQ(p["causes"][0]["id"], "env-p2p-disabled");
+      EXPECT_NE(p["causes"][0]["evidence"][0].get<std::string>().find("NCCL_P2P_DISABLE=1 in the environment"),
+                std::string::npos) << p.dump();
+    }
+  }
+  EXPECT_EQ(net, 2);  // node0's last rank to node1's first, and back around the ring
+  EXPECT_EQ(shm, 14);
+  EXPECT_EQ(from_traces["capture"]["nccl_logs"], 0);
+  EXPECT_EQ(from_traces["capture"]["nccl_from_traces"], 16);
+  for (const auto& p : from_logs["pairs"]) {
+    if (p["source"] == "nccl") {
+      EXPECT_EQ(p["nccl_from"], "log");
+    }
+  }
+}
+
 // `report --json` is written one array element at a time (WriteJson); its text is the whole tree's
 // dump(2), byte for byte, for jobs with fallbacks, several hosts, findings and empty sections.
 TEST(Report, JsonWrittenElementByElementIsTheTreesTextByteForByte) {
