@@ -108,7 +108,11 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 
   // The report folds one file at a time (memory bounded by pairs, not events).
-  absl::StatusOr<Report> rep = StreamReport(dir);
+  StreamOptions options;
+  ProgressLine progress(std::cerr, isatty(2) != 0);
+  options.progress = progress.Callback();
+  absl::StatusOr<Report> rep = StreamReport(dir, options);
+  progress.Clear();
   if (!rep.ok() || rep->processes.empty()) {
     std::string why = HasStaticCudart(FindInPath(o.command[0]))
                           ? fmt::format("{} carries a statically linked CUDA runtime (nvcc's default --cudart "
