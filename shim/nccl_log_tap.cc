@@ -7,20 +7,25 @@
 //   NCCL_DEBUG_FILE         nothing; the viewer reads their file.
 //   an NCCL_DEBUG NCCL does not know: nothing.
 // Ordering: NCCL's lines reach stdout in NCCL's order, through the program's own FILE* stdout (so
-// its buffering applies, as to NCCL's own fwrite). The thread wakes on inotify, so a line follows
+// its buffering applies, as to NCCL's own fwrite). The thread looks every 20 ms, so a line follows
 // within milliseconds; PumpNcclLog() at a wrapped NCCL call's return puts the lines printed during
 // the call before the program's next output; at exit() everything left is forwarded before stdio
 // flushes. A process killed by a signal keeps its unforwarded lines in the tap file only.
 // The host is written into the name (not %h) so this process can find the file NCCL opens; %p stays
 // for NCCL, so a forked child writes its own file. Children inherit the tap through the environment
 // and a marker; a child whose settings someone changed in between gets the user's settings back.
+// Nothing of this happens before the process's first NCCL call, and only once its trace directory
+// passed the checks of trace_dir.h (an untraced process's NCCL prints exactly what it would have).
+// NCCL opens the tap file with fopen: OpenNcclTapFile (through the shim's fopen) creates it 0600 in
+// the checked directory and puts NCCL's descriptor far above the program's, which a program that
+// closes and reopens descriptors could otherwise be handed (NCCL's lines then in the program's file).
+// No descriptor of the tap's own outlives a call: files are reopened by name when they grew.
 #include "shim/nccl_log_tap.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,6 +40,7 @@
 #include "core/nccl_log.h"
 #include "shim/nccl_output_filter.h"
 #include "shim/preflight.h"
+#include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -49,18 +55,17 @@ struct Forwarder {
   std::string path;  // the pattern expanded for this process (again after a fork)
   NcclUserLevel level = NcclUserLevel::kInfo;
   NcclOutputFilter filter{NcclUserLevel::kInfo};
-  int fd = -1;
   off_t offset = 0;
-  // Copies of fd and offset for PumpNcclLog's check without the lock: when the file has not grown,
-  // a call costs one fstat and no lock.
-  std::atomic<int> seen_fd{-1};
+  // For PumpNcclLog's check without the lock (one stat when the file has not grown): the path
+  // (a string never freed, replaced after a fork) and the size read last.
+  std::atomic<const std::string*> seen_path{nullptr};
   std::atomic<off_t> seen_offset{0};
   bool thread_running = false;
   bool exiting = false;    // exit drained it, or the tap was withdrawn: nothing more to forward
   bool withdrawn = false;
 };
 std::atomic<Forwarder*> g_forwarder{nullptr};  // set once; never freed (it outlives exit's destructors)
-bool g_tap_in_force = false;  // this process's NCCL reads the tap's settings (set before main)
+bool g_tap_in_force = false;  // this process's NCCL reads the tap's settings (set at its first NCCL call)
 
 std::string Getenv(const char* name) {
   const char* v = std::getenv(name);
@@ -89,20 +94,27 @@ std::string Expand(const std::string& pattern) {
 
 void StartThread(Forwarder* f);
 
+// Whether an unlocked check's path says the file did not change size since it was read.
+bool Unchanged(const std::atomic<const std::string*>& path, off_t size) {
+  const std::string* p = path.load(std::memory_order_acquire);
+  struct stat st;  // not zeroed: stat fills it
+  return p != nullptr && stat(p->c_str(), &st) == 0 && st.st_size == size;
+}
+
 // Reads what NCCL appended and writes the user's share of it; `mu` held.
 void PumpLocked(Forwarder* f, bool finish) {
-  if (f->fd < 0) {
-    if (f->path.empty()) f->path = Expand(f->pattern);
-    f->fd = open(f->path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return;  // NCCL has not logged yet
-  }
+  if (f->path.empty()) f->path = Expand(f->pattern);
+  // The tap file is the shim's own, in its checked directory: a regular file of this user's, never
+  // through a symlink, never blocking.
+  ScopedFd fd = OpenRegularFile(f->path, O_RDONLY, false);
+  if (!fd.ok()) return;  // NCCL has not logged yet
   struct stat st {};
-  if (fstat(f->fd, &st) != 0) return;
+  if (fstat(fd.get(), &st) != 0) return;
   if (st.st_size < f->offset) f->offset = 0;  // NCCL reopened it ("w" truncates): a new log
   std::string out;
   char buf[1 << 14];
   while (f->offset < st.st_size) {
-    ssize_t n = pread(f->fd, buf, sizeof buf, f->offset);
+    ssize_t n = pread(fd.get(), buf, sizeof buf, f->offset);
     if (n <= 0) break;
     f->offset += n;
     f->filter.Feed(std::string_view(buf, static_cast<size_t>(n)), &out);
@@ -110,7 +122,8 @@ void PumpLocked(Forwarder* f, bool finish) {
   if (finish) f->filter.Finish(&out);
   if (!out.empty()) std::fwrite(out.data(), 1, out.size(), stdout);
   f->seen_offset.store(f->offset, std::memory_order_release);
-  f->seen_fd.store(f->fd, std::memory_order_release);
+  if (f->seen_path.load(std::memory_order_relaxed) == nullptr)
+    f->seen_path.store(new std::string(f->path), std::memory_order_release);  // never freed: read unlocked
 }
 
 void DrainAtExit() {
@@ -124,25 +137,16 @@ void DrainAtExit() {
 
 void* ThreadMain(void* arg) {
   auto* f = static_cast<Forwarder*>(arg);
-  // inotify on the directory: NCCL's writes to the file wake the thread (and so do other ranks'
-  // writes to theirs, which cost one fstat). Without inotify, a poll every 50 ms.
-  int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (in >= 0 && inotify_add_watch(in, f->dir.c_str(), IN_MODIFY | IN_CREATE) < 0) {
-    close(in);
-    in = -1;
-  }
-  char events[4096];
+  // A look every 20 ms (one stat when nothing was written). No inotify: a descriptor held for the
+  // thread's life is one a program that closes descriptors it did not open could pull away, and
+  // whose number it could then be given for a file of its own.
   while (true) {
-    pollfd p{in, POLLIN, 0};
-    if (in >= 0) poll(&p, 1, 1000);
-    else usleep(50 * 1000);
-    while (in >= 0 && read(in, events, sizeof events) > 0) {
-    }
+    usleep(20 * 1000);
+    if (Unchanged(f->seen_path, f->seen_offset.load(std::memory_order_acquire))) continue;
     std::lock_guard<std::mutex> lock(f->mu);
     if (f->exiting || !f->thread_running) break;  // exit has drained, or a fork made this a stale copy
     PumpLocked(f, false);
   }
-  if (in >= 0) close(in);
   return nullptr;
 }
 
@@ -163,19 +167,18 @@ void StartThread(Forwarder* f) {
 
 // fork: the child has no thread and its own file (NCCL expands %p), so it starts over; its thread
 // starts at its first PumpNcclLog() (a wrapped NCCL call), and exit() drains it as ever.
+Forwarder* g_forwarder_locked = nullptr;  // what BeforeFork locked (the tap may start meanwhile)
 void BeforeFork() {
-  if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) f->mu.lock();
+  if ((g_forwarder_locked = g_forwarder.load(std::memory_order_acquire))) g_forwarder_locked->mu.lock();
 }
 void AfterForkParent() {
-  if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) f->mu.unlock();
+  if (Forwarder* f = g_forwarder_locked) f->mu.unlock();
 }
 void AfterForkChild() {
-  Forwarder* f = g_forwarder.load(std::memory_order_acquire);
+  Forwarder* f = g_forwarder_locked;
   if (f == nullptr) return;
-  if (f->fd >= 0) close(f->fd);
-  f->fd = -1;
   f->offset = 0;
-  f->seen_fd.store(-1, std::memory_order_relaxed);
+  f->seen_path.store(nullptr, std::memory_order_relaxed);
   f->path.clear();  // this child's own file (NCCL's %p)
   f->filter = NcclOutputFilter(f->level);
   f->thread_running = false;
@@ -189,10 +192,19 @@ void StartForwarding(const std::string& pattern, const std::string& dir, NcclUse
   f->level = level;
   f->filter = NcclOutputFilter(level);
   g_forwarder.store(f, std::memory_order_release);
-  std::atexit(DrainAtExit);  // registered before main: runs after the program's own exit work
-  pthread_atfork(BeforeFork, AfterForkParent, AfterForkChild);
   // The thread starts at the first wrapped NCCL call (PumpNcclLog): a process of the job that never
   // uses NCCL (a launcher, a shell) gets no thread, and forks as single-threaded as it was.
+}
+
+// The user's NCCL settings back, exactly: NCCL_DEBUG verbatim (kForward holds it when they set one;
+// otherwise they had none), no NCCL_DEBUG_FILE, no markers.
+void RestoreUserSettings() {
+  if (Has(kForward)) setenv("NCCL_DEBUG", Getenv(kForward).c_str(), 1);
+  else unsetenv("NCCL_DEBUG");
+  unsetenv("NCCL_DEBUG_FILE");
+  unsetenv(kTapFile);
+  unsetenv(kForward);
+  unsetenv("P2PTRACE_NCCL_TAP");
 }
 
 // A traced parent's tap, inherited through the environment. True when it is still in force; when
@@ -232,15 +244,16 @@ struct LogReader {
   std::mutex mu;
   std::string pattern;  // NCCL_DEBUG_FILE before NCCL's %h/%p expansion
   std::string path;     // expanded for this process ("" until the first open attempt)
-  int fd = -1;
+  bool own = false;     // the tap's file (the shim's own: no symlink), not the user's
+  bool found = false;   // the file was there at the last look
   off_t offset = 0;     // bytes fed to the parser: whole lines only
   NcclLogParser* parser = nullptr;  // replaced in a fork child (its own file, its own lines)
   size_t connections_seen = 0;      // parser's connections already looked at
   std::set<std::string> emitted;    // keys of the connections recorded
   uint64_t open_calls = 0, next_open = 0;  // calls seen and the next one to try open() (backoff)
   bool stale = false;   // a fork child that has not started over yet
-  // For the unlocked check: the fd and the file size at the last read.
-  std::atomic<int> seen_fd{-1};
+  // For the unlocked check: the path (never freed, replaced after a fork) and the size read last.
+  std::atomic<const std::string*> seen_path{nullptr};
   std::atomic<off_t> seen_size{-1};
 };
 std::atomic<LogReader*> g_reader{nullptr};  // set once before main; never freed
@@ -294,8 +307,7 @@ void EmitConnection(const NcclLog& log, const Connection& c) {
 // Feeds what NCCL appended (whole lines) and records the new connections; `mu` held.
 void ReadLogLocked(LogReader* r, bool may_open, bool at_exit) {
   if (r->stale) {  // fork child: NCCL writes this process's lines to a file of its own (%p)
-    if (r->fd >= 0) close(r->fd);
-    r->fd = -1;
+    r->found = false;
     r->offset = 0;
     r->path.clear();
     r->parser = new NcclLogParser();  // the parent's stays with the parent's lines (not freed: cheap, rare)
@@ -304,17 +316,18 @@ void ReadLogLocked(LogReader* r, bool may_open, bool at_exit) {
     r->open_calls = r->next_open = 0;
     r->stale = false;
   }
-  if (r->fd < 0) {
-    // Until NCCL opens its file (at its first log line), back off: 1, 2, 4, … calls between tries,
-    // and from 64 on every 64th, so a program calling NCCL before it logs pays for few open()s.
-    if (!may_open || (!at_exit && r->open_calls++ < r->next_open)) return;
-    r->next_open = r->open_calls + std::min<uint64_t>(std::max<uint64_t>(r->next_open, 1), 64);
-    if (r->path.empty()) r->path = ExpandDebugFile(r->pattern);
-    r->fd = open(r->path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0) return;
-  }
+  // Until NCCL opens its file (at its first log line), back off: 1, 2, 4, … calls between tries,
+  // and from 64 on every 64th, so a program calling NCCL before it logs pays for few open()s.
+  if (!r->found && (!may_open || (!at_exit && r->open_calls++ < r->next_open))) return;
+  if (!r->found) r->next_open = r->open_calls + std::min<uint64_t>(std::max<uint64_t>(r->next_open, 1), 64);
+  if (r->path.empty()) r->path = ExpandDebugFile(r->pattern);
+  // A regular file only (a FIFO there must not hang the job), opened anew each time (no descriptor
+  // kept); the user's own NCCL_DEBUG_FILE may be reached through a symlink they made, the tap's not.
+  ScopedFd fd = OpenRegularFile(r->path, O_RDONLY, !r->own);
+  r->found = fd.ok();
+  if (!fd.ok()) return;
   struct stat st {};
-  if (fstat(r->fd, &st) != 0) return;
+  if (fstat(fd.get(), &st) != 0) return;
   if (st.st_size < r->offset) {  // NCCL reopened it ("w" truncates): a new log
     r->offset = 0;
     r->parser = new NcclLogParser();
@@ -327,7 +340,7 @@ void ReadLogLocked(LogReader* r, bool may_open, bool at_exit) {
   bool fed = false;
   off_t pos = r->offset;
   while (pos < st.st_size) {
-    ssize_t n = pread(r->fd, buf, sizeof buf, pos);
+    ssize_t n = pread(fd.get(), buf, sizeof buf, pos);
     if (n <= 0) break;
     pos += n;
     data.append(buf, static_cast<size_t>(n));
@@ -341,7 +354,8 @@ void ReadLogLocked(LogReader* r, bool may_open, bool at_exit) {
     fed = true;
   }
   r->seen_size.store(st.st_size, std::memory_order_release);
-  r->seen_fd.store(r->fd, std::memory_order_release);
+  if (r->seen_path.load(std::memory_order_relaxed) == nullptr)
+    r->seen_path.store(new std::string(r->path), std::memory_order_release);
   if (!fed && !at_exit) return;
   // Settles the communicator of lines NCCL printed after its init (lazy connect), as a whole-file
   // parse would; the parser keeps accepting input afterwards.
@@ -367,62 +381,122 @@ void ReadLogAtExit() {
   ReadLogLocked(r, true, true);
 }
 
+LogReader* g_reader_locked = nullptr;  // what ReaderBeforeFork locked
 void ReaderBeforeFork() {
-  if (LogReader* r = g_reader.load(std::memory_order_acquire)) r->mu.lock();
+  if ((g_reader_locked = g_reader.load(std::memory_order_acquire))) g_reader_locked->mu.lock();
 }
 void ReaderAfterForkParent() {
-  if (LogReader* r = g_reader.load(std::memory_order_acquire)) r->mu.unlock();
+  if (LogReader* r = g_reader_locked) r->mu.unlock();
 }
 void ReaderAfterForkChild() {
-  LogReader* r = g_reader.load(std::memory_order_acquire);
+  LogReader* r = g_reader_locked;
   if (r == nullptr) return;
   r->stale = true;  // started over at the child's next NCCL call (no allocation here)
-  r->seen_fd.store(-1, std::memory_order_relaxed);
+  r->seen_path.store(nullptr, std::memory_order_relaxed);
   r->mu.unlock();
 }
 
-void StartReading(const std::string& pattern) {
+void StartReading(const std::string& pattern, bool own) {
   auto* r = new LogReader();
   r->pattern = pattern;
   r->parser = new NcclLogParser();
+  r->own = own;
   g_reader.store(r, std::memory_order_release);
-  std::atexit(ReadLogAtExit);  // registered before main: after the program's own exit work
-  pthread_atfork(ReaderBeforeFork, ReaderAfterForkParent, ReaderAfterForkChild);
 }
 
 void ReadLogSlow(LogReader* r, bool may_open) {
+  KeepErrno keep;
   std::lock_guard<std::mutex> lock(r->mu);
   ReadLogLocked(r, may_open, false);
 }
+
+// The tap's NCCL_DEBUG_FILE pattern (null when there is no tap): read by OpenNcclTapFile on any
+// thread's fopen, so published whole and never freed.
+std::atomic<const std::string*> g_tap_pattern{nullptr};
+
+void AtExit() {
+  DrainAtExit();    // the user's share of NCCL's output first, as it would have reached stdout
+  ReadLogAtExit();  // then the connections
+}
 }  // namespace
+
+void InstallNcclLogTapHooks() {
+  // Registered before main, so that exit runs them after the program's own exit work; they do
+  // nothing until a tap or reader starts (at the first NCCL call).
+  std::atexit(AtExit);
+  pthread_atfork(BeforeFork, AfterForkParent, AfterForkChild);
+  pthread_atfork(ReaderBeforeFork, ReaderAfterForkParent, ReaderAfterForkChild);
+}
+
+FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(const char*, const char*)) {
+  const std::string* pattern = g_tap_pattern.load(std::memory_order_acquire);
+  if (pattern == nullptr || path == nullptr) return real_fopen(path, mode);
+  // Any other file in one comparison; this process's tap file (a fork child's has its own pid).
+  const Config& c = TraceWriter::config();
+  if (std::strncmp(path, c.dir.c_str(), c.dir.size()) != 0 || path[c.dir.size()] != '/') return real_fopen(path, mode);
+  KeepErrno keep;
+  if (Expand(*pattern) != path) return real_fopen(path, mode);
+  std::string name = path + c.dir.size() + 1;
+  // Created by the shim, 0600, in the checked directory (NCCL's fopen would follow a symlink and
+  // use its own umask); NCCL's "w" truncates one it opens again.
+  ScopedFd dir = OpenTraceDir(c.dir);
+  ScopedFd fd = dir.ok() ? CreateTraceFile(dir.get(), name.c_str(), O_WRONLY) : ScopedFd();
+  if (!fd.ok() && dir.ok() && errno == EEXIST && (fd = OpenOwnFile(dir.get(), name.c_str(), O_WRONLY)).ok() &&
+      ftruncate(fd.get(), 0) != 0)
+    fd = ScopedFd();
+  // Never stdout, where NCCL writes when its fopen fails: the tap's INFO lines are not the user's.
+  if (!fd.ok()) fd = ScopedFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
+  if (!fd.ok()) return real_fopen("/dev/null", mode);
+  int high = MoveFdHigh(fd.Release());
+  FILE* f = fdopen(high, mode);
+  if (f == nullptr) close(high);
+  return f;
+}
 
 void StartNcclLogTap(const Config& config) {
   std::string mode = Getenv("P2PTRACE_NCCL_LOG");
   if (mode == "off") return;
   if (!mode.empty() && mode != "auto") Warn("P2PTRACE_NCCL_LOG=" + mode + " is not auto or off; using auto");
+  // The tap is for a traced process only: when the trace directory is unusable (the warning said
+  // so), NCCL keeps exactly the user's settings and prints exactly what it would have.
+  // A traced parent's tap, inherited, stays only where this process traces into the same place.
+  std::string inherited = Getenv(kTapFile);
+  bool elsewhere = !inherited.empty() && inherited.substr(0, inherited.rfind('/')) != config.dir;
+  if (!TraceWriter::Ready() || elsewhere) {
+    if (Has(kTapFile)) RestoreUserSettings();
+    if (!TraceWriter::Ready()) return;
+  }
   if (Inherited()) {
-    StartReading(Getenv(kTapFile));
+    std::string pattern = Getenv(kTapFile);
+    StartReading(pattern, true);
+    g_tap_pattern.store(new std::string(pattern), std::memory_order_release);
     return;
   }
   if (Has("NCCL_DEBUG_FILE")) {
     // The user's own file: NCCL opens it only when NCCL_DEBUG is set; read it as it grows.
-    if (Has("NCCL_DEBUG")) StartReading(Getenv("NCCL_DEBUG_FILE"));
+    if (Has("NCCL_DEBUG")) StartReading(Getenv("NCCL_DEBUG_FILE"), false);
     return;
   }
   const char* debug = std::getenv("NCCL_DEBUG");
   NcclUserLevel level = NcclUserLevel::kInfo;
   if (debug != nullptr && !ParseNcclUserLevel(debug, &level)) return;  // NCCL's own business
-  // NCCL writes to stdout when it cannot open the file: the directory must exist first.
-  if (!MakeDirs(config.dir)) return;
   std::string pattern = TapPattern(config.dir);
+  g_tap_pattern.store(new std::string(pattern), std::memory_order_release);
   if (debug != nullptr) setenv(kForward, debug, 1);
   if (debug == nullptr || level != NcclUserLevel::kInfo) setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_FILE", pattern.c_str(), 1);
   setenv(kTapFile, pattern.c_str(), 1);
   setenv("P2PTRACE_NCCL_TAP", "1", 1);
   g_tap_in_force = true;
-  StartReading(pattern);
+  StartReading(pattern, true);
   if (debug != nullptr) StartForwarding(pattern, config.dir, level);
+}
+
+bool IsNcclLogTapSetting(const std::string& name, const std::string& value) {
+  if (!g_tap_in_force) return false;
+  if (name == "NCCL_DEBUG_FILE") return value == Getenv(kTapFile);
+  // INFO, set by the tap where the user set no level, or another one
+  return name == "NCCL_DEBUG" && (!Has(kForward) || Getenv(kForward) != value);
 }
 
 // Checked against NCCL's git history (src/debug.cc, tags v2.12.12 … v2.14.3): only 2.13 tests
@@ -432,44 +506,25 @@ bool NcclIgnoresDebugFile(int version_code) { return version_code >= 21300 && ve
 void WithdrawNcclLogTap() {
   if (!g_tap_in_force) return;
   g_tap_in_force = false;
-  std::string pattern = Getenv(kTapFile);
-  // The user's NCCL_DEBUG, verbatim: kForward holds it when they set one; otherwise they had none.
-  if (Has(kForward)) setenv("NCCL_DEBUG", Getenv(kForward).c_str(), 1);
-  else unsetenv("NCCL_DEBUG");
-  unsetenv("NCCL_DEBUG_FILE");
-  unsetenv(kTapFile);
-  unsetenv(kForward);
-  unsetenv("P2PTRACE_NCCL_TAP");
+  RestoreUserSettings();
   g_reader.store(nullptr, std::memory_order_release);  // no file to read (the object is never freed)
   if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(f->mu);
     f->withdrawn = f->exiting = true;  // the thread stops at its next wake; exit drains nothing
-    f->seen_fd.store(-1, std::memory_order_release);
-    if (f->fd >= 0) close(f->fd);
-    f->fd = -1;
   }
-  if (!pattern.empty()) unlink(Expand(pattern).c_str());  // none expected: this NCCL never opens it
+  g_tap_pattern.store(nullptr, std::memory_order_release);
   // Opened after the environment is the user's again, so the trace's copy of it is what NCCL reads.
   if (TraceWriter::Ready())
     __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN, __ATOMIC_RELAXED);
 }
 
 void PumpNcclLog(bool read_log) {
-  if (LogReader* r = read_log ? g_reader.load(std::memory_order_acquire) : nullptr) {
-    // The common case, nothing new: the size alone, no lock (`st` not zeroed: fstat fills it).
-    struct stat st;
-    int fd = r->seen_fd.load(std::memory_order_acquire);
-    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size != r->seen_size.load(std::memory_order_acquire))
-      ReadLogSlow(r, true);
-  }
+  // The common case, nothing new: one stat, no lock.
+  if (LogReader* r = read_log ? g_reader.load(std::memory_order_acquire) : nullptr)
+    if (!Unchanged(r->seen_path, r->seen_size.load(std::memory_order_acquire))) ReadLogSlow(r, true);
   Forwarder* f = g_forwarder.load(std::memory_order_acquire);
-  if (f == nullptr) return;
-  // The common case, nothing new: the size alone, no lock. (A stale fd here only sends us to the
-  // locked path, which checks again.)
-  if (int fd = f->seen_fd.load(std::memory_order_acquire); fd >= 0) {
-    struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_size == f->seen_offset.load(std::memory_order_acquire)) return;
-  }
+  if (f == nullptr || Unchanged(f->seen_path, f->seen_offset.load(std::memory_order_acquire))) return;
+  KeepErrno keep;
   std::lock_guard<std::mutex> lock(f->mu);
   if (f->exiting) return;
   if (!f->thread_running) StartThread(f);

@@ -3,12 +3,23 @@
 // for output on stdout, forwards from that file exactly the lines their own setting would have shown.
 #pragma once
 
+#include <cstdio>
+#include <string>
+
 #include "shim/config.h"
 
 namespace p2ptrace::shim {
 
-// Once, from the shim's constructor.
+// From the shim's constructor: the exit and fork handlers (they do nothing until a tap starts).
+void InstallNcclLogTapHooks();
+
+// Once, at the process's first wrapped NCCL call, before it reaches NCCL (no NCCL reads its
+// environment earlier). Opens the trace: a process whose trace directory is unusable gets no tap.
 void StartNcclLogTap(const Config& config);
+
+// The shim's fopen: NCCL opening this process's tap file gets it created safely, on a descriptor
+// far above the program's (nccl_log_tap.cc); any other path goes to `real_fopen` unchanged.
+FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(const char*, const char*));
 
 // Forwards to stdout what NCCL wrote since the last call (an fstat when it wrote nothing). Any
 // thread, any time; does nothing unless this process forwards. Called by the forwarding thread, at
@@ -18,6 +29,10 @@ void StartNcclLogTap(const Config& config);
 // NCCL_DEBUG_FILE) and records each new connection it states (P2PTRACE_RECORD_NCCL_CONN); an fstat
 // when nothing was appended. Exit reads the rest.
 void PumpNcclLog(bool read_log = true);
+
+// Whether NAME=VALUE in the environment is the tap's own setting (its NCCL_DEBUG, NCCL_DEBUG_FILE),
+// not the user's: a change the user made is news, the tap's is not.
+bool IsNcclLogTapSetting(const std::string& name, const std::string& value);
 
 // NCCL 2.13.x decides whether to open NCCL_DEBUG_FILE before it has read NCCL_DEBUG (its level is
 // still unset then; fixed in 2.14.3), so it ignores the file and prints the tap's INFO level on

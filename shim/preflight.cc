@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -18,8 +21,10 @@
 #include "core/node_probe.h"
 #include "core/vocabulary.h"
 #include "shim/interpose/cuda_hooks.h"
+#include "shim/nccl_log_tap.h"
 #include "shim/probe.h"
 #include "shim/record/text_block.h"
+#include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -67,14 +72,14 @@ bool ShouldPrint(const NodeProbe& p, const std::string& what) {
   const Config& c = TraceWriter::config();
   if (c.warn == "off") return false;
   if (c.warn == "rank") return true;
-  if (!MakeDirs(c.dir + "/.p2ptrace-warned")) return true;  // cannot coordinate: better twice than never
+  ScopedFd dir = OpenTraceDir(c.dir);
+  ScopedFd marks = dir.ok() ? OpenTraceSubdir(dir.get(), ".p2ptrace-warned") : ScopedFd();
+  if (!marks.ok()) return true;  // cannot coordinate: better twice than never
   std::string key = p.hostname + "-" + p.boot_id + "-" + (p.shm_dev ? std::to_string(*p.shm_dev) : "") + "-" + what;
   for (char& ch : key)
     if (ch == '/' || ch == '\0') ch = '_';
-  int fd = open((c.dir + "/.p2ptrace-warned/" + key).c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return errno != EEXIST;
-  close(fd);
-  return true;
+  if (CreateTraceFile(marks.get(), key.c_str(), O_WRONLY).ok()) return true;
+  return errno != EEXIST;
 }
 
 // --- ranks of the job: who drives which GPU, under which host identity ------------------------------
@@ -85,55 +90,94 @@ struct Identity {
   int rank = -1, pid = 0, gpu = -1;  // gpu: the index its own node gives the GPU
 };
 
-std::string IdentityDir() { return TraceWriter::config().dir + "/.p2ptrace-ranks"; }
+ScopedFd OpenIdentityDir() {
+  ScopedFd dir = OpenTraceDir(TraceWriter::config().dir);
+  return dir.ok() ? OpenTraceSubdir(dir.get(), ".p2ptrace-ranks") : ScopedFd();
+}
 
 void Publish(const Identity& id) {
-  if (!MakeDirs(IdentityDir())) return;
+  ScopedFd ranks = OpenIdentityDir();
+  if (!ranks.ok()) return;
   std::string text = "host " + id.host + "\nboot_id " + id.boot_id + "\nshm_dev " + std::to_string(id.shm_dev) +
                      "\nshm_mb " + std::to_string(id.shm_mb) + "\nrank " + std::to_string(id.rank) + "\nbus " + id.bus +
                      "\npid " + std::to_string(id.pid) + "\ngpu " + std::to_string(id.gpu) + "\n";
-  std::string final_path = IdentityDir() + "/" + std::to_string(id.pid) + ".id";
-  std::string tmp = final_path + ".tmp";
-  int fd = open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return;
-  ssize_t ignored = write(fd, text.data(), text.size());
-  (void)ignored;
-  close(fd);
-  rename(tmp.c_str(), final_path.c_str());  // readers see whole files only
+  std::string final_name = std::to_string(id.pid) + ".id", tmp = final_name + ".tmp";
+  unlinkat(ranks.get(), tmp.c_str(), 0);  // an earlier process of this pid's, in this directory of ours
+  ScopedFd fd = CreateTraceFile(ranks.get(), tmp.c_str(), O_WRONLY);
+  if (!fd.ok()) return;
+  bool whole = write(fd.get(), text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  fd = ScopedFd();
+  if (whole) renameat(ranks.get(), tmp.c_str(), ranks.get(), final_name.c_str());  // readers see whole files only
+  else unlinkat(ranks.get(), tmp.c_str(), 0);
+}
+
+// An identity file is input from another process: every field is checked against what the shim
+// itself writes, and a file with anything else is ignored (it could only print false warnings).
+bool AllOf(const std::string& s, size_t max, const char* extra) {
+  if (s.empty() || s.size() > max) return false;
+  for (unsigned char ch : s)
+    if (!std::isalnum(ch) && std::strchr(extra, ch) == nullptr) return false;
+  return true;
+}
+bool ParseLong(const std::string& s, long lo, long hi, long* out) {
+  if (s.empty() || s.size() > 20) return false;
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+bool ParseIdentity(const std::string& text, Identity* id) {
+  long v = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) return false;  // whole lines only
+    std::string line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    size_t sp = line.find(' ');
+    if (sp == std::string::npos) return false;
+    std::string k = line.substr(0, sp), val = line.substr(sp + 1);
+    bool ok = true;
+    if (k == "host") {
+      ok = AllOf(val, 255, ".-_");
+      id->host = val;
+    } else if (k == "boot_id") {
+      ok = val.empty() || AllOf(val, 64, "-");
+      id->boot_id = val;
+    } else if (k == "bus") {
+      ok = val.empty() || AllOf(val, 16, ":.");
+      id->bus = val;
+    } else if (k == "shm_dev" || k == "shm_mb") {
+      ok = ParseLong(val, -1, LONG_MAX, k == "shm_dev" ? &id->shm_dev : &id->shm_mb);
+    } else if (k == "rank" || k == "pid" || k == "gpu") {
+      ok = ParseLong(val, k == "pid" ? 1 : -1, INT_MAX, &v);
+      (k == "rank" ? id->rank : k == "pid" ? id->pid : id->gpu) = static_cast<int>(v);
+    }
+    if (!ok) return false;
+  }
+  return id->pid > 0 && !id->host.empty();
 }
 
 std::vector<Identity> ReadIdentities() {
   std::vector<Identity> out;
-  DIR* d = opendir(IdentityDir().c_str());
-  if (d == nullptr) return out;
+  ScopedFd ranks = OpenIdentityDir();
+  int listing = ranks.ok() ? dup(ranks.get()) : -1;  // fdopendir owns the one it is given
+  DIR* d = listing >= 0 ? fdopendir(listing) : nullptr;
+  if (d == nullptr) {
+    if (listing >= 0) close(listing);
+    return out;
+  }
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
     if (name.size() < 4 || name.compare(name.size() - 3, 3, ".id") != 0) continue;
-    int fd = open((IdentityDir() + "/" + name).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) continue;
+    ScopedFd fd = OpenOwnFile(ranks.get(), name.c_str(), O_RDONLY);
+    if (!fd.ok()) continue;
     char buf[1024];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) continue;
-    std::string text(buf, static_cast<size_t>(n));
+    ssize_t n = read(fd.get(), buf, sizeof buf);
+    if (n <= 0 || n == sizeof buf) continue;  // empty, or longer than any the shim writes
     Identity id;
-    for (size_t pos = 0; pos < text.size();) {
-      size_t eol = text.find('\n', pos);
-      if (eol == std::string::npos) eol = text.size();
-      std::string line = text.substr(pos, eol - pos);
-      pos = eol + 1;
-      size_t sp = line.find(' ');
-      if (sp == std::string::npos) continue;
-      std::string k = line.substr(0, sp), v = line.substr(sp + 1);
-      if (k == "host") id.host = v;
-      else if (k == "boot_id") id.boot_id = v;
-      else if (k == "bus") id.bus = v;
-      else if (k == "shm_dev") id.shm_dev = std::strtol(v.c_str(), nullptr, 10);
-      else if (k == "shm_mb") id.shm_mb = std::strtol(v.c_str(), nullptr, 10);
-      else if (k == "rank") id.rank = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
-      else if (k == "pid") id.pid = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
-      else if (k == "gpu") id.gpu = static_cast<int>(std::strtol(v.c_str(), nullptr, 10));
-    }
+    if (!ParseIdentity(std::string(buf, static_cast<size_t>(n)), &id) || name != std::to_string(id.pid) + ".id") continue;
     out.push_back(std::move(id));
     if (out.size() > 4096) break;
   }
@@ -242,7 +286,7 @@ void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
   if (rt != nullptr && RuntimeAnswered(*rt) && rt->GetDevice(&device) == cudaSuccess) self.bus = BusOfDevice(rt, device);
   for (const ProbedGpu& g : probe->gpus)
     if (!self.bus.empty() && g.bus_id == self.bus) self.gpu = g.index;
-  if (EnvInt("WORLD_SIZE", 1) > 1 && MakeDirs(c.dir)) MergeIdentities(self, ExchangeIdentities(self), probe);
+  if (EnvInt("WORLD_SIZE", 1) > 1 && PrepareTraceDir(c.dir).empty()) MergeIdentities(self, ExchangeIdentities(self), probe);
   if (probe->communicator.empty()) {  // one process driving several GPUs: the ones it uses or sees
     for (const ProbedGpu& g : probe->gpus)
       if (g.cuda >= 0 && (devices == nullptr || std::find(devices->begin(), devices->end(), g.cuda) != devices->end()))
@@ -285,6 +329,7 @@ void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
 }  // namespace
 
 void PreflightFromCuda(const CudaRuntime& rt) {
+  KeepErrno keep;
   int expected = 0;
   if (g_preflight.load(std::memory_order_relaxed) != 0 || !g_preflight.compare_exchange_strong(expected, 1)) return;
   Run(&rt);
@@ -292,11 +337,13 @@ void PreflightFromCuda(const CudaRuntime& rt) {
 
 
 void PreflightIfNccl(const CudaRuntime& rt) {
+  KeepErrno keep;
   if (g_preflight.load(std::memory_order_relaxed) != 0) return;
   if (NcclLoaded()) PreflightFromCuda(rt);
 }
 
 void PreflightAtNcclInit(int ndev, const int* devlist) {
+  KeepErrno keep;
   int expected = 0;
   if (g_preflight.load(std::memory_order_relaxed) != 0 || !g_preflight.compare_exchange_strong(expected, 1)) return;
   // The runtime the application called (NCCL's init comes after CUDA's first calls): with it the
@@ -310,6 +357,7 @@ void PreflightAtNcclInit(int ndev, const int* devlist) {
 }
 
 void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
+  KeepErrno keep;
   if (direct || !RuntimeAnswered(rt)) return;
   PreflightFromCuda(rt);
   auto can = reinterpret_cast<cudaError_t (*)(int*, int, int)>(ResolveReal("cudaDeviceCanAccessPeer", rt.node));
@@ -394,6 +442,7 @@ std::set<std::pair<int, int>> g_observed;  // pairs already compared (under g_mu
 }  // namespace
 
 void PreflightObserveNccl(const Connection& c) {
+  KeepErrno keep;
   if (c.dst_rank < 0 || c.src_rank == c.dst_rank || Family(c.transport_class) < 0) return;
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_probe == nullptr) return;
@@ -438,7 +487,7 @@ void PreflightObserveNccl(const Connection& c) {
     std::vector<std::string> changed;
     for (const auto& [k, v] : now_probe.env) {
       auto old = p.env.find(k);
-      if (old == p.env.end() || old->second != v) changed.push_back(k + "=" + v);
+      if ((old == p.env.end() || old->second != v) && !IsNcclLogTapSetting(k, v)) changed.push_back(k + "=" + v);
     }
     for (const auto& [k, v] : p.env)
       if (k.rfind("NCCL_", 0) == 0 && now_probe.env.count(k) == 0) changed.push_back(k + " unset");

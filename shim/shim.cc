@@ -1,6 +1,5 @@
 // libp2ptrace.so's entry: read the settings before main. Everything else happens lazily, at the
 // first intercepted call (libraries such as cudart are often loaded after this runs).
-#include <cstdlib>
 #include <string>
 
 #include "shim/config.h"
@@ -16,14 +15,12 @@ __attribute__((constructor)) void P2ptraceInit() {
   p2ptrace::shim::Config config = p2ptrace::shim::ReadConfig(WarnOnce);
   p2ptrace::shim::TraceWriter::Configure(config);
   if (config.disabled) return;
-  // Processes started by this one trace into the same directory (torchrun's ranks, for one).
-  setenv("P2PTRACE_DIR", config.dir.c_str(), 0);
+  // Nothing is created and nothing in the process changes here: the trace directory, the trace,
+  // P2PTRACE_DIR for the children and the NCCL log tap all wait for the first CUDA or NCCL call,
+  // so that a shell, a launcher or `ls` under LD_PRELOAD is left exactly as it was.
   // P2PTRACE_STACKS: backtrace()'s first call (it loads libgcc_s) happens here, before any wrapped call.
   if (config.stack_depth > 0) p2ptrace::shim::StartCallSites(config.stack_depth, WarnOnce);
-  // NCCL states the transport of each (channel, peer) only in its INFO lines: have it write them
-  // where the viewer reads them, and show the user exactly what their own NCCL_DEBUG would have
-  // shown (the policy is in nccl_log_tap.cc).
-  p2ptrace::shim::StartNcclLogTap(config);
+  p2ptrace::shim::InstallNcclLogTapHooks();
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
-/* p2ptrace trace file format, version 1.2 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.3 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
- * Unwritten space is a hole and reads as zeros. All integers little-endian.
+ * Unwritten space is a hole and reads as zeros; the writer reserves the blocks of the header
+ * region and of each chunk (fallocate) before touching them, so a full filesystem costs records
+ * (counted, P2PTRACE_CAPTURE_NO_SPACE), never the process. All integers little-endian.
  *
  *   [0, 4096)                      p2ptrace_file_header
  *   [env_offset, +env_size)        allow-listed environment: "NAME=VALUE\0" strings, then zeros
@@ -24,7 +26,8 @@
  * P2PTRACE_TEXT_CALL_SITE that describe each site once per file.
  * Also in 2: copy records written by the shim's fast path carry CPU ticks for a time
  * (P2PTRACE_COPY_TICKS), converted with CLOCK records and the header's *_ticks fields; untimed
- * copies and NCCL operations carry seq 0 (only a timed one needs a seq). */
+ * copies and NCCL operations carry seq 0 (only a timed one needs a seq).
+ * 3 added P2PTRACE_CAPTURE_NO_SPACE. */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -36,7 +39,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 2
+#define P2PTRACE_FORMAT_MINOR 3
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -54,8 +57,10 @@ enum p2ptrace_capture_flag {
   P2PTRACE_CAPTURE_NVML_LINKS = 1u << 3,   /* link types came from NVML */
   P2PTRACE_CAPTURE_FORK_CHILD = 1u << 4,   /* this process was forked from a traced parent */
   P2PTRACE_CAPTURE_TIMING_OFF = 1u << 5,   /* copy timing disabled by P2PTRACE_SAMPLE */
-  P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN = 1u << 6 /* the NCCL log tap was taken back at the first NCCL
-                                                   call: this NCCL (2.13) ignores NCCL_DEBUG_FILE */
+  P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN = 1u << 6, /* the NCCL log tap was taken back at the first NCCL
+                                                    call: this NCCL (2.13) ignores NCCL_DEBUG_FILE */
+  P2PTRACE_CAPTURE_NO_SPACE = 1u << 7 /* (1.3) the trace's filesystem ran out of space: no chunk was
+                                         claimed after that, its records are in dropped_records */
 };
 
 typedef struct p2ptrace_file_header {

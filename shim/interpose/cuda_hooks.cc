@@ -14,14 +14,17 @@
 #include <climits>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/memory_map.h"
+#include "shim/interpose/unload.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
+#include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -185,6 +188,7 @@ int CurrentDevice(const CudaRuntime& rt) {
 // Once per runtime node and trace file: what the header should say about it. Called only after a
 // call of that runtime succeeded, so the runtime's own queries here cannot fail and leave an error.
 void NoteRuntime(const CudaRuntime& rt) {
+  KeepErrno keep;
   uint64_t gen = detail::g_generation.load(std::memory_order_relaxed);
   if (g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed) == gen) return;
   std::lock_guard<std::mutex> lock(g_slow_mu);
@@ -290,6 +294,7 @@ void ChangePeer(int from, int to, uint8_t how, bool set) {
 }
 
 __attribute__((noinline, cold)) uint8_t ResolveRoute(const CudaRuntime& rt, int a, int b) {
+  KeepErrno keep;
   ResolveLink(rt, a, b);
   uint8_t route;
   {
@@ -389,6 +394,7 @@ void RecordPairCopy(const CudaRuntime& rt, const Copy& c, int src, int dst, cuda
 // The rare path (a side not known, or the runtime not yet heard from), after the copy returned r.
 __attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, Copy c, int src, int dst,
                                                        cudaError_t r) {
+  KeepErrno keep;
   if (r != cudaSuccess) {
     if (ValidDevice(src) && ValidDevice(dst) && src != dst) {
       AccountAt(TraceWriter::Counter(src, dst, 1), r, c.bytes);
@@ -967,3 +973,17 @@ using p2ptrace::shim::Runtime;
 P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_11)
 P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_12)
 P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_13)
+
+// Every wrapper's cached real function, per node: forgotten when the runtime is unloaded (unload.h).
+#define P2PTRACE_SLOT_11(name, params, args) &p2pw_slot_##name##_11,
+#define P2PTRACE_SLOT_12(name, params, args) &p2pw_slot_##name##_12,
+#define P2PTRACE_SLOT_13(name, params, args) &p2pw_slot_##name##_13,
+static std::atomic<void*>* const p2pw_slots[][std::size({P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_13)})] = {
+    {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_11)},
+    {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_12)},
+    {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_13)}};
+
+void p2ptrace::shim::ForgetRealFunctions(Node node) {
+  for (std::atomic<void*>* slot : p2pw_slots[static_cast<int>(node)]) slot->store(nullptr, std::memory_order_release);
+  g_runtime_noted[static_cast<int>(node)].store(0, std::memory_order_relaxed);  // described again in this file
+}

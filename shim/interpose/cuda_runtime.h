@@ -25,12 +25,16 @@ struct CudaRuntime {
   cudaError_t (*RuntimeGetVersion)(int*);
   cudaError_t (*DriverGetVersion)(int*);
   bool complete;  // every pointer above was found
+  // Where the library the pointers are in was loaded (dladdr's dli_fbase), and whether it has been
+  // unloaded since (set under UnloadMutex(), unload.h; the table is then replaced, never freed).
+  const void* base;
+  std::atomic<bool> retired;
 };
 
 const CudaRuntime& ResolveRuntime(Node node);
 extern std::atomic<const CudaRuntime*> g_runtimes[static_cast<int>(Node::kCount)];
 
-// Resolved once per node, at the first intercepted call of that node.
+// Resolved at the first intercepted call of that node (again after the library was unloaded).
 inline const CudaRuntime& Runtime(Node node) {
   const CudaRuntime* rt = g_runtimes[static_cast<int>(node)].load(std::memory_order_acquire);
   return __builtin_expect(rt != nullptr, 1) ? *rt : ResolveRuntime(node);

@@ -16,10 +16,12 @@
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/cuda_hooks.h"
 #include "shim/interpose/nccl_functions.h"
+#include "shim/interpose/unload.h"
 #include "shim/nccl_log_tap.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
+#include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -44,7 +46,15 @@ int FindLoadedNccl(struct dl_phdr_info* info, size_t, void* data) {
 
 // pncclX, else ncclX (NCCL before 2.16 has no p-names), from the next object in search order or,
 // for RTLD_LOCAL loads, from the loaded libnccl itself. Never a tail call (notes/interposer.md E8).
-__attribute__((noinline)) void* ResolveNccl(const char* name) {
+// Where the NCCL the wrappers call was loaded: one of its functions and the library's base address,
+// so that its unloading can be told (unload.h).
+struct LoadedNccl {
+  std::atomic<const void*> fn{nullptr};
+  std::atomic<const void*> base{nullptr};
+};
+LoadedNccl g_nccl_loaded;
+
+__attribute__((noinline)) void* FindNcclFunction(const char* name) {
   std::string p = std::string("p") + name;
   void* fn = dlsym(RTLD_NEXT, p.c_str());
   if (fn == nullptr) fn = dlsym(RTLD_NEXT, name);
@@ -57,6 +67,17 @@ __attribute__((noinline)) void* ResolveNccl(const char* name) {
   fn = dlsym(handle, p.c_str());
   if (fn == nullptr) fn = dlsym(handle, name);
   dlclose(handle);
+  return fn;
+}
+
+__attribute__((noinline)) void* ResolveNccl(const char* name) {
+  KeepErrno keep;
+  void* fn = FindNcclFunction(name);
+  Dl_info info{};
+  if (fn != nullptr && g_nccl_loaded.fn.load(std::memory_order_acquire) == nullptr && dladdr(fn, &info) != 0) {
+    g_nccl_loaded.base.store(info.dli_fbase, std::memory_order_relaxed);
+    g_nccl_loaded.fn.store(fn, std::memory_order_release);
+  }
   return fn;
 }
 
@@ -91,6 +112,17 @@ Fn NcclFn(const char* name) {
   return reinterpret_cast<Fn>(ResolveNccl(name));
 }
 
+// NCCL's own queries the shim asks, each resolved once (again after NCCL was unloaded, unload.h).
+enum NcclQuery { kCommCount, kCommUserRank, kCommCuDevice, kQueries };
+constexpr const char* kQueryNames[kQueries] = {"ncclCommCount", "ncclCommUserRank", "ncclCommCuDevice"};
+std::atomic<void*> g_query_slots[kQueries];
+using QueryFn = ncclResult_t (*)(ncclComm_t, int*);
+QueryFn Query(NcclQuery q) {
+  void* fn = g_query_slots[q].load(std::memory_order_acquire);
+  if (fn == nullptr && (fn = ResolveNccl(kQueryNames[q])) != nullptr) g_query_slots[q].store(fn, std::memory_order_release);
+  return reinterpret_cast<QueryFn>(fn);
+}
+
 std::atomic<bool> g_first_call_done{false};
 std::atomic<int> g_nccl_version{0};  // ncclGetVersion's answer; 0 unknown
 
@@ -99,9 +131,12 @@ std::atomic<int> g_nccl_version{0};  // ncclGetVersion's answer; 0 unknown
 // reports a constant. The version goes into the trace header, and an NCCL that would ignore the
 // log tap's NCCL_DEBUG_FILE gets the user's settings back before it reads them.
 __attribute__((noinline, cold)) void FirstNcclCall() {
+  KeepErrno keep;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
   if (g_first_call_done.load(std::memory_order_relaxed)) return;  // another thread did it
+  // NCCL's transport lines into the trace directory: set up only now, at the process's first NCCL call.
+  StartNcclLogTap(TraceWriter::config());
   auto get_version = NcclFn<ncclResult_t (*)(int*)>("ncclGetVersion");
   int v = 0;
   if (get_version != nullptr && get_version(&v) == ncclSuccess && v > 0) {
@@ -124,12 +159,9 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
   rec.api = api;
   if (r == ncclSuccess && comm != nullptr) {
     // NCCL's own answers: no CUDA call of ours.
-    static auto count = NcclFn<ncclResult_t (*)(ncclComm_t, int*)>("ncclCommCount");
-    static auto user_rank = NcclFn<ncclResult_t (*)(ncclComm_t, int*)>("ncclCommUserRank");
-    static auto device = NcclFn<ncclResult_t (*)(ncclComm_t, int*)>("ncclCommCuDevice");
-    if (count) count(comm, &rec.nranks);
-    if (user_rank) user_rank(comm, &rec.rank);
-    if (device) device(comm, &rec.cuda_device);
+    if (QueryFn count = Query(kCommCount)) count(comm, &rec.nranks);
+    if (QueryFn user_rank = Query(kCommUserRank)) user_rank(comm, &rec.rank);
+    if (QueryFn device = Query(kCommCuDevice)) device(comm, &rec.cuda_device);
     if (api <= P2PTRACE_NCCL_CommSplit) {
       std::lock_guard<std::mutex> lock(g_comms_mu);
       Comms()[comm] = id_hash;
@@ -168,7 +200,7 @@ bool BeginTiming(ncclComm_t comm, cudaStream_t stream, uint64_t bytes, TimedCopy
   const CudaRuntime* rt = AnsweredRuntime();
   if (rt == nullptr || !SampleOp(bytes)) return false;
   int device = -1;
-  static auto cu_device = NcclFn<ncclResult_t (*)(ncclComm_t, int*)>("ncclCommCuDevice");
+  QueryFn cu_device = Query(kCommCuDevice);
   return cu_device && cu_device(comm, &device) == ncclSuccess && CopyTimer::Begin(*rt, device, stream, t);
 }
 
@@ -393,13 +425,13 @@ P2PTRACE_OP_HOOK ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, siz
 // The exported wrappers. An NCCL without the function (older releases) gets ncclInvalidUsage and
 // nothing is recorded; a self-call from inside NCCL goes straight through.
 #define P2PTRACE_NCCL_WRAP(name, params, args)                                                   \
+  static std::atomic<void*> p2pn_slot_##name;                                                    \
   extern "C" __attribute__((visibility("default"))) ncclResult_t name params {                   \
-    static std::atomic<void*> slot;                                                              \
-    void* fn = slot.load(std::memory_order_acquire);                                             \
+    void* fn = p2pn_slot_##name.load(std::memory_order_acquire);                                 \
     if (__builtin_expect(fn == nullptr, 0)) {                                                    \
       fn = p2ptrace::shim::ResolveNccl(#name);                                                   \
       if (fn == nullptr) return ncclInvalidUsage;                                                \
-      slot.store(fn, std::memory_order_release);                                                 \
+      p2pn_slot_##name.store(fn, std::memory_order_release);                                     \
     }                                                                                            \
     auto real = reinterpret_cast<decltype(&::name)>(fn);                                         \
     if (p2ptrace::shim::t_depth > 0) return real args;                                           \
@@ -415,3 +447,15 @@ P2PTRACE_OP_HOOK ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, siz
 #define P2PTRACE_NCCL_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__
 
 P2PTRACE_NCCL_FUNCTIONS(P2PTRACE_NCCL_WRAP)
+
+// Every wrapper's cached NCCL function, forgotten with the shim's queries when NCCL is unloaded.
+#define P2PTRACE_NCCL_SLOT(name, params, args) &p2pn_slot_##name,
+static std::atomic<void*>* const p2pn_slots[] = {P2PTRACE_NCCL_FUNCTIONS(P2PTRACE_NCCL_SLOT)};
+
+void p2ptrace::shim::ForgetNcclIfUnloaded(bool (*still_loaded)(const void* fn, const void* base)) {
+  const void* fn = g_nccl_loaded.fn.load(std::memory_order_acquire);
+  if (fn == nullptr || still_loaded(fn, g_nccl_loaded.base.load(std::memory_order_relaxed))) return;
+  for (std::atomic<void*>* slot : p2pn_slots) slot->store(nullptr, std::memory_order_release);
+  for (std::atomic<void*>& slot : g_query_slots) slot.store(nullptr, std::memory_order_release);
+  g_nccl_loaded.fn.store(nullptr, std::memory_order_release);
+}

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "shim/record/trace_dir.h"
+
 namespace p2ptrace::shim {
 namespace {
 
@@ -37,6 +39,7 @@ int FindLoaded(struct dl_phdr_info* info, size_t, void* data) {
 const char* NodeName(Node node) { return kNodeNames[static_cast<int>(node)]; }
 
 __attribute__((noinline)) void* ResolveReal(const char* name, Node node) {
+  KeepErrno keep;
   const char* version = NodeName(node);
   void* fn = dlvsym(RTLD_NEXT, name, version);
   if (fn == nullptr) fn = dlsym(RTLD_NEXT, name);

@@ -16,6 +16,7 @@
 #include "p2ptrace/trace_format.h"
 #include "shim/config.h"
 #include "shim/record/text_block.h"
+#include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -204,6 +205,7 @@ bool StartCallSites(int depth, void (*warn)(const std::string&)) {
 }
 
 uint32_t CaptureCallSite() {
+  KeepErrno keep;
   if (!CallSitesEnabled() || !TraceWriter::Ready()) return 0;
   Table& t = *g_table;
   void* frames[kMaxStackDepth + kShimFrames];

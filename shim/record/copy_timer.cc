@@ -13,6 +13,8 @@
 #include <mutex>
 #include <vector>
 
+#include "shim/interpose/unload.h"
+#include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -95,9 +97,7 @@ void CountSkip() {
   if (p2ptrace_file_header* h = TraceWriter::header()) AddRelaxed(&h->timings_skipped, 1);
 }
 
-Pool& PoolOf(const TimedCopy& t) {
-  return *g_pools[static_cast<int>(t.rt->node)][t.device].load(std::memory_order_relaxed);
-}
+Pool& PoolOf(const TimedCopy& t) { return *static_cast<Pool*>(t.pool); }
 
 void Release(const TimedCopy& t) {
   PoolOf(t).free.fetch_or(uint64_t{1} << t.slot, std::memory_order_release);
@@ -166,6 +166,9 @@ void Publish(const TimedCopy& t, float ms) {
 
 // One copy: true when it is done with (published, or its events let go).
 bool Resolve(const TimedCopy& t) {
+  // Never inside a runtime that is being unloaded, nor in one that was (its table is retired).
+  std::lock_guard<std::recursive_mutex> lock(UnloadMutex());
+  if (t.rt->retired.load(std::memory_order_acquire)) return true;  // dropped: its events went with it
   cudaError_t q = t.rt->EventQuery(t.end);
   if (q == cudaErrorNotReady) return false;
   float ms = -1;
@@ -316,10 +319,15 @@ __attribute__((noinline, cold)) int MakePair(const CudaRuntime& rt, int device, 
 
 }  // namespace
 
+void CopyTimer::ForgetRuntime(Node node) {
+  for (std::atomic<Pool*>& pool : g_pools[static_cast<int>(node)]) pool.store(nullptr, std::memory_order_release);
+}
+
 void CopyTimer::CaptureBegan() { g_blockers.fetch_add(1, std::memory_order_relaxed); }
 void CopyTimer::CaptureEnded() { g_blockers.fetch_sub(1, std::memory_order_relaxed); }
 
 bool CopyTimer::Begin(const CudaRuntime& rt, int device, cudaStream_t stream, TimedCopy* t) {
+  KeepErrno keep;
   if (g_blockers.load(std::memory_order_relaxed) != 0 || static_cast<unsigned>(device) >= P2PTRACE_MAX_DEVICES ||
       !rt.complete) {
     CountSkip();
@@ -338,6 +346,7 @@ bool CopyTimer::Begin(const CudaRuntime& rt, int device, cudaStream_t stream, Ti
   t->rt = &rt;
   t->device = device;
   t->slot = slot;
+  t->pool = pool;
   t->start = pool->pair[slot].start;
   t->end = pool->pair[slot].end;
   if (rt.EventRecord(t->start, stream) != cudaSuccess) {
@@ -349,6 +358,7 @@ bool CopyTimer::Begin(const CudaRuntime& rt, int device, cudaStream_t stream, Ti
 }
 
 void CopyTimer::End(cudaStream_t stream, bool copy_succeeded, TimedCopy* t) {
+  KeepErrno keep;
   if (!copy_succeeded) {
     Release(*t);
     return;

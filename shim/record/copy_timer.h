@@ -26,6 +26,7 @@ struct TimedCopy {
   uint64_t bytes = 0;
   uint32_t seq = 0;
   int slot = -1;  // the pair's place in its pool (CopyTimer's own)
+  void* pool = nullptr;  // that pool (CopyTimer's own)
 };
 
 class CopyTimer {
@@ -48,6 +49,10 @@ class CopyTimer {
 
   // Waits (bounded) for queued timings and stops the resolver; at exit.
   static void Drain();
+
+  // The runtime of `node` was unloaded (unload.h, under UnloadMutex()): its event pools are
+  // forgotten (never freed, never called again); timings in flight on it are dropped by the resolver.
+  static void ForgetRuntime(Node node);
 };
 
 }  // namespace p2ptrace::shim

@@ -15,6 +15,8 @@
 #include <mutex>
 #include <string>
 
+#include "shim/record/trace_dir.h"
+
 extern char** environ;
 
 namespace p2ptrace::shim {
@@ -50,6 +52,12 @@ std::mutex g_open_mu;
 unsigned char* g_map = nullptr;
 size_t g_map_size = 0;
 bool g_forked_child = false;
+// The trace file, to reopen (by name, in the checked directory) when a chunk's blocks are reserved:
+// no descriptor is kept (trace_dir.h), and the file found must be the one mapped.
+std::string g_file_name;
+dev_t g_file_dev = 0;
+ino_t g_file_ino = 0;
+std::atomic<bool> g_no_space{false};  // a reservation failed: no more chunks are claimed
 
 std::string ReadSmallFile(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "re");
@@ -133,16 +141,6 @@ void ForkChild() {
 
 }  // namespace
 
-bool MakeDirs(const std::string& dir) {
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    std::string part = dir.substr(0, pos);
-    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return false;
-  }
-  struct stat st {};
-  return stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 void Warn(const std::string& message) {
   std::string line = "p2ptrace: warning: " + message + "\n";
   ssize_t ignored = write(2, line.data(), line.size());
@@ -160,10 +158,52 @@ void TraceWriter::Configure(const Config& config) {
 
 const Config& TraceWriter::config() { return TheConfig(); }
 
+namespace {
+
+// Makes sure [offset, offset + len) of the trace has its blocks on disk before its pages are
+// touched: a write fault on a hole of a shared mapping whose filesystem is full is a SIGBUS that
+// would kill the job. fallocate where the filesystem has it, else zeros written (the same blocks).
+bool ReserveBlocks(int fd, uint64_t offset, uint64_t len) {
+  if (fallocate(fd, 0, static_cast<off_t>(offset), static_cast<off_t>(len)) == 0) return true;
+  if (errno != EOPNOTSUPP && errno != ENOSYS) return false;
+  static const char kZeros[16384] = {};
+  for (uint64_t done = 0; done < len;) {
+    ssize_t n = pwrite(fd, kZeros, std::min<uint64_t>(sizeof kZeros, len - done), static_cast<off_t>(offset + done));
+    if (n <= 0) return false;
+    done += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
+// The same for a chunk, through the file reopened by name (see g_file_name).
+bool ReserveChunk(uint64_t offset, uint64_t len) {
+  ScopedFd dir = OpenTraceDir(TheConfig().dir);
+  ScopedFd fd = dir.ok() ? OpenOwnFile(dir.get(), g_file_name.c_str(), O_RDWR) : ScopedFd();
+  struct stat st {};
+  if (!fd.ok() || fstat(fd.get(), &st) != 0 || st.st_dev != g_file_dev || st.st_ino != g_file_ino) return false;
+  return ReserveBlocks(fd.get(), offset, len);
+}
+
+void Untraced(const std::string& why) {
+  Warn(why + "; this process runs untraced");
+  detail::g_state.store(2);
+}
+
+}  // namespace
+
 bool TraceWriter::Open() {
+  KeepErrno keep;  // what the program's own call left in errno is what it sees
   std::lock_guard<std::mutex> lock(g_open_mu);
   if (detail::g_state.load() != 0) return detail::g_state.load() == 1;
   const Config& c = TheConfig();
+  // The process's first CUDA or NCCL call: only now is anything created or changed (a shell or
+  // launcher of the job that never calls either leaves no trace). Processes started by this one
+  // trace into the same directory (torchrun's ranks, for one).
+  setenv("P2PTRACE_DIR", c.dir.c_str(), 0);
+  if (std::string why = PrepareTraceDir(c.dir); !why.empty()) {
+    Untraced("trace directory " + c.dir + ": " + why);
+    return false;
+  }
   std::string host = ReadSmallFile(c.sysroot + "/proc/sys/kernel/hostname");
   if (host.empty()) {
     char buf[256] = {};
@@ -172,34 +212,40 @@ bool TraceWriter::Open() {
   }
   int rank = EnvInt({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"});
   int pid = getpid();
-  std::string name = host + ".r" + (rank >= 0 ? std::to_string(rank) : std::string("x")) + ".p" + std::to_string(pid);
-  int fd = -1;
-  std::string path;
-  if (!MakeDirs(c.dir)) {
-    Warn("cannot create trace directory " + c.dir + ": " + std::strerror(errno) + "; this process runs untraced");
-    detail::g_state.store(2);
-    return false;
-  }
-  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
-    path = c.dir + "/" + name + (attempt ? "." + std::to_string(attempt) : "") + ".p2ptrace";
-    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) break;
+  std::string base = host + ".r" + (rank >= 0 ? std::to_string(rank) : std::string("x")) + ".p" + std::to_string(pid);
+  for (char& ch : base)  // a file name, whatever the host is called
+    if (ch == '/' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '_';
+  ScopedFd dir = OpenTraceDir(c.dir);
+  ScopedFd fd;
+  std::string name;
+  for (int attempt = 0; dir.ok() && attempt < 100 && !fd.ok(); ++attempt) {
+    name = base + (attempt ? "." + std::to_string(attempt) : "") + ".p2ptrace";
+    fd = CreateTraceFile(dir.get(), name.c_str(), O_RDWR);
+    if (!fd.ok() && errno != EEXIST) break;
   }
   uint64_t size = std::max<uint64_t>(c.max_bytes, kChunksOffset + kChunkSize);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    Warn("cannot write a trace in " + c.dir + ": " + std::strerror(errno) + "; this process runs untraced");
-    if (fd >= 0) { close(fd); unlink(path.c_str()); }
-    detail::g_state.store(2);
+  struct stat st {};
+  if (!fd.ok() || ftruncate(fd.get(), static_cast<off_t>(size)) != 0 || fstat(fd.get(), &st) != 0) {
+    Untraced("cannot write a trace in " + c.dir + ": " + std::strerror(errno));
+    if (fd.ok()) unlinkat(dir.get(), name.c_str(), 0);
     return false;
   }
-  void* map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  // The header, environment and counters are written in place from now on: their blocks first.
+  if (!ReserveBlocks(fd.get(), 0, kChunksOffset)) {
+    Untraced("no space for a trace in " + c.dir + ": " + std::strerror(errno));
+    unlinkat(dir.get(), name.c_str(), 0);
+    return false;
+  }
+  std::string path = c.dir + "/" + name;
+  void* map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (map == MAP_FAILED) {
-    Warn("cannot map the trace " + path + ": " + std::strerror(errno) + "; this process runs untraced");
-    unlink(path.c_str());
-    detail::g_state.store(2);
+    Untraced("cannot map the trace " + path + ": " + std::strerror(errno));
+    unlinkat(dir.get(), name.c_str(), 0);
     return false;
   }
+  g_file_name = name;
+  g_file_dev = st.st_dev;
+  g_file_ino = st.st_ino;
   g_map = static_cast<unsigned char*>(map);
   g_map_size = size;
   auto* h = reinterpret_cast<p2ptrace_file_header*>(g_map);
@@ -275,16 +321,28 @@ bool TraceWriter::Open() {
 bool TraceWriter::ClaimChunk() {
   p2ptrace_file_header* h = header_;
   if (h == nullptr || detail::g_state.load(std::memory_order_acquire) != 1) return false;
+  KeepErrno keep;
   uint64_t n_chunks = (h->file_size - h->chunks_offset) / h->chunk_size;
-  uint64_t index = __atomic_fetch_add(&h->chunks_claimed, 1, __ATOMIC_RELAXED);
+  uint64_t index = g_no_space.load(std::memory_order_relaxed) ? n_chunks
+                                                              : __atomic_fetch_add(&h->chunks_claimed, 1, __ATOMIC_RELAXED);
   if (index >= n_chunks) {
-    __atomic_store_n(&h->chunks_claimed, n_chunks, __ATOMIC_RELAXED);  // keep the count meaningful
+    if (!g_no_space.load(std::memory_order_relaxed))
+      __atomic_store_n(&h->chunks_claimed, n_chunks, __ATOMIC_RELAXED);  // keep the count meaningful
     __atomic_fetch_add(&h->dropped_records, 1, __ATOMIC_RELAXED);
     return false;
   }
-  unsigned char* base = g_map + h->chunks_offset + index * h->chunk_size;
+  uint64_t offset = h->chunks_offset + index * h->chunk_size;
+  // The chunk's blocks before its first byte is written (a full disk must cost records, never
+  // the job). Once that fails, no more chunks: the records from then on are counted as dropped.
+  if (!ReserveChunk(offset, h->chunk_size)) {
+    g_no_space.store(true, std::memory_order_relaxed);
+    __atomic_fetch_or(&h->capture_flags, static_cast<uint32_t>(P2PTRACE_CAPTURE_NO_SPACE), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&h->dropped_records, 1, __ATOMIC_RELAXED);
+    return false;
+  }
+  unsigned char* base = g_map + offset;
   // Fault the chunk's pages in with one call rather than one page fault per 4 KiB of records on
-  // the hot path (each a block allocation on a disk file). Best effort: Linux 5.14+.
+  // the hot path. Best effort (Linux 5.14+): the blocks are already reserved.
   constexpr int kMadvPopulateWrite = 23;  // MADV_POPULATE_WRITE, absent from older headers
   madvise(base, h->chunk_size, kMadvPopulateWrite);
   auto* ch = reinterpret_cast<p2ptrace_chunk_header*>(base);

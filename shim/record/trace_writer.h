@@ -173,9 +173,6 @@ class TraceWriter {
 
 inline void AddRelaxed(uint64_t* counter, uint64_t v) { __atomic_fetch_add(counter, v, __ATOMIC_RELAXED); }
 
-// mkdir -p; true when `dir` is a directory afterwards.
-bool MakeDirs(const std::string& dir);
-
 // One line on stderr, "p2ptrace: warning: …". Async-signal-unsafe; not for signal handlers.
 void Warn(const std::string& message);
 
