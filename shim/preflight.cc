@@ -262,7 +262,9 @@ bool NcclLoaded() {
 // `devices`: the CUDA ordinals of a one-process communicator (ncclCommInitAll), when known.
 void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
   const Config& c = TraceWriter::config();
-  if (c.disabled) return;
+  // An untraced process (its trace directory unusable, as the one warning said) stays silent: its
+  // output is exactly the bare run's.
+  if (c.disabled || !TraceWriter::Ready()) return;
   ProbeOptions o;
   o.sysroot = c.sysroot;
   o.nvml_timeout_ms = EnvInt("P2PTRACE_NVML_TIMEOUT_MS", 3000);
@@ -286,7 +288,7 @@ void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
   if (rt != nullptr && RuntimeAnswered(*rt) && rt->GetDevice(&device) == cudaSuccess) self.bus = BusOfDevice(rt, device);
   for (const ProbedGpu& g : probe->gpus)
     if (!self.bus.empty() && g.bus_id == self.bus) self.gpu = g.index;
-  if (EnvInt("WORLD_SIZE", 1) > 1 && PrepareTraceDir(c.dir).empty()) MergeIdentities(self, ExchangeIdentities(self), probe);
+  if (EnvInt("WORLD_SIZE", 1) > 1) MergeIdentities(self, ExchangeIdentities(self), probe);
   if (probe->communicator.empty()) {  // one process driving several GPUs: the ones it uses or sees
     for (const ProbedGpu& g : probe->gpus)
       if (g.cuda >= 0 && (devices == nullptr || std::find(devices->begin(), devices->end(), g.cuda) != devices->end()))

@@ -108,7 +108,11 @@ void DescribeCapture(ProcessInfo* p) {
     trust.push_back("no bandwidth measured (P2PTRACE_SAMPLE)");
   }
   if (p->capture_flags & P2PTRACE_CAPTURE_FORK_CHILD) mode.push_back("forked child");
-  if (p->dropped_records)
+  if (p->dropped_records && (p->capture_flags & P2PTRACE_CAPTURE_NO_SPACE))
+    trust.push_back(fmt::format("{} records dropped: the trace's filesystem was full (free space there or point "
+                                "P2PTRACE_DIR elsewhere): pair totals exact, timelines partial",
+                                p->dropped_records));
+  else if (p->dropped_records)
     trust.push_back(fmt::format("{} records dropped at the size cap: pair totals exact, timelines partial",
                                 p->dropped_records));
   if (p->state != "exited")

@@ -1,0 +1,150 @@
+// Programs that do what real jobs do to the ground a tracer stands on (tests/integration/hostile_test.cc
+// runs each bare and under the shim; what it prints and leaves behind must be the same).
+// Linked to the real libcudart and libnccl (RUNPATH); runs on the simulated node.
+//   closefds DATA      NCCL logs once (its debug file opens), then every descriptor from 3 to 1023 is
+//                      closed, DATA is opened (it gets a low number) and written, NCCL runs a ring on
+//                      two GPUs, DATA is written again: DATA must hold the program's lines only
+//   errno              errno set to a sentinel before each kind of call the shim wraps; prints the
+//                      errno each left (the first call of each kind included: the trace opens there)
+//   copies N           N peer copies 0->1 and N back, 64 KiB each (a full disk's test)
+//   ring N             N allreduces on two GPUs through one process (ncclCommInitAll)
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <nccl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr int kSentinel = 4242;
+
+void WriteLine(int fd, const char* line) {
+  ssize_t ignored = write(fd, line, std::strlen(line));
+  (void)ignored;
+}
+
+// One allreduce on each of two devices, in a group; true when both returned success.
+bool AllReduceTwo(ncclComm_t* comms, float** bufs, cudaStream_t* streams, size_t count) {
+  bool ok = ncclGroupStart() == ncclSuccess;
+  for (int d = 0; d < 2; ++d)
+    ok &= ncclAllReduce(bufs[d], bufs[d], count, ncclFloat, ncclSum, comms[d], streams[d]) == ncclSuccess;
+  ok &= ncclGroupEnd() == ncclSuccess;
+  for (int d = 0; d < 2; ++d) ok &= cudaSetDevice(d) == cudaSuccess && cudaStreamSynchronize(streams[d]) == cudaSuccess;
+  return ok;
+}
+
+int Ring(int iterations) {
+  ncclComm_t comms[2];
+  int devs[2] = {0, 1};
+  if (ncclCommInitAll(comms, 2, devs) != ncclSuccess) return 2;
+  float* bufs[2];
+  cudaStream_t streams[2];
+  const size_t count = 4096;
+  for (int d = 0; d < 2; ++d) {
+    std::vector<float> h(count, float(d + 1));
+    if (cudaSetDevice(d) != cudaSuccess || cudaMalloc(&bufs[d], count * sizeof(float)) != cudaSuccess ||
+        cudaStreamCreate(&streams[d]) != cudaSuccess ||
+        cudaMemcpy(bufs[d], h.data(), count * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+      return 2;
+  }
+  for (int i = 0; i < iterations; ++i)
+    if (!AllReduceTwo(comms, bufs, streams, count)) return 3;
+  std::vector<float> h(count);
+  if (cudaMemcpy(h.data(), bufs[0], count * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) return 2;
+  for (int d = 0; d < 2; ++d) ncclCommDestroy(comms[d]);
+  std::printf("ring %d: first value %g\n", iterations, static_cast<double>(h[0]));
+  return 0;
+}
+
+int CloseFds(const char* data) {
+  int version = 0;
+  ncclUniqueId id;
+  if (ncclGetVersion(&version) != ncclSuccess || ncclGetUniqueId(&id) != ncclSuccess) return 2;  // NCCL has logged
+  for (int fd = 3; fd < 1024; ++fd) close(fd);
+  int fd = open(data, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+  if (fd < 0) return 2;
+  WriteLine(fd, "program data before NCCL\n");
+  int r = Ring(3);
+  WriteLine(fd, "program data after NCCL\n");
+  close(fd);
+  return r;
+}
+
+// errno after a call, with the sentinel set before it.
+#define ERRNO_AFTER(call)                                                                      \
+  do {                                                                                         \
+    errno = kSentinel;                                                                         \
+    int r_ = static_cast<int>(call);                                                           \
+    int e_ = errno;                                                                            \
+    std::printf("%-40s -> %d, errno %s\n", #call, r_, e_ == kSentinel ? "kept" : std::to_string(e_).c_str()); \
+  } while (0)
+
+int Errno() {
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  int can = -1;
+  cudaStream_t s = nullptr;
+  ERRNO_AFTER(cudaSetDevice(0));
+  ERRNO_AFTER(cudaMalloc(&a, 1 << 20));
+  ERRNO_AFTER(cudaMalloc(&c, 1 << 20));
+  ERRNO_AFTER(cudaSetDevice(1));
+  ERRNO_AFTER(cudaMalloc(&b, 1 << 20));
+  ERRNO_AFTER(cudaStreamCreate(&s));
+  ERRNO_AFTER(cudaDeviceCanAccessPeer(&can, 0, 1));
+  ERRNO_AFTER(cudaMemcpyPeer(b, 1, a, 0, 1 << 20));
+  ERRNO_AFTER(cudaMemcpy(a, b, 1 << 20, cudaMemcpyDeviceToDevice));
+  ERRNO_AFTER(cudaMemcpy(a, c, 1 << 20, cudaMemcpyDeviceToDevice));
+  ERRNO_AFTER(cudaMemcpyAsync(b, a, 4096, cudaMemcpyDefault, s));
+  ERRNO_AFTER(cudaMemcpyPeerAsync(a, 0, b, 1, 4096, s));
+  ERRNO_AFTER(cudaDeviceEnablePeerAccess(0, 0));
+  ERRNO_AFTER(cudaMemcpyPeer(a, 0, b, 1, 1 << 20));
+  ERRNO_AFTER(cudaMemcpyPeer(a, 0, b, 1, size_t{1} << 40));  // fails
+  ERRNO_AFTER(cudaStreamSynchronize(s));
+  ERRNO_AFTER(cudaStreamDestroy(s));
+  ERRNO_AFTER(cudaFree(b));
+  ERRNO_AFTER(cudaMalloc(&b, 1 << 20));
+  int version = 0;
+  ncclUniqueId id;
+  ERRNO_AFTER(ncclGetVersion(&version));
+  ERRNO_AFTER(ncclGetUniqueId(&id));
+  ncclComm_t comms[2];
+  int devs[2] = {0, 1};
+  ERRNO_AFTER(ncclCommInitAll(comms, 2, devs));
+  ERRNO_AFTER(ncclGroupStart());
+  ERRNO_AFTER(ncclAllReduce(a, a, 16, ncclFloat, ncclSum, comms[0], nullptr));
+  ERRNO_AFTER(ncclAllReduce(b, b, 16, ncclFloat, ncclSum, comms[1], nullptr));
+  ERRNO_AFTER(ncclGroupEnd());
+  ERRNO_AFTER(ncclCommDestroy(comms[0]));
+  ERRNO_AFTER(ncclCommDestroy(comms[1]));
+  return 0;
+}
+
+int Copies(int n) {
+  void *a = nullptr, *b = nullptr;
+  const size_t bytes = 64 << 10;
+  if (cudaSetDevice(0) != cudaSuccess || cudaMalloc(&a, bytes) != cudaSuccess || cudaSetDevice(1) != cudaSuccess ||
+      cudaMalloc(&b, bytes) != cudaSuccess)
+    return 2;
+  for (int i = 0; i < n; ++i)
+    if (cudaMemcpyPeer(b, 1, a, 0, bytes) != cudaSuccess || cudaMemcpyPeer(a, 0, b, 1, bytes) != cudaSuccess) return 3;
+  std::printf("copies %d done\n", n);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string cmd = argc > 1 ? argv[1] : "";
+  int n = argc > 2 ? std::atoi(argv[2]) : 0;
+  if (cmd == "closefds" && argc > 2) return CloseFds(argv[2]);
+  if (cmd == "errno") return Errno();
+  if (cmd == "copies" && n > 0) return Copies(n);
+  if (cmd == "ring" && n > 0) return Ring(n);
+  std::fprintf(stderr, "usage: hostile_workload closefds DATA | errno | copies N | ring N\n");
+  return 64;
+}
