@@ -513,7 +513,6 @@ void WithdrawNcclLogTap() {
     f->withdrawn = f->exiting = true;  // the thread stops at its next wake; exit drains nothing
   }
   g_tap_pattern.store(nullptr, std::memory_order_release);
-  // Opened after the environment is the user's again, so the trace's copy of it is what NCCL reads.
   if (TraceWriter::Ready())
     __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN, __ATOMIC_RELAXED);
 }

@@ -1,6 +1,7 @@
 #include "tools/run.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,7 +77,10 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   dir = std::filesystem::absolute(dir).lexically_normal().string();
   std::error_code ec;
   bool created = !std::filesystem::exists(dir, ec);
-  std::filesystem::create_directories(dir, ec);
+  // The directory itself 0700, whatever the umask: the shim writes only where no one else can
+  // (a group-writable one, from a umask of 002, would be refused).
+  std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+  if (!ec && mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) ec = std::error_code(errno, std::generic_category());
   if (ec) {
     std::cerr << "p2ptrace run: cannot create " << dir << ": " << ec.message() << "\n";
     return 2;

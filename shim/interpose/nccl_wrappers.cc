@@ -144,6 +144,8 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
     if (NcclIgnoresDebugFile(v)) WithdrawNcclLogTap();
     if (TraceWriter::Ready()) TraceWriter::header()->nccl_version = v;
   }
+  // The environment NCCL is about to read (the tap's variables set, or the user's restored).
+  if (TraceWriter::IsOpen()) TraceWriter::RecordEnvironment();
   g_first_call_done.store(true, std::memory_order_release);
 }
 

@@ -296,16 +296,8 @@ bool TraceWriter::Open() {
   h->sample_first = c.sample.first;
   h->sample_every = c.sample.every;
   h->sample_min_bytes = c.sample.min_bytes;
-  // The allow-listed environment, never the whole of it.
-  char* env = reinterpret_cast<char*>(g_map + kEnvOffset);
-  size_t used = 0;
-  for (char** e = environ; e && *e; ++e) {
-    size_t len = std::strlen(*e);
-    if (!Allowed(*e) || used + len + 2 > kEnvSize) continue;
-    std::memcpy(env + used, *e, len + 1);
-    used += len + 1;
-  }
   header_ = h;
+  RecordEnvironment();
   counters_ = reinterpret_cast<p2ptrace_pair_counters*>(g_map + kCountersOffset);
   static bool once = [] {
     InstallSignalHandlers();
@@ -316,6 +308,20 @@ bool TraceWriter::Open() {
   detail::g_generation.fetch_add(1);
   detail::g_state.store(1, std::memory_order_release);
   return true;
+}
+
+void TraceWriter::RecordEnvironment() {
+  if (header_ == nullptr) return;
+  // The allow-listed environment, never the whole of it; zeros after the last string.
+  char* env = reinterpret_cast<char*>(g_map + kEnvOffset);
+  size_t used = 0;
+  for (char** e = environ; e && *e; ++e) {
+    size_t len = std::strlen(*e);
+    if (!Allowed(*e) || used + len + 2 > kEnvSize) continue;
+    std::memcpy(env + used, *e, len + 1);
+    used += len + 1;
+  }
+  std::memset(env + used, 0, kEnvSize - used);
 }
 
 bool TraceWriter::ClaimChunk() {

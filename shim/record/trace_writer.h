@@ -160,6 +160,10 @@ class TraceWriter {
   }
   static p2ptrace_file_header* header() { return header_; }
 
+  // (Again) the allow-listed environment into the header's block: at open, and after the NCCL log
+  // tap set or withdrew its variables, so that the trace holds what NCCL reads.
+  static void RecordEnvironment();
+
   // The process is going away normally: say so in the header.
   static void MarkExited();
   static void ForgetMapping();  // fork child: the parent's file is not ours

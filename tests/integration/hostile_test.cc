@@ -339,7 +339,6 @@ TEST(SharedDirectory, AnotherUsersPlantedLinksAndFilesNeverReachTheVictim) {
   EXPECT_EQ(traced.out, bare.out);
   ExpectOneWarning(traced, bare, "owned by uid 65534");
   EXPECT_EQ(Slurp(home + "/secret"), "the victim's own data\n");
-  EXPECT_EQ(fs::directory_iterator(home) == fs::directory_iterator(), false);
   size_t entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(home)) ++entries;
   EXPECT_EQ(entries, 1u) << "the shim wrote through a planted link into the victim's home";
