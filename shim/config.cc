@@ -27,11 +27,12 @@ bool ParseU64(const std::string& s, uint64_t* out) {
 
 // A job id every rank of one launch agrees on, so their traces land in one directory.
 std::string JobId() {
-  for (const char* name : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID"})
+  for (const char* name : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID",
+                           "PMIX_NAMESPACE"})
     if (const char* v = Env(name)) {
       std::string id = v;
-      for (char& c : id)
-        if (c == '/' || c == ' ') c = '_';
+      for (char& c : id)  // one printable path component
+        if (c == '/' || c == ' ' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '_';
       return id;
     }
   char buf[64];
