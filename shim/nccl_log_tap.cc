@@ -23,7 +23,6 @@
 #include "shim/nccl_log_tap.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -51,7 +50,7 @@ constexpr const char* kForward = "P2PTRACE_NCCL_FORWARD";   // the user's NCCL_D
 
 struct Forwarder {
   std::mutex mu;
-  std::string pattern, dir;
+  std::string pattern;
   std::string path;  // the pattern expanded for this process (again after a fork)
   NcclUserLevel level = NcclUserLevel::kInfo;
   NcclOutputFilter filter{NcclUserLevel::kInfo};
@@ -140,9 +139,10 @@ void* ThreadMain(void* arg) {
   // A look every 20 ms (one stat when nothing was written). No inotify: a descriptor held for the
   // thread's life is one a program that closes descriptors it did not open could pull away, and
   // whose number it could then be given for a file of its own.
-  while (true) {
+  for (unsigned quiet = 0;; ++quiet) {
     usleep(20 * 1000);
-    if (Unchanged(f->seen_path, f->seen_offset.load(std::memory_order_acquire))) continue;
+    // Nothing new: no lock, but once a second a look whether exit or a withdrawal ended it.
+    if (Unchanged(f->seen_path, f->seen_offset.load(std::memory_order_acquire)) && quiet % 50 != 0) continue;
     std::lock_guard<std::mutex> lock(f->mu);
     if (f->exiting || !f->thread_running) break;  // exit has drained, or a fork made this a stale copy
     PumpLocked(f, false);
@@ -185,10 +185,9 @@ void AfterForkChild() {
   f->mu.unlock();
 }
 
-void StartForwarding(const std::string& pattern, const std::string& dir, NcclUserLevel level) {
+void StartForwarding(const std::string& pattern, NcclUserLevel level) {
   auto* f = new Forwarder();
   f->pattern = pattern;
-  f->dir = dir;
   f->level = level;
   f->filter = NcclOutputFilter(level);
   g_forwarder.store(f, std::memory_order_release);
@@ -220,7 +219,7 @@ bool Inherited() {
   if (file_ours && debug_ours) {
     g_tap_in_force = true;
     std::string pattern = Getenv(kTapFile);
-    if (forwarding) StartForwarding(pattern, pattern.substr(0, pattern.rfind('/')), level);
+    if (forwarding) StartForwarding(pattern, level);
     return true;
   }
   if (file_ours) unsetenv("NCCL_DEBUG_FILE");
@@ -489,7 +488,7 @@ void StartNcclLogTap(const Config& config) {
   setenv("P2PTRACE_NCCL_TAP", "1", 1);
   g_tap_in_force = true;
   StartReading(pattern, true);
-  if (debug != nullptr) StartForwarding(pattern, config.dir, level);
+  if (debug != nullptr) StartForwarding(pattern, level);
 }
 
 bool IsNcclLogTapSetting(const std::string& name, const std::string& value) {
