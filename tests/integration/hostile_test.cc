@@ -46,10 +46,15 @@ Env Sim() {
   return env;
 }
 
+// The shim's settings; the shim itself is preloaded by Shim() into the traced program only, never
+// into the tools around it (timeout, sh, unshare, setpriv, cp: not instrumented in sanitizer builds).
 Env Traced(Env env, const std::string& dir) {
-  env["LD_PRELOAD"] = SHIM_LIB;
   env["P2PTRACE_DIR"] = dir;
   return env;
+}
+std::vector<std::string> Shim(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"env", std::string("LD_PRELOAD=") + SHIM_LIB});
+  return argv;
 }
 
 // Every run under a deadline: a hang is a failure (exit 124), not a stuck CI job.
@@ -141,7 +146,7 @@ TEST(FullDisk, ProgramsRunOnUnchangedAndTheDropsAreCountedAndReported) {
     Env env = Traced(Sim(), dir);
     env["P2PTRACE_SAMPLE"] = "all";
     // 256 KiB: the trace's header region (128 KiB), a chunk or two, and the NCCL log, then full.
-    RunResult traced = RunTimed(OnTmpfs(dir, "size=256k", "cp -r --sparse=always \"$D\"/. " + copy, c.argv), env);
+    RunResult traced = RunTimed(OnTmpfs(dir, "size=256k", "cp -r --sparse=always \"$D\"/. " + copy, Shim(c.argv)), env);
     ASSERT_NE(traced.exit_code, 99) << "mount failed: " << traced.err;
     EXPECT_EQ(traced.signal, 0) << traced.err;
     EXPECT_EQ(traced.exit_code, 0) << traced.err;
@@ -164,7 +169,7 @@ TEST(ClosedDescriptors, NcclNeverWritesIntoTheProgramsFiles) {
   fs::create_directories(base);
   RunResult bare = RunTimed({HOSTILE_WORKLOAD, "closefds", base + "/bare.data"}, Sim());
   ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
-  RunResult traced = RunTimed({HOSTILE_WORKLOAD, "closefds", base + "/traced.data"}, Traced(Sim(), base + "/trace"));
+  RunResult traced = RunTimed(Shim({HOSTILE_WORKLOAD, "closefds", base + "/traced.data"}), Traced(Sim(), base + "/trace"));
   ASSERT_EQ(traced.exit_code, 0) << traced.err;
   EXPECT_EQ(Slurp(base + "/traced.data"), Slurp(base + "/bare.data"));
   EXPECT_EQ(Slurp(base + "/bare.data"), "program data before NCCL\nprogram data after NCCL\n");
@@ -181,7 +186,8 @@ TEST(Fifos, AtTheTapFileAndTheIdentityTempNothingHangs) {
   fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
   fs::permissions(dir + "/.p2ptrace-ranks", fs::perms::owner_all, fs::perm_options::replace);
   // `exec` keeps the shell's pid, so the FIFOs sit at exactly this process's names.
-  std::string plant = "mkfifo \"$0/nccl." + Host() + ".$$.log\" \"$0/.p2ptrace-ranks/$$.id.tmp\" && exec \"$@\"";
+  std::string plant = "mkfifo \"$0/nccl." + Host() + ".$$.log\" \"$0/.p2ptrace-ranks/$$.id.tmp\" && exec env "
+                      "LD_PRELOAD=" SHIM_LIB " \"$@\"";
   Env env = Traced(Sim(), dir);
   env["WORLD_SIZE"] = "2";  // the identity exchange runs (and waits, bounded, for the other rank)
   env["RANK"] = "0";
@@ -190,7 +196,8 @@ TEST(Fifos, AtTheTapFileAndTheIdentityTempNothingHangs) {
   RunResult ring = RunTimed({"sh", "-c", plant, dir, HOSTILE_WORKLOAD, "ring", "2"}, env);
   EXPECT_EQ(ring.exit_code, 0) << "124: hung\n" << ring.err;
   EXPECT_NE(ring.out.find("ring 2: first value 6"), std::string::npos) << ring.out;
-  RunResult trivial = RunTimed({"sh", "-c", plant, dir, "/bin/true"}, env);
+  // A process that never calls CUDA or NCCL (the tap used to be read at its exit).
+  RunResult trivial = RunTimed({"sh", "-c", plant, dir, HOSTILE_WORKLOAD, "untouched", dir}, env);
   EXPECT_EQ(trivial.exit_code, 0) << "124: hung\n" << trivial.err;
 }
 
@@ -211,7 +218,7 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
   for (const Case& c : {Case{"writable by others", base + "/open", "writable by other users"},
                         Case{"under a file", base + "/file/trace", "cannot create it"}}) {
     SCOPED_TRACE(c.name);
-    RunResult traced = RunTimed({HOSTILE_WORKLOAD, "ring", "2"}, Traced(Sim(), c.dir));
+    RunResult traced = RunTimed(Shim({HOSTILE_WORKLOAD, "ring", "2"}), Traced(Sim(), c.dir));
     EXPECT_EQ(traced.exit_code, 0) << traced.err;
     EXPECT_EQ(traced.out, bare.out);  // no NCCL INFO line on stdout
     ExpectOneWarning(traced, bare, c.why);
@@ -221,7 +228,7 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
   if (!CanMount()) GTEST_SKIP() << "no unprivileged mount namespace here: the read-only case is not run";
   std::string ro = base + "/ro";
   fs::create_directories(ro);
-  RunResult traced = RunTimed(OnTmpfs(ro, "ro,size=64k", "true", {HOSTILE_WORKLOAD, "ring", "2"}), Traced(Sim(), ro));
+  RunResult traced = RunTimed(OnTmpfs(ro, "ro,size=64k", "true", Shim({HOSTILE_WORKLOAD, "ring", "2"})), Traced(Sim(), ro));
   EXPECT_EQ(traced.exit_code, 0) << traced.err;
   EXPECT_EQ(traced.out, bare.out);
   ExpectOneWarning(traced, bare, "cannot write in it");
@@ -236,7 +243,7 @@ TEST(Unload, ALibraryLinkedToCudartOpenedAndClosedAgainAndAgain) {
     std::string dir = TempDir() + "/unload-" + std::to_string(run);
     Env env = Traced(Sim(), dir);
     env["P2PTRACE_SAMPLE"] = "all";  // the timing resolver holds events of every runtime instance
-    RunResult traced = RunTimed({UNLOAD_WORKLOAD, UNLOAD_COPY_LIB, "3"}, env);
+    RunResult traced = RunTimed(Shim({UNLOAD_WORKLOAD, UNLOAD_COPY_LIB, "3"}), env);
     ASSERT_EQ(traced.signal, 0) << "run " << run << ": " << traced.err;
     ASSERT_EQ(traced.exit_code, 0) << "run " << run << ": " << traced.out << traced.err;
     EXPECT_EQ(traced.out, bare.out);
@@ -263,7 +270,7 @@ TEST(Errno, EveryWrappedCallLeavesTheErrnoTheRealOneLeft) {
     Env env = Traced(Sim(), dir + "/" + sample);
     env["P2PTRACE_SAMPLE"] = sample;
     env["P2PTRACE_WARN"] = "rank";  // the job-start check's probes run too
-    RunResult traced = RunTimed({HOSTILE_WORKLOAD, "errno"}, env);
+    RunResult traced = RunTimed(Shim({HOSTILE_WORKLOAD, "errno"}), env);
     EXPECT_EQ(traced.exit_code, 0) << traced.err;
     EXPECT_EQ(traced.out, bare.out);
   }
@@ -275,15 +282,25 @@ TEST(Errno, EveryWrappedCallLeavesTheErrnoTheRealOneLeft) {
 TEST(Untouched, AProcessThatNeverCallsCudaOrNcclIsLeftExactlyAsItWas) {
   std::string cwd = TempDir() + "/untouched";
   fs::create_directories(cwd);
-  Env bare_env = Sim();
-  bare_env["PWD"] = cwd;
-  Env env = bare_env;
-  env["LD_PRELOAD"] = SHIM_LIB;
-  std::vector<std::string> argv = {"sh", "-c", "cd \"$0\" && env | grep -v '^LD_PRELOAD=' | sort && ls -A", cwd};
-  RunResult bare = RunTimed(argv, bare_env);
-  RunResult traced = RunTimed(argv, env);
-  EXPECT_EQ(traced.exit_code, 0);
-  EXPECT_EQ(traced.out, bare.out);  // no NCCL_DEBUG, no P2PTRACE_DIR, no ./p2ptrace-*
+  // Its environment and its working directory's entries, as the program itself sees them at exit.
+  Env env = Sim();
+  env["P2PTRACE_WARN"] = std::nullopt;
+  auto in_cwd = [&](std::vector<std::string> v) {  // started in `cwd`, where ./p2ptrace-* would appear
+    v.insert(v.begin(), {"sh", "-c", "cd \"$0\" && exec \"$@\"", cwd});
+    return v;
+  };
+  RunResult bare = RunTimed(in_cwd({"env", "LD_PRELOAD=", HOSTILE_WORKLOAD, "untouched", "."}), env);
+  RunResult traced = RunTimed(in_cwd(Shim({HOSTILE_WORKLOAD, "untouched", "."})), env);
+  EXPECT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_EQ(traced.exit_code, 0) << traced.err;
+  auto without_preload = [](std::string out) {
+    size_t at = out.find("LD_PRELOAD=");
+    if (at != std::string::npos) out.erase(at, out.find('\n', at) + 1 - at);
+    return out;
+  };
+  EXPECT_EQ(without_preload(traced.out), without_preload(bare.out));  // no NCCL_DEBUG, no P2PTRACE_DIR
+  EXPECT_NE(bare.out.find("entries: 0\n"), std::string::npos) << bare.out;
+  EXPECT_NE(traced.out.find("entries: 0\n"), std::string::npos) << traced.out;  // no ./p2ptrace-*
   EXPECT_EQ(traced.err, bare.err);
   std::error_code ec;
   EXPECT_TRUE(fs::is_empty(cwd, ec));
@@ -334,7 +351,7 @@ TEST(SharedDirectory, AnotherUsersPlantedLinksAndFilesNeverReachTheVictim) {
   env["P2PTRACE_RANK_WAIT_MS"] = "200";
   RunResult bare = RunTimed(As(kVictim, {HOSTILE_WORKLOAD, "ring", "2"}), env);
   ASSERT_EQ(bare.exit_code, 0) << bare.err;
-  RunResult traced = RunTimed(As(kVictim, {HOSTILE_WORKLOAD, "ring", "2"}), Traced(env, job));
+  RunResult traced = RunTimed(As(kVictim, Shim({HOSTILE_WORKLOAD, "ring", "2"})), Traced(env, job));
   EXPECT_EQ(traced.exit_code, 0) << traced.err;
   EXPECT_EQ(traced.out, bare.out);
   ExpectOneWarning(traced, bare, "owned by uid 65534");
@@ -351,7 +368,7 @@ TEST(SharedDirectory, AnotherUsersPlantedLinksAndFilesNeverReachTheVictim) {
                                                        "pid 99999\\ngpu 1\\n' > \"$0/.p2ptrace-ranks/99999.id\"",
                                            own}));
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  RunResult ranks = RunTimed(As(kVictim, {HOSTILE_WORKLOAD, "ring", "2"}), Traced(env, own));
+  RunResult ranks = RunTimed(As(kVictim, Shim({HOSTILE_WORKLOAD, "ring", "2"})), Traced(env, own));
   EXPECT_EQ(ranks.exit_code, 0) << ranks.err;
   EXPECT_EQ(ranks.err.find('\x1b'), std::string::npos) << ranks.err;
   EXPECT_EQ(ranks.err.find("EVIL"), std::string::npos) << ranks.err;

@@ -8,17 +8,23 @@
 //                      errno each left (the first call of each kind included: the trace opens there)
 //   copies N           N peer copies 0->1 and N back, 64 KiB each (a full disk's test)
 //   ring N             N allreduces on two GPUs through one process (ncclCommInitAll)
+//   untouched DIR      no CUDA or NCCL call at all: prints its environment (sorted) and how many
+//                      entries DIR has (a launcher, a shell of the job)
 #include <cuda_runtime_api.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
+
+extern char** environ;
 
 namespace {
 
@@ -124,6 +130,21 @@ int Errno() {
   return 0;
 }
 
+int Untouched(const char* dir) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+  std::sort(env.begin(), env.end());
+  for (const std::string& e : env) std::printf("%s\n", e.c_str());
+  int entries = 0;
+  if (DIR* d = opendir(dir)) {
+    while (dirent* e = readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) ++entries;
+    closedir(d);
+  }
+  std::printf("entries: %d\n", entries);
+  return 0;
+}
+
 int Copies(int n) {
   void *a = nullptr, *b = nullptr;
   const size_t bytes = 64 << 10;
@@ -145,6 +166,7 @@ int main(int argc, char** argv) {
   if (cmd == "errno") return Errno();
   if (cmd == "copies" && n > 0) return Copies(n);
   if (cmd == "ring" && n > 0) return Ring(n);
-  std::fprintf(stderr, "usage: hostile_workload closefds DATA | errno | copies N | ring N\n");
+  if (cmd == "untouched" && argc > 2) return Untouched(argv[2]);
+  std::fprintf(stderr, "usage: hostile_workload closefds DATA | errno | copies N | ring N | untouched DIR\n");
   return 64;
 }
