@@ -6,10 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
-#include <climits>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +18,7 @@
 
 #include "core/node_probe.h"
 #include "core/vocabulary.h"
+#include "shim/identity.h"
 #include "shim/interpose/cuda_hooks.h"
 #include "shim/nccl_log_tap.h"
 #include "shim/probe.h"
@@ -84,11 +83,7 @@ bool ShouldPrint(const NodeProbe& p, const std::string& what) {
 
 // --- ranks of the job: who drives which GPU, under which host identity ------------------------------
 
-struct Identity {
-  std::string host, boot_id, bus;
-  long shm_dev = -1, shm_mb = -1;
-  int rank = -1, pid = 0, gpu = -1;  // gpu: the index its own node gives the GPU
-};
+using Identity = RankIdentity;
 
 ScopedFd OpenIdentityDir() {
   ScopedFd dir = OpenTraceDir(TraceWriter::config().dir);
@@ -98,9 +93,7 @@ ScopedFd OpenIdentityDir() {
 void Publish(const Identity& id) {
   ScopedFd ranks = OpenIdentityDir();
   if (!ranks.ok()) return;
-  std::string text = "host " + id.host + "\nboot_id " + id.boot_id + "\nshm_dev " + std::to_string(id.shm_dev) +
-                     "\nshm_mb " + std::to_string(id.shm_mb) + "\nrank " + std::to_string(id.rank) + "\nbus " + id.bus +
-                     "\npid " + std::to_string(id.pid) + "\ngpu " + std::to_string(id.gpu) + "\n";
+  std::string text = SerializeIdentity(id);
   std::string final_name = std::to_string(id.pid) + ".id", tmp = final_name + ".tmp";
   unlinkat(ranks.get(), tmp.c_str(), 0);  // an earlier process of this pid's, in this directory of ours
   ScopedFd fd = CreateTraceFile(ranks.get(), tmp.c_str(), O_WRONLY);
@@ -109,54 +102,6 @@ void Publish(const Identity& id) {
   fd = ScopedFd();
   if (whole) renameat(ranks.get(), tmp.c_str(), ranks.get(), final_name.c_str());  // readers see whole files only
   else unlinkat(ranks.get(), tmp.c_str(), 0);
-}
-
-// An identity file is input from another process: every field is checked against what the shim
-// itself writes, and a file with anything else is ignored (it could only print false warnings).
-bool AllOf(const std::string& s, size_t max, const char* extra) {
-  if (s.empty() || s.size() > max) return false;
-  for (unsigned char ch : s)
-    if (!std::isalnum(ch) && std::strchr(extra, ch) == nullptr) return false;
-  return true;
-}
-bool ParseLong(const std::string& s, long lo, long hi, long* out) {
-  if (s.empty() || s.size() > 20) return false;
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-bool ParseIdentity(const std::string& text, Identity* id) {
-  long v = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string::npos) return false;  // whole lines only
-    std::string line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    size_t sp = line.find(' ');
-    if (sp == std::string::npos) return false;
-    std::string k = line.substr(0, sp), val = line.substr(sp + 1);
-    bool ok = true;
-    if (k == "host") {
-      ok = AllOf(val, 255, ".-_");
-      id->host = val;
-    } else if (k == "boot_id") {
-      ok = val.empty() || AllOf(val, 64, "-");
-      id->boot_id = val;
-    } else if (k == "bus") {
-      ok = val.empty() || AllOf(val, 16, ":.");
-      id->bus = val;
-    } else if (k == "shm_dev" || k == "shm_mb") {
-      ok = ParseLong(val, -1, LONG_MAX, k == "shm_dev" ? &id->shm_dev : &id->shm_mb);
-    } else if (k == "rank" || k == "pid" || k == "gpu") {
-      ok = ParseLong(val, k == "pid" ? 1 : -1, INT_MAX, &v);
-      (k == "rank" ? id->rank : k == "pid" ? id->pid : id->gpu) = static_cast<int>(v);
-    }
-    if (!ok) return false;
-  }
-  return id->pid > 0 && !id->host.empty();
 }
 
 std::vector<Identity> ReadIdentities() {
@@ -177,7 +122,8 @@ std::vector<Identity> ReadIdentities() {
     ssize_t n = read(fd.get(), buf, sizeof buf);
     if (n <= 0 || n == sizeof buf) continue;  // empty, or longer than any the shim writes
     Identity id;
-    if (!ParseIdentity(std::string(buf, static_cast<size_t>(n)), &id) || name != std::to_string(id.pid) + ".id") continue;
+    if (!ParseIdentity(std::string_view(buf, static_cast<size_t>(n)), &id) || name != std::to_string(id.pid) + ".id")
+      continue;
     out.push_back(std::move(id));
     if (out.size() > 4096) break;
   }
