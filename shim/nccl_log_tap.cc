@@ -77,7 +77,10 @@ std::string TapPattern(const std::string& dir) {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
   std::string name;
-  for (const char* c = host; *c && *c != '.'; ++c) name += *c == '%' ? std::string("%%") : std::string(1, *c);
+  for (const char* c = host; *c && *c != '.'; ++c) {
+    bool plain = *c != '/' && static_cast<unsigned char>(*c) >= 0x20 && *c != 0x7f;  // one path component
+    name += *c == '%' ? std::string("%%") : std::string(1, plain ? *c : '_');
+  }
   return dir + "/nccl." + name + ".%p.log";
 }
 
@@ -461,10 +464,12 @@ void StartNcclLogTap(const Config& config) {
   // A traced parent's tap, inherited, stays only where this process traces into the same place.
   std::string inherited = Getenv(kTapFile);
   bool elsewhere = !inherited.empty() && inherited.substr(0, inherited.rfind('/')) != config.dir;
-  if (!TraceWriter::Ready() || elsewhere) {
-    if (Has(kTapFile)) RestoreUserSettings();
-    if (!TraceWriter::Ready()) return;
-  }
+  // Under a file size limit NCCL's lines could cross it, and the write past it is a SIGXFSZ that
+  // kills the job (bare, NCCL writes nothing): no tap then (a user's own file is still read).
+  bool limited = FileSizeLimit() != RLIM_INFINITY;
+  bool traced = TraceWriter::Ready();
+  if ((!traced || elsewhere || limited) && Has(kTapFile)) RestoreUserSettings();
+  if (!traced) return;
   if (Inherited()) {
     std::string pattern = Getenv(kTapFile);
     StartReading(pattern, true);
@@ -478,7 +483,7 @@ void StartNcclLogTap(const Config& config) {
   }
   const char* debug = std::getenv("NCCL_DEBUG");
   NcclUserLevel level = NcclUserLevel::kInfo;
-  if (debug != nullptr && !ParseNcclUserLevel(debug, &level)) return;  // NCCL's own business
+  if (limited || (debug != nullptr && !ParseNcclUserLevel(debug, &level))) return;  // NCCL's own business
   std::string pattern = TapPattern(config.dir);
   g_tap_pattern.store(new std::string(pattern), std::memory_order_release);
   if (debug != nullptr) setenv(kForward, debug, 1);

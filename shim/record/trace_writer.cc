@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -57,7 +58,7 @@ bool g_forked_child = false;
 std::string g_file_name;
 dev_t g_file_dev = 0;
 ino_t g_file_ino = 0;
-std::atomic<bool> g_no_space{false};  // a reservation failed: no more chunks are claimed
+std::atomic<bool> g_no_chunks{false};  // a reservation failed: no more chunks are claimed
 
 std::string ReadSmallFile(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "re");
@@ -135,6 +136,7 @@ void ForkChild() {
   TraceWriter::ForgetMapping();
   detail::t_chunk = detail::ThreadChunk{};  // the only thread the child has: its next record claims a chunk of the child's file
   g_forked_child = true;
+  g_no_chunks.store(false, std::memory_order_relaxed);  // the parent's full disk, perhaps; the child's file is new
   detail::g_generation.fetch_add(1);
   if (detail::g_state.load() == 1) detail::g_state.store(0);
 }
@@ -180,9 +182,25 @@ bool ReserveChunk(uint64_t offset, uint64_t len) {
   ScopedFd dir = OpenTraceDir(TheConfig().dir);
   ScopedFd fd = dir.ok() ? OpenOwnFile(dir.get(), g_file_name.c_str(), O_RDWR) : ScopedFd();
   struct stat st {};
-  if (!fd.ok() || fstat(fd.get(), &st) != 0 || st.st_dev != g_file_dev || st.st_ino != g_file_ino) return false;
-  return ReserveBlocks(fd.get(), offset, len);
+  if (!fd.ok() || fstat(fd.get(), &st) != 0 || st.st_dev != g_file_dev || st.st_ino != g_file_ino) {
+    errno = ENOENT;  // not the file mapped (gone, or replaced)
+    return false;
+  }
+  bool ok = ReserveBlocks(fd.get(), offset, len);
+  int error = errno;
+  fd = ScopedFd();
+  errno = error;  // the reservation's, not close's
+  return ok;
 }
+
+}  // namespace
+
+rlim_t FileSizeLimit() {
+  struct rlimit l {};
+  return getrlimit(RLIMIT_FSIZE, &l) == 0 ? l.rlim_cur : RLIM_INFINITY;
+}
+
+namespace {
 
 void Untraced(const std::string& why) {
   Warn(why + "; this process runs untraced");
@@ -200,6 +218,16 @@ bool TraceWriter::Open() {
   // launcher of the job that never calls either leaves no trace). Processes started by this one
   // trace into the same directory (torchrun's ranks, for one).
   setenv("P2PTRACE_DIR", c.dir.c_str(), 0);
+  uint64_t size = std::max<uint64_t>(c.max_bytes, kChunksOffset + kChunkSize);
+  // A file size limit (ulimit -f) is never crossed: the kernel would answer with SIGXFSZ, which
+  // kills the job. The trace is made smaller instead, or not at all.
+  if (rlim_t limit = FileSizeLimit(); limit != RLIM_INFINITY && size > limit) {
+    size = limit / kChunkSize * kChunkSize;
+    if (size < kChunksOffset + kChunkSize) {
+      Untraced("the file size limit (ulimit -f, " + std::to_string(limit) + " bytes) leaves no room for a trace");
+      return false;
+    }
+  }
   if (std::string why = PrepareTraceDir(c.dir); !why.empty()) {
     Untraced("trace directory " + c.dir + ": " + why);
     return false;
@@ -223,7 +251,6 @@ bool TraceWriter::Open() {
     fd = CreateTraceFile(dir.get(), name.c_str(), O_RDWR);
     if (!fd.ok() && errno != EEXIST) break;
   }
-  uint64_t size = std::max<uint64_t>(c.max_bytes, kChunksOffset + kChunkSize);
   struct stat st {};
   if (!fd.ok() || ftruncate(fd.get(), static_cast<off_t>(size)) != 0 || fstat(fd.get(), &st) != 0) {
     Untraced("cannot write a trace in " + c.dir + ": " + std::strerror(errno));
@@ -329,10 +356,10 @@ bool TraceWriter::ClaimChunk() {
   if (h == nullptr || detail::g_state.load(std::memory_order_acquire) != 1) return false;
   KeepErrno keep;
   uint64_t n_chunks = (h->file_size - h->chunks_offset) / h->chunk_size;
-  uint64_t index = g_no_space.load(std::memory_order_relaxed) ? n_chunks
+  uint64_t index = g_no_chunks.load(std::memory_order_relaxed) ? n_chunks
                                                               : __atomic_fetch_add(&h->chunks_claimed, 1, __ATOMIC_RELAXED);
   if (index >= n_chunks) {
-    if (!g_no_space.load(std::memory_order_relaxed))
+    if (!g_no_chunks.load(std::memory_order_relaxed))
       __atomic_store_n(&h->chunks_claimed, n_chunks, __ATOMIC_RELAXED);  // keep the count meaningful
     __atomic_fetch_add(&h->dropped_records, 1, __ATOMIC_RELAXED);
     return false;
@@ -341,8 +368,9 @@ bool TraceWriter::ClaimChunk() {
   // The chunk's blocks before its first byte is written (a full disk must cost records, never
   // the job). Once that fails, no more chunks: the records from then on are counted as dropped.
   if (!ReserveChunk(offset, h->chunk_size)) {
-    g_no_space.store(true, std::memory_order_relaxed);
-    __atomic_fetch_or(&h->capture_flags, static_cast<uint32_t>(P2PTRACE_CAPTURE_NO_SPACE), __ATOMIC_RELAXED);
+    g_no_chunks.store(true, std::memory_order_relaxed);
+    if (errno == ENOSPC || errno == EDQUOT || errno == EFBIG)  // else the file went away: drops, no claim
+      __atomic_fetch_or(&h->capture_flags, static_cast<uint32_t>(P2PTRACE_CAPTURE_NO_SPACE), __ATOMIC_RELAXED);
     __atomic_fetch_add(&h->dropped_records, 1, __ATOMIC_RELAXED);
     return false;
   }

@@ -4,6 +4,8 @@
 // the page cache once Append returns.
 #pragma once
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -176,6 +178,10 @@ class TraceWriter {
 };
 
 inline void AddRelaxed(uint64_t* counter, uint64_t v) { __atomic_fetch_add(counter, v, __ATOMIC_RELAXED); }
+
+// RLIMIT_FSIZE's soft limit (RLIM_INFINITY when none): a file the shim writes never grows past it,
+// since the kernel answers a write beyond it with SIGXFSZ, which kills the process.
+rlim_t FileSizeLimit();
 
 // One line on stderr, "p2ptrace: warning: …". Async-signal-unsafe; not for signal handlers.
 void Warn(const std::string& message);

@@ -162,6 +162,40 @@ TEST(FullDisk, ProgramsRunOnUnchangedAndTheDropsAreCountedAndReported) {
   }
 }
 
+// A file size limit (ulimit -f): a write past it is a SIGXFSZ that kills the process. The trace is
+// made to fit (or not made), and NCCL is not tapped (its lines could cross it; bare, it writes none).
+TEST(FullDisk, AFileSizeLimitIsNeverCrossed) {
+  for (const char* limit : {"3145728", "65536"}) {
+    for (std::vector<std::string> argv : {std::vector<std::string>{HOSTILE_WORKLOAD, "copies", "3000"},
+                                          std::vector<std::string>{HOSTILE_WORKLOAD, "ring", "20"}}) {
+      SCOPED_TRACE(std::string(limit) + " " + argv[1]);
+      std::string dir = TempDir() + "/fsize-" + limit + "-" + argv[1];
+      std::vector<std::string> bare_argv = {"prlimit", std::string("--fsize=") + limit, "--"}, traced_argv = bare_argv;
+      bare_argv.insert(bare_argv.end(), argv.begin(), argv.end());
+      std::vector<std::string> shim = Shim(argv);
+      traced_argv.insert(traced_argv.end(), shim.begin(), shim.end());
+      RunResult bare = RunTimed(bare_argv, Sim());
+      ASSERT_EQ(bare.exit_code, 0) << bare.err;
+      Env env = Traced(Sim(), dir);
+      env["P2PTRACE_SAMPLE"] = "all";
+      RunResult traced = RunTimed(traced_argv, env);
+      EXPECT_EQ(traced.signal, 0) << traced.err;  // SIGXFSZ
+      EXPECT_EQ(traced.exit_code, 0) << traced.err;
+      EXPECT_EQ(traced.out, bare.out);
+      std::vector<std::string> files = Traces(dir);
+      if (std::string(limit) == "65536") {
+        ExpectOneWarning(traced, bare, "the file size limit (ulimit -f, 65536 bytes)");
+        EXPECT_TRUE(files.empty());
+        continue;
+      }
+      ASSERT_EQ(files.size(), 1u);
+      EXPECT_LE(fs::file_size(files[0]), 3145728u);
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(dir, ec)) EXPECT_NE(e.path().filename().string().rfind("nccl.", 0), 0u);
+    }
+  }
+}
+
 // --- 2. Descriptors the program closes and reopens -------------------------------------------------
 
 TEST(ClosedDescriptors, NcclNeverWritesIntoTheProgramsFiles) {
