@@ -3,6 +3,7 @@
 // got worse), and loading directories with damaged, foreign, newer, empty and very many files.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -850,6 +851,64 @@ TEST(Loading, RecordsPastTheCapAreCountedAndTotalsStayExact) {
   ASSERT_EQ(part->partial.size(), 2u);
   EXPECT_NE(part->partial[0].find("records past the memory cap not kept (100 kept)"), std::string::npos)
       << part->partial[0];
+}
+
+
+// ------------------------------------------------------------------------------------------------
+// Hostile files in the trace directory (issue 12): what another user, a crash or a full disk can
+// leave there must not hang, crash or exhaust the commands that read it.
+
+// Killed after 20 s: a command that would hang fails its test instead of stalling the suite.
+RunResult RunBounded(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"timeout", "-s", "KILL", "20"});
+  return RunProgram(argv);
+}
+
+// Every command that reads a job directory, on `dir` (html and export write into the test's dir).
+std::vector<std::vector<std::string>> JobCommands(const std::string& dir) {
+  return {{P2PTRACE_CLI, "report", dir},
+          {P2PTRACE_CLI, "report", dir, "--json"},
+          {P2PTRACE_CLI, "html", dir, "-o", TempDir() + "/hostile.html"},
+          {P2PTRACE_CLI, "export", dir, "--perfetto", TempDir() + "/hostile.json"},
+          {P2PTRACE_CLI, "diff", dir, dir},
+          {P2PTRACE_CLI, "diff", dir, dir, "--json"},
+          // `run`'s report stage: the job records nothing, the report reads what DIR already holds.
+          {P2PTRACE_CLI, "run", "--dir", dir, "--", "true"}};
+}
+
+TEST(Hostile, FifoNamedLikeATraceIsSkippedByEveryCommand) {
+  std::string dir = Synth("hostile-fifo", 2, 8), fifo = dir + "/x.p2ptrace";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string skipped = fifo + ": not a regular file (a FIFO)";
+  for (const auto& argv : JobCommands(dir)) {
+    RunResult r = RunBounded(argv);
+    EXPECT_EQ(r.signal, 0) << argv[1];
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << argv[1] << " exit " << r.exit_code << "\n" << r.err;
+    // run prints the text report (its skipped: lines); the others name the file on stderr.
+    EXPECT_NE((argv[1] == "run" ? r.out : r.err).find(skipped), std::string::npos) << argv[1] << "\n" << r.err;
+  }
+  RunResult r = RunBounded({P2PTRACE_CLI, "dump", fifo, "--json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("p2ptrace: skipped " + skipped), std::string::npos) << r.err;
+}
+
+// A trace's capacity is its file size (sparse until written): the reader reads it in pieces, so a
+// capacity far beyond the address-space limit (ulimit -v) reads like any other file.
+TEST(Hostile, TraceLargerThanTheAddressSpaceLimitIsRead) {
+#ifdef P2PTRACE_SANITIZED
+  GTEST_SKIP() << "sanitizers reserve terabytes of address space";
+#endif
+  std::string dir = Synth("hostile-8g", 2, 8);
+  std::string trace = Files(dir, ".p2ptrace")[0];
+  uint64_t capacity = 8ull << 30;
+  fs::resize_file(trace, capacity);
+  Patch(trace, offsetof(p2ptrace_file_header, file_size), &capacity, sizeof capacity);
+  RunResult r = RunProgram({"sh", "-c", std::string("ulimit -v 1048576 && exec ") + P2PTRACE_CLI + " report --json " + dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["ranks"].size(), 2u);
+  EXPECT_TRUE(j["capture"]["skipped_files"].empty()) << j["capture"].dump();
 }
 
 }  // namespace
