@@ -4,15 +4,16 @@
 #include <charconv>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <ostream>
 #include <tuple>
 
 #include "core/causes.h"
+#include "core/input_file.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/vocabulary.h"
+#include "tools/traces.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -467,26 +468,23 @@ namespace {
 
 constexpr size_t kTopoHeadBytes = 1 << 20;  // a pasted topology is far smaller; logs are streamed
 
-// Streams a file through the NCCL log parser (memory stays what the log keeps, whatever the file's
-// size) and keeps its head for the topology parser.
-bool ReadFile(const std::string& path, NcclLog* log, std::string* head, std::string* problem) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *problem = fmt::format("cannot read it ({})", std::strerror(errno));
-    return false;
-  }
+// Streams a file through the NCCL log parser (memory stays what the log keeps, up to
+// kMaxNcclLogBytes of it, whatever the file's size) and keeps its head for the topology parser.
+// Only a regular file is read (traces.h): a FIFO or /dev/zero would never end.
+bool ReadFile(const std::string& path, NcclLog* log, std::string* head, std::string* problem, std::string* partial) {
   NcclLogParser parser;
-  std::string buffer(1 << 16, '\0');
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    std::string_view got(buffer.data(), static_cast<size_t>(in.gcount()));
+  Expected<uint64_t> size = ReadInPieces(path, kMaxNcclLogBytes, [&](std::string_view got) {
     if (head->size() < kTopoHeadBytes) head->append(got.substr(0, kTopoHeadBytes - head->size()));
     parser.Feed(got);
-  }
-  if (in.bad()) {
-    *problem = fmt::format("read error ({})", std::strerror(errno));
+  });
+  if (!size.ok()) {
+    // The message names the file already; the caller names it again in its own prefix.
+    std::string_view m = size.error().message;
+    *problem = std::string(m.substr(m.rfind(path + ": ", 0) == 0 ? path.size() + 2 : 0));
     return false;
   }
+  if (*size > kMaxNcclLogBytes)
+    *partial = fmt::format("only its first {} MiB of {} MiB read", kMaxNcclLogBytes >> 20, *size >> 20);
   parser.Finish();
   *log = parser.log();
   return true;
@@ -549,11 +547,12 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
   std::optional<TopoMatrix> p2p;
   for (const std::string& path : paths) {
     ExplainFile f{path, {}};
-    std::string head, problem;
-    if (!ReadFile(path, &f.log, &head, &problem)) {
+    std::string head, problem, partial;
+    if (!ReadFile(path, &f.log, &head, &problem, &partial)) {
       err << "p2ptrace explain: " << path << ": " << problem << "\n";
       continue;
     }
+    if (!partial.empty()) err << "p2ptrace explain: " << path << ": " << partial << "\n";
     Expected<TopoText> text = ParseTopoText(head);
     bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty();
     if (text.ok()) {

@@ -920,9 +920,11 @@ absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions
     if (options.progress) options.progress(++done, total);
   }
   for (size_t i = 0; i < files->nccl_logs.size(); ++i) {
-    Expected<NcclLog> log = ReadNcclLogFile(files->nccl_logs[i]);
+    std::string partial;
+    Expected<NcclLog> log = ReadNcclLogFile(files->nccl_logs[i], &partial);
     if (!log.ok()) b.AddProblem(log.error().message);
     else b.AddNcclLog(NcclLogFile{files->nccl_logs[i], std::move(log.value())});
+    if (!partial.empty()) b.AddPartial(partial);
     if (options.progress) options.progress(++done, total);
   }
   return b.Finish();

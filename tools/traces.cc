@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "absl/status/status.h"
+#include "core/input_file.h"
 #include "fmt/format.h"
 
 namespace p2ptrace::cli {
@@ -69,13 +69,14 @@ void AddUserNcclLog(const Trace& t, JobFiles* files) {
     files->nccl_logs.push_back(resolved);
 }
 
-Expected<NcclLog> ReadNcclLogFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot read"};
+Expected<NcclLog> ReadNcclLogFile(const std::string& path, std::string* partial) {
   NcclLogParser parser;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) parser.Feed(std::string_view(buf, static_cast<size_t>(in.gcount())));
+  Expected<uint64_t> size = ReadInPieces(path, kMaxNcclLogBytes, [&](std::string_view piece) { parser.Feed(piece); });
+  if (!size.ok()) return size.error();
   parser.Finish();
+  if (*size > kMaxNcclLogBytes && partial)
+    *partial = fmt::format("{}: only its first {} MiB of {} MiB read (an NCCL log is read up to {} MiB)", path,
+                           kMaxNcclLogBytes >> 20, *size >> 20, kMaxNcclLogBytes >> 20);
   return parser.log();
 }
 
@@ -99,9 +100,11 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptio
   // A user's own NCCL_DEBUG_FILE (recorded in each trace's environment) is read where it is.
   for (const Trace& t : out.traces) AddUserNcclLog(t, &*files);
   for (const std::string& f : files->nccl_logs) {
-    Expected<NcclLog> log = ReadNcclLogFile(f);
+    std::string partial;
+    Expected<NcclLog> log = ReadNcclLogFile(f, &partial);
     if (!log.ok()) out.problems.push_back(log.error().message);
     else out.nccl_logs.push_back({f, std::move(log.value())});
+    if (!partial.empty()) out.partial.push_back(partial);
   }
   return out;
 }

@@ -892,6 +892,44 @@ TEST(Hostile, FifoNamedLikeATraceIsSkippedByEveryCommand) {
   EXPECT_NE(r.err.find("p2ptrace: skipped " + skipped), std::string::npos) << r.err;
 }
 
+TEST(Hostile, NcclLogThatIsAFifoOrLinksToDevZeroIsSkipped) {
+  std::string dir = Synth("hostile-logs", 2, 8);
+  std::vector<std::string> logs = Files(dir, ".log");
+  ASSERT_EQ(logs.size(), 2u);
+  fs::remove(logs[0]);
+  fs::remove(logs[1]);
+  ASSERT_EQ(mkfifo(logs[0].c_str(), 0600), 0);
+  fs::create_symlink("/dev/zero", logs[1]);
+  for (const auto& argv : JobCommands(dir)) {
+    RunResult r = RunBounded(argv);
+    EXPECT_EQ(r.signal, 0) << argv[1];
+    const std::string& said = argv[1] == "run" ? r.out : r.err;
+    EXPECT_NE(said.find(logs[0] + ": not a regular file (a FIFO)"), std::string::npos) << argv[1] << "\n" << said;
+    EXPECT_NE(said.find(logs[1] + ": not a regular file (a character device)"), std::string::npos) << argv[1] << "\n" << said;
+  }
+  RunResult r = RunBounded({P2PTRACE_CLI, "explain", logs[0], logs[1]});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("p2ptrace explain: " + logs[0] + ": not a regular file (a FIFO)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("p2ptrace explain: " + logs[1] + ": not a regular file (a character device)"), std::string::npos)
+      << r.err;
+}
+
+// A log past the cap (a sparse 300 MiB file) is read up to it, and the report says so.
+TEST(Hostile, HugeNcclLogIsReadUpToTheCap) {
+  std::string dir = Synth("hostile-huge-log", 2, 8);
+  std::string log = Files(dir, ".log")[0];
+  fs::resize_file(log, 300ull << 20);
+  RunResult r = RunBounded({P2PTRACE_CLI, "report", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("p2ptrace: partly read " + log + ": only its first 256 MiB of 300 MiB read"), std::string::npos)
+      << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["capture"]["nccl_logs"], 2);  // its head (the connection lines) is used
+  EXPECT_EQ(j["capture"]["partial_files"].size(), 1u);
+  r = RunBounded({P2PTRACE_CLI, "explain", log});
+  EXPECT_NE(r.err.find(log + ": only its first 256 MiB of 300 MiB read"), std::string::npos) << r.err;
+}
+
 // A trace's capacity is its file size (sparse until written): the reader reads it in pieces, so a
 // capacity far beyond the address-space limit (ulimit -v) reads like any other file.
 TEST(Hostile, TraceLargerThanTheAddressSpaceLimitIsRead) {
