@@ -10,9 +10,11 @@
 
 #include "core/causes.h"
 #include "core/input_file.h"
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/vocabulary.h"
+#include "tools/json_text.h"
 #include "tools/traces.h"
 
 namespace p2ptrace::cli {
@@ -480,7 +482,8 @@ bool ReadFile(const std::string& path, NcclLog* log, std::string* head, std::str
   if (!size.ok()) {
     // The message names the file already; the caller names it again in its own prefix.
     std::string_view m = size.error().message;
-    *problem = std::string(m.substr(m.rfind(path + ": ", 0) == 0 ? path.size() + 2 : 0));
+    std::string why(m.substr(m.rfind(path + ": ", 0) == 0 ? path.size() + 2 : 0));
+    *problem = why.rfind("not a regular file", 0) == 0 ? why : "cannot read it (" + why + ")";
     return false;
   }
   if (*size > kMaxNcclLogBytes)
@@ -549,10 +552,10 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
     ExplainFile f{path, {}};
     std::string head, problem, partial;
     if (!ReadFile(path, &f.log, &head, &problem, &partial)) {
-      err << "p2ptrace explain: " << path << ": " << problem << "\n";
+      err << "p2ptrace explain: " << Printable(path + ": " + problem, false) << "\n";
       continue;
     }
-    if (!partial.empty()) err << "p2ptrace explain: " << path << ": " << partial << "\n";
+    if (!partial.empty()) err << "p2ptrace explain: " << Printable(path + ": " + partial, false) << "\n";
     Expected<TopoText> text = ParseTopoText(head);
     bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty();
     if (text.ok()) {
@@ -573,8 +576,10 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
     }
     if (is_log) logs.push_back(std::move(f));
     else if (!text.ok())
-      err << "p2ptrace explain: " << path << ": neither an NCCL log (no NCCL_DEBUG=INFO line) nor `nvidia-smi topo` output ("
-          << text.error().message << ")\n";
+      err << "p2ptrace explain: "
+          << Printable(path + ": neither an NCCL log (no NCCL_DEBUG=INFO line) nor `nvidia-smi topo` output (" +
+                           text.error().message + ")", false)
+          << "\n";
   }
   if (logs.empty() && !topo) {
     if (p2p) err << "p2ptrace explain: " << p2p_file << ": a `topo -p2p` matrix needs the `nvidia-smi topo -m` beside it\n";
@@ -604,8 +609,8 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
   } else if (!options.env.empty() || !options.nccl_version.empty() || !options.cpu_vendor.empty() || !options.gpus.empty()) {
     err << "p2ptrace explain: --env/--nccl-version/--cpu-vendor/--gpus apply to `nvidia-smi topo -m` input; none was given\n";
   }
-  if (options.json) out << RenderExplainJson(e).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-  else out << RenderExplainText(e);
+  if (options.json) out << JsonText(RenderExplainJson(e), 2) << "\n";
+  else out << Printable(RenderExplainText(e));  // log lines and host names as the files hold them
   return 0;
 }
 

@@ -13,9 +13,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/causes.h"
 #include "core/node_probe.h"
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
+#include "tools/json_text.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -987,6 +989,44 @@ const char* Color(int transport, bool color) {
   }
 }
 
+// The text report as a terminal gets it: every byte escaped by Printable in one pass at the end
+// (host names, paths, environment values and log lines all come from files), and the report's own
+// colours placed by offset, so that nothing read from a file can pass for one of them.
+class TerminalText {
+ public:
+  explicit TerminalText(bool color) : color_(color) {}
+  TerminalText& operator+=(std::string_view s) {
+    text_ += s;
+    return *this;
+  }
+  // `s` in the colour of its transport class (when colour is on).
+  void Painted(int transport, std::string_view s) {
+    if (color_) spans_.push_back({text_.size(), text_.size() + s.size(), Color(transport, true)});
+    text_ += s;
+  }
+  std::string Finish() const {
+    std::string out;
+    size_t at = 0;
+    for (const Span& sp : spans_) {
+      out += Printable(std::string_view(text_).substr(at, sp.begin - at));
+      out += sp.sgr;
+      out += Printable(std::string_view(text_).substr(sp.begin, sp.end - sp.begin));
+      out += "\033[0m";
+      at = sp.end;
+    }
+    return out + Printable(std::string_view(text_).substr(at));
+  }
+
+ private:
+  struct Span {
+    size_t begin, end;
+    const char* sgr;
+  };
+  bool color_;
+  std::string text_;
+  std::vector<Span> spans_;
+};
+
 std::string Duration(double s) {
   if (s >= 1) return fmt::format("{:.2f} s", s);
   if (s >= 1e-3) return fmt::format("{:.1f} ms", s * 1e3);
@@ -1106,8 +1146,7 @@ std::vector<std::string> NcclVersionGroups(const Report& rep) {
 }
 
 std::string RenderText(const Report& rep, bool color) {
-  std::string out;
-  const char* reset = color ? "\033[0m" : "";
+  TerminalText out(color);
   std::set<std::string> hosts, job_ids;
   std::set<int> ranks;
   int rt = 0, drv = 0;
@@ -1195,7 +1234,7 @@ std::string RenderText(const Report& rep, bool color) {
           continue;
         }
         std::string cell = std::string(TransportCell(c->second.first)) + (c->second.second > 1 ? "*" : "");
-        out += fmt::format("{}{:>6}{}", Color(c->second.first, color), cell, reset);
+        out.Painted(c->second.first, fmt::format("{:>6}", cell));
       }
       out += "\n";
     }
@@ -1216,12 +1255,14 @@ std::string RenderText(const Report& rep, bool color) {
   for (const auto& [hp, entries] : cross) {
     if (host_pairs++ >= kHostPairsShown) break;
     out += fmt::format("  {} -> {}:\n", hp.first, hp.second);
-    for (const PairEntry* e : entries)
-      out += fmt::format("    GPU{} -> GPU{}  {}{:<12}{} {}{:>11}  {}\n", e->src.gpu, e->dst.gpu, Color(e->transport, color),
-                         TransportName(e->transport), reset,
+    for (const PairEntry* e : entries) {
+      out += fmt::format("    GPU{} -> GPU{}  ", e->src.gpu, e->dst.gpu);
+      out.Painted(e->transport, fmt::format("{:<12}", TransportName(e->transport)));
+      out += fmt::format(" {}{:>11}  {}\n",
                          e->nccl_transports.empty() ? ""
                          : fmt::format("{}{} ", fmt::join(e->nccl_transports, ", "), NcclFromText(*e)),
                          e->bytes ? Bytes(e->bytes) : "", RateText(*e));
+    }
   }
   if (cross.size() > kHostPairsShown)
     out += fmt::format("  … {} more host pairs (--json lists them)\n", cross.size() - kHostPairsShown);
@@ -1239,8 +1280,9 @@ std::string RenderText(const Report& rep, bool color) {
                            ? fmt::format("NCCL, {} connection{}: {}{}", e.channels, e.channels == 1 ? "" : "s",
                                          fmt::join(e.nccl_transports, ", "), NcclFromText(e))
                            : fmt::format("{} cop{}", e.calls, e.calls == 1 ? "y" : "ies");
-    out += fmt::format("  {}  {}{:<12}{} {:<34} {:>11} {:>9}  {}{}{}\n", PairName(e), Color(e.transport, color),
-                       TransportName(e.transport), reset, what, e.bytes ? Bytes(e.bytes) : "",
+    out += fmt::format("  {}  ", PairName(e));
+    out.Painted(e.transport, fmt::format("{:<12}", TransportName(e.transport)));
+    out += fmt::format(" {:<34} {:>11} {:>9}  {}{}{}\n", what, e.bytes ? Bytes(e.bytes) : "",
                        e.Seconds() > 0 ? Duration(e.Seconds()) : "", RateText(e),
                        e.errors ? fmt::format(", {} failed", e.errors) : "",
                        e.fallback && e.expected ? fmt::format("  fallback from {}", TransportName(e.expected)) : "");
@@ -1277,8 +1319,9 @@ std::string RenderText(const Report& rep, bool color) {
                              ? fmt::format("{} at {:.1f} GB/s vs {:.1f} GB/s ({}): {} lost", Bytes(e.bytes), e.Gbps(),
                                            e.best_gbps, e.best_basis, Duration(e.lost_seconds))
                              : std::string(e.bytes ? "not timed: cost unknown" : "no bytes attributed: cost unknown");
-      out += fmt::format("  {}  {}{}{} instead of {}: {}  {}\n", PairName(e), Color(e.transport, color),
-                         TransportName(e.transport), reset, TransportName(e.expected), cost, fmt::join(ids, " "));
+      out += fmt::format("  {}  ", PairName(e));
+      out.Painted(e.transport, TransportName(e.transport));
+      out += fmt::format(" instead of {}: {}  {}\n", TransportName(e.expected), cost, fmt::join(ids, " "));
       // Each cause under its pair; a fix is spelled out the first time its cause appears here.
       for (const Cause& c : e.causes) {
         out += fmt::format("      [{}]{} {}\n", c.id, c.origin == "preflight" ? " (predicted at job start)" : "",
@@ -1315,14 +1358,15 @@ std::string RenderText(const Report& rep, bool color) {
       out += fmt::format("  #{}  {}; {} process{}{}\n", c.id, fmt::join(what, "; "), c.processes,
                          c.processes == 1 ? "" : "es",
                          site_ranks.empty() ? "" : " (ranks " + RankRanges(site_ranks) + ")");
-      std::vector<std::string> pairs;
+      if (!c.pairs.empty()) out += "      pairs: ";
       for (size_t k = 0; k < std::min(kPairsShownPerSite, c.pairs.size()); ++k) {
         const CallSiteSummary::Pair& p = c.pairs[k];
-        pairs.push_back(fmt::format("{} GPU{} -> GPU{} {}{}{} ({})", p.src.host, p.src.gpu, p.dst.gpu,
-                                    Color(p.transport, color), TransportName(p.transport), reset, Bytes(p.bytes)));
+        out += fmt::format("{}{} GPU{} -> GPU{} ", k ? ", " : "", p.src.host, p.src.gpu, p.dst.gpu);
+        out.Painted(p.transport, TransportName(p.transport));
+        out += fmt::format(" ({})", Bytes(p.bytes));
       }
-      if (c.pairs.size() > kPairsShownPerSite) pairs.push_back(fmt::format("… {} more", c.pairs.size() - kPairsShownPerSite));
-      if (!pairs.empty()) out += fmt::format("      pairs: {}\n", fmt::join(pairs, ", "));
+      if (c.pairs.size() > kPairsShownPerSite) out += fmt::format(", … {} more", c.pairs.size() - kPairsShownPerSite);
+      if (!c.pairs.empty()) out += "\n";
       for (size_t k = 0; k < std::min(kFramesShown, c.frames.size()); ++k)
         out += fmt::format("      {} {}\n", k == 0 ? "at" : "  ", c.frames[k]);
       if (c.frames.size() > kFramesShown)
@@ -1349,7 +1393,7 @@ std::string RenderText(const Report& rep, bool color) {
     for (const std::string& e : f.evidence) out += "    evidence: " + e + "\n";
     if (!f.fix.empty()) out += "    fix: " + f.fix + "\n";
   }
-  return out;
+  return out.Finish();
 }
 
 namespace {
@@ -1463,7 +1507,7 @@ json ArrayOf(const std::vector<T>& items, F&& one) {
 // `v` as nlohmann's dump(2) prints it nested `depth` levels deep: every line after the first
 // indented by 2 × depth spaces (a JSON string never holds a raw newline).
 void PutNested(std::ostream& out, const json& v, int depth) {
-  std::string s = v.dump(2);
+  std::string s = JsonText(v, 2);
   size_t start = 0;
   for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
     out.write(s.data() + start, static_cast<std::streamsize>(nl + 1 - start));

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "core/input_file.h"
+#include "core/printable.h"
 #include "fmt/format.h"
 
 namespace p2ptrace::cli {
@@ -111,8 +112,11 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptio
 
 void PrintLoadProblems(const std::vector<std::string>& problems, const std::vector<std::string>& partial,
                        size_t used, std::ostream& err, size_t max_lines) {
-  for (size_t i = 0; i < std::min(max_lines, problems.size()); ++i) err << "p2ptrace: skipped " << problems[i] << "\n";
-  for (size_t i = 0; i < std::min(max_lines, partial.size()); ++i) err << "p2ptrace: partly read " << partial[i] << "\n";
+  // Each on its own line, as a terminal may show it: the lines hold names from the directory.
+  for (size_t i = 0; i < std::min(max_lines, problems.size()); ++i)
+    err << "p2ptrace: skipped " << Printable(problems[i], false) << "\n";
+  for (size_t i = 0; i < std::min(max_lines, partial.size()); ++i)
+    err << "p2ptrace: partly read " << Printable(partial[i], false) << "\n";
   size_t hidden = problems.size() - std::min(max_lines, problems.size()) + partial.size() -
                   std::min(max_lines, partial.size());
   if (!problems.empty() || !partial.empty())
