@@ -44,6 +44,15 @@ std::string StateText(const p2ptrace_file_header& h) {
   }
 }
 
+}  // namespace
+
+std::string SignalName(int signal) {
+  const char* abbrev = signal > 0 ? sigabbrev_np(signal) : nullptr;
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal);
+}
+
+namespace {
+
 std::string Version(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : "?"; }
 
 std::string Bytes(uint64_t b) {
@@ -113,7 +122,10 @@ void DescribeCapture(ProcessInfo* p) {
   if (p->dropped_records)
     trust.push_back(fmt::format("{} records dropped at the size cap: pair totals exact, timelines partial",
                                 p->dropped_records));
-  if (p->state != "exited")
+  if (p->fatal_signal)
+    trust.push_back(fmt::format("killed by {} (signal {}): complete up to that moment", SignalName(p->fatal_signal),
+                                p->fatal_signal));
+  else if (p->state != "exited")
     trust.push_back("ended without exit (killed, crashed or still running): complete up to that moment");
   p->capture_mode = fmt::format("{}", fmt::join(mode, ", "));
   p->trust = trust.empty() ? "complete" : fmt::format("{}", fmt::join(trust, "; "));
@@ -420,6 +432,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   p.host = t.Host();
   p.file = t.path;
   p.state = StateText(h);
+  if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.fatal_signal = h.fatal_signal;
   for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) {
     p.bus_ids.push_back(t.BusId(d));
     if (!t.BusId(d).empty()) s_->host_buses[p.host].insert(t.BusId(d));
@@ -1182,6 +1195,16 @@ std::string RenderText(const Report& rep, bool color) {
                          RankRanges(ids), mode.first, mode.second);
     }
   if (shown_modes > kModesShown) out += fmt::format("  … {} more kinds (--json has every rank's)\n", shown_modes - kModesShown);
+  // A process a signal killed, by name: its data stops there, and the crash may be the story.
+  constexpr size_t kKilledShown = 8;
+  size_t killed = 0;
+  for (const ProcessInfo& p : rep.processes) {
+    if (!p.fatal_signal || killed++ >= kKilledShown) continue;
+    out += fmt::format("{} {} on {} (pid {}): killed by {} (signal {})\n", p.rank >= 0 ? "rank" : "pid",
+                       p.rank >= 0 ? p.rank : p.pid, p.host, p.pid, SignalName(p.fatal_signal), p.fatal_signal);
+  }
+  if (killed > kKilledShown)
+    out += fmt::format("… {} more processes killed by a signal (--json has every rank's state)\n", killed - kKilledShown);
   for (const ProcessInfo& p : rep.processes)
     if (p.nccl_log.rfind("not seen", 0) == 0 && !rep.nccl_ops.empty()) {
       out += "note: NCCL lines " + p.nccl_log + "\n";

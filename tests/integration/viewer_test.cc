@@ -1100,4 +1100,20 @@ TEST(Hostile, HtmlScriptSurvivesAHostNamedLikeMarkup) {
   EXPECT_EQ(html.find("<b>x"), std::string::npos);
 }
 
+// A process a signal killed: the text report says which signal, by name (the JSON says it too).
+TEST(Report, FatalSignalIsNamedInTheText) {
+  std::string dir = Synth("fatal-signal", 2, 8);
+  std::string trace = Files(dir, ".p2ptrace")[1];
+  uint32_t state = P2PTRACE_STATE_FATAL_SIGNAL;
+  int32_t signal = 11;
+  Patch(trace, offsetof(p2ptrace_file_header, state), &state, sizeof state);
+  Patch(trace, offsetof(p2ptrace_file_header, fatal_signal), &signal, sizeof signal);
+  RunResult r = RunBounded({P2PTRACE_CLI, "report", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 1 on node0 (pid 10001): killed by SIGSEGV (signal 11)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("killed by SIGSEGV (signal 11): complete up to that moment"), std::string::npos) << r.out;
+  json j = ReportJson(dir);
+  EXPECT_EQ(j["ranks"][1]["state"], "fatal signal 11");
+}
+
 }  // namespace
