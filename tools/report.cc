@@ -1234,8 +1234,9 @@ std::string RenderText(const Report& rep, bool color) {
   std::map<std::string, HostMatrix> matrices = Matrices(rep);
   std::vector<std::pair<const HostMatrix*, std::vector<std::string>>> groups;
   for (const auto& [host, m] : matrices) {
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return *x.first == m; });
-    if (g == groups.end()) groups.push_back({&m, {host}});
+    const HostMatrix* mine = &m;  // clang 14 cannot capture a structured binding
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return *x.first == *mine; });
+    if (g == groups.end()) groups.push_back({mine, {host}});
     else g->second.push_back(host);
   }
   for (const auto& [m, names] : groups) {
