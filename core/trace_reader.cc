@@ -135,9 +135,10 @@ void JoinTextParts(const TextParts& parts, Trace* t) {
 }
 
 // Larger than any region the shim writes (12 KiB of environment, 64 KiB chunks): a header that
-// claims more is damaged, and reading what it claims would cost memory for nothing.
+// claims more is damaged, and reading what it claims would cost memory for nothing. Chunks smaller
+// than a page are damaged too (and would cost a read each over a whole, possibly sparse, file).
 constexpr uint64_t kMaxEnvBytes = 1 << 20;
-constexpr uint32_t kMaxChunkBytes = 64u << 20;
+constexpr uint32_t kMinChunkBytes = 4096, kMaxChunkBytes = 64u << 20;
 
 }  // namespace
 
@@ -198,7 +199,7 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
   if (h.major > P2PTRACE_FORMAT_MAJOR)
     return Error{path + ": trace format " + std::to_string(h.major) + "." + std::to_string(h.minor) +
                  " is newer than this p2ptrace reads (" + std::to_string(P2PTRACE_FORMAT_MAJOR) + ".x); upgrade p2ptrace"};
-  if (h.max_devices == 0 || h.max_devices > P2PTRACE_MAX_DEVICES || h.chunk_size < sizeof(p2ptrace_chunk_header) ||
+  if (h.max_devices == 0 || h.max_devices > P2PTRACE_MAX_DEVICES || h.chunk_size < kMinChunkBytes ||
       h.chunk_size % 8 != 0 || h.chunk_size > kMaxChunkBytes)
     return Error{path + ": corrupt header (max_devices " + std::to_string(h.max_devices) + ", chunk_size " +
                  std::to_string(h.chunk_size) + ")"};

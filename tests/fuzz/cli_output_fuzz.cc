@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -30,11 +32,12 @@ void Require(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-// Created once; its name holds a byte that is not UTF-8 and an ESC, as a hostile directory's may.
+// Created once, removed at exit; its name holds a byte that is not UTF-8 and an ESC, as a hostile directory's may.
 const std::string& Dir() {
   static const std::string dir = [] {
     char name[] = "/tmp/p2ptrace-fuzz-\xff\x1b[31m-XXXXXX";
     Require(mkdtemp(name) != nullptr);
+    std::atexit([] { std::filesystem::remove_all(Dir()); });
     return std::string(name);
   }();
   return dir;
