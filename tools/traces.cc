@@ -120,8 +120,10 @@ void PrintLoadProblems(const std::vector<std::string>& problems, const std::vect
   size_t hidden = problems.size() - std::min(max_lines, problems.size()) + partial.size() -
                   std::min(max_lines, partial.size());
   if (!problems.empty() || !partial.empty())
-    err << fmt::format("p2ptrace: {} trace{} used ({} in part), {} file{} skipped{}\n", used, used == 1 ? "" : "s",
-                       partial.size(), problems.size(), problems.size() == 1 ? "" : "s",
+    // Files in part, not traces: an NCCL log past its cap is one too.
+    err << fmt::format("p2ptrace: {} trace{} used ({} file{} in part), {} file{} skipped{}\n", used,
+                       used == 1 ? "" : "s", partial.size(), partial.size() == 1 ? "" : "s", problems.size(),
+                       problems.size() == 1 ? "" : "s",
                        hidden ? fmt::format("; {} more line{} not shown", hidden, hidden == 1 ? "" : "s") : "");
 }
 

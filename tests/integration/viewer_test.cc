@@ -778,7 +778,7 @@ TEST(Loading, DamagedAndForeignFilesAreNamedSkippedAndCounted) {
                        std::to_string(P2PTRACE_FORMAT_MAJOR) + ".7"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("p2ptrace: 6 traces used (2 in part), 5 files skipped\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("p2ptrace: 6 traces used (2 files in part), 5 files skipped\n"), std::string::npos) << r.err;
   json j = json::parse(r.out);
   EXPECT_EQ(j["ranks"].size(), 6u);
   EXPECT_EQ(j["capture"]["skipped_files"].size(), 5u);
@@ -818,7 +818,7 @@ TEST(Loading, TenThousandFilesGiveABoundedSummary) {
   RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err.substr(0, 2000);
   EXPECT_EQ(StderrLines(r.err, "p2ptrace: skipped "), 20);
-  EXPECT_NE(r.err.find("p2ptrace: 4 traces used (0 in part), 10000 files skipped; 9980 more lines not shown"),
+  EXPECT_NE(r.err.find("p2ptrace: 4 traces used (0 files in part), 10000 files skipped; 9980 more lines not shown"),
             std::string::npos) << r.err.substr(r.err.size() > 500 ? r.err.size() - 500 : 0);
   EXPECT_EQ(json::parse(r.out)["ranks"].size(), 4u);
   // The text report names 20 skipped files, then one line for the rest.
@@ -923,6 +923,7 @@ TEST(Hostile, HugeNcclLogIsReadUpToTheCap) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("p2ptrace: partly read " + log + ": only its first 256 MiB of 300 MiB read"), std::string::npos)
       << r.err;
+  EXPECT_NE(r.err.find("p2ptrace: 2 traces used (1 file in part), 0 files skipped\n"), std::string::npos) << r.err;
   json j = json::parse(r.out);
   EXPECT_EQ(j["capture"]["nccl_logs"], 2);  // its head (the connection lines) is used
   EXPECT_EQ(j["capture"]["partial_files"].size(), 1u);
