@@ -32,12 +32,13 @@ void Require(bool ok) {
   if (!ok) __builtin_trap();
 }
 
-// Created once, removed at exit; its name holds a byte that is not UTF-8 and an ESC, as a hostile directory's may.
+// Created once, removed at exit; its name holds a byte that is not UTF-8 and an ESC, as a hostile
+// directory's may. `name` is a plain array: it outlives the exit handler, which `dir` would not.
 const std::string& Dir() {
+  static char name[] = "/tmp/p2ptrace-fuzz-\xff\x1b[31m-XXXXXX";
   static const std::string dir = [] {
-    char name[] = "/tmp/p2ptrace-fuzz-\xff\x1b[31m-XXXXXX";
     Require(mkdtemp(name) != nullptr);
-    std::atexit([] { std::filesystem::remove_all(Dir()); });
+    std::atexit([] { std::filesystem::remove_all(name); });
     return std::string(name);
   }();
   return dir;
