@@ -1,16 +1,12 @@
 #include "core/trace_reader.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <utility>
 #include <variant>
+
+#include "core/input_file.h"
 
 namespace p2ptrace {
 namespace {
@@ -94,17 +90,20 @@ struct TextPart {
 };
 using TextParts = std::map<uint32_t, std::map<uint16_t, TextPart>>;
 
-void TakeTextPart(const unsigned char* p, size_t size, TextParts* parts) {
+void TakeTextPart(const unsigned char* p, size_t size, TextParts* parts, uint64_t* bytes_kept) {
   if (size < sizeof(p2ptrace_text_record)) return;
   p2ptrace_text_record r;
   std::memcpy(&r, p, sizeof r);
-  // Bounded like the file: a few preflight blocks and at most a few thousand call sites per process.
-  if (r.part >= r.parts || (parts->size() > 16384 && !parts->count(r.block))) return;
+  // Bounded like the file: a few preflight blocks and at most a few thousand call sites per process
+  // (a few MiB of text); past 64 MiB the file is damaged or hostile, not a real process's.
+  if (r.part >= r.parts || (parts->size() > 16384 && !parts->count(r.block)) || *bytes_kept > (64u << 20))
+    return;
   TextPart& tp = (*parts)[r.block][r.part];
   tp.kind = r.kind;
   tp.parts = r.parts;
   tp.tag = r.tag;
   tp.text.assign(r.text, std::min<size_t>(r.length, sizeof r.text));
+  *bytes_kept += tp.text.size();
 }
 
 // A block with a part missing (a chunk lost to a crash) is dropped whole: half a block misleads.
@@ -135,14 +134,11 @@ void JoinTextParts(const TextParts& parts, Trace* t) {
                       t->call_sites.end());
 }
 
-// A read-only mapping that unmaps itself.
-struct Mapping {
-  const unsigned char* data = nullptr;
-  size_t size = 0;
-  ~Mapping() {
-    if (data) munmap(const_cast<unsigned char*>(data), size);
-  }
-};
+// Larger than any region the shim writes (12 KiB of environment, 64 KiB chunks): a header that
+// claims more is damaged, and reading what it claims would cost memory for nothing. Chunks smaller
+// than a page are damaged too (and would cost a read each over a whole, possibly sparse, file).
+constexpr uint64_t kMaxEnvBytes = 1 << 20;
+constexpr uint32_t kMinChunkBytes = 4096, kMaxChunkBytes = 64u << 20;
 
 }  // namespace
 
@@ -179,59 +175,57 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options) {
 }
 
 Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, const RecordVisitor& visit) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error{path + ": " + std::strerror(errno)};
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return Error{path + ": not a regular file"};
-  }
-  Mapping m;
-  m.size = static_cast<size_t>(st.st_size);
-  if (m.size < sizeof(p2ptrace_file_header)) {
-    close(fd);
-    return Error{path + ": " + (m.size == 0 ? "empty file" : "truncated before the end of its header") +
+  // Read in bounded pieces, never mapped: a mapping faults (SIGBUS) on a hole of a full filesystem
+  // or on a file cut while mapped, and a whole file's mapping may not fit the address-space limit.
+  Expected<InputFile> file = InputFile::Open(path);
+  if (!file.ok()) return file.error();
+  const uint64_t size = file->size();
+  if (size < sizeof(p2ptrace_file_header))
+    return Error{path + ": " + (size == 0 ? "empty file" : "truncated before the end of its header") +
                  " (not a complete p2ptrace trace)"};
-  }
-  void* p = mmap(nullptr, m.size, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return Error{path + ": cannot map: " + std::strerror(errno)};
-  m.data = static_cast<const unsigned char*>(p);
-
   Trace t;
   TextParts text_parts;
+  uint64_t text_bytes = 0;
   t.path = path;
-  t.file_bytes = m.size;
-  std::memcpy(&t.header, m.data, sizeof t.header);
+  t.file_bytes = size;
+  // Reads exactly [off, off + len), which in_file has checked; false on an I/O error.
+  auto read_at = [&](uint64_t off, void* buf, size_t len) {
+    Expected<size_t> got = file->ReadAt(off, buf, len);
+    return got.ok() && *got == len;
+  };
+  if (!read_at(0, &t.header, sizeof t.header)) return Error{path + ": cannot read its header"};
   const p2ptrace_file_header& h = t.header;
   if (std::memcmp(h.magic, P2PTRACE_MAGIC, 8) != 0) return Error{path + ": not a p2ptrace trace (bad magic)"};
   if (h.major > P2PTRACE_FORMAT_MAJOR)
     return Error{path + ": trace format " + std::to_string(h.major) + "." + std::to_string(h.minor) +
                  " is newer than this p2ptrace reads (" + std::to_string(P2PTRACE_FORMAT_MAJOR) + ".x); upgrade p2ptrace"};
-  if (h.max_devices == 0 || h.max_devices > P2PTRACE_MAX_DEVICES || h.chunk_size < sizeof(p2ptrace_chunk_header) ||
-      h.chunk_size % 8 != 0)
+  if (h.max_devices == 0 || h.max_devices > P2PTRACE_MAX_DEVICES || h.chunk_size < kMinChunkBytes ||
+      h.chunk_size % 8 != 0 || h.chunk_size > kMaxChunkBytes)
     return Error{path + ": corrupt header (max_devices " + std::to_string(h.max_devices) + ", chunk_size " +
                  std::to_string(h.chunk_size) + ")"};
   // Regions are read only as far as the file reaches (a copied, cut-off file still yields what it holds).
-  auto in_file = [&](uint64_t off, uint64_t len) { return off <= m.size && len <= m.size - off; };
+  auto in_file = [&](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
   if (in_file(h.env_offset, h.env_size)) {
-    const char* env = reinterpret_cast<const char*>(m.data + h.env_offset);
+    std::string env(static_cast<size_t>(std::min(h.env_size, kMaxEnvBytes)), '\0');
+    if (!read_at(h.env_offset, env.data(), env.size())) env.clear();
     size_t i = 0;
-    while (i < h.env_size && env[i] != '\0') {
-      std::string kv = Bounded(env + i, h.env_size - i);
+    while (i < env.size() && env[i] != '\0') {
+      std::string kv = Bounded(env.data() + i, env.size() - i);
       i += kv.size() + 1;
       size_t eq = kv.find('=');
       if (eq != std::string::npos) t.env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
     }
   }
   size_t n_counters = static_cast<size_t>(h.max_devices) * h.max_devices * 2;
-  if (h.counters_size >= n_counters * sizeof(p2ptrace_pair_counters) && in_file(h.counters_offset, h.counters_size))
-    for (size_t i = 0; i < n_counters; ++i) {
-      PairCounter pc{static_cast<uint32_t>(i), {}};
-      std::memcpy(&pc.c, m.data + h.counters_offset + i * sizeof pc.c, sizeof pc.c);
-      if (pc.c.calls || pc.c.bytes || pc.c.errors || pc.c.timed_calls || pc.c.timed_bytes || pc.c.timed_ns)
-        t.counters.push_back(pc);
-    }
+  if (h.counters_size >= n_counters * sizeof(p2ptrace_pair_counters) && in_file(h.counters_offset, h.counters_size)) {
+    std::vector<p2ptrace_pair_counters> table(n_counters);
+    if (read_at(h.counters_offset, table.data(), n_counters * sizeof(p2ptrace_pair_counters)))
+      for (size_t i = 0; i < n_counters; ++i) {
+        const p2ptrace_pair_counters& c = table[i];
+        if (c.calls || c.bytes || c.errors || c.timed_calls || c.timed_bytes || c.timed_ns)
+          t.counters.push_back({static_cast<uint32_t>(i), c});
+      }
+  }
 
   // The tick anchors first (the header's, and the CLOCK record that starts each chunk), so that
   // records can be converted as they stream by.
@@ -241,19 +235,20 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
   clock.Add(h.end_ticks, h.end_monotonic_ns);
   for (uint64_t c = 0; c < h.chunks_claimed; ++c) {
     uint64_t off = h.chunks_offset + c * h.chunk_size;
-    constexpr uint64_t kFirst = sizeof(p2ptrace_chunk_header) + sizeof(p2ptrace_clock_record);
-    if (!in_file(off, kFirst)) break;
-    p2ptrace_chunk_header ch;
-    p2ptrace_clock_record cr;
-    std::memcpy(&ch, m.data + off, sizeof ch);
-    std::memcpy(&cr, m.data + off + sizeof ch, sizeof cr);
-    if (ch.magic == P2PTRACE_CHUNK_MAGIC && ch.used >= sizeof cr && cr.h.type == P2PTRACE_RECORD_CLOCK &&
-        cr.h.size >= sizeof cr)
-      clock.Add(cr.ticks, cr.h.time_ns);
+    struct {
+      p2ptrace_chunk_header ch;
+      p2ptrace_clock_record cr;
+    } first;
+    static_assert(sizeof first == sizeof(p2ptrace_chunk_header) + sizeof(p2ptrace_clock_record));
+    if (!in_file(off, sizeof first) || !read_at(off, &first, sizeof first)) break;
+    if (first.ch.magic == P2PTRACE_CHUNK_MAGIC && first.ch.used >= sizeof first.cr &&
+        first.cr.h.type == P2PTRACE_RECORD_CLOCK && first.cr.h.size >= sizeof first.cr)
+      clock.Add(first.cr.ticks, first.cr.h.time_ns);
   }
   clock.Finish();
 
   Scratch scratch;
+  std::vector<unsigned char> chunk;
   for (uint64_t c = 0; c < h.chunks_claimed; ++c) {
     uint64_t off = h.chunks_offset + c * h.chunk_size;
     if (!in_file(off, sizeof(p2ptrace_chunk_header))) {
@@ -261,15 +256,23 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
       t.missing_chunks = h.chunks_claimed - c;
       break;
     }
+    // One chunk at a time (64 KiB as the shim writes them), into a buffer reused for every chunk.
+    size_t span = static_cast<size_t>(std::min<uint64_t>(h.chunk_size, size - off));
+    if (chunk.size() < span) chunk.resize(h.chunk_size);
+    Expected<size_t> got = file->ReadAt(off, chunk.data(), span);
+    if (!got.ok()) return got.error();
+    if (*got < sizeof(p2ptrace_chunk_header)) {  // shrunk since it was opened
+      t.missing_chunks = h.chunks_claimed - c;
+      break;
+    }
     p2ptrace_chunk_header ch;
-    std::memcpy(&ch, m.data + off, sizeof ch);
+    std::memcpy(&ch, chunk.data(), sizeof ch);
     if (ch.magic != P2PTRACE_CHUNK_MAGIC) {
       if (ch.magic != 0) ++t.bad_chunks;  // 0: claimed, then the process died before writing it
       continue;
     }
-    uint64_t avail = std::min<uint64_t>(h.chunk_size - sizeof ch, m.size - off - sizeof ch);
-    uint64_t used = std::min<uint64_t>(ch.used, avail);
-    const unsigned char* r = m.data + off + sizeof ch;
+    uint64_t used = std::min<uint64_t>(ch.used, *got - sizeof ch);
+    const unsigned char* r = chunk.data() + sizeof ch;
     uint64_t pos = 0;
     while (pos + sizeof(p2ptrace_record_header) <= used) {
       p2ptrace_record_header rh;
@@ -279,7 +282,7 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
         break;
       }
       if (rh.type == P2PTRACE_RECORD_TEXT) {  // kept apart from records: never counted against the cap
-        TakeTextPart(r + pos, rh.size, &text_parts);
+        TakeTextPart(r + pos, rh.size, &text_parts, &text_bytes);
         pos += rh.size;
         continue;
       }

@@ -7,7 +7,9 @@
 #include <tuple>
 
 #include "core/vocabulary.h"
+#include "core/printable.h"
 #include "fmt/format.h"
+#include "tools/json_text.h"
 #include "tools/traces.h"
 
 namespace p2ptrace::cli {
@@ -338,14 +340,14 @@ int RunDiff(const std::string& a, const std::string& b, bool as_json, std::ostre
     // Streamed as `report` reads: one file's records at a time, so two runs cost two reports' pairs.
     absl::StatusOr<Report> rep = LoadReport(*paths[i], err, err_is_tty, options);
     if (!rep.ok()) {
-      err << "p2ptrace diff: " << rep.status().message() << "\n";
+      err << "p2ptrace diff: " << Printable(std::string(rep.status().message()), false) << "\n";
       return 2;
     }
     reports[i] = std::move(*rep);
   }
   DiffResult d = DiffReports(reports[0], reports[1]);
-  if (as_json) out << RenderDiffJson(d).dump(2) << "\n";
-  else out << RenderDiffText(d);
+  if (as_json) out << JsonText(RenderDiffJson(d), 2) << "\n";
+  else out << Printable(RenderDiffText(d));  // pair names hold host names from the files
   return d.Worse() ? 1 : 0;
 }
 

@@ -6,12 +6,15 @@
 #include <cstdlib>
 #include <map>
 #include <ostream>
+#include <sstream>
 
 #include "core/causes.h"
+#include "core/printable.h"
 #include "core/node_probe.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "shim/probe.h"
+#include "tools/json_text.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -61,9 +64,7 @@ json CauseJson(const CauseHit& c) {
 
 std::string PairName(const PairPrediction& p) { return fmt::format("GPU{}-GPU{}", p.a, p.b); }
 
-}  // namespace
-
-int RunDoctor(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
+int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   shim::ProbeOptions po;
   po.sysroot = o.sysroot;
   if (po.sysroot.empty())
@@ -126,7 +127,7 @@ int RunDoctor(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
     j["warnings"] = warnings;
     j["assumptions"] = pred.assumptions;
     if (probe.gpus.empty()) j["no_gpu"] = "no NVIDIA GPU found on " + host;
-    out << j.dump(2) << "\n";
+    out << JsonText(j, 2) << "\n";
     return error ? 1 : 0;
   }
 
@@ -165,6 +166,16 @@ int RunDoctor(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   for (const std::string& w : warnings) out << "  " << w << "\n";
   (void)err;
   return error ? 1 : 0;
+}
+
+}  // namespace
+
+int RunDoctor(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
+  // The text in one pass through Printable: names and paths come from /sys, /proc and the driver.
+  std::ostringstream text;
+  int code = Diagnose(o, text, err);
+  out << (o.json ? text.str() : Printable(text.str()));
+  return code;
 }
 
 }  // namespace p2ptrace::cli

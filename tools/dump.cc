@@ -2,15 +2,18 @@
 
 #include <cstring>
 
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
-#include "fmt/ostream.h"
 #include "nlohmann/json.hpp"
+#include "tools/json_text.h"
 
 namespace p2ptrace::cli {
 namespace {
 
 using nlohmann::json;
+
+std::string Field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
 
 json Header(const Trace& t) {
   const p2ptrace_file_header& h = t.header;
@@ -19,7 +22,8 @@ json Header(const Trace& t) {
   json buses = json::array();
   for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) buses.push_back(t.BusId(d));
   return {{"kind", "header"}, {"file", t.path}, {"format", fmt::format("{}.{}", h.major, h.minor)},
-          {"host", t.Host()}, {"pid", h.pid}, {"ppid", h.ppid}, {"rank", h.rank}, {"local_rank", h.local_rank},
+          {"host", t.Host()}, {"exe", Field(h.exe, sizeof h.exe)}, {"job_id", Field(h.job_id, sizeof h.job_id)},
+          {"boot_id", Field(h.boot_id, sizeof h.boot_id)}, {"pid", h.pid}, {"ppid", h.ppid}, {"rank", h.rank}, {"local_rank", h.local_rank},
           {"world_size", h.world_size}, {"state", h.state}, {"fatal_signal", h.fatal_signal},
           {"capture_flags", h.capture_flags}, {"cuda_runtime_version", h.cuda_runtime_version},
           {"cuda_driver_version", h.cuda_driver_version}, {"device_count", h.device_count}, {"bus_ids", buses},
@@ -56,8 +60,6 @@ json Record(const TraceRecord& r) {
   return j;
 }
 
-std::string Field(const char* s, size_t n) { return std::string(s, strnlen(s, n)); }
-
 // A connection NCCL logged (P2PTRACE_RECORD_NCCL_CONN).
 json NcclConnection(const p2ptrace_nccl_conn_record& c) {
   static constexpr const char* kDirection[] = {"", "send", "receive"};
@@ -88,32 +90,34 @@ void ForEachCounter(const Trace& t, F&& f) {
 }  // namespace
 
 void DumpJson(const Trace& t, std::ostream& out) {
-  out << Header(t).dump() << "\n";
+  out << JsonText(Header(t)) << "\n";
   ForEachCounter(t, [&](int a, int b, int path, const p2ptrace_pair_counters& c) {
-    out << json{{"kind", "counter"}, {"src", a}, {"dst", b}, {"path", path == 0 ? "direct" : "host_staged"},
-                {"calls", c.calls}, {"bytes", c.bytes}, {"errors", c.errors}, {"timed_calls", c.timed_calls},
-                {"timed_bytes", c.timed_bytes}, {"timed_ns", c.timed_ns}}.dump()
+    out << JsonText({{"kind", "counter"}, {"src", a}, {"dst", b}, {"path", path == 0 ? "direct" : "host_staged"},
+                     {"calls", c.calls}, {"bytes", c.bytes}, {"errors", c.errors}, {"timed_calls", c.timed_calls},
+                     {"timed_bytes", c.timed_bytes}, {"timed_ns", c.timed_ns}})
         << "\n";
   });
-  for (const TraceRecord& r : t.records) out << Record(r).dump() << "\n";
-  for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) out << NcclConnection(c).dump() << "\n";
-  for (const CallSite& c : t.call_sites) out << CallSiteJson(c).dump() << "\n";
+  for (const TraceRecord& r : t.records) out << JsonText(Record(r)) << "\n";
+  for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) out << JsonText(NcclConnection(c)) << "\n";
+  for (const CallSite& c : t.call_sites) out << JsonText(CallSiteJson(c)) << "\n";
 }
 
 void DumpText(const Trace& t, std::ostream& out) {
+  // Line by line through Printable: paths, host names and frames come from the file.
+  auto line = [&](const std::string& text) { out << Printable(text) << "\n"; };
   const p2ptrace_file_header& h = t.header;
-  fmt::print(out, "{}: format {}.{}, host {}, pid {}, rank {}, {} device(s), {} record(s), {} dropped\n", t.path,
-             h.major, h.minor, t.Host(), h.pid, h.rank, h.device_count, t.records.size(), h.dropped_records);
+  line(fmt::format("{}: format {}.{}, host {}, pid {}, rank {}, {} device(s), {} record(s), {} dropped", t.path, h.major,
+                   h.minor, t.Host(), h.pid, h.rank, h.device_count, t.records.size(), h.dropped_records));
   ForEachCounter(t, [&](int a, int b, int path, const p2ptrace_pair_counters& c) {
-    fmt::print(out, "  pair {} -> {} {}: {} copies, {} bytes, {} errors, {} timed ({} bytes in {} ns)\n", a, b,
-               a == b ? "same device" : path == 0 ? "direct" : "host-staged", c.calls, c.bytes, c.errors,
-               c.timed_calls, c.timed_bytes, c.timed_ns);
+    line(fmt::format("  pair {} -> {} {}: {} copies, {} bytes, {} errors, {} timed ({} bytes in {} ns)", a, b,
+                     a == b ? "same device" : path == 0 ? "direct" : "host-staged", c.calls, c.bytes, c.errors,
+                     c.timed_calls, c.timed_bytes, c.timed_ns));
   });
-  for (const TraceRecord& r : t.records) fmt::print(out, "  {}\n", Record(r).dump());
-  for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) fmt::print(out, "  {}\n", NcclConnection(c).dump());
+  for (const TraceRecord& r : t.records) line("  " + JsonText(Record(r)));
+  for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) line("  " + JsonText(NcclConnection(c)));
   for (const CallSite& c : t.call_sites) {
-    fmt::print(out, "  call site {}:\n", c.id);
-    for (const std::string& f : c.frames) fmt::print(out, "    {}\n", f);
+    line(fmt::format("  call site {}:", c.id));
+    for (const std::string& f : c.frames) line("    " + f);
   }
 }
 

@@ -4,15 +4,18 @@
 #include <charconv>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <ostream>
 #include <tuple>
 
 #include "core/causes.h"
+#include "core/input_file.h"
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/vocabulary.h"
+#include "tools/json_text.h"
+#include "tools/traces.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -467,26 +470,24 @@ namespace {
 
 constexpr size_t kTopoHeadBytes = 1 << 20;  // a pasted topology is far smaller; logs are streamed
 
-// Streams a file through the NCCL log parser (memory stays what the log keeps, whatever the file's
-// size) and keeps its head for the topology parser.
-bool ReadFile(const std::string& path, NcclLog* log, std::string* head, std::string* problem) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *problem = fmt::format("cannot read it ({})", std::strerror(errno));
-    return false;
-  }
+// Streams a file through the NCCL log parser (memory stays what the log keeps, up to
+// kMaxNcclLogBytes of it, whatever the file's size) and keeps its head for the topology parser.
+// Only a regular file is read (traces.h): a FIFO or /dev/zero would never end.
+bool ReadFile(const std::string& path, NcclLog* log, std::string* head, std::string* problem, std::string* partial) {
   NcclLogParser parser;
-  std::string buffer(1 << 16, '\0');
-  while (in) {
-    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    std::string_view got(buffer.data(), static_cast<size_t>(in.gcount()));
+  Expected<uint64_t> size = ReadInPieces(path, kMaxNcclLogBytes, [&](std::string_view got) {
     if (head->size() < kTopoHeadBytes) head->append(got.substr(0, kTopoHeadBytes - head->size()));
     parser.Feed(got);
-  }
-  if (in.bad()) {
-    *problem = fmt::format("read error ({})", std::strerror(errno));
+  });
+  if (!size.ok()) {
+    // The message names the file already; the caller names it again in its own prefix.
+    std::string_view m = size.error().message;
+    std::string why(m.substr(m.rfind(path + ": ", 0) == 0 ? path.size() + 2 : 0));
+    *problem = why.rfind("not a regular file", 0) == 0 ? why : "cannot read it (" + why + ")";
     return false;
   }
+  if (*size > kMaxNcclLogBytes)
+    *partial = fmt::format("only its first {} MiB of {} MiB read", kMaxNcclLogBytes >> 20, *size >> 20);
   parser.Finish();
   *log = parser.log();
   return true;
@@ -549,11 +550,12 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
   std::optional<TopoMatrix> p2p;
   for (const std::string& path : paths) {
     ExplainFile f{path, {}};
-    std::string head, problem;
-    if (!ReadFile(path, &f.log, &head, &problem)) {
-      err << "p2ptrace explain: " << path << ": " << problem << "\n";
+    std::string head, problem, partial;
+    if (!ReadFile(path, &f.log, &head, &problem, &partial)) {
+      err << "p2ptrace explain: " << Printable(path + ": " + problem, false) << "\n";
       continue;
     }
+    if (!partial.empty()) err << "p2ptrace explain: " << Printable(path + ": " + partial, false) << "\n";
     Expected<TopoText> text = ParseTopoText(head);
     bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty();
     if (text.ok()) {
@@ -574,8 +576,10 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
     }
     if (is_log) logs.push_back(std::move(f));
     else if (!text.ok())
-      err << "p2ptrace explain: " << path << ": neither an NCCL log (no NCCL_DEBUG=INFO line) nor `nvidia-smi topo` output ("
-          << text.error().message << ")\n";
+      err << "p2ptrace explain: "
+          << Printable(path + ": neither an NCCL log (no NCCL_DEBUG=INFO line) nor `nvidia-smi topo` output (" +
+                           text.error().message + ")", false)
+          << "\n";
   }
   if (logs.empty() && !topo) {
     if (p2p) err << "p2ptrace explain: " << p2p_file << ": a `topo -p2p` matrix needs the `nvidia-smi topo -m` beside it\n";
@@ -605,8 +609,8 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
   } else if (!options.env.empty() || !options.nccl_version.empty() || !options.cpu_vendor.empty() || !options.gpus.empty()) {
     err << "p2ptrace explain: --env/--nccl-version/--cpu-vendor/--gpus apply to `nvidia-smi topo -m` input; none was given\n";
   }
-  if (options.json) out << RenderExplainJson(e).dump(2, ' ', false, json::error_handler_t::replace) << "\n";
-  else out << RenderExplainText(e);
+  if (options.json) out << JsonText(RenderExplainJson(e), 2) << "\n";
+  else out << Printable(RenderExplainText(e));  // log lines and host names as the files hold them
   return 0;
 }
 

@@ -12,10 +12,12 @@
 #include <variant>
 #include <vector>
 
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "p2ptrace/trace_format.h"
+#include "tools/json_text.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -24,7 +26,7 @@ using nlohmann::json;
 
 constexpr int64_t kJobPid = 1000000000;  // the metadata process; rank processes are rank + 1
 
-std::string Quote(const std::string& s) { return json(s).dump(); }
+std::string Quote(const std::string& s) { return JsonText(s); }
 
 // This process's communicators: its ncclComm_t value -> the job-wide identity of the communicator
 // and this process's rank in it.
@@ -65,7 +67,7 @@ class Writer {
     first_ = false;
   }
   void Metadata(int64_t pid, int64_t tid, const char* name, const json& args) {
-    Event(fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"{}","args":{}}})", pid, tid, name, args.dump()));
+    Event(fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"{}","args":{}}})", pid, tid, name, JsonText(args)));
   }
 
  private:
@@ -132,9 +134,8 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
 
   Writer w(out);
   out << R"({"displayTimeUnit":"ms","otherData":)"
-      << json{{"generator", "p2ptrace export"}, {"source", report.path}, {"format", "Chrome trace event JSON, ts in µs"},
-              {"kept_every", stats.stride}}
-             .dump()
+      << JsonText({{"generator", "p2ptrace export"}, {"source", report.path}, {"format", "Chrome trace event JSON, ts in µs"},
+                   {"kept_every", stats.stride}})
       << R"(,"traceEvents":[)";
 
   // The job process: what the report concluded, readable in the UI's details panel.
@@ -145,10 +146,9 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
   w.Metadata(kJobPid, 1, "thread_name", {{"name", "summary"}});
   w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":1,"ts":0,"cat":"p2ptrace.meta","name":"job summary","args":{}}})",
                       kJobPid,
-                      json{{"processes", report.processes.size()}, {"hosts", hosts.size()},
-                           {"skipped_files", report.problems.size()}, {"partly_read_files", report.partial.size()},
-                           {"events", stats.events}, {"kept_every", stats.stride}}
-                          .dump()));
+                      JsonText({{"processes", report.processes.size()}, {"hosts", hosts.size()},
+                                {"skipped_files", report.problems.size()}, {"partly_read_files", report.partial.size()},
+                                {"events", stats.events}, {"kept_every", stats.stride}})));
   int64_t tid = 2;
   for (const std::string& host : hosts) {
     // Rows: source GPU; each cell every class the pair used, most bytes (or connections) first.
@@ -168,7 +168,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
       }
     w.Metadata(kJobPid, tid, "thread_name", {{"name", "matrix " + host}});
     w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":{},"ts":0,"cat":"p2ptrace.meta","name":{},"args":{}}})",
-                        kJobPid, tid, Quote("pair matrix " + host), json{{"rows", rows}}.dump()));
+                        kJobPid, tid, Quote("pair matrix " + host), JsonText({{"rows", rows}})));
     ++tid;
   }
   w.Metadata(kJobPid, tid, "thread_name", {{"name", "findings"}});
@@ -178,7 +178,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
     json args{{"id", f.id}, {"severity", f.severity}, {"pairs", pairs}, {"pair_count", f.pairs.size()},
               {"evidence", f.evidence}, {"fix", f.fix}};
     w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":{},"ts":0,"cat":"p2ptrace.meta","name":{},"args":{}}})",
-                        kJobPid, tid, Quote(f.severity + " [" + f.id + "]"), args.dump()));
+                        kJobPid, tid, Quote(f.severity + " [" + f.id + "]"), JsonText(args)));
   }
 
   // Pass 2, one process at a time, its file read again (twice: its communicators and timings
@@ -228,7 +228,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
                      const std::string& flow) {
       std::string id = fmt::format("0x{:x}", ++slice_id);
       w.Event(fmt::format(R"({{"ph":"b","cat":"{}","id":"{}","pid":{},"tid":{},"ts":{},"name":{},"args":{}{}}})", cat, id,
-                          pid, on, Us(begin), Quote(label), args.dump(), flow));
+                          pid, on, Us(begin), Quote(label), JsonText(args), flow));
       w.Event(fmt::format(R"({{"ph":"e","cat":"{}","id":"{}","pid":{},"tid":{},"ts":{},"name":{}}})", cat, id, pid, on,
                           Us(end), Quote(label)));
       ++stats.slices;
@@ -331,7 +331,7 @@ int RunExport(const std::string& dir, const std::string& out_file, const ExportO
   hooks.on_abandon = [&] { counts.Abandon(); };
   absl::StatusOr<Report> report = LoadReport(dir, err, err_is_tty, hooks);
   if (!report.ok()) {
-    err << "p2ptrace export: " << report.status().message() << "\n";
+    err << "p2ptrace export: " << Printable(std::string(report.status().message()), false) << "\n";
     return 2;
   }
   std::ofstream out(out_file, std::ios::binary | std::ios::trunc);

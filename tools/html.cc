@@ -8,18 +8,22 @@
 #include <set>
 #include <vector>
 
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "p2ptrace/vocabulary.h"
+#include "tools/json_text.h"
 
 namespace p2ptrace::cli {
 namespace {
 
 using nlohmann::json;
 
-std::string Escape(std::string_view s) {
-  std::string out;
+// Text from files shown as it is on a terminal (core/printable: no control character, valid
+// UTF-8), then HTML-escaped.
+std::string Escape(std::string_view raw) {
+  std::string s = Printable(raw), out;
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
@@ -34,13 +38,14 @@ std::string Escape(std::string_view s) {
   return out;
 }
 
-// JSON inside <script>: "</" would end the element early.
+// JSON inside <script>: every '<' as \u003c (the same string to JSON.parse). "</script" would end
+// the element early, and "<!--" followed by "<script" makes the parser skip past the real end tag.
 std::string ScriptJson(const json& j) {
-  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace), out;
+  std::string s = JsonText(j), out;
   out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<' && i + 1 < s.size() && s[i + 1] == '/') out += "<\\/", ++i;
-    else out += s[i];
+  for (char c : s) {
+    if (c == '<') out += "\\u003c";
+    else out += c;
   }
   return out;
 }
@@ -470,7 +475,7 @@ std::string RenderHtml(const Report& rep) {
 int RunHtml(const std::string& dir, const std::string& out_file, std::ostream& err, bool err_is_tty) {
   absl::StatusOr<Report> rep = LoadReport(dir, err, err_is_tty);
   if (!rep.ok()) {
-    err << "p2ptrace: " << rep.status().message() << "\n";
+    err << "p2ptrace: " << Printable(std::string(rep.status().message()), false) << "\n";
     return 2;
   }
   std::string html = RenderHtml(*rep);

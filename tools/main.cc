@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "core/printable.h"
 #include "tools/diff.h"
 #include "tools/doctor.h"
 #include "tools/dump.h"
@@ -182,7 +183,7 @@ int main(int argc, char** argv) {
   if (report->parsed()) {
     absl::StatusOr<Report> rep = LoadReport(path, std::cerr, isatty(2));
     if (!rep.ok()) {
-      std::cerr << "p2ptrace: " << rep.status().message() << "\n";
+      std::cerr << "p2ptrace: " << p2ptrace::Printable(std::string(rep.status().message()), false) << "\n";
       return 2;
     }
     if (json) {
@@ -194,12 +195,12 @@ int main(int argc, char** argv) {
   }
   auto loaded = LoadTraces(path);
   if (!loaded.ok()) {
-    std::cerr << "p2ptrace: " << loaded.status().message() << "\n";
+    std::cerr << "p2ptrace: " << p2ptrace::Printable(std::string(loaded.status().message()), false) << "\n";
     return 2;
   }
   PrintLoadProblems(*loaded, std::cerr);
   if (loaded->traces.empty()) {
-    std::cerr << "p2ptrace: no usable trace in " << path << "\n";
+    std::cerr << "p2ptrace: no usable trace in " << p2ptrace::Printable(path, false) << "\n";
     return 2;
   }
   if (json) DumpJson(loaded->traces.front(), std::cout);

@@ -13,9 +13,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "core/causes.h"
 #include "core/node_probe.h"
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
+#include "tools/json_text.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -41,6 +43,15 @@ std::string StateText(const p2ptrace_file_header& h) {
     default: return "running or killed";  // no exit seen: still running, SIGKILL, _exit or a crash
   }
 }
+
+}  // namespace
+
+std::string SignalName(int signal) {
+  const char* abbrev = signal > 0 ? sigabbrev_np(signal) : nullptr;
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signal);
+}
+
+namespace {
 
 std::string Version(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : "?"; }
 
@@ -115,7 +126,10 @@ void DescribeCapture(ProcessInfo* p) {
   else if (p->dropped_records)
     trust.push_back(fmt::format("{} records dropped at the size cap: pair totals exact, timelines partial",
                                 p->dropped_records));
-  if (p->state != "exited")
+  if (p->fatal_signal)
+    trust.push_back(fmt::format("killed by {} (signal {}): complete up to that moment", SignalName(p->fatal_signal),
+                                p->fatal_signal));
+  else if (p->state != "exited")
     trust.push_back("ended without exit (killed, crashed or still running): complete up to that moment");
   p->capture_mode = fmt::format("{}", fmt::join(mode, ", "));
   p->trust = trust.empty() ? "complete" : fmt::format("{}", fmt::join(trust, "; "));
@@ -422,6 +436,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   p.host = t.Host();
   p.file = t.path;
   p.state = StateText(h);
+  if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.fatal_signal = h.fatal_signal;
   for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) {
     p.bus_ids.push_back(t.BusId(d));
     if (!t.BusId(d).empty()) s_->host_buses[p.host].insert(t.BusId(d));
@@ -924,9 +939,11 @@ absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions
     if (options.progress) options.progress(++done, total);
   }
   for (size_t i = 0; i < files->nccl_logs.size(); ++i) {
-    Expected<NcclLog> log = ReadNcclLogFile(files->nccl_logs[i]);
+    std::string partial;
+    Expected<NcclLog> log = ReadNcclLogFile(files->nccl_logs[i], &partial);
     if (!log.ok()) b.AddProblem(log.error().message);
     else b.AddNcclLog(NcclLogFile{files->nccl_logs[i], std::move(log.value())});
+    if (!partial.empty()) b.AddPartial(partial);
     if (options.progress) options.progress(++done, total);
   }
   return b.Finish();
@@ -988,6 +1005,44 @@ const char* Color(int transport, bool color) {
     default: return "";
   }
 }
+
+// The text report as a terminal gets it: every byte escaped by Printable in one pass at the end
+// (host names, paths, environment values and log lines all come from files), and the report's own
+// colours placed by offset, so that nothing read from a file can pass for one of them.
+class TerminalText {
+ public:
+  explicit TerminalText(bool color) : color_(color) {}
+  TerminalText& operator+=(std::string_view s) {
+    text_ += s;
+    return *this;
+  }
+  // `s` in the colour of its transport class (when colour is on).
+  void Painted(int transport, std::string_view s) {
+    if (color_) spans_.push_back({text_.size(), text_.size() + s.size(), Color(transport, true)});
+    text_ += s;
+  }
+  std::string Finish() const {
+    std::string out;
+    size_t at = 0;
+    for (const Span& sp : spans_) {
+      out += Printable(std::string_view(text_).substr(at, sp.begin - at));
+      out += sp.sgr;
+      out += Printable(std::string_view(text_).substr(sp.begin, sp.end - sp.begin));
+      out += "\033[0m";
+      at = sp.end;
+    }
+    return out + Printable(std::string_view(text_).substr(at));
+  }
+
+ private:
+  struct Span {
+    size_t begin, end;
+    const char* sgr;
+  };
+  bool color_;
+  std::string text_;
+  std::vector<Span> spans_;
+};
 
 std::string Duration(double s) {
   if (s >= 1) return fmt::format("{:.2f} s", s);
@@ -1108,8 +1163,7 @@ std::vector<std::string> NcclVersionGroups(const Report& rep) {
 }
 
 std::string RenderText(const Report& rep, bool color) {
-  std::string out;
-  const char* reset = color ? "\033[0m" : "";
+  TerminalText out(color);
   std::set<std::string> hosts, job_ids;
   std::set<int> ranks;
   int rt = 0, drv = 0;
@@ -1145,6 +1199,16 @@ std::string RenderText(const Report& rep, bool color) {
                          RankRanges(ids), mode.first, mode.second);
     }
   if (shown_modes > kModesShown) out += fmt::format("  … {} more kinds (--json has every rank's)\n", shown_modes - kModesShown);
+  // A process a signal killed, by name: its data stops there, and the crash may be the story.
+  constexpr size_t kKilledShown = 8;
+  size_t killed = 0;
+  for (const ProcessInfo& p : rep.processes) {
+    if (!p.fatal_signal || killed++ >= kKilledShown) continue;
+    out += fmt::format("{} {} on {} (pid {}): killed by {} (signal {})\n", p.rank >= 0 ? "rank" : "pid",
+                       p.rank >= 0 ? p.rank : p.pid, p.host, p.pid, SignalName(p.fatal_signal), p.fatal_signal);
+  }
+  if (killed > kKilledShown)
+    out += fmt::format("… {} more processes killed by a signal (--json has every rank's state)\n", killed - kKilledShown);
   for (const ProcessInfo& p : rep.processes)
     if (p.nccl_log.rfind("not seen", 0) == 0 && !rep.nccl_ops.empty()) {
       out += "note: NCCL lines " + p.nccl_log + "\n";
@@ -1174,8 +1238,9 @@ std::string RenderText(const Report& rep, bool color) {
   std::map<std::string, HostMatrix> matrices = Matrices(rep);
   std::vector<std::pair<const HostMatrix*, std::vector<std::string>>> groups;
   for (const auto& [host, m] : matrices) {
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return *x.first == m; });
-    if (g == groups.end()) groups.push_back({&m, {host}});
+    const HostMatrix* mine = &m;  // clang 14 cannot capture a structured binding
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return *x.first == *mine; });
+    if (g == groups.end()) groups.push_back({mine, {host}});
     else g->second.push_back(host);
   }
   for (const auto& [m, names] : groups) {
@@ -1197,7 +1262,7 @@ std::string RenderText(const Report& rep, bool color) {
           continue;
         }
         std::string cell = std::string(TransportCell(c->second.first)) + (c->second.second > 1 ? "*" : "");
-        out += fmt::format("{}{:>6}{}", Color(c->second.first, color), cell, reset);
+        out.Painted(c->second.first, fmt::format("{:>6}", cell));
       }
       out += "\n";
     }
@@ -1218,12 +1283,14 @@ std::string RenderText(const Report& rep, bool color) {
   for (const auto& [hp, entries] : cross) {
     if (host_pairs++ >= kHostPairsShown) break;
     out += fmt::format("  {} -> {}:\n", hp.first, hp.second);
-    for (const PairEntry* e : entries)
-      out += fmt::format("    GPU{} -> GPU{}  {}{:<12}{} {}{:>11}  {}\n", e->src.gpu, e->dst.gpu, Color(e->transport, color),
-                         TransportName(e->transport), reset,
+    for (const PairEntry* e : entries) {
+      out += fmt::format("    GPU{} -> GPU{}  ", e->src.gpu, e->dst.gpu);
+      out.Painted(e->transport, fmt::format("{:<12}", TransportName(e->transport)));
+      out += fmt::format(" {}{:>11}  {}\n",
                          e->nccl_transports.empty() ? ""
                          : fmt::format("{}{} ", fmt::join(e->nccl_transports, ", "), NcclFromText(*e)),
                          e->bytes ? Bytes(e->bytes) : "", RateText(*e));
+    }
   }
   if (cross.size() > kHostPairsShown)
     out += fmt::format("  … {} more host pairs (--json lists them)\n", cross.size() - kHostPairsShown);
@@ -1241,8 +1308,9 @@ std::string RenderText(const Report& rep, bool color) {
                            ? fmt::format("NCCL, {} connection{}: {}{}", e.channels, e.channels == 1 ? "" : "s",
                                          fmt::join(e.nccl_transports, ", "), NcclFromText(e))
                            : fmt::format("{} cop{}", e.calls, e.calls == 1 ? "y" : "ies");
-    out += fmt::format("  {}  {}{:<12}{} {:<34} {:>11} {:>9}  {}{}{}\n", PairName(e), Color(e.transport, color),
-                       TransportName(e.transport), reset, what, e.bytes ? Bytes(e.bytes) : "",
+    out += fmt::format("  {}  ", PairName(e));
+    out.Painted(e.transport, fmt::format("{:<12}", TransportName(e.transport)));
+    out += fmt::format(" {:<34} {:>11} {:>9}  {}{}{}\n", what, e.bytes ? Bytes(e.bytes) : "",
                        e.Seconds() > 0 ? Duration(e.Seconds()) : "", RateText(e),
                        e.errors ? fmt::format(", {} failed", e.errors) : "",
                        e.fallback && e.expected ? fmt::format("  fallback from {}", TransportName(e.expected)) : "");
@@ -1279,8 +1347,9 @@ std::string RenderText(const Report& rep, bool color) {
                              ? fmt::format("{} at {:.1f} GB/s vs {:.1f} GB/s ({}): {} lost", Bytes(e.bytes), e.Gbps(),
                                            e.best_gbps, e.best_basis, Duration(e.lost_seconds))
                              : std::string(e.bytes ? "not timed: cost unknown" : "no bytes attributed: cost unknown");
-      out += fmt::format("  {}  {}{}{} instead of {}: {}  {}\n", PairName(e), Color(e.transport, color),
-                         TransportName(e.transport), reset, TransportName(e.expected), cost, fmt::join(ids, " "));
+      out += fmt::format("  {}  ", PairName(e));
+      out.Painted(e.transport, TransportName(e.transport));
+      out += fmt::format(" instead of {}: {}  {}\n", TransportName(e.expected), cost, fmt::join(ids, " "));
       // Each cause under its pair; a fix is spelled out the first time its cause appears here.
       for (const Cause& c : e.causes) {
         out += fmt::format("      [{}]{} {}\n", c.id, c.origin == "preflight" ? " (predicted at job start)" : "",
@@ -1317,14 +1386,15 @@ std::string RenderText(const Report& rep, bool color) {
       out += fmt::format("  #{}  {}; {} process{}{}\n", c.id, fmt::join(what, "; "), c.processes,
                          c.processes == 1 ? "" : "es",
                          site_ranks.empty() ? "" : " (ranks " + RankRanges(site_ranks) + ")");
-      std::vector<std::string> pairs;
+      if (!c.pairs.empty()) out += "      pairs: ";
       for (size_t k = 0; k < std::min(kPairsShownPerSite, c.pairs.size()); ++k) {
         const CallSiteSummary::Pair& p = c.pairs[k];
-        pairs.push_back(fmt::format("{} GPU{} -> GPU{} {}{}{} ({})", p.src.host, p.src.gpu, p.dst.gpu,
-                                    Color(p.transport, color), TransportName(p.transport), reset, Bytes(p.bytes)));
+        out += fmt::format("{}{} GPU{} -> GPU{} ", k ? ", " : "", p.src.host, p.src.gpu, p.dst.gpu);
+        out.Painted(p.transport, TransportName(p.transport));
+        out += fmt::format(" ({})", Bytes(p.bytes));
       }
-      if (c.pairs.size() > kPairsShownPerSite) pairs.push_back(fmt::format("… {} more", c.pairs.size() - kPairsShownPerSite));
-      if (!pairs.empty()) out += fmt::format("      pairs: {}\n", fmt::join(pairs, ", "));
+      if (c.pairs.size() > kPairsShownPerSite) out += fmt::format(", … {} more", c.pairs.size() - kPairsShownPerSite);
+      if (!c.pairs.empty()) out += "\n";
       for (size_t k = 0; k < std::min(kFramesShown, c.frames.size()); ++k)
         out += fmt::format("      {} {}\n", k == 0 ? "at" : "  ", c.frames[k]);
       if (c.frames.size() > kFramesShown)
@@ -1351,7 +1421,7 @@ std::string RenderText(const Report& rep, bool color) {
     for (const std::string& e : f.evidence) out += "    evidence: " + e + "\n";
     if (!f.fix.empty()) out += "    fix: " + f.fix + "\n";
   }
-  return out;
+  return out.Finish();
 }
 
 namespace {
@@ -1465,7 +1535,7 @@ json ArrayOf(const std::vector<T>& items, F&& one) {
 // `v` as nlohmann's dump(2) prints it nested `depth` levels deep: every line after the first
 // indented by 2 × depth spaces (a JSON string never holds a raw newline).
 void PutNested(std::ostream& out, const json& v, int depth) {
-  std::string s = v.dump(2);
+  std::string s = JsonText(v, 2);
   size_t start = 0;
   for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
     out.write(s.data() + start, static_cast<std::streamsize>(nl + 1 - start));

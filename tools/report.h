@@ -95,6 +95,7 @@ struct CallSiteSummary {
 struct ProcessInfo {
   int rank = -1, pid = 0;
   std::string host, file, state;  // state: running|exited|fatal signal N
+  int fatal_signal = 0;            // the signal that reached the shim's handler; 0 when none did
   std::vector<std::string> bus_ids;
   int runtime_version = 0, driver_version = 0;
   int nccl_version = 0;  // ncclGetVersion's code from the header (22809); 0 unknown or an older file
@@ -203,6 +204,8 @@ absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bo
                                   StreamOptions options = {});
 
 std::string RenderText(const Report& report, bool color);
+// "SIGSEGV" for 11 (the kernel's name for it), "signal 99" for a number without one.
+std::string SignalName(int signal);
 // "2.28.9" for NCCL_VERSION_CODE 22809 (and 2.8.4 for the old 2804 form); "" for 0.
 std::string NcclVersionText(int code);
 // The NCCL versions the header shows: per rank group from the trace headers ("2.28.9 (ranks 0-7)"),

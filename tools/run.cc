@@ -9,10 +9,10 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 
+#include "core/input_file.h"
 #include "fmt/format.h"
 #include "tools/report.h"
 #include "tools/traces.h"
@@ -26,17 +26,19 @@ std::string ShimPath(const std::string& self_exe) {
 }
 
 bool HasStaticCudart(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
+  Expected<InputFile> in = InputFile::Open(path);  // a regular file only: a FIFO would block
+  if (!in.ok()) return false;
   static const std::string kMarker = "libcudart_static_";
   std::string window;
   char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    window.append(buf, static_cast<size_t>(in.gcount()));
+  for (uint64_t at = 0;;) {
+    Expected<size_t> got = in->ReadAt(at, buf, sizeof buf);
+    if (!got.ok() || *got == 0) return false;
+    at += *got;
+    window.append(buf, *got);
     if (window.find(kMarker) != std::string::npos) return true;
     window.erase(0, window.size() > kMarker.size() ? window.size() - kMarker.size() : 0);
   }
-  return false;
 }
 
 namespace {

@@ -2,10 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "absl/status/status.h"
+#include "core/input_file.h"
+#include "core/printable.h"
 #include "fmt/format.h"
 
 namespace p2ptrace::cli {
@@ -69,13 +70,14 @@ void AddUserNcclLog(const Trace& t, JobFiles* files) {
     files->nccl_logs.push_back(resolved);
 }
 
-Expected<NcclLog> ReadNcclLogFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{path + ": cannot read"};
+Expected<NcclLog> ReadNcclLogFile(const std::string& path, std::string* partial) {
   NcclLogParser parser;
-  char buf[1 << 16];
-  while (in.read(buf, sizeof buf) || in.gcount() > 0) parser.Feed(std::string_view(buf, static_cast<size_t>(in.gcount())));
+  Expected<uint64_t> size = ReadInPieces(path, kMaxNcclLogBytes, [&](std::string_view piece) { parser.Feed(piece); });
+  if (!size.ok()) return size.error();
   parser.Finish();
+  if (*size > kMaxNcclLogBytes && partial)
+    *partial = fmt::format("{}: only its first {} MiB of {} MiB read (an NCCL log is read up to {} MiB)", path,
+                           kMaxNcclLogBytes >> 20, *size >> 20, kMaxNcclLogBytes >> 20);
   return parser.log();
 }
 
@@ -99,22 +101,29 @@ absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptio
   // A user's own NCCL_DEBUG_FILE (recorded in each trace's environment) is read where it is.
   for (const Trace& t : out.traces) AddUserNcclLog(t, &*files);
   for (const std::string& f : files->nccl_logs) {
-    Expected<NcclLog> log = ReadNcclLogFile(f);
+    std::string partial;
+    Expected<NcclLog> log = ReadNcclLogFile(f, &partial);
     if (!log.ok()) out.problems.push_back(log.error().message);
     else out.nccl_logs.push_back({f, std::move(log.value())});
+    if (!partial.empty()) out.partial.push_back(partial);
   }
   return out;
 }
 
 void PrintLoadProblems(const std::vector<std::string>& problems, const std::vector<std::string>& partial,
                        size_t used, std::ostream& err, size_t max_lines) {
-  for (size_t i = 0; i < std::min(max_lines, problems.size()); ++i) err << "p2ptrace: skipped " << problems[i] << "\n";
-  for (size_t i = 0; i < std::min(max_lines, partial.size()); ++i) err << "p2ptrace: partly read " << partial[i] << "\n";
+  // Each on its own line, as a terminal may show it: the lines hold names from the directory.
+  for (size_t i = 0; i < std::min(max_lines, problems.size()); ++i)
+    err << "p2ptrace: skipped " << Printable(problems[i], false) << "\n";
+  for (size_t i = 0; i < std::min(max_lines, partial.size()); ++i)
+    err << "p2ptrace: partly read " << Printable(partial[i], false) << "\n";
   size_t hidden = problems.size() - std::min(max_lines, problems.size()) + partial.size() -
                   std::min(max_lines, partial.size());
   if (!problems.empty() || !partial.empty())
-    err << fmt::format("p2ptrace: {} trace{} used ({} in part), {} file{} skipped{}\n", used, used == 1 ? "" : "s",
-                       partial.size(), problems.size(), problems.size() == 1 ? "" : "s",
+    // Files in part, not traces: an NCCL log past its cap is one too.
+    err << fmt::format("p2ptrace: {} trace{} used ({} file{} in part), {} file{} skipped{}\n", used,
+                       used == 1 ? "" : "s", partial.size(), partial.size() == 1 ? "" : "s", problems.size(),
+                       problems.size() == 1 ? "" : "s",
                        hidden ? fmt::format("; {} more line{} not shown", hidden, hidden == 1 ? "" : "s") : "");
 }
 

@@ -41,8 +41,12 @@ absl::StatusOr<JobFiles> ListJobFiles(const std::string& path);
 // Adds the user's own NCCL_DEBUG_FILE that `t` recorded (%h, %p resolved), when it exists and is
 // not listed yet: it is read where the user put it.
 void AddUserNcclLog(const Trace& t, JobFiles* files);
-// One NCCL log file parsed whole; the error names the file.
-Expected<NcclLog> ReadNcclLogFile(const std::string& path);
+// An NCCL log is read up to this size: its connection lines come first (at init), and memory and
+// time stay bounded whatever the directory holds.
+inline constexpr uint64_t kMaxNcclLogBytes = uint64_t{256} << 20;
+// One NCCL log file parsed (a regular file only, up to kMaxNcclLogBytes); the error names the file.
+// A longer file is parsed up to the cap and `partial` says so ("FILE: what was lost").
+Expected<NcclLog> ReadNcclLogFile(const std::string& path, std::string* partial = nullptr);
 // What a usable file lost, in one line naming it ("FILE: what was lost"); "" when it is whole.
 std::string PartialLine(const Trace& t);
 

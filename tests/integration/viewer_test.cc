@@ -3,6 +3,7 @@
 // got worse), and loading directories with damaged, foreign, newer, empty and very many files.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -777,7 +778,7 @@ TEST(Loading, DamagedAndForeignFilesAreNamedSkippedAndCounted) {
                        std::to_string(P2PTRACE_FORMAT_MAJOR) + ".7"),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("p2ptrace: 6 traces used (2 in part), 5 files skipped\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("p2ptrace: 6 traces used (2 files in part), 5 files skipped\n"), std::string::npos) << r.err;
   json j = json::parse(r.out);
   EXPECT_EQ(j["ranks"].size(), 6u);
   EXPECT_EQ(j["capture"]["skipped_files"].size(), 5u);
@@ -817,7 +818,7 @@ TEST(Loading, TenThousandFilesGiveABoundedSummary) {
   RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err.substr(0, 2000);
   EXPECT_EQ(StderrLines(r.err, "p2ptrace: skipped "), 20);
-  EXPECT_NE(r.err.find("p2ptrace: 4 traces used (0 in part), 10000 files skipped; 9980 more lines not shown"),
+  EXPECT_NE(r.err.find("p2ptrace: 4 traces used (0 files in part), 10000 files skipped; 9980 more lines not shown"),
             std::string::npos) << r.err.substr(r.err.size() > 500 ? r.err.size() - 500 : 0);
   EXPECT_EQ(json::parse(r.out)["ranks"].size(), 4u);
   // The text report names 20 skipped files, then one line for the rest.
@@ -850,6 +851,270 @@ TEST(Loading, RecordsPastTheCapAreCountedAndTotalsStayExact) {
   ASSERT_EQ(part->partial.size(), 2u);
   EXPECT_NE(part->partial[0].find("records past the memory cap not kept (100 kept)"), std::string::npos)
       << part->partial[0];
+}
+
+
+// ------------------------------------------------------------------------------------------------
+// Hostile files in the trace directory (issue 12): what another user, a crash or a full disk can
+// leave there must not hang, crash or exhaust the commands that read it.
+
+// Killed after 20 s: a command that would hang fails its test instead of stalling the suite.
+RunResult RunBounded(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"timeout", "-s", "KILL", "20"});
+  return RunProgram(argv);
+}
+
+// Every command that reads a job directory, on `dir` (html and export write into the test's dir).
+std::vector<std::vector<std::string>> JobCommands(const std::string& dir) {
+  return {{P2PTRACE_CLI, "report", dir},
+          {P2PTRACE_CLI, "report", dir, "--json"},
+          {P2PTRACE_CLI, "html", dir, "-o", TempDir() + "/hostile.html"},
+          {P2PTRACE_CLI, "export", dir, "--perfetto", TempDir() + "/hostile.json"},
+          {P2PTRACE_CLI, "diff", dir, dir},
+          {P2PTRACE_CLI, "diff", dir, dir, "--json"},
+          // `run`'s report stage: the job records nothing, the report reads what DIR already holds.
+          {P2PTRACE_CLI, "run", "--dir", dir, "--", "true"}};
+}
+
+TEST(Hostile, FifoNamedLikeATraceIsSkippedByEveryCommand) {
+  std::string dir = Synth("hostile-fifo", 2, 8), fifo = dir + "/x.p2ptrace";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string skipped = fifo + ": not a regular file (a FIFO)";
+  for (const auto& argv : JobCommands(dir)) {
+    RunResult r = RunBounded(argv);
+    EXPECT_EQ(r.signal, 0) << argv[1];
+    EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1) << argv[1] << " exit " << r.exit_code << "\n" << r.err;
+    // run prints the text report (its skipped: lines); the others name the file on stderr.
+    EXPECT_NE((argv[1] == "run" ? r.out : r.err).find(skipped), std::string::npos) << argv[1] << "\n" << r.err;
+  }
+  RunResult r = RunBounded({P2PTRACE_CLI, "dump", fifo, "--json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("p2ptrace: skipped " + skipped), std::string::npos) << r.err;
+}
+
+TEST(Hostile, NcclLogThatIsAFifoOrLinksToDevZeroIsSkipped) {
+  std::string dir = Synth("hostile-logs", 2, 8);
+  std::vector<std::string> logs = Files(dir, ".log");
+  ASSERT_EQ(logs.size(), 2u);
+  fs::remove(logs[0]);
+  fs::remove(logs[1]);
+  ASSERT_EQ(mkfifo(logs[0].c_str(), 0600), 0);
+  fs::create_symlink("/dev/zero", logs[1]);
+  for (const auto& argv : JobCommands(dir)) {
+    RunResult r = RunBounded(argv);
+    EXPECT_EQ(r.signal, 0) << argv[1];
+    const std::string& said = argv[1] == "run" ? r.out : r.err;
+    EXPECT_NE(said.find(logs[0] + ": not a regular file (a FIFO)"), std::string::npos) << argv[1] << "\n" << said;
+    EXPECT_NE(said.find(logs[1] + ": not a regular file (a character device)"), std::string::npos) << argv[1] << "\n" << said;
+  }
+  RunResult r = RunBounded({P2PTRACE_CLI, "explain", logs[0], logs[1]});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("p2ptrace explain: " + logs[0] + ": not a regular file (a FIFO)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("p2ptrace explain: " + logs[1] + ": not a regular file (a character device)"), std::string::npos)
+      << r.err;
+}
+
+// A log past the cap (a sparse 300 MiB file) is read up to it, and the report says so.
+TEST(Hostile, HugeNcclLogIsReadUpToTheCap) {
+  std::string dir = Synth("hostile-huge-log", 2, 8);
+  std::string log = Files(dir, ".log")[0];
+  fs::resize_file(log, 300ull << 20);
+  RunResult r = RunBounded({P2PTRACE_CLI, "report", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("p2ptrace: partly read " + log + ": only its first 256 MiB of 300 MiB read"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("p2ptrace: 2 traces used (1 file in part), 0 files skipped\n"), std::string::npos) << r.err;
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["capture"]["nccl_logs"], 2);  // its head (the connection lines) is used
+  EXPECT_EQ(j["capture"]["partial_files"].size(), 1u);
+  r = RunBounded({P2PTRACE_CLI, "explain", log});
+  EXPECT_NE(r.err.find(log + ": only its first 256 MiB of 300 MiB read"), std::string::npos) << r.err;
+}
+
+// A trace's capacity is its file size (sparse until written): the reader reads it in pieces, so a
+// capacity far beyond the address-space limit (ulimit -v) reads like any other file.
+TEST(Hostile, TraceLargerThanTheAddressSpaceLimitIsRead) {
+#ifdef P2PTRACE_SANITIZED
+  GTEST_SKIP() << "sanitizers reserve terabytes of address space";
+#endif
+  std::string dir = Synth("hostile-8g", 2, 8);
+  std::string trace = Files(dir, ".p2ptrace")[0];
+  uint64_t capacity = 8ull << 30;
+  fs::resize_file(trace, capacity);
+  Patch(trace, offsetof(p2ptrace_file_header, file_size), &capacity, sizeof capacity);
+  RunResult r = RunProgram({"sh", "-c", std::string("ulimit -v 1048576 && exec ") + P2PTRACE_CLI + " report --json " + dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  json j = json::parse(r.out);
+  EXPECT_EQ(j["ranks"].size(), 2u);
+  EXPECT_TRUE(j["capture"]["skipped_files"].empty()) << j["capture"].dump();
+}
+
+// Bytes that are not UTF-8, and terminal controls, in every place a file can carry them: the
+// directory's name, a trace's host, program and recorded environment, an NCCL log line.
+constexpr char kBadBytes[] = "\xff\xfe\x1b[31m";         // not UTF-8, then ESC [31m (red)
+constexpr char kBadEscaped[] = "\\xff\\xfe\x1b[31m";  // as JSON strings hold them (ESC is JSON's \u001b)
+constexpr char kBadShown[] = "\\xff\\xfe\\x1b[31m";  // as a terminal is shown them
+
+// A job in a directory named with kBadBytes; trace 0's host, exe and NCCL_SOCKET_IFNAME, and a
+// connection line and an environment line of its NCCL log, hold them too.
+std::string HostileJob(const std::string& name) {
+  std::string dir = Synth(name + kBadBytes, 2, 8);
+  std::string trace = Files(dir, ".p2ptrace")[0], log = Files(dir, ".log")[0];
+  char host[64] = {}, exe[128] = {};
+  std::snprintf(host, sizeof host, "%sevil", kBadBytes);
+  std::snprintf(exe, sizeof exe, "/bin/%s\xc2\x9b" "2J", kBadBytes);  // and U+009B, the C1 CSI
+  Patch(trace, offsetof(p2ptrace_file_header, host), host, sizeof host);
+  Patch(trace, offsetof(p2ptrace_file_header, exe), exe, sizeof exe);
+  p2ptrace_file_header h = HeaderOf(trace);
+  std::string env;
+  for (const std::string& kv : {std::string("RANK=0"), std::string("P2PTRACE_NCCL_TAP=1"),
+                                "NCCL_SOCKET_IFNAME=" + std::string(kBadBytes) + "eth0", std::string()})
+    env += kv + '\0';
+  Patch(trace, h.env_offset, env.data(), env.size());
+  std::string text = ReadAll(log);
+  size_t via = text.find(" via P2P");
+  EXPECT_NE(via, std::string::npos);
+  text.insert(via + 8, kBadBytes);
+  text += std::string("node0:10000:10000 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ") + kBadBytes + "eth0\n";
+  p2ptrace::testing::WriteFile(log, text);
+  return dir;
+}
+
+// `path` (made with kBadBytes) as JSON output holds it.
+std::string Escaped(std::string path) {
+  for (size_t at; (at = path.find(kBadBytes)) != std::string::npos;) path.replace(at, std::strlen(kBadBytes), kBadEscaped);
+  return path;
+}
+
+// Parsed as nlohmann parses: strictly, invalid UTF-8 is a parse error.
+json ParseStrict(const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    ADD_FAILURE() << e.what() << "\n" << text.substr(0, 2000);
+    return json();
+  }
+}
+
+TEST(Hostile, BytesThatAreNotUtf8ComeOutEscapedInEveryJsonOutput) {
+  std::string dir = HostileJob("hostile-utf8-");
+  std::string trace = Files(dir, ".p2ptrace")[0];
+  const std::string escaped_dir = Escaped(dir);
+
+  RunResult r = RunBounded({P2PTRACE_CLI, "report", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = ParseStrict(r.out);
+  std::set<std::string> hosts;
+  for (const auto& rank : j["ranks"]) {
+    hosts.insert(rank["host"].get<std::string>());
+    EXPECT_EQ(rank["file"].get<std::string>().rfind(escaped_dir + "/", 0), 0u) << rank["file"];
+  }
+  EXPECT_TRUE(hosts.count(std::string(kBadEscaped) + "evil")) << j["ranks"].dump();
+  bool transport = false;
+  for (const auto& p : j["pairs"])
+    for (const auto& t : p["nccl_transports"]) transport |= t == std::string("P2P") + kBadEscaped + "/CUMEM/read";
+  EXPECT_TRUE(transport) << j["pairs"].dump();
+
+  r = RunBounded({P2PTRACE_CLI, "dump", trace, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json header = ParseStrict(r.out.substr(0, r.out.find('\n')));
+  EXPECT_EQ(header["host"], std::string(kBadEscaped) + "evil");
+  EXPECT_EQ(header["exe"], std::string("/bin/") + kBadEscaped + "\xc2\x9b" "2J");
+  EXPECT_EQ(header["env"]["NCCL_SOCKET_IFNAME"], std::string(kBadEscaped) + "eth0");
+  EXPECT_EQ(header["file"], Escaped(trace));
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) ParseStrict(line);
+
+  r = RunBounded({P2PTRACE_CLI, "diff", dir, dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseStrict(r.out)["a"], escaped_dir);
+
+  std::string timeline = TempDir() + "/hostile-utf8.json";
+  r = RunBounded({P2PTRACE_CLI, "export", dir, "--perfetto", timeline});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string exported = ReadAll(timeline);
+  ParseStrict(exported);
+  EXPECT_NE(exported.find(R"(\\xff\\xfe\u001b[31mevil)"), std::string::npos);
+
+  r = RunBounded({P2PTRACE_CLI, "explain", Files(dir, ".log")[0], "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(ParseStrict(r.out).dump().find(R"(NCCL_SOCKET_IFNAME set by environment to \\xff\\xfe\u001b[31meth0)"),
+            std::string::npos);
+}
+
+// On a terminal (or a file, or a pipe), text output shows a control byte as \xHH, never raw.
+TEST(Hostile, TextOutputShowsControlBytesEscaped) {
+  std::string dir = HostileJob("hostile-text-");
+  std::string trace = Files(dir, ".p2ptrace")[0], log = Files(dir, ".log")[0];
+  std::vector<std::vector<std::string>> commands = {{P2PTRACE_CLI, "report", dir},
+                                                    {P2PTRACE_CLI, "dump", trace},
+                                                    {P2PTRACE_CLI, "diff", dir, dir},
+                                                    {P2PTRACE_CLI, "explain", log}};
+  for (const auto& argv : commands) {
+    RunResult r = RunBounded(argv);
+    EXPECT_EQ(r.signal, 0) << argv[1];
+    for (const std::string* text : {&r.out, &r.err})
+      for (unsigned char c : *text)
+        if ((c < 0x20 && c != '\n') || c == 0x7f) {
+          ADD_FAILURE() << argv[1] << ": a raw control byte " << static_cast<int>(c) << " in\n" << *text;
+          break;
+        }
+    EXPECT_NE(r.out.find(kBadShown), std::string::npos) << argv[1] << "\n" << r.out;
+  }
+  RunResult r = RunBounded({P2PTRACE_CLI, "report", dir});
+  EXPECT_NE(r.out.find(std::string("on 2 hosts (node0, ") + kBadShown + "evil)"), std::string::npos) << r.out;
+  r = RunBounded({P2PTRACE_CLI, "dump", trace});
+  EXPECT_NE(r.out.find(std::string(", host ") + kBadShown + "evil, pid"), std::string::npos) << r.out;
+}
+
+// A host named to open an HTML comment and a script: the page's data stays data, its script runs.
+TEST(Hostile, HtmlScriptSurvivesAHostNamedLikeMarkup) {
+  std::string dir = Synth("hostile-html", 2, 8);
+  const char host[64] = "<!--<script></script><b>x";
+  Patch(Files(dir, ".p2ptrace")[0], offsetof(p2ptrace_file_header, host), host, sizeof host);
+  std::string page = TempDir() + "/hostile.html";
+  RunResult r = RunBounded({P2PTRACE_CLI, "html", dir, "-o", page});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string html = ReadAll(page);
+  // Inside each <script> element, no markup at all: what a browser would take for a comment or a tag.
+  size_t scripts = 0;
+  for (size_t at = 0; (at = html.find("<script", at)) != std::string::npos; ++scripts) {
+    size_t body = html.find('>', at) + 1, end = html.find("</script>", body);
+    ASSERT_NE(end, std::string::npos);
+    std::string inside = html.substr(body, end - body);
+    EXPECT_EQ(inside.find("<!--"), std::string::npos) << inside.substr(0, 500);
+    EXPECT_EQ(inside.find("<script"), std::string::npos) << inside.substr(0, 500);
+    at = end;
+  }
+  EXPECT_EQ(scripts, 2u);
+  // The data still names the host, to JSON.parse.
+  size_t data = html.find(R"(<script type="application/json" id="report-data">)");
+  ASSERT_NE(data, std::string::npos);
+  data = html.find('>', data) + 1;
+  json j = ParseStrict(html.substr(data, html.find("</script>", data) - data));
+  bool named = false;
+  for (const auto& p : j["pairs"]) named |= p["label"].get<std::string>().rfind(host, 0) == 0;
+  EXPECT_TRUE(named);
+  // And the text of the page shows it escaped.
+  EXPECT_NE(html.find("&lt;!--&lt;script&gt;&lt;/script&gt;&lt;b&gt;x"), std::string::npos);
+  EXPECT_EQ(html.find("<b>x"), std::string::npos);
+}
+
+// A process a signal killed: the text report says which signal, by name (the JSON says it too).
+TEST(Report, FatalSignalIsNamedInTheText) {
+  std::string dir = Synth("fatal-signal", 2, 8);
+  std::string trace = Files(dir, ".p2ptrace")[1];
+  uint32_t state = P2PTRACE_STATE_FATAL_SIGNAL;
+  int32_t signal = 11;
+  Patch(trace, offsetof(p2ptrace_file_header, state), &state, sizeof state);
+  Patch(trace, offsetof(p2ptrace_file_header, fatal_signal), &signal, sizeof signal);
+  RunResult r = RunBounded({P2PTRACE_CLI, "report", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank 1 on node0 (pid 10001): killed by SIGSEGV (signal 11)\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("killed by SIGSEGV (signal 11): complete up to that moment"), std::string::npos) << r.out;
+  json j = ReportJson(dir);
+  EXPECT_EQ(j["ranks"][1]["state"], "fatal signal 11");
 }
 
 }  // namespace
