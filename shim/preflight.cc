@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "core/node_probe.h"
+#include "core/printable.h"
 #include "core/vocabulary.h"
 #include "shim/identity.h"
 #include "shim/interpose/cuda_hooks.h"
@@ -57,7 +58,8 @@ int EnvInt(const char* name, int fallback) {
 }
 
 void WriteStderr(const std::string& line) {
-  std::string s = line + "\n";
+  // Host names and values from the node and the other ranks, escaped: nothing can act on the terminal.
+  std::string s = Printable(line, false) + "\n";
   ssize_t ignored = write(2, s.data(), s.size());
   (void)ignored;
 }

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 
+#include "core/printable.h"
 #include "shim/record/trace_dir.h"
 
 extern char** environ;
@@ -144,7 +145,8 @@ void ForkChild() {
 }  // namespace
 
 void Warn(const std::string& message) {
-  std::string line = "p2ptrace: warning: " + message + "\n";
+  // Paths and values from the environment or the node, escaped: nothing can act on the terminal.
+  std::string line = "p2ptrace: warning: " + Printable(message, false) + "\n";
   ssize_t ignored = write(2, line.data(), line.size());
   (void)ignored;
 }

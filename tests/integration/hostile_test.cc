@@ -250,12 +250,15 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
     const char* why;
   };
   for (const Case& c : {Case{"writable by others", base + "/open", "writable by other users"},
-                        Case{"under a file", base + "/file/trace", "cannot create it"}}) {
+                        Case{"under a file", base + "/file/trace", "cannot create it"},
+                        // The warning names the directory escaped: its bytes cannot act on the terminal.
+                        Case{"escapes in its name", base + "/file/\x1b]0;title\x07", "/file/\\x1b]0;title\\x07: cannot"}}) {
     SCOPED_TRACE(c.name);
     RunResult traced = RunTimed(Shim({HOSTILE_WORKLOAD, "ring", "2"}), Traced(Sim(), c.dir));
     EXPECT_EQ(traced.exit_code, 0) << traced.err;
     EXPECT_EQ(traced.out, bare.out);  // no NCCL INFO line on stdout
     ExpectOneWarning(traced, bare, c.why);
+    EXPECT_EQ(traced.err.find('\x1b'), std::string::npos);
   }
   std::error_code ec;
   EXPECT_TRUE(fs::is_empty(base + "/open", ec));
