@@ -37,6 +37,15 @@ using FopenFn = FILE* (*)(const char*, const char*);
 using DlcloseFn = int (*)(void*);
 std::atomic<void*> g_fopen, g_fopen64, g_dlclose;
 
+// Found before main, never inside a call: dlsym replaces the thread's dlerror() state, and NCCL
+// formats a failed dlopen's dlerror() into a WARN line whose first output is what opens the tap
+// file (through fopen). Resolving there would free the string NCCL is about to print.
+__attribute__((constructor)) void FindNextOnce() {
+  Next<FopenFn>(g_fopen, "fopen");
+  Next<FopenFn>(g_fopen64, "fopen64");
+  Next<DlcloseFn>(g_dlclose, "dlclose");
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) FILE* p2p_fopen(const char* path, const char* mode) {

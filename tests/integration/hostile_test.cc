@@ -312,6 +312,13 @@ TEST(Errno, EveryWrappedCallLeavesTheErrnoTheRealOneLeft) {
     EXPECT_EQ(traced.out, bare.out);
   }
   EXPECT_NE(bare.out.find("cudaMalloc(&a, 1 << 20)"), std::string::npos) << bare.out;
+  // dlerror()'s text, taken before an fopen and printed after it, as NCCL's WARN for a missing
+  // libcuda.so does: the shim's fopen must not touch the dlerror state (it once freed that text).
+  RunResult bare_dl = RunTimed({HOSTILE_WORKLOAD, "dlerror"}, Sim());
+  RunResult traced_dl = RunTimed(Shim({HOSTILE_WORKLOAD, "dlerror"}), Traced(Sim(), dir + "/dlerror"));
+  EXPECT_NE(bare_dl.out.find("libp2ptrace-test-missing.so"), std::string::npos) << bare_dl.out;
+  EXPECT_EQ(traced_dl.out, bare_dl.out);
+  EXPECT_EQ(traced_dl.exit_code, 0) << traced_dl.err;
 }
 
 // --- 7. Nothing before the first CUDA or NCCL call -------------------------------------------------

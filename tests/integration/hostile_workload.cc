@@ -8,10 +8,13 @@
 //                      errno each left (the first call of each kind included: the trace opens there)
 //   copies N           N peer copies 0->1 and N back, 64 KiB each (a full disk's test)
 //   ring N             N allreduces on two GPUs through one process (ncclCommInitAll)
+//   dlerror            a failed dlopen's dlerror() text printed after an fopen (NCCL's WARN for a
+//                      missing libcuda.so does exactly this: its first log line opens the tap file)
 //   untouched DIR      no CUDA or NCCL call at all: prints its environment (sorted) and how many
 //                      entries DIR has (a launcher, a shell of the job)
 #include <cuda_runtime_api.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -130,6 +133,15 @@ int Errno() {
   return 0;
 }
 
+int DlerrorAcrossFopen() {
+  if (dlopen("libp2ptrace-test-missing.so", RTLD_NOW) != nullptr) return 2;
+  const char* error = dlerror();
+  FILE* f = std::fopen("/proc/self/stat", "r");  // the process's first fopen
+  std::printf("dlerror: %s\n", error ? error : "(none)");
+  if (f != nullptr) std::fclose(f);
+  return 0;
+}
+
 int Untouched(const char* dir) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
@@ -167,6 +179,7 @@ int main(int argc, char** argv) {
   if (cmd == "copies" && n > 0) return Copies(n);
   if (cmd == "ring" && n > 0) return Ring(n);
   if (cmd == "untouched" && argc > 2) return Untouched(argv[2]);
-  std::fprintf(stderr, "usage: hostile_workload closefds DATA | errno | copies N | ring N | untouched DIR\n");
+  if (cmd == "dlerror") return DlerrorAcrossFopen();
+  std::fprintf(stderr, "usage: hostile_workload closefds DATA | errno | copies N | ring N | dlerror | untouched DIR\n");
   return 64;
 }
