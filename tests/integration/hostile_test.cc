@@ -10,9 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using p2ptrace::testing::Env;
+using p2ptrace::testing::ReadFile;
 using p2ptrace::testing::RunProgram;
 using p2ptrace::testing::RunResult;
 using p2ptrace::testing::TempDir;
@@ -61,13 +60,6 @@ std::vector<std::string> Shim(std::vector<std::string> argv) {
 RunResult RunTimed(std::vector<std::string> argv, const Env& env) {
   argv.insert(argv.begin(), {"timeout", "-s", "KILL", "60"});
   return RunProgram(argv, env);
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 std::vector<std::string> Traces(const std::string& dir) {
@@ -205,8 +197,8 @@ TEST(ClosedDescriptors, NcclNeverWritesIntoTheProgramsFiles) {
   ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
   RunResult traced = RunTimed(Shim({HOSTILE_WORKLOAD, "closefds", base + "/traced.data"}), Traced(Sim(), base + "/trace"));
   ASSERT_EQ(traced.exit_code, 0) << traced.err;
-  EXPECT_EQ(Slurp(base + "/traced.data"), Slurp(base + "/bare.data"));
-  EXPECT_EQ(Slurp(base + "/bare.data"), "program data before NCCL\nprogram data after NCCL\n");
+  EXPECT_EQ(ReadFile(base + "/traced.data"), ReadFile(base + "/bare.data"));
+  EXPECT_EQ(ReadFile(base + "/bare.data"), "program data before NCCL\nprogram data after NCCL\n");
   EXPECT_EQ(traced.out, bare.out);
   EXPECT_EQ(traced.err, bare.err);
   EXPECT_EQ(Traces(base + "/trace").size(), 1u);
@@ -399,7 +391,7 @@ TEST(SharedDirectory, AnotherUsersPlantedLinksAndFilesNeverReachTheVictim) {
   EXPECT_EQ(traced.exit_code, 0) << traced.err;
   EXPECT_EQ(traced.out, bare.out);
   ExpectOneWarning(traced, bare, "owned by uid 65534");
-  EXPECT_EQ(Slurp(home + "/secret"), "the victim's own data\n");
+  EXPECT_EQ(ReadFile(home + "/secret"), "the victim's own data\n");
   size_t entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(home)) ++entries;
   EXPECT_EQ(entries, 1u) << "the shim wrote through a planted link into the victim's home";

@@ -5,9 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -20,6 +18,7 @@
 namespace {
 
 using p2ptrace::testing::Env;
+using p2ptrace::testing::ReadFile;
 using p2ptrace::testing::RunProgram;
 using p2ptrace::testing::RunResult;
 using p2ptrace::testing::TempDir;
@@ -49,13 +48,6 @@ std::string Show(const Key& k) {
          std::get<8>(k) + " line " + std::to_string(std::get<12>(k));
 }
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 struct Checked {
   int traces = 0;
   size_t connections = 0;
@@ -82,7 +74,7 @@ Checked CheckTraces(const std::string& dir) {
       ADD_FAILURE() << "no tap log for pid " << t->header.pid;
       continue;
     }
-    p2ptrace::NcclLog log = p2ptrace::ParseNcclLog(Slurp(log_path));
+    p2ptrace::NcclLog log = p2ptrace::ParseNcclLog(ReadFile(log_path));
     std::multiset<Key> want, got;
     for (const p2ptrace::Connection& c : log.connections)
       if (c.logger.pid == t->header.pid) want.insert(Of(log, c));

@@ -46,5 +46,7 @@ inline RunResult RunProgram(const std::vector<std::string>& argv, const Env& env
 // Directory the test may write into; removed at exit.
 std::string TempDir();
 void WriteFile(const std::string& path, const std::string& text);
+// The whole file, bytes as they are; "" when it cannot be read.
+std::string ReadFile(const std::string& path);
 
 }  // namespace p2ptrace::testing
