@@ -47,25 +47,32 @@ ScopedFd::~ScopedFd() {
 KeepErrno::KeepErrno() : saved_(errno) {}
 KeepErrno::~KeepErrno() { errno = saved_; }
 
+namespace {
+// `dir` opened for *at calls when it passes Unsafe(); otherwise not ok() and, with `why`, the reason.
+// The directory itself may be reached through a symlink the user made (P2PTRACE_DIR=/scratch/…):
+// what matters is who owns the directory it leads to.
+ScopedFd OpenCheckedDir(const std::string& dir, std::string* why) {
+  ScopedFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  struct stat st {};
+  std::string reason = !fd.ok()                       ? std::string("cannot open it: ") + std::strerror(errno)
+                       : fstat(fd.get(), &st) != 0    ? std::string("cannot stat it: ") + std::strerror(errno)
+                                                      : Unsafe(st);
+  if (reason.empty()) return fd;
+  if (why != nullptr) *why = reason;
+  return ScopedFd();
+}
+}  // namespace
+
 std::string PrepareTraceDir(const std::string& dir) {
   if (!MakeDirs(dir)) return std::string("cannot create it: ") + std::strerror(errno);
-  // The directory itself may be reached through a symlink the user made (P2PTRACE_DIR=/scratch/…);
-  // what matters is who owns the directory it leads to.
-  ScopedFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!fd.ok()) return std::string("cannot open it: ") + std::strerror(errno);
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return std::string("cannot stat it: ") + std::strerror(errno);
-  if (std::string why = Unsafe(st); !why.empty()) return why;
+  std::string why;
+  ScopedFd fd = OpenCheckedDir(dir, &why);
+  if (!fd.ok()) return why;
   if (faccessat(fd.get(), ".", W_OK | X_OK, AT_EACCESS) != 0) return std::string("cannot write in it: ") + std::strerror(errno);
   return "";
 }
 
-ScopedFd OpenTraceDir(const std::string& dir) {
-  ScopedFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  struct stat st {};
-  if (!fd.ok() || fstat(fd.get(), &st) != 0 || !Unsafe(st).empty()) return ScopedFd();
-  return fd;
-}
+ScopedFd OpenTraceDir(const std::string& dir) { return OpenCheckedDir(dir, nullptr); }
 
 ScopedFd OpenTraceSubdir(int dirfd, const char* name) {
   if (mkdirat(dirfd, name, 0700) != 0 && errno != EEXIST) return ScopedFd();
