@@ -2,6 +2,9 @@
 // moved bytes, by which path, how fast against the link's expectation, what its fallbacks cost,
 // and why. Built by folding one trace (and one NCCL log) at a time: memory grows with pairs,
 // processes and communicators, never with events.
+// Files: trace_fold.{h,cc} folds one trace's records; report.cc merges traces, NCCL logs and
+// preflight blocks into a Report (the pairs, their classes, causes and costs); report_text.cc and
+// report_json.cc render it; html.cc, export.cc and diff.cc read the same Report.
 #pragma once
 
 #include <chrono>
@@ -204,6 +207,10 @@ absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bo
                                   StreamOptions options = {});
 
 std::string RenderText(const Report& report, bool color);
+// "4.0 MiB", "512 B": a byte count as the report prints it.
+std::string BytesText(uint64_t bytes);
+// "13.0" for CUDA's version code 13000; "?" for 0.
+std::string CudaVersionText(int code);
 // "SIGSEGV" for 11 (the kernel's name for it), "signal 99" for a number without one.
 std::string SignalName(int signal);
 // "2.28.9" for NCCL_VERSION_CODE 22809 (and 2.8.4 for the old 2804 form); "" for 0.

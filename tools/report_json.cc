@@ -1,0 +1,216 @@
+// `report --json`: the document of DESIGN.md §7, whole (RenderJson) or one element at a time (WriteJson).
+#include "tools/report.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "core/printable.h"
+#include "core/vocabulary.h"
+#include "fmt/format.h"
+#include "p2ptrace/trace_format.h"
+#include "tools/json_text.h"
+
+namespace p2ptrace::cli {
+
+using nlohmann::json;
+
+namespace {
+
+json RankJson(const ProcessInfo& p) {
+  json r{{"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)}, {"host", p.host}, {"pid", p.pid},
+         {"bus_ids", p.bus_ids}, {"state", p.state}, {"file", p.file},
+         {"cuda_runtime_version", p.runtime_version}, {"cuda_driver_version", p.driver_version}};
+  r["nccl_log"] = p.nccl_log;
+  r["nccl_version"] = p.nccl_version > 0 ? json(NcclVersionText(p.nccl_version)) : json(nullptr);
+  r["nccl_version_code"] = p.nccl_version;
+  r["job_id"] = p.job_id;
+  r["capture_mode"] = p.capture_mode;
+  r["trust"] = p.trust;
+  r["start_realtime_ns"] = p.start_realtime_ns;
+  r["seconds"] = p.seconds >= 0 ? json(p.seconds) : json(nullptr);
+  r["gpu"] = p.bus_ids.size() == 1 ? json(0) : json(nullptr);
+  r["bus_id"] = p.bus_ids.size() == 1 ? json(p.bus_ids[0]) : json(nullptr);
+  return r;
+}
+
+json PairJson(const PairEntry& e) {
+  auto ref = [](const GpuRef& g, const std::set<int>& ranks) {
+    json o{{"host", g.host}, {"gpu", g.gpu}, {"bus_id", g.bus_id}};
+    o["rank"] = ranks.size() == 1 && *ranks.begin() >= 0 ? json(*ranks.begin()) : json(nullptr);
+    return o;
+  };
+  json p{{"src", ref(e.src, e.ranks)}, {"dst", ref(e.dst, e.dst_ranks.empty() ? e.ranks : e.dst_ranks)}, {"source", e.source},
+         {"transport", TransportName(e.transport)}, {"nccl_transports", e.nccl_transports},
+         {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"calls", e.calls},
+         {"bytes", e.bytes}, {"errors", e.errors}, {"timed_calls", e.timed_calls},
+         {"timed_bytes", e.timed_bytes}};
+  p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
+  p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
+  p["channels"] = e.channels;
+  p["nccl_from"] = e.nccl_from.empty() ? json(nullptr) : json(e.nccl_from);
+  p["expected_gbps"] = e.expected_gbps_high > 0 ? json{{"low", e.expected_gbps_low}, {"high", e.expected_gbps_high},
+                                                       {"basis", e.expected_basis}}
+                                                : json(nullptr);
+  p["best_gbps"] = e.best_gbps > 0 ? json(e.best_gbps) : json(nullptr);
+  p["best_basis"] = e.best_basis;
+  p["lost_seconds"] = e.lost_seconds >= 0 ? json(e.lost_seconds) : json(nullptr);
+  p["causes"] = json::array();
+  for (const Cause& c : e.causes) p["causes"].push_back(CauseJson(c));
+  return p;
+}
+
+json NcclOpJson(const NcclOpSummary& s) {
+  json o{{"comm", s.comm}, {"nranks", s.nranks}, {"op", s.op}, {"calls", s.calls}, {"errors", s.errors},
+         {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks}};
+  o["seconds"] = s.timed_calls ? json(static_cast<double>(s.timed_ns) * 1e-9 / static_cast<double>(s.timed_calls))
+                               : json(nullptr);
+  o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
+  o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
+  return o;
+}
+
+json CallSiteJson(const CallSiteSummary& c) {
+  json pairs = json::array();
+  for (const CallSiteSummary::Pair& p : c.pairs)
+    pairs.push_back({{"src", {{"host", p.src.host}, {"gpu", p.src.gpu}, {"bus_id", p.src.bus_id}}},
+                     {"dst", {{"host", p.dst.host}, {"gpu", p.dst.gpu}, {"bus_id", p.dst.bus_id}}},
+                     {"transport", TransportName(p.transport)}, {"copies", p.copies}, {"bytes", p.bytes}});
+  return {{"id", c.id}, {"frames", c.frames}, {"copies", c.copies}, {"bytes", c.bytes},
+          {"host_staged_bytes", c.host_staged_bytes}, {"errors", c.errors},
+          {"nccl_ops", c.nccl_ops}, {"nccl_bytes", c.nccl_bytes}, {"nccl_errors", c.nccl_errors},
+          {"nccl_operations", c.nccl_operations}, {"pairs", pairs}, {"ranks", c.ranks},
+          {"processes", c.processes}};
+}
+
+json PreflightJson(const Report::Preflight& pf) {
+  return {{"host", pf.host}, {"boot_id", pf.boot_id}, {"warnings", pf.warnings}};
+}
+
+json FindingJson(const Finding& f) {
+  return {{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence}, {"fix", f.fix}};
+}
+
+json CaptureJson(const Report& rep) {
+  uint32_t flags = 0;
+  uint64_t dropped = 0;
+  int abnormal = 0;
+  for (const ProcessInfo& p : rep.processes) {
+    flags |= p.capture_flags;
+    dropped += p.dropped_records;
+    if (p.state != "exited") ++abnormal;
+  }
+  return {{"processes", rep.processes.size()},
+          {"nccl_logs", rep.nccl_logs},
+          {"nccl_from_traces", rep.nccl_from_traces},
+          {"cudart_11", (flags & P2PTRACE_CAPTURE_CUDART_11) != 0},
+          {"cudart_12", (flags & P2PTRACE_CAPTURE_CUDART_12) != 0},
+          {"cudart_13", (flags & P2PTRACE_CAPTURE_CUDART_13) != 0},
+          {"nvml_link_types", (flags & P2PTRACE_CAPTURE_NVML_LINKS) != 0},
+          {"timing", (flags & P2PTRACE_CAPTURE_TIMING_OFF) == 0},
+          {"abnormal_exits", abnormal},
+          {"dropped_records", dropped},
+          {"skipped_files", rep.problems},
+          {"partial_files", rep.partial}};
+}
+
+// The report's top-level members in the order nlohmann's object (a std::map) prints them; each
+// writes its value. Big arrays are written element by element (see WriteJson).
+template <typename T, typename F>
+json ArrayOf(const std::vector<T>& items, F&& one) {
+  json a = json::array();
+  for (const T& x : items) a.push_back(one(x));
+  return a;
+}
+
+// `v` as nlohmann's dump(2) prints it nested `depth` levels deep: every line after the first
+// indented by 2 × depth spaces (a JSON string never holds a raw newline).
+void PutNested(std::ostream& out, const json& v, int depth) {
+  std::string s = JsonText(v, 2);
+  size_t start = 0;
+  for (size_t nl; (nl = s.find('\n', start)) != std::string::npos; start = nl + 1) {
+    out.write(s.data() + start, static_cast<std::streamsize>(nl + 1 - start));
+    for (int i = 0; i < depth; ++i) out << "  ";
+  }
+  out.write(s.data() + start, static_cast<std::streamsize>(s.size() - start));
+}
+
+template <typename T, typename F>
+void PutArray(std::ostream& out, const std::vector<T>& items, F&& one) {
+  if (items.empty()) {
+    out << "[]";
+    return;
+  }
+  out << "[\n";
+  for (size_t i = 0; i < items.size(); ++i) {
+    out << (i ? ",\n    " : "    ");
+    PutNested(out, one(items[i]), 2);
+  }
+  out << "\n  ]";
+}
+
+}  // namespace
+
+json CauseJson(const Cause& c) {
+  return {{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}, {"confirm", c.confirm}, {"origin", c.origin}};
+}
+
+json JobJson(const Report& rep) {
+  std::set<std::string> hosts, job_ids;
+  int rt = 0, drv = 0;
+  for (const ProcessInfo& p : rep.processes) {
+    hosts.insert(p.host);
+    if (!p.job_id.empty()) job_ids.insert(p.job_id);
+    rt = std::max(rt, p.runtime_version);
+    drv = std::max(drv, p.driver_version);
+  }
+  // The headers' versions (ncclGetVersion) when any process recorded one, else the log lines'.
+  std::set<std::string> nccl_versions;
+  for (const ProcessInfo& p : rep.processes)
+    if (p.nccl_version > 0) nccl_versions.insert(NcclVersionText(p.nccl_version));
+  if (nccl_versions.empty()) nccl_versions = rep.nccl_versions;
+  return {{"ids", job_ids}, {"hosts", hosts}, {"nccl_versions", nccl_versions},
+          {"cuda_runtime", CudaVersionText(rt)}, {"cuda_driver", CudaVersionText(drv)}};
+}
+
+json RenderJson(const Report& rep) {
+  json j;
+  j["version"] = 1;
+  j["ranks"] = ArrayOf(rep.processes, RankJson);
+  j["pairs"] = ArrayOf(rep.pairs, PairJson);
+  j["nccl_ops"] = ArrayOf(rep.nccl_ops, NcclOpJson);
+  j["call_sites"] = ArrayOf(rep.call_sites, CallSiteJson);
+  j["job"] = JobJson(rep);
+  j["lost_seconds"] = rep.lost_seconds;
+  j["preflight"] = ArrayOf(rep.preflight, PreflightJson);
+  j["findings"] = ArrayOf(rep.findings, FindingJson);
+  j["capture"] = CaptureJson(rep);
+  return j;
+}
+
+// RenderJson(rep).dump(2), without the whole tree: one array element at a time (a 4096-rank job's
+// tree is ~200 MB; this holds one pair's).
+void WriteJson(const Report& rep, std::ostream& out) {
+  // Members in key order, as nlohmann's std::map-backed object prints them.
+  out << "{\n  \"call_sites\": ";
+  PutArray(out, rep.call_sites, CallSiteJson);
+  out << ",\n  \"capture\": ";
+  PutNested(out, CaptureJson(rep), 1);
+  out << ",\n  \"findings\": ";
+  PutArray(out, rep.findings, FindingJson);
+  out << ",\n  \"job\": ";
+  PutNested(out, JobJson(rep), 1);
+  out << ",\n  \"lost_seconds\": ";
+  PutNested(out, json(rep.lost_seconds), 1);
+  out << ",\n  \"nccl_ops\": ";
+  PutArray(out, rep.nccl_ops, NcclOpJson);
+  out << ",\n  \"pairs\": ";
+  PutArray(out, rep.pairs, PairJson);
+  out << ",\n  \"preflight\": ";
+  PutArray(out, rep.preflight, PreflightJson);
+  out << ",\n  \"ranks\": ";
+  PutArray(out, rep.processes, RankJson);
+  out << ",\n  \"version\": 1\n}";
+}
+
+}  // namespace p2ptrace::cli

@@ -1,0 +1,91 @@
+#include "tools/trace_fold.h"
+
+#include <algorithm>
+#include <variant>
+
+#include "fmt/format.h"
+#include "p2ptrace/trace_format.h"
+#include "p2ptrace/vocabulary.h"
+
+namespace p2ptrace::cli {
+
+void TraceFold::Timed(const Pending& p, uint64_t ns) {
+  auto add = [&](Ops& o) { ++o.timed_calls, o.timed_bytes += p.bytes, o.timed_ns += ns; };
+  add(ops[{p.comm, p.api}]);
+  if (p.api == P2PTRACE_NCCL_Send && p.peer >= 0) add(sends[{p.comm, p.peer}]);
+}
+
+TraceFold::SiteUse* TraceFold::Site(uint32_t id) {
+  if (id == 0 || (sites.size() >= kMaxSites && !sites.count(id))) return nullptr;
+  return &sites[id];
+}
+
+void TraceFold::Add(const TraceRecord& r) {
+  last_ns = std::max(last_ns, r.header().time_ns);
+  if (const auto* cr = std::get_if<p2ptrace_copy_record>(&r.body)) {
+    SiteUse* u = Site(cr->site);
+    if (u == nullptr) return;
+    if (cr->result != 0) {
+      ++u->errors;
+      return;
+    }
+    ++u->copies;
+    u->bytes += cr->bytes;
+    if (cr->transport == P2PTRACE_TRANSPORT_HOST_STAGED) u->host_staged_bytes += cr->bytes;
+    auto& p = u->pairs[{cr->src_device, cr->dst_device, cr->transport}];
+    ++p.first;
+    p.second += cr->bytes;
+  } else if (const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body)) {
+    if (pr->device < 0 || pr->peer < 0) return;
+    PeerFacts& f = facts[{std::min<int>(pr->device, pr->peer), std::max<int>(pr->device, pr->peer)}];
+    if (pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer && pr->result == 0) f.can_access = pr->value;
+    if (pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess) {
+      if (pr->result == 0 || pr->result == 704) f.enabled_ever = true;
+      else f.failed_enables.push_back(fmt::format("cudaDeviceEnablePeerAccess({}) on device {} returned {}",
+                                                  pr->peer, pr->device, pr->result));
+    }
+  } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
+    nccl_used = true;
+    if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks, c->rank, c->cuda_device};
+  } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
+    nccl_used = true;
+    if (SiteUse* u = Site(o->site)) {
+      u->nccl_apis.insert(o->api);
+      if (o->result != 0) ++u->nccl_errors;
+      else ++u->nccl_ops, u->nccl_bytes += o->bytes;
+    }
+    Ops& a = ops[{o->comm, o->api}];
+    if (o->result != 0) {
+      ++a.errors;
+      return;
+    }
+    ++a.calls;
+    a.bytes += o->bytes;
+    if (o->api == P2PTRACE_NCCL_Send && o->peer >= 0) {
+      Ops& s = sends[{o->comm, o->peer}];
+      ++s.calls;
+      s.bytes += o->bytes;
+    }
+    Pending p{o->comm, o->api, o->peer, o->bytes};
+    if (auto e = timings.find(o->h.seq); e != timings.end()) {
+      Timed(p, e->second);
+    } else {
+      if (pending.size() + pending_more.size() >= kMaxPending) pending.clear(), pending_more.clear();
+      if (!pending.try_emplace(o->h.seq, p).second) pending_more.emplace(o->h.seq, p);
+    }
+  } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body); t && t->src_device < 0) {
+    if (auto it = pending.find(t->h.seq); it != pending.end()) {
+      Timed(it->second, t->duration_ns);
+      pending.erase(it);
+    }
+    if (!pending_more.empty()) {
+      auto [first, last] = pending_more.equal_range(t->h.seq);
+      for (auto it = first; it != last; ++it) Timed(it->second, t->duration_ns);
+      pending_more.erase(first, last);
+    }
+    if (timings.size() >= kMaxPending) timings.clear();
+    timings[t->h.seq] = t->duration_ns;
+  }
+}
+
+}  // namespace p2ptrace::cli

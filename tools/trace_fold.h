@@ -1,0 +1,70 @@
+// One trace's records folded as they are decoded (ReadTrace's visitor hands them over one at a
+// time), so that no record is kept: what the report needs of a process — its device pairs' peer
+// facts, communicators, NCCL operations with their timings, call sites — in memory that grows with
+// pairs, communicators and operations in flight, never with events.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "core/trace_reader.h"
+
+namespace p2ptrace::cli {
+
+// What one process knew about one of its device pairs.
+struct PeerFacts {
+  int can_access = -1;          // last cudaDeviceCanAccessPeer answer, -1 never asked
+  bool enabled_ever = false;    // a successful (or 704) enable from either side
+  std::vector<std::string> failed_enables;
+};
+
+struct TraceFold {
+  struct Ops {
+    uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+  };
+  struct Pending {  // a timed NCCL operation whose TIMING record has not come yet
+    uint64_t comm;
+    int api, peer;
+    uint64_t bytes;
+  };
+  std::map<std::pair<int, int>, PeerFacts> facts;               // per unordered device pair
+  struct CommSeen {
+    uint64_t id_hash = 0;
+    int nranks = 0, rank = -1, device = -1;
+  };
+  std::unordered_map<uint64_t, CommSeen> comm;  // comm pointer -> what its init said
+  std::map<std::pair<uint64_t, int>, Ops> ops;                  // (comm pointer, api)
+  std::map<std::pair<uint64_t, int>, Ops> sends;                // (comm pointer, peer): ncclSend
+  // seq is counted per thread, so two operations of one process may share one: a timing applies to
+  // every operation with its seq (before or after it in the file), as a whole-file join would.
+  // Flat tables: one entry per timed operation of the file, and no allocation per record.
+  absl::flat_hash_map<uint32_t, Pending> pending;            // op seq -> awaiting its timing
+  std::unordered_multimap<uint32_t, Pending> pending_more;   // another op with a seq already pending
+  absl::flat_hash_map<uint32_t, uint64_t> timings;           // seq -> measured duration, as read
+  // What the records naming each call site (P2PTRACE_STACKS) did, by the file's site id.
+  struct SiteUse {
+    uint64_t copies = 0, bytes = 0, host_staged_bytes = 0, errors = 0, nccl_ops = 0, nccl_bytes = 0, nccl_errors = 0;
+    std::map<std::tuple<int, int, int>, std::pair<uint64_t, uint64_t>> pairs;  // (src, dst, transport) -> copies, bytes
+    std::set<int> nccl_apis;
+  };
+  std::map<uint32_t, SiteUse> sites;
+  static constexpr size_t kMaxSites = 1 << 16;  // the shim writes at most 4096 per file; more is a damaged file
+  bool nccl_used = false;
+  uint64_t last_ns = 0;
+  static constexpr size_t kMaxPending = 1 << 20;  // past it, forgotten rather than accumulated
+
+  void Timed(const Pending& p, uint64_t ns);
+
+  SiteUse* Site(uint32_t id);  // nullptr for no site, or past kMaxSites
+
+  void Add(const TraceRecord& r);
+};
+
+}  // namespace p2ptrace::cli
