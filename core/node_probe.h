@@ -167,9 +167,18 @@ struct PreflightPair {
   std::vector<CauseHit> causes;
 };
 
+// One GPU of the node as the probe numbered it: the report names GPUs by this index (nvidia-smi's),
+// whatever CUDA ordinal a process gave it.
+struct PreflightGpu {
+  int index = -1;    // NVML index (PCI order when NVML did not answer)
+  std::string bus_id, name;
+  int cuda = -1;     // the writing process's CUDA ordinal for it; -1 not visible there
+};
+
 struct PreflightBlock {
   std::string host, boot_id;
   std::vector<ProbeStep> steps;
+  std::vector<PreflightGpu> gpus;  // every GPU of this host the probe saw (from block format 1, "gpu" lines)
   std::vector<PreflightPair> pairs;
   std::vector<std::string> warnings;  // the lines printed (or that would have been)
 };

@@ -79,8 +79,8 @@ std::map<PairKey, PairAgg> Aggregate(const Report& r) {
   for (const PairEntry& e : r.pairs) {
     PairAgg& p = pairs[PairKey{e.source, e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}];
     p.label = e.dst.host == e.src.host
-                  ? fmt::format("{} GPU{} -> GPU{} ({})", e.src.host, e.src.gpu, e.dst.gpu, e.source)
-                  : fmt::format("{} GPU{} -> {} GPU{} ({})", e.src.host, e.src.gpu, e.dst.host, e.dst.gpu, e.source);
+                  ? fmt::format("{} {} -> {} ({})", e.src.host, GpuName(e.src), GpuName(e.dst), e.source)
+                  : fmt::format("{} {} -> {} {} ({})", e.src.host, GpuName(e.src), e.dst.host, GpuName(e.dst), e.source);
     p.weight[e.transport] += e.source == "nccl" ? static_cast<uint64_t>(e.channels) : e.bytes;
     p.timed_bytes += e.timed_bytes;
     p.timed_ns += e.timed_ns;

@@ -40,23 +40,23 @@ void AddComm(const TraceRecord& r, std::map<uint64_t, CommView>* comms) {
 using Link = std::tuple<uint64_t, int, int>;
 using LinkOps = ExportCounts::LinkOps;
 
-// GPU index on a host: the PCI order of every bus id the host's traces saw (as the report does).
-class GpuIndex {
+// A process's device as the report names it ("GPU4": the host's index, never the CUDA ordinal).
+class GpuNames {
  public:
-  explicit GpuIndex(const Report& report) {
-    for (const ProcessInfo& p : report.processes)
-      for (const std::string& bus : p.bus_ids)
-        if (!bus.empty()) buses_[p.host].insert(bus);
+  explicit GpuNames(const Report& report) {
+    for (const ProcessInfo& p : report.processes) processes_[p.file] = &p;
   }
-  int operator()(const Trace& t, int device) const {
-    auto h = buses_.find(t.Host());
-    if (h == buses_.end() || t.BusId(device).empty()) return device;
-    auto it = h->second.find(t.BusId(device));
-    return it == h->second.end() ? device : static_cast<int>(std::distance(h->second.begin(), it));
+  std::string operator()(const Trace& t, int device) const {
+    GpuRef g{t.Host(), t.BusId(device), -1};
+    if (auto p = processes_.find(t.path); p != processes_.end() && device >= 0 &&
+                                          device < static_cast<int>(p->second->gpus.size()))
+      g.gpu = p->second->gpus[static_cast<size_t>(device)];
+    if (g.gpu < 0 && g.bus_id.empty()) return fmt::format("CUDA device {}", device);
+    return GpuName(g);
   }
 
  private:
-  std::map<std::string, std::set<std::string>> buses_;
+  std::map<std::string, const ProcessInfo*> processes_;
 };
 
 class Writer {
@@ -119,7 +119,7 @@ void ExportCounts::Abandon() {
 ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const ExportOptions& options, std::ostream& out,
                           std::ostream& err, const std::function<void(size_t, size_t)>& progress) {
   ExportStats stats;
-  GpuIndex gpu_index(report);
+  GpuNames gpu_name(report);
   stats.events = counts.events;
   std::map<Link, LinkOps>& links = counts.links;
   uint64_t t0 = counts.t0 == UINT64_MAX ? 0 : counts.t0;
@@ -152,10 +152,10 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
   int64_t tid = 2;
   for (const std::string& host : hosts) {
     // Rows: source GPU; each cell every class the pair used, most bytes (or connections) first.
-    std::map<int, std::map<int, std::vector<std::pair<uint64_t, std::string>>>> cells;
+    std::map<std::string, std::map<std::string, std::vector<std::pair<uint64_t, std::string>>>> cells;
     for (const PairEntry& e : report.pairs)
       if (e.src.host == host && e.dst.host == host)
-        cells[e.src.gpu][e.dst.gpu].emplace_back(e.source == "nccl" ? e.channels : e.bytes,
+        cells[GpuName(e.src)][GpuName(e.dst)].emplace_back(e.source == "nccl" ? e.channels : e.bytes,
                                                  std::string(TransportName(e.transport)));
     if (cells.empty()) continue;
     json rows = json::object();
@@ -164,7 +164,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         std::sort(used.rbegin(), used.rend());
         std::string cell;
         for (const auto& [weight, name] : used) cell += (cell.empty() ? "" : "+") + name;
-        rows[fmt::format("GPU{}", src)][fmt::format("GPU{}", dst)] = cell;
+        rows[src][dst] = cell;
       }
     w.Metadata(kJobPid, tid, "thread_name", {{"name", "matrix " + host}});
     w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":{},"ts":0,"cat":"p2ptrace.meta","name":{},"args":{}}})",
@@ -204,8 +204,8 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
     if (pid == 0 || !pids.insert(pid).second) pid = 1000000 + static_cast<int64_t>(index);  // unranked, or a fork
     pids.insert(pid);
     std::string gpu;
-    if (!comms.empty() && comms.begin()->second.device >= 0) gpu = fmt::format(" GPU{}", gpu_index(t, comms.begin()->second.device));
-    else if (h.device_count == 1) gpu = fmt::format(" GPU{}", gpu_index(t, 0));
+    if (!comms.empty() && comms.begin()->second.device >= 0) gpu = " " + gpu_name(t, comms.begin()->second.device);
+    else if (h.device_count == 1) gpu = " " + gpu_name(t, 0);
     std::string name = h.rank >= 0 ? fmt::format("rank {} · {}{} (pid {})", h.rank, t.Host(), gpu, h.pid)
                                    : fmt::format("{}{} pid {}", t.Host(), gpu, h.pid);
     w.Metadata(pid, 0, "process_name", {{"name", name}});
@@ -249,8 +249,8 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         // A label per (devices, path), formatted once per file: most records are thinned away.
         auto [cached, added] = copy_tracks.try_emplace({c->src_device, c->dst_device, c->transport});
         if (added) {
-          cached->second.first = fmt::format("GPU{} -> GPU{} {}", gpu_index(t, c->src_device),
-                                             gpu_index(t, c->dst_device), TransportName(c->transport));
+          cached->second.first = fmt::format("{} -> {} {}", gpu_name(t, c->src_device),
+                                             gpu_name(t, c->dst_device), TransportName(c->transport));
           cached->second.second = &track(cached->second.first);
         }
         const std::string& label = cached->second.first;

@@ -51,8 +51,8 @@ std::string ScriptJson(const json& j) {
 }
 
 std::string PairLabel(const PairEntry& e) {
-  return e.src.host == e.dst.host ? fmt::format("{} GPU{} → GPU{}", e.src.host, e.src.gpu, e.dst.gpu)
-                                  : fmt::format("{} GPU{} → {} GPU{}", e.src.host, e.src.gpu, e.dst.host, e.dst.gpu);
+  return e.src.host == e.dst.host ? fmt::format("{} {} → {}", e.src.host, GpuName(e.src), GpuName(e.dst))
+                                  : fmt::format("{} {} → {} {}", e.src.host, GpuName(e.src), e.dst.host, GpuName(e.dst));
 }
 
 std::string Gb(double v) { return v > 0 ? fmt::format("{:.1f} GB/s", v) : "not timed"; }
@@ -270,22 +270,29 @@ std::string RenderHtml(const Report& rep) {
     std::vector<size_t> pairs;
     size_t top = 0;  // the pair that moved most bytes
   };
-  using Grid = std::map<std::pair<int, int>, Cell>;
+  // A GPU by (the host's index, bus id when the index is unknown), in nvidia-smi's order.
+  using Gpu = std::pair<int, std::string>;
+  using Grid = std::map<std::pair<Gpu, Gpu>, Cell>;
   std::map<std::string, Grid> grids;
-  std::map<std::string, std::set<int>> gpus;
+  std::map<std::string, std::map<Gpu, std::string>> gpus;  // -> its name
+  auto key = [](const GpuRef& g) { return Gpu{g.gpu, g.gpu >= 0 ? "" : g.bus_id}; };
   for (size_t i = 0; i < rep.pairs.size(); ++i) {
     const PairEntry& e = rep.pairs[i];
     if (e.src.host != e.dst.host) continue;
-    Cell& c = grids[e.src.host][{e.src.gpu, e.dst.gpu}];
+    Cell& c = grids[e.src.host][{key(e.src), key(e.dst)}];
     if (c.pairs.empty() || e.bytes > rep.pairs[c.top].bytes) c.top = i;
     c.pairs.push_back(i);
-    gpus[e.src.host].insert({e.src.gpu, e.dst.gpu});
+    gpus[e.src.host][key(e.src)] = GpuName(e.src);
+    gpus[e.src.host][key(e.dst)] = GpuName(e.dst);
   }
   auto signature = [&](const std::string& host) {
-    std::string s = fmt::format("{}|", fmt::join(gpus[host], ","));
+    std::string s;
+    for (const auto& [g, name] : gpus[host]) s += name + ",";
+    s += "|";
     for (const auto& [rc, c] : grids[host]) {
       const PairEntry& top = rep.pairs[c.top];
-      s += fmt::format("{},{}:{}:{}:{};", rc.first, rc.second, top.transport, top.fallback, c.pairs.size());
+      s += fmt::format("{},{}:{}:{}:{};", gpus[host][rc.first], gpus[host][rc.second], top.transport, top.fallback,
+                       c.pairs.size());
     }
     return s;
   };
@@ -309,11 +316,11 @@ std::string RenderHtml(const Report& rep) {
                                                       names.size() - 1, names.size() == 2 ? "" : "s")
                                         : std::string(),
                        Escape(host));
-    for (int g : gpus[host]) out += fmt::format("<th>GPU{}</th>", g);
+    for (const auto& [g, name] : gpus[host]) out += fmt::format("<th>{}</th>", Escape(name));
     out += "</tr>\n";
-    for (int row : gpus[host]) {
-      out += fmt::format("<tr><th>GPU{}</th>", row);
-      for (int col : gpus[host]) {
+    for (const auto& [row, row_name] : gpus[host]) {
+      out += fmt::format("<tr><th>{}</th>", Escape(row_name));
+      for (const auto& [col, col_name] : gpus[host]) {
         if (row == col) {
           out += "<td class=\"self\">X</td>";
           continue;
@@ -330,9 +337,9 @@ std::string RenderHtml(const Report& rep) {
           fallback |= rep.pairs[i].fallback;
           title.push_back(fmt::format("{} {}", TransportName(rep.pairs[i].transport), Gb(rep.pairs[i].Gbps())));
         }
-        out += fmt::format("<td class=\"cell t-{}{}{}\" data-pairs=\"{}\" title=\"GPU{} → GPU{}: {}\">{}</td>",
+        out += fmt::format("<td class=\"cell t-{}{}{}\" data-pairs=\"{}\" title=\"{} → {}: {}\">{}</td>",
                            TransportName(top.transport), fallback ? " fallback" : "", c->second.pairs.size() > 1 ? " multi" : "",
-                           fmt::join(c->second.pairs, ","), row, col, Escape(fmt::format("{}", fmt::join(title, "; "))),
+                           fmt::join(c->second.pairs, ","), Escape(row_name), Escape(col_name), Escape(fmt::format("{}", fmt::join(title, "; "))),
                            TransportCell(top.transport));
       }
       out += "</tr>\n";
@@ -354,8 +361,8 @@ std::string RenderHtml(const Report& rep) {
       for (size_t i : ids) {
         if (rows++ >= 200) continue;
         const PairEntry& e = rep.pairs[i];
-        out += fmt::format("<tr><td>{} → {}</td><td>GPU{} → GPU{}</td><td class=\"t-{}\">{}</td><td>{}</td><td>{}</td></tr>\n",
-                           Escape(hp.first), Escape(hp.second), e.src.gpu, e.dst.gpu, TransportName(e.transport),
+        out += fmt::format("<tr><td>{} → {}</td><td>{} → {}</td><td class=\"t-{}\">{}</td><td>{}</td><td>{}</td></tr>\n",
+                           Escape(hp.first), Escape(hp.second), Escape(GpuName(e.src)), Escape(GpuName(e.dst)), TransportName(e.transport),
                            TransportName(e.transport), Escape(fmt::format("{}", fmt::join(e.nccl_transports, ", "))),
                            Gb(e.Gbps()));
       }
@@ -432,8 +439,8 @@ std::string RenderHtml(const Report& rep) {
       std::vector<std::string> pairs;
       for (size_t i = 0; i < std::min(c.pairs.size(), kPairs); ++i) {
         const CallSiteSummary::Pair& p = c.pairs[i];
-        pairs.push_back(fmt::format("{} GPU{} → GPU{} <span class=\"t-{}\">{}</span> ({})", Escape(p.src.host), p.src.gpu,
-                                    p.dst.gpu, TransportName(p.transport), TransportName(p.transport), ByteText(p.bytes)));
+        pairs.push_back(fmt::format("{} {} → {} <span class=\"t-{}\">{}</span> ({})", Escape(p.src.host),
+                                    Escape(GpuName(p.src)), Escape(GpuName(p.dst)), TransportName(p.transport), TransportName(p.transport), ByteText(p.bytes)));
       }
       if (c.pairs.size() > kPairs) pairs.push_back(fmt::format("… {} more", c.pairs.size() - kPairs));
       std::string nccl = c.nccl_ops || c.nccl_errors

@@ -52,6 +52,10 @@ std::string BytesText(uint64_t b) {
   return fmt::format("{} B", b);
 }
 
+std::string GpuName(const GpuRef& g) {
+  return g.gpu >= 0 ? fmt::format("GPU{}", g.gpu) : fmt::format("GPU({})", g.bus_id.empty() ? "?" : g.bus_id);
+}
+
 std::string CudaVersionText(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : "?"; }
 
 std::string SignalName(int signal) {
@@ -70,7 +74,7 @@ struct Key {
 };
 
 std::string DeviceName(const Trace& t, int d) {
-  std::string bus = t.BusId(d);
+  std::string bus = NormalizeBusId(t.BusId(d));
   return bus.empty() ? fmt::format("device{}", d) : bus;
 }
 
@@ -78,7 +82,7 @@ std::string DeviceName(const Trace& t, int d) {
 std::string BusFromNccl(const std::string& hex) {
   if (hex.empty() || hex.find(':') != std::string::npos) return hex;
   unsigned long long v = std::strtoull(hex.c_str(), nullptr, 16);
-  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", v >> 20, (v >> 12) & 0xff, (v >> 4) & 0xff, v & 0xf);
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", (v >> 20) & 0xffff, (v >> 12) & 0xff, (v >> 4) & 0x1f, v & 0x7);
 }
 
 // How far a process's trace can be trusted: what the shim saw, and what an empty answer means.
@@ -94,7 +98,9 @@ void DescribeCapture(ProcessInfo* p) {
   } else {
     mode.push_back(fmt::format("cudart {} intercepted", fmt::join(runtimes, "+")));
   }
-  mode.push_back(p->capture_flags & P2PTRACE_CAPTURE_NVML_LINKS ? "link types from NVML" : "link types unknown");
+  mode.push_back(p->capture_flags & P2PTRACE_CAPTURE_NVML_LINKS ? "link types from NVML"
+                 : p->links_from_probe                        ? "link types from the job-start probe (NVML)"
+                                                              : "link types unknown");
   if (p->nccl_used) {
     bool from_trace = p->nccl_log.rfind("trace records", 0) == 0;
     mode.push_back(p->nccl_log == "tapped"      ? "NCCL log tapped"
@@ -210,6 +216,7 @@ double NcclOpSummary::BusBw() const {
 struct ReportBuilder::State {
   struct Who {
     std::string host, bus;
+    int cuda = -1;  // the rank's CUDA ordinal in its process
   };
   // NCCL connections of one communicator direction and class, resolved to GPUs in Finish (the
   // ranks' identities may come from logs read later).
@@ -223,7 +230,13 @@ struct ReportBuilder::State {
   };
 
   Report rep;
-  std::map<std::string, std::set<std::string>> host_buses;  // GPU indices per host: PCI order
+  // Each host's own numbering of its GPUs (nvidia-smi's index, by bus id; keyed by the short host,
+  // as NCCL prints it): the preflight blocks' (NVML's index, or the PCI order of every GPU on the
+  // node when NVML did not answer). A host without one is numbered in the PCI order of the GPUs of
+  // a process that saw them all (no CUDA_VISIBLE_DEVICES in its environment); else its GPUs are
+  // named by bus id. Never by a process's CUDA ordinal.
+  std::map<std::string, std::map<std::string, PreflightGpu>> node_gpus;
+  std::map<std::string, std::set<std::string>> all_visible;
   std::map<Key, PairEntry> cuda_pairs;
   std::map<std::pair<uint64_t, int>, NcclOpSummary> ops;
   // ncclSend bytes per (short host, pid, comm pointer, peer rank): attributed to a pair in Finish.
@@ -253,6 +266,7 @@ struct ReportBuilder::State {
   // Each host's preflight: its pairs (the first process's prediction of a pair stands) and warnings.
   struct HostPreflight {
     std::string boot_id;
+    bool nvml = false;  // NVML answered the probe: a PCIe label then means no NVLink
     std::vector<PreflightPair> pairs;
     std::vector<std::string> warnings;
   };
@@ -265,10 +279,18 @@ struct ReportBuilder::State {
   };
   std::map<std::string, SiteTotals> sites;
 
-  GpuRef Ref(const std::string& host, const std::string& bus) const {
+  GpuRef Ref(const std::string& host, const std::string& bus, int cuda = -1) const {
     GpuRef g{host, bus, -1};
-    if (auto h = host_buses.find(host); h != host_buses.end())
-      if (auto it = h->second.find(bus); it != h->second.end()) g.gpu = static_cast<int>(std::distance(h->second.begin(), it));
+    g.cuda = cuda;
+    const std::string h = ShortHost(host);
+    if (auto n = node_gpus.find(h); n != node_gpus.end())
+      if (auto it = n->second.find(bus); it != n->second.end()) {
+        g.gpu = it->second.index;
+        g.name = it->second.name;
+        return g;
+      }
+    if (auto v = all_visible.find(h); v != all_visible.end())
+      if (auto it = v->second.find(bus); it != v->second.end()) g.gpu = static_cast<int>(std::distance(v->second.begin(), it));
     return g;
   }
   TraceFold fold;  // the trace being read
@@ -283,6 +305,7 @@ struct ReportBuilder::State {
   void AddPreflight(const std::string& host, const PreflightBlock& b);
   const PreflightPair* PredictionFor(const PairEntry& e) const;
   void ApplyPreflight(PairEntry& e) const;
+  void NameLink(PairEntry& e) const;
 };
 
 ReportBuilder::ReportBuilder(std::string path) : s_(std::make_unique<State>()) { s_->rep.path = std::move(path); }
@@ -310,9 +333,11 @@ void ReportBuilder::EndTrace(const Trace& t) {
   p.file = t.path;
   p.state = StateText(h);
   if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.fatal_signal = h.fatal_signal;
+  // Without CUDA_VISIBLE_DEVICES a process sees every GPU of its node.
+  bool sees_all = t.Env("CUDA_VISIBLE_DEVICES").empty();
   for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) {
     p.bus_ids.push_back(t.BusId(d));
-    if (!t.BusId(d).empty()) s_->host_buses[p.host].insert(t.BusId(d));
+    if (sees_all && !NormalizeBusId(t.BusId(d)).empty()) s_->all_visible[ShortHost(p.host)].insert(NormalizeBusId(t.BusId(d)));
   }
   p.runtime_version = h.cuda_runtime_version;
   p.driver_version = h.cuda_driver_version;
@@ -363,8 +388,8 @@ void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
     if (ci == f.comm.end() || ci->second.rank < 0) continue;
     std::string comm_id = Field(c.comm_id);
     std::string key = comm_id.empty() ? fmt::format("{}:{}:{}", tc.host, tc.pid, ci->second.nranks) : comm_id;
-    std::string bus = t.BusId(ci->second.device);
-    tc.who.try_emplace({key, ci->second.rank}, Who{tc.host, bus});
+    std::string bus = NormalizeBusId(t.BusId(ci->second.device));
+    tc.who.try_emplace({key, ci->second.rank}, Who{tc.host, bus, ci->second.device});
     tc.comm_of.try_emplace({tc.host, tc.pid, ci->first}, std::pair{key, ci->second.rank});
     NcclConn& nc = tc.conns[{key, c.src_rank, c.dst_rank, c.transport_class}];
     nc.transports.insert(Field(c.transport));
@@ -388,10 +413,7 @@ void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
 void ReportBuilder::State::FinishTraceConns() {
   for (TraceConns& tc : trace_conns) {
     if (logged.count({tc.host, tc.pid})) continue;
-    for (auto& [k, w] : tc.who) {
-      if (!w.bus.empty()) host_buses[w.host].insert(w.bus);
-      who.try_emplace(k, std::move(w));
-    }
+    for (auto& [k, w] : tc.who) who.try_emplace(k, std::move(w));
     for (auto& [k, v] : tc.comm_of) comm_of.try_emplace(k, std::move(v));
     for (auto& [k, nc] : tc.conns) {
       NcclConn& to = nccl_conns[k];
@@ -473,9 +495,11 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
     int direct = h.direct_transport[a][b] ? int{h.direct_transport[a][b]} : int{P2PTRACE_TRANSPORT_P2P};
     int transport = path_kind == 0 ? direct : int{P2PTRACE_TRANSPORT_HOST_STAGED};
     GpuRef src{host, DeviceName(t, a), -1}, dst{host, DeviceName(t, b), -1};
+    src.cuda = a, dst.cuda = b;
     PairEntry& e = cuda_pairs[Key{host, src.bus_id, dst.bus_id, transport}];
-    e.src = src;
-    e.dst = dst;
+    // The CUDA ordinals, while every process agrees on them (-1 once two differ).
+    if (e.calls == 0 && e.errors == 0) e.src = src, e.dst = dst;
+    else if (e.src.cuda != a || e.dst.cuda != b) e.src.cuda = e.dst.cuda = -1;
     e.transport = transport;
     e.calls += c.calls;
     e.bytes += c.bytes;
@@ -533,8 +557,7 @@ void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
   ++s_->rep.nccl_logs;
   if (!f.log.nccl_version.empty()) s_->rep.nccl_versions.insert(f.log.nccl_version);
   for (const RankIdentity& id : f.log.ranks) {
-    s_->who[{CommKey(id), id.rank}] = State::Who{id.host, BusFromNccl(id.bus_id)};
-    if (!id.bus_id.empty()) s_->host_buses[id.host].insert(BusFromNccl(id.bus_id));
+    s_->who[{CommKey(id), id.rank}] = State::Who{id.host, BusFromNccl(id.bus_id), id.cuda_dev};
     if (!id.comm.empty()) s_->comm_of[{ShortHost(id.host), id.pid, ParsePointer(id.comm)}] = {CommKey(id), id.rank};
   }
   for (const Connection& c : f.log.connections) {
@@ -563,8 +586,8 @@ void ReportBuilder::State::FinishNcclPairs() {
     if (src == who.end() || dst == who.end()) continue;
     PairEntry& e = pairs[{src->second.host, src->second.bus, dst->second.host, dst->second.bus, cls}];
     e.source = "nccl";
-    e.src = Ref(src->second.host, src->second.bus);
-    e.dst = Ref(dst->second.host, dst->second.bus);
+    e.src = Ref(src->second.host, src->second.bus, src->second.cuda);
+    e.dst = Ref(dst->second.host, dst->second.bus, dst->second.cuda);
     e.transport = cls;
     e.nccl_transports.insert(nc.transports.begin(), nc.transports.end());
     e.channels += nc.channels;
@@ -633,7 +656,7 @@ void ReportBuilder::State::FinishCosts() {
   for (PairEntry& e : rep.pairs) {
     if (e.expected == P2PTRACE_TRANSPORT_P2P && e.fallback)
       if (auto l = link_class.find({e.src.host, e.src.bus_id, e.dst.bus_id}); l != link_class.end()) e.expected = l->second;
-    Bandwidth b = ExpectedBandwidth(e.transport, "", 0);
+    Bandwidth b = ExpectedBandwidth(e.transport, e.link, 0);
     e.expected_gbps_low = b.low;
     e.expected_gbps_high = b.high;
     e.expected_basis = b.basis;
@@ -659,6 +682,15 @@ void ReportBuilder::State::FinishCosts() {
 void ReportBuilder::State::AddPreflight(const std::string& host, const PreflightBlock& b) {
   HostPreflight& hp = preflight[host];
   if (hp.boot_id.empty()) hp.boot_id = b.boot_id;
+  for (const ProbeStep& st : b.steps)
+    if (st.name == "NVML" && st.status == "ok") hp.nvml = true;
+  auto& gpus = node_gpus[ShortHost(host)];
+  for (const PreflightGpu& g : b.gpus)
+    if (std::string bus = NormalizeBusId(g.bus_id); !bus.empty() && g.index >= 0) gpus.try_emplace(bus, g);
+  for (const PreflightPair& p : b.pairs)  // blocks written before the "gpu" lines
+    for (const auto& [index, bus_id] : {std::pair{p.a, p.bus_a}, std::pair{p.b, p.bus_b}})
+      if (std::string bus = NormalizeBusId(bus_id); !bus.empty() && index >= 0 && index < 100)
+        gpus.try_emplace(bus, PreflightGpu{index, bus, "", -1});
   // A pair's first prediction stands unless a later one (a later block of the process, after its
   // first copies or NCCL's first operation, or another process's) foresees a fallback it did not.
   for (const PreflightPair& p : b.pairs) {
@@ -715,14 +747,47 @@ const PreflightPair* ReportBuilder::State::PredictionFor(const PairEntry& e) con
   return nullptr;
 }
 
+// A direct pair's link from the node's facts: NVLink when the probe's link is NV<n>, PCIe P2P when
+// it is a PCIe path and NVML answered (it would have named an NVLink). The trace's own class stands
+// where it named one; "p2p" stays only where nothing on the node could tell.
+void ReportBuilder::State::NameLink(PairEntry& e) const {
+  const PreflightPair* p = PredictionFor(e);
+  if (p == nullptr || p->link.empty()) return;
+  e.link = p->link;
+  auto hp = preflight.end();
+  for (auto it = preflight.begin(); it != preflight.end(); ++it)
+    if (ShortHost(it->first) == ShortHost(e.src.host)) hp = it;
+  int cls = p->link.rfind("NV", 0) == 0                          ? P2PTRACE_TRANSPORT_NVLINK
+            : hp != preflight.end() && hp->second.nvml && e.src.host == e.dst.host ? P2PTRACE_TRANSPORT_PCIE_P2P
+                                                                   : 0;
+  if (cls == 0) return;
+  if (e.transport == P2PTRACE_TRANSPORT_P2P) e.transport = cls;
+  if (e.expected == P2PTRACE_TRANSPORT_P2P) e.expected = cls;
+}
+
 // The job-start prediction's causes, after the report's own, for a pair on the path the prediction
 // foresaw (for an NCCL pair, also one the report already calls a fallback: the prediction says why
 // the better path was closed). The report's own view of the expected class stands; the prediction
 // fills it only where the report could not tell (NCCL prints no reason for a P2P level it applied).
 void ReportBuilder::State::ApplyPreflight(PairEntry& e) const {
   const PreflightPair* p = PredictionFor(e);
-  if (p == nullptr || !p->fallback) return;
+  if (p == nullptr) return;
   bool foreseen = p->transport == e.transport;
+  // A path taken as foreseen that may still crawl or hang (IOMMU/ACS redirecting P2P through the
+  // root complex, NVLinks down, a downtrained PCIe link): the risk is the pair's, not only the
+  // job-start line's.
+  if (!p->fallback) {
+    if (foreseen || (IsDirect(e.transport) && IsDirect(p->transport)))
+      for (const CauseHit& c : p->causes) {
+        if (c.role != "risk" || std::any_of(e.causes.begin(), e.causes.end(), [&](const Cause& x) { return x.id == c.id; }))
+          continue;
+        const CauseInfo* info = FindCause(c.id);
+        Cause cause{c.id, c.evidence, info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
+                    info ? std::string(info->confirm) : "", "preflight"};
+        e.causes.push_back(std::move(cause));
+      }
+    return;
+  }
   if (!foreseen && !(e.source == "nccl" && e.fallback)) return;
   if (foreseen && e.expected == 0 && p->best != 0) {
     e.expected = p->best;
@@ -746,19 +811,30 @@ Report ReportBuilder::Finish() {
   rep.pairs.reserve(s.cuda_pairs.size() + s.nccl_conns.size());
   for (auto it = s.cuda_pairs.begin(); it != s.cuda_pairs.end(); it = s.cuda_pairs.erase(it)) {
     PairEntry& e = it->second;
-    e.src = s.Ref(e.src.host, e.src.bus_id);
-    e.dst = s.Ref(e.dst.host, e.dst.bus_id);
+    e.src = s.Ref(e.src.host, e.src.bus_id, e.src.cuda);
+    e.dst = s.Ref(e.dst.host, e.dst.bus_id, e.dst.cuda);
     rep.pairs.push_back(std::move(e));
+  }
+  for (ProcessInfo& p : rep.processes) {
+    p.gpus.clear();
+    for (const std::string& bus : p.bus_ids) p.gpus.push_back(s.Ref(p.host, NormalizeBusId(bus)).gpu);
   }
   s.FinishTraceConns();
   s.FinishNcclPairs();
   s.FinishCallSites();
   for (auto& [k, op] : s.ops) rep.nccl_ops.push_back(std::move(op));
+  for (PairEntry& e : rep.pairs) s.NameLink(e);
   std::sort(rep.pairs.begin(), rep.pairs.end(), [](const PairEntry& x, const PairEntry& y) {
     return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.host, x.dst.gpu, x.dst.bus_id, x.transport, x.source) <
            std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.host, y.dst.gpu, y.dst.bus_id, y.transport, y.source);
   });
   for (PairEntry& e : rep.pairs) s.ApplyPreflight(e);
+  for (ProcessInfo& p : rep.processes)
+    for (const auto& [host, hp] : s.preflight)
+      if (hp.nvml && ShortHost(host) == ShortHost(p.host) && !p.links_from_probe) {
+        p.links_from_probe = true;
+        DescribeCapture(&p);
+      }
   for (const auto& [host, hp] : s.preflight) rep.preflight.push_back({host, hp.boot_id, hp.warnings});
   s.FinishCosts();
   // One finding per cause id, listing its pairs.
@@ -768,8 +844,8 @@ Report ReportBuilder::Finish() {
       Finding& f = by_cause[c.id];
       f.id = c.id;
       if (f.severity != "warning") f.severity = e.fallback ? "warning" : "info";
-      f.pairs.push_back(fmt::format("{} GPU{} -> {}GPU{}", e.src.host, e.src.gpu,
-                                    e.dst.host == e.src.host ? "" : e.dst.host + " ", e.dst.gpu));
+      f.pairs.push_back(fmt::format("{} {} -> {}{}", e.src.host, GpuName(e.src),
+                                    e.dst.host == e.src.host ? "" : e.dst.host + " ", GpuName(e.dst)));
       if (f.evidence.empty()) f.evidence = c.evidence;
       f.fix = c.fix;
     }

@@ -24,8 +24,15 @@ namespace p2ptrace::cli {
 
 struct GpuRef {
   std::string host, bus_id;
-  int gpu = -1;  // index among the host's GPUs the traces saw, in PCI order
+  // The host's own index of the GPU, as nvidia-smi shows it (from its bus id): the job-start
+  // probe's NVML index, else the PCI order of the node's GPUs; -1 when the traces cannot tell
+  // (the GPU is then named by its bus id).
+  int gpu = -1;
+  int cuda = -1;     // the CUDA ordinal its process(es) gave it; -1 unknown or not the same in all
+  std::string name;  // the GPU's model as NVML names it; "" unknown
 };
+// "GPU4", or "GPU(0000:1a:00.0)" when the host's numbering is unknown: how every output names a GPU.
+std::string GpuName(const GpuRef& gpu);
 
 struct Cause {
   std::string id;
@@ -48,6 +55,10 @@ struct PairEntry {
   int channels = 0;                        // NCCL connections seen for the pair
   int transport = 0;  // p2ptrace_transport
   int expected = 0;   // the best class the node allows for this pair; 0 unknown
+  // The pair's link as the job-start probe named it (`nvidia-smi topo -m`'s cell: "NV18", "PIX",
+  // "SYS"); "" unknown. It names a direct pair's class when the trace could not (NCCL's log says
+  // only "P2P").
+  std::string link;
   bool fallback = false;
   uint64_t calls = 0, bytes = 0, errors = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
   std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
@@ -99,7 +110,8 @@ struct ProcessInfo {
   int rank = -1, pid = 0;
   std::string host, file, state;  // state: running|exited|fatal signal N
   int fatal_signal = 0;            // the signal that reached the shim's handler; 0 when none did
-  std::vector<std::string> bus_ids;
+  std::vector<std::string> bus_ids;  // by CUDA ordinal
+  std::vector<int> gpus;             // the host's index of each (GpuRef::gpu), by CUDA ordinal
   int runtime_version = 0, driver_version = 0;
   int nccl_version = 0;  // ncclGetVersion's code from the header (22809); 0 unknown or an older file
   uint32_t capture_flags = 0;
@@ -109,6 +121,7 @@ struct ProcessInfo {
   uint64_t start_realtime_ns = 0;  // wall clock at the shim's start
   double seconds = -1;             // how long it ran, as far as the trace says; -1 unknown
   bool nccl_used = false;  // the process created a communicator or called an NCCL operation
+  bool links_from_probe = false;  // its host's job-start probe named the links (NVML answered)
   // What the shim could see in this process ("cudart 12 intercepted, NCCL log tapped, …") and
   // what that means for trusting an empty or partial answer.
   std::string capture_mode, trust;

@@ -29,14 +29,28 @@ json RankJson(const ProcessInfo& p) {
   r["trust"] = p.trust;
   r["start_realtime_ns"] = p.start_realtime_ns;
   r["seconds"] = p.seconds >= 0 ? json(p.seconds) : json(nullptr);
-  r["gpu"] = p.bus_ids.size() == 1 ? json(0) : json(nullptr);
+  // Its GPU when it saw one (the host's index; null when unknown), and the index of each it saw.
+  r["gpu"] = p.gpus.size() == 1 && p.gpus[0] >= 0 ? json(p.gpus[0]) : json(nullptr);
   r["bus_id"] = p.bus_ids.size() == 1 ? json(p.bus_ids[0]) : json(nullptr);
+  json gpus = json::array();
+  for (int g : p.gpus) gpus.push_back(g >= 0 ? json(g) : json(nullptr));
+  r["gpus"] = gpus;
   return r;
+}
+
+// One end of a pair: the host's index (nvidia-smi's; null when unknown), its bus id, the CUDA
+// ordinal its process gave it (null when unknown or not the same in every process) and its model.
+json GpuJson(const GpuRef& g) {
+  json o{{"host", g.host}, {"gpu", g.gpu >= 0 ? json(g.gpu) : json(nullptr)}, {"bus_id", g.bus_id},
+         {"name", GpuName(g)}};
+  o["cuda"] = g.cuda >= 0 ? json(g.cuda) : json(nullptr);
+  if (!g.name.empty()) o["model"] = g.name;
+  return o;
 }
 
 json PairJson(const PairEntry& e) {
   auto ref = [](const GpuRef& g, const std::set<int>& ranks) {
-    json o{{"host", g.host}, {"gpu", g.gpu}, {"bus_id", g.bus_id}};
+    json o = GpuJson(g);
     o["rank"] = ranks.size() == 1 && *ranks.begin() >= 0 ? json(*ranks.begin()) : json(nullptr);
     return o;
   };
@@ -48,6 +62,7 @@ json PairJson(const PairEntry& e) {
   p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
   p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
   p["channels"] = e.channels;
+  p["link"] = e.link.empty() ? json(nullptr) : json(e.link);
   p["nccl_from"] = e.nccl_from.empty() ? json(nullptr) : json(e.nccl_from);
   p["expected_gbps"] = e.expected_gbps_high > 0 ? json{{"low", e.expected_gbps_low}, {"high", e.expected_gbps_high},
                                                        {"basis", e.expected_basis}}
@@ -73,8 +88,7 @@ json NcclOpJson(const NcclOpSummary& s) {
 json CallSiteJson(const CallSiteSummary& c) {
   json pairs = json::array();
   for (const CallSiteSummary::Pair& p : c.pairs)
-    pairs.push_back({{"src", {{"host", p.src.host}, {"gpu", p.src.gpu}, {"bus_id", p.src.bus_id}}},
-                     {"dst", {{"host", p.dst.host}, {"gpu", p.dst.gpu}, {"bus_id", p.dst.bus_id}}},
+    pairs.push_back({{"src", GpuJson(p.src)}, {"dst", GpuJson(p.dst)},
                      {"transport", TransportName(p.transport)}, {"copies", p.copies}, {"bytes", p.bytes}});
   return {{"id", c.id}, {"frames", c.frames}, {"copies", c.copies}, {"bytes", c.bytes},
           {"host_staged_bytes", c.host_staged_bytes}, {"errors", c.errors},

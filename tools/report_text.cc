@@ -106,8 +106,8 @@ const char* NcclFromText(const PairEntry& e) {
 }
 
 std::string PairName(const PairEntry& e) {
-  return e.src.host == e.dst.host ? fmt::format("{} GPU{} -> GPU{}", e.src.host, e.src.gpu, e.dst.gpu)
-                                  : fmt::format("{} GPU{} -> {} GPU{}", e.src.host, e.src.gpu, e.dst.host, e.dst.gpu);
+  return e.src.host == e.dst.host ? fmt::format("{} {} -> {}", e.src.host, GpuName(e.src), GpuName(e.dst))
+                                  : fmt::format("{} {} -> {} {}", e.src.host, GpuName(e.src), e.dst.host, GpuName(e.dst));
 }
 
 // "312.4 GB/s (nvlink: 20-370 expected)" — measured against what the class should deliver.
@@ -127,21 +127,24 @@ std::string RateText(const PairEntry& e) {
 
 // The matrix cells of one host, in the layout of `nvidia-smi topo -m`.
 struct HostMatrix {
-  std::map<int, std::string> gpus;           // index -> bus id
-  std::map<std::pair<int, int>, std::pair<int, int>> cells;  // (row, col) -> (class of most bytes, classes)
+  using Gpu = std::pair<int, std::string>;    // (the host's index, bus id): in nvidia-smi's order
+  std::map<Gpu, std::string> gpus;            // -> its name in the matrix
+  std::map<std::pair<Gpu, Gpu>, std::pair<int, int>> cells;  // (row, col) -> (class of most bytes, classes)
   bool operator==(const HostMatrix& o) const { return gpus == o.gpus && cells == o.cells; }
 };
 
 std::map<std::string, HostMatrix> Matrices(const Report& rep) {
   std::map<std::string, HostMatrix> out;
-  std::map<std::pair<std::string, std::pair<int, int>>, uint64_t> most;
+  std::map<std::pair<std::string, std::pair<HostMatrix::Gpu, HostMatrix::Gpu>>, uint64_t> most;
   for (const PairEntry& e : rep.pairs) {
     if (e.src.host != e.dst.host) continue;
     HostMatrix& m = out[e.src.host];
-    m.gpus[e.src.gpu] = e.src.bus_id;
-    m.gpus[e.dst.gpu] = e.dst.bus_id;
-    auto& cell = m.cells[{e.src.gpu, e.dst.gpu}];
-    uint64_t& top = most[{e.src.host, {e.src.gpu, e.dst.gpu}}];
+    // A numbered GPU is keyed by its index alone, so that hosts alike compare alike.
+    HostMatrix::Gpu src{e.src.gpu, e.src.gpu >= 0 ? "" : e.src.bus_id}, dst{e.dst.gpu, e.dst.gpu >= 0 ? "" : e.dst.bus_id};
+    m.gpus[src] = GpuName(e.src);
+    m.gpus[dst] = GpuName(e.dst);
+    auto& cell = m.cells[{src, dst}];
+    uint64_t& top = most[{e.src.host, {src, dst}}];
     if (cell.second == 0 || e.bytes > top) {
       cell.first = e.transport;
       top = e.bytes;
@@ -278,22 +281,25 @@ std::string RenderText(const Report& rep, bool color) {
     out += fmt::format("\n{}: GPU pairs by path (row: source GPU, column: destination GPU){}\n      ", names[0],
                        names.size() > 1 ? fmt::format("; the same on {}", NameList({names.begin() + 1, names.end()}))
                                         : std::string());
-    for (auto& [g, bus] : m->gpus) out += fmt::format("{:>6}", fmt::format("GPU{}", g));
+    size_t w = 6;  // wider for GPUs named by bus id
+    for (auto& [g, name] : m->gpus) w = std::max(w, name.size() + 1);
+    out += std::string(w - 6, ' ');
+    for (auto& [g, name] : m->gpus) out += fmt::format("{:>{}}", name, w);
     out += "\n";
-    for (auto& [row, row_bus] : m->gpus) {
-      out += fmt::format("{:<6}", fmt::format("GPU{}", row));
-      for (auto& [col, col_bus] : m->gpus) {
+    for (auto& [row, row_name] : m->gpus) {
+      out += fmt::format("{:<{}}", row_name, w);
+      for (auto& [col, col_name] : m->gpus) {
         if (row == col) {
-          out += fmt::format("{:>6}", "X");
+          out += fmt::format("{:>{}}", "X", w);
           continue;
         }
         auto c = m->cells.find({row, col});
         if (c == m->cells.end()) {
-          out += fmt::format("{:>6}", ".");
+          out += fmt::format("{:>{}}", ".", w);
           continue;
         }
         std::string cell = std::string(TransportCell(c->second.first)) + (c->second.second > 1 ? "*" : "");
-        out.Painted(c->second.first, fmt::format("{:>6}", cell));
+        out.Painted(c->second.first, fmt::format("{:>{}}", cell, w));
       }
       out += "\n";
     }
@@ -315,7 +321,7 @@ std::string RenderText(const Report& rep, bool color) {
     if (host_pairs++ >= kHostPairsShown) break;
     out += fmt::format("  {} -> {}:\n", hp.first, hp.second);
     for (const PairEntry* e : entries) {
-      out += fmt::format("    GPU{} -> GPU{}  ", e->src.gpu, e->dst.gpu);
+      out += fmt::format("    {} -> {}  ", GpuName(e->src), GpuName(e->dst));
       out.Painted(e->transport, fmt::format("{:<12}", TransportName(e->transport)));
       out += fmt::format(" {}{:>11}  {}\n",
                          e->nccl_transports.empty() ? ""
@@ -420,7 +426,7 @@ std::string RenderText(const Report& rep, bool color) {
       if (!c.pairs.empty()) out += "      pairs: ";
       for (size_t k = 0; k < std::min(kPairsShownPerSite, c.pairs.size()); ++k) {
         const CallSiteSummary::Pair& p = c.pairs[k];
-        out += fmt::format("{}{} GPU{} -> GPU{} ", k ? ", " : "", p.src.host, p.src.gpu, p.dst.gpu);
+        out += fmt::format("{}{} {} -> {} ", k ? ", " : "", p.src.host, GpuName(p.src), GpuName(p.dst));
         out.Painted(p.transport, TransportName(p.transport));
         out += fmt::format(" ({})", BytesText(p.bytes));
       }

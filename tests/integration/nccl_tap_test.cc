@@ -269,7 +269,14 @@ TEST_P(NcclScenario, EveryPairCarriesTheTransportNcclPrintedAndOperationsTheirTi
     // The send/recv ring (connIndex 1) uses the same transport; NET's shares its buffers ("/Shared").
     json printed = t.rfind("NET/", 0) == 0 ? json::array({t, t + "/Shared"}) : json::array({t});
     EXPECT_EQ(p["nccl_transports"], printed) << key;
-    EXPECT_EQ(p["transport"], ClassOf(t)) << key;
+    // NCCL's "P2P" is named by the node's link (the job-start probe's `topo -m` cell): NVLink for
+    // NV<n>, PCIe P2P for a PCIe path, as NVML answered on the simulated node.
+    if (ClassOf(t) == "p2p") {
+      ASSERT_TRUE(p["link"].is_string()) << key << ": " << p.dump();
+      EXPECT_EQ(p["transport"], p["link"].get<std::string>().rfind("NV", 0) == 0 ? "nvlink" : "pcie_p2p") << key;
+    } else {
+      EXPECT_EQ(p["transport"], ClassOf(t)) << key;
+    }
     EXPECT_EQ(p["src"]["rank"], rank) << key;
   }
   std::set<std::string> got_keys;

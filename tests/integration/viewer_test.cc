@@ -574,7 +574,7 @@ TEST(Export, SimulatedRunsFollowTheTraceEventRules) {
   bool ring_cells = false;
   for (const json& e : c.job_events)
     ring_cells |= e["name"] == "pair matrix node0" &&
-                  e["args"]["rows"]["GPU0"]["GPU1"].get<std::string>().find("p2p") != std::string::npos;
+                  e["args"]["rows"]["GPU0"]["GPU1"].get<std::string>().find("nvlink") != std::string::npos;
   EXPECT_TRUE(ring_cells);
 }
 
