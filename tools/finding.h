@@ -12,6 +12,9 @@ struct Finding {
   std::string cause;         // optional: the cause id when `id` names a symptom
   std::string fix;
   std::vector<std::string> pairs, evidence;
+  // A finding that is not about GPU pairs (a failed NCCL call, NCCL's own WARN): what happened, in
+  // one line; the text report shows it in place of the pair list.
+  std::string title;
 };
 
 }  // namespace p2ptrace::cli

@@ -52,6 +52,18 @@ std::string BytesText(uint64_t b) {
   return fmt::format("{} B", b);
 }
 
+// "0-7, 9, 12-15"
+std::string RankRanges(const std::vector<int>& sorted) {
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    parts.push_back(j == i ? std::to_string(sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
+    i = j + 1;
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 std::string GpuName(const GpuRef& g) {
   return g.gpu >= 0 ? fmt::format("GPU{}", g.gpu) : fmt::format("GPU({})", g.bus_id.empty() ? "?" : g.bus_id);
 }
@@ -94,7 +106,21 @@ void DescribeCapture(ProcessInfo* p) {
   if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_13) runtimes.push_back("13");
   if (runtimes.empty()) {
     mode.push_back("no CUDA runtime call reached the shim");
-    trust.push_back("its CUDA copies are unseen (a statically linked CUDA runtime?): no pair listed for it proves nothing");
+    // Static linking only when the program's ELF carries the static runtime (read where the report runs).
+    std::optional<bool> is_static = p->exe.empty() ? std::nullopt : CarriesStaticCudart(p->exe);
+    if (is_static.value_or(false))
+      trust.push_back(fmt::format("{} carries a statically linked CUDA runtime (nvcc's default --cudart static), which "
+                                  "LD_PRELOAD cannot intercept: its CUDA copies are unseen (rebuild with "
+                                  "`nvcc -cudart shared`)",
+                                  p->exe));
+    else if (is_static.has_value())
+      trust.push_back(fmt::format("{} carries no static CUDA runtime: the process ended{} before any CUDA runtime call "
+                                  "the shim wraps",
+                                  p->exe, p->nccl_used ? " (its NCCL calls are traced)" : ""));
+    else
+      trust.push_back(fmt::format("its program ({}) cannot be read here to tell whether its CUDA runtime is linked "
+                                  "statically: no CUDA pair listed for it proves nothing",
+                                  p->exe.empty() ? "not named in the trace" : p->exe));
   } else {
     mode.push_back(fmt::format("cudart {} intercepted", fmt::join(runtimes, "+")));
   }
@@ -259,6 +285,13 @@ struct ReportBuilder::State {
     std::string refusal_kind, refusal_evidence;  // NCCL_P2P_DISABLE / NCCL_P2P_LEVEL=LOC in its environment
   };
   std::vector<TraceConns> trace_conns;
+  // NCCL calls that returned an error, by (api, ncclResult_t): how many, and by whom.
+  struct NcclFailure {
+    uint64_t calls = 0;
+    std::set<int> ranks;
+    std::vector<std::string> processes;  // "node0 pid 4711" of rank-less processes (a few)
+  };
+  std::map<std::pair<int, int>, NcclFailure> nccl_failures;
   // Per host, from the environment of a process whose log is missing: a setting that takes P2P
   // away (the refusal kind, the evidence), standing in for NCCL's `… set by environment` line.
   std::map<std::string, std::pair<std::string, std::string>> env_refusal;
@@ -331,6 +364,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   p.pid = h.pid;
   p.host = t.Host();
   p.file = t.path;
+  p.exe = std::string(h.exe, strnlen(h.exe, sizeof h.exe));
   p.state = StateText(h);
   if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.fatal_signal = h.fatal_signal;
   // Without CUDA_VISIBLE_DEVICES a process sees every GPU of its node.
@@ -357,6 +391,12 @@ void ReportBuilder::EndTrace(const Trace& t) {
     Expected<PreflightBlock> b = ParsePreflight(text);
     if (b.ok()) s_->AddPreflight(p.host, *b);
     else s_->rep.partial.push_back(fmt::format("{}: preflight block unreadable ({})", t.path, b.error().message));
+  }
+  for (const auto& [k, n] : f.nccl_failures) {
+    State::NcclFailure& nf = s_->nccl_failures[k];
+    nf.calls += n;
+    if (p.rank >= 0) nf.ranks.insert(p.rank);
+    else if (nf.processes.size() < 8) nf.processes.push_back(fmt::format("{} pid {}", p.host, p.pid));
   }
   s_->rep.processes.push_back(std::move(p));
   s_->AddCudaPairs(t, f);
@@ -850,6 +890,28 @@ Report ReportBuilder::Finish() {
       f.fix = c.fix;
     }
   for (auto& [id, f] : by_cause) rep.findings.push_back(std::move(f));
+  // NCCL calls that failed: the symptom, with who and how; NCCL's WARN lines say why.
+  if (!s.nccl_failures.empty()) {
+    Finding f;
+    f.id = "nccl-call-failed";
+    f.severity = "error";
+    std::vector<std::string> what;
+    for (const auto& [k, nf] : s.nccl_failures) {
+      std::string_view name = NcclResultName(k.second);
+      std::string result = name.empty() ? fmt::format("{}", k.second) : fmt::format("{} ({})", name, k.second);
+      std::vector<int> ranks(nf.ranks.begin(), nf.ranks.end());
+      std::string who = !ranks.empty() ? fmt::format("rank{} {}", ranks.size() == 1 ? "" : "s", RankRanges(ranks))
+                                       : fmt::format("{}", fmt::join(nf.processes, ", "));
+      what.push_back(fmt::format("{} returned {}", NcclApiName(k.first), result));
+      f.evidence.push_back(fmt::format("{} returned {} on {} ({} call{})", NcclApiName(k.first), result, who, nf.calls,
+                                       nf.calls == 1 ? "" : "s"));
+    }
+    f.title = fmt::format("NCCL calls failed: {}", fmt::join(what, "; "));
+    f.fix = "NCCL's WARN lines say why (the findings they explain are listed with this one; the whole text is in "
+            "the tapped nccl.<host>.<pid>.log files of the trace directory); rerun with NCCL_DEBUG=WARN to see them "
+            "on the job's output";
+    rep.findings.push_back(std::move(f));
+  }
   return std::move(rep);
 }
 

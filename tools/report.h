@@ -109,6 +109,7 @@ struct CallSiteSummary {
 struct ProcessInfo {
   int rank = -1, pid = 0;
   std::string host, file, state;  // state: running|exited|fatal signal N
+  std::string exe;                 // the program, as the trace names it (/proc/self/exe)
   int fatal_signal = 0;            // the signal that reached the shim's handler; 0 when none did
   std::vector<std::string> bus_ids;  // by CUDA ordinal
   std::vector<int> gpus;             // the host's index of each (GpuRef::gpu), by CUDA ordinal
@@ -220,6 +221,8 @@ absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bo
                                   StreamOptions options = {});
 
 std::string RenderText(const Report& report, bool color);
+// "0-7, 9, 12-15" for sorted ranks.
+std::string RankRanges(const std::vector<int>& sorted);
 // "4.0 MiB", "512 B": a byte count as the report prints it.
 std::string BytesText(uint64_t bytes);
 // "13.0" for CUDA's version code 13000; "?" for 0.

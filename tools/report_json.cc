@@ -102,7 +102,9 @@ json PreflightJson(const Report::Preflight& pf) {
 }
 
 json FindingJson(const Finding& f) {
-  return {{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence}, {"fix", f.fix}};
+  json o{{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence}, {"fix", f.fix}};
+  if (!f.title.empty()) o["title"] = f.title;
+  return o;
 }
 
 json CaptureJson(const Report& rep) {

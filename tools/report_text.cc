@@ -81,17 +81,6 @@ std::string Duration(double s) {
   return fmt::format("{:.0f} µs", s * 1e6);
 }
 
-// "0-7, 9, 12-15"
-std::string RankRanges(const std::vector<int>& sorted) {
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    parts.push_back(j == i ? std::to_string(sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
-    i = j + 1;
-  }
-  return fmt::format("{}", fmt::join(parts, ", "));
-}
 
 // "node0, node1, … (512 hosts)"
 std::string NameList(const std::vector<std::string>& names, size_t shown = 4) {
@@ -452,9 +441,12 @@ std::string RenderText(const Report& rep, bool color) {
                            : std::string(first ? TransportName(first->transport) : "");
     constexpr size_t kShown = 8;
     std::vector<std::string> some(f.pairs.begin(), f.pairs.begin() + static_cast<long>(std::min(f.pairs.size(), kShown)));
-    out += fmt::format("\n{} [{}] {} on {} pair{}: {}{}\n", f.severity, f.id, what, f.pairs.size(),
-                       f.pairs.size() == 1 ? "" : "s", fmt::join(some, ", "),
-                       f.pairs.size() > kShown ? fmt::format(", … ({} more)", f.pairs.size() - kShown) : "");
+    if (!f.title.empty() && f.pairs.empty())
+      out += fmt::format("\n{} [{}] {}\n", f.severity, f.id, f.title);
+    else
+      out += fmt::format("\n{} [{}] {} on {} pair{}: {}{}\n", f.severity, f.id, what, f.pairs.size(),
+                         f.pairs.size() == 1 ? "" : "s", fmt::join(some, ", "),
+                         f.pairs.size() > kShown ? fmt::format(", … ({} more)", f.pairs.size() - kShown) : "");
     for (const std::string& e : f.evidence) out += "    evidence: " + e + "\n";
     if (!f.fix.empty()) out += "    fix: " + f.fix + "\n";
   }

@@ -25,21 +25,6 @@ std::string ShimPath(const std::string& self_exe) {
   return (exe.parent_path() / ".." / "lib" / "libp2ptrace.so").lexically_normal().string();
 }
 
-bool HasStaticCudart(const std::string& path) {
-  Expected<InputFile> in = InputFile::Open(path);  // a regular file only: a FIFO would block
-  if (!in.ok()) return false;
-  static const std::string kMarker = "libcudart_static_";
-  std::string window;
-  char buf[1 << 16];
-  for (uint64_t at = 0;;) {
-    Expected<size_t> got = in->ReadAt(at, buf, sizeof buf);
-    if (!got.ok() || *got == 0) return false;
-    at += *got;
-    window.append(buf, *got);
-    if (window.find(kMarker) != std::string::npos) return true;
-    window.erase(0, window.size() > kMarker.size() ? window.size() - kMarker.size() : 0);
-  }
-}
 
 namespace {
 
@@ -120,7 +105,7 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   absl::StatusOr<Report> rep = StreamReport(dir, options);
   progress.Clear();
   if (!rep.ok() || rep->processes.empty()) {
-    std::string why = HasStaticCudart(FindInPath(o.command[0]))
+    std::string why = CarriesStaticCudart(FindInPath(o.command[0])).value_or(false)
                           ? fmt::format("{} carries a statically linked CUDA runtime (nvcc's default --cudart "
                                         "static), which LD_PRELOAD cannot intercept: rebuild it with "
                                         "`nvcc -cudart shared` or link CUDA::cudart",

@@ -19,8 +19,5 @@ int Run(const RunOptions& options, const std::string& self_exe);
 // Where libp2ptrace.so is: $P2PTRACE_LIB, else <dir of the p2ptrace binary>/../lib/libp2ptrace.so.
 std::string ShimPath(const std::string& self_exe);
 
-// True when the executable at `path` carries its own copy of the CUDA runtime (nvcc's default
-// --cudart static), whose calls LD_PRELOAD cannot reach.
-bool HasStaticCudart(const std::string& path);
 
 }  // namespace p2ptrace::cli

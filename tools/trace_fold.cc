@@ -46,6 +46,7 @@ void TraceFold::Add(const TraceRecord& r) {
     }
   } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
     nccl_used = true;
+    if (c->result != 0) ++nccl_failures[{c->api, c->result}];
     if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks, c->rank, c->cuda_device};
   } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
     nccl_used = true;
@@ -56,6 +57,7 @@ void TraceFold::Add(const TraceRecord& r) {
     }
     Ops& a = ops[{o->comm, o->api}];
     if (o->result != 0) {
+      ++nccl_failures[{o->api, o->result}];
       ++a.errors;
       return;
     }

@@ -57,6 +57,8 @@ struct TraceFold {
   std::map<uint32_t, SiteUse> sites;
   static constexpr size_t kMaxSites = 1 << 16;  // the shim writes at most 4096 per file; more is a damaged file
   bool nccl_used = false;
+  // NCCL calls that returned an error: (p2ptrace_nccl_api, ncclResult_t) -> how many.
+  std::map<std::pair<int, int>, uint64_t> nccl_failures;
   uint64_t last_ns = 0;
   static constexpr size_t kMaxPending = 1 << 20;  // past it, forgotten rather than accumulated
 

@@ -131,4 +131,22 @@ void PrintLoadProblems(const LoadedTraces& loaded, std::ostream& err, size_t max
   PrintLoadProblems(loaded.problems, loaded.partial, loaded.traces.size(), err, max_lines);
 }
 
+// The static runtime's own object names are in every binary that carries it, stripped or not.
+std::optional<bool> CarriesStaticCudart(const std::string& path) {
+  Expected<InputFile> in = InputFile::Open(path);  // a regular file only: a FIFO would block
+  if (!in.ok()) return std::nullopt;
+  static const std::string kMarker = "libcudart_static_";
+  std::string window;
+  char buf[1 << 16];
+  for (uint64_t at = 0;;) {
+    Expected<size_t> got = in->ReadAt(at, buf, sizeof buf);
+    if (!got.ok()) return std::nullopt;
+    if (*got == 0) return false;
+    at += *got;
+    window.append(buf, *got);
+    if (window.find(kMarker) != std::string::npos) return true;
+    window.erase(0, window.size() > kMarker.size() ? window.size() - kMarker.size() : 0);
+  }
+}
+
 }  // namespace p2ptrace::cli

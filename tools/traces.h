@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -49,6 +50,11 @@ inline constexpr uint64_t kMaxNcclLogBytes = uint64_t{256} << 20;
 Expected<NcclLog> ReadNcclLogFile(const std::string& path, std::string* partial = nullptr);
 // What a usable file lost, in one line naming it ("FILE: what was lost"); "" when it is whole.
 std::string PartialLine(const Trace& t);
+
+// Whether the executable at `path` carries its own copy of the CUDA runtime (nvcc's default
+// --cudart static), whose calls LD_PRELOAD cannot reach; nullopt when it cannot be read (not
+// here, not a regular file).
+std::optional<bool> CarriesStaticCudart(const std::string& path);
 
 // DIR: every *.p2ptrace file in it (not recursive); a file path: that one file. Fails only when
 // the path itself cannot be read; files that are not usable become `problems`.

@@ -204,3 +204,64 @@ TEST(Links, PcieP2pBehindAcsCarriesTheRisk) {
 }
 
 }  // namespace
+
+namespace {
+
+const json* FindFinding(const json& report, const std::string& id) {
+  for (const json& f : report["findings"])
+    if (f["id"] == id) return &f;
+  return nullptr;
+}
+
+bool AnyContains(const json& strings, const std::string& text) {
+  for (const json& s : strings)
+    if (s.get<std::string>().find(text) != std::string::npos) return true;
+  return false;
+}
+
+// A program that links libcudart dynamically but whose NCCL init failed before any CUDA runtime
+// call (the real libnccl.so.2 here: no GPU, no driver): the failure is an error finding naming the
+// call and its result, and the capture line reads the program's ELF instead of guessing "static".
+TEST(Failures, NcclInitFailureIsAFindingNotStaticLinking) {
+  std::string dir = TempDir() + "/init-failure";
+  std::filesystem::remove_all(dir);
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", NCCL_REAL_PROBE},
+                           {{"LD_LIBRARY_PATH", std::nullopt}, {"NCCL_DEBUG", std::nullopt}, {"P2PTRACE_WARN", "off"},
+                            {"NCCL_DEBUG_FILE", std::nullopt}, {"NO_COLOR", "1"}});
+  ASSERT_NE(r.out.find("ncclCommInitRank 1 "), std::string::npos) << r.out << r.err;  // the real library's answer
+  json j = ReportJson(dir);
+  ASSERT_EQ(j["ranks"].size(), 1u) << j.dump();
+  std::string trust = j["ranks"][0]["trust"].get<std::string>();
+  EXPECT_EQ(trust.find("statically linked"), std::string::npos) << trust;
+  EXPECT_NE(trust.find("carries no static CUDA runtime"), std::string::npos) << trust;
+  const json* f = FindFinding(j, "nccl-call-failed");
+  ASSERT_NE(f, nullptr) << j["findings"].dump();
+  EXPECT_EQ((*f)["severity"], "error");
+  EXPECT_TRUE(AnyContains((*f)["evidence"], "ncclCommInitRank returned ncclUnhandledCudaError (1)")) << f->dump();
+  EXPECT_FALSE((*f)["fix"].get<std::string>().empty());
+}
+
+// /dev/shm too small for NCCL's SHM segments (Docker's default 64 MB, here 6 MB): the allreduce that
+// failed is an error finding, with the rank and NCCL's result.
+TEST(Failures, FullDevShmFailsAnOperationAndSaysSo) {
+  json topo = json::parse(ReadFile(Topology("demo-8gpu.json")));
+  topo["hosts"][0]["dev_shm_mb"] = 6;
+  std::string topology = TempDir() + "/shm6.json";
+  p2ptrace::testing::WriteFile(topology, topo.dump());
+  std::string dir = TempDir() + "/shm-full", rendezvous = dir + "-id";
+  std::filesystem::create_directories(rendezvous);
+  Env env = SimEnv(topology);
+  env["CUDA_VISIBLE_DEVICES"] = "3,4";  // across the sockets: SHM both ways
+  env["P2PSIM_NCCL_TIMEOUT"] = "20";
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", P2PSIM, "launch", "--topology", topology, "--hosts",
+                            "node0:2", "--", NCCL_RING, rendezvous, "4096"},
+                           env);
+  EXPECT_NE(r.exit_code, 0) << "the job failed: " << r.out;
+  json j = ReportJson(dir);
+  const json* f = FindFinding(j, "nccl-call-failed");
+  ASSERT_NE(f, nullptr) << j["findings"].dump();
+  EXPECT_EQ((*f)["severity"], "error");
+  EXPECT_TRUE(AnyContains((*f)["evidence"], "returned ncclSystemError (2) on rank")) << f->dump();
+}
+
+}  // namespace
