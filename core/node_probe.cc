@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -254,6 +255,8 @@ NodeFacts FactsFromProbe(const NodeProbe& probe) {
   f.gdr = probe.gdr;
   f.rdma_nics = probe.rdma_nics;
   f.communicator = probe.communicator;
+  f.nccl_version = probe.nccl_version;
+  f.nccl_version_note = probe.nccl_version_note;
   for (const ProbeStep& s : probe.steps)
     if (s.status == "ok") f.sources.push_back(s.name);
   for (const ProbedGpu& g : probe.gpus) {
@@ -382,8 +385,11 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
 
 std::string WarningLine(std::string_view host, std::string_view gpu_a, std::string_view gpu_b, int rank_a, int rank_b,
                         const PairPrediction& p, std::string_view note) {
-  std::string line = "p2ptrace: warning: " + std::string(host) + " " + std::string(gpu_a) + " -> " + std::string(gpu_b);
-  if (rank_a >= 0 && rank_b >= 0) line += " (ranks " + std::to_string(rank_a) + "->" + std::to_string(rank_b) + ")";
+  // gpu_b empty: gpu_a names the pairs already, both directions (WarningLines).
+  std::string line = "p2ptrace: warning: " + std::string(host) + " " + std::string(gpu_a) +
+                     (gpu_b.empty() ? "" : " -> " + std::string(gpu_b));
+  if (rank_a >= 0 && rank_b >= 0)
+    line += " (ranks " + std::to_string(rank_a) + (gpu_b.empty() ? "<->" : "->") + std::to_string(rank_b) + ")";
   std::string taken(TransportName(p.transport)), best(TransportName(p.best));
   if (p.fallback) line += ": " + taken + " instead of " + best;
   else if (p.init_error) line += ": NCCL init error instead of " + best;
@@ -401,15 +407,147 @@ std::string WarningLine(std::string_view host, std::string_view gpu_a, std::stri
   return Clean(line);
 }
 
+std::string GpuSetText(std::vector<int> gpus) {
+  std::sort(gpus.begin(), gpus.end());
+  gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+  std::string out = "GPU";
+  for (size_t i = 0; i < gpus.size();) {
+    size_t j = i;
+    while (j + 1 < gpus.size() && gpus[j + 1] == gpus[j] + 1) ++j;
+    out += (i == 0 ? "" : ",") + std::to_string(gpus[i]);
+    if (j > i) out += (j == i + 1 ? "," : "-") + std::to_string(gpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string PairSetText(std::vector<std::pair<int, int>> pairs, size_t max_parts) {
+  for (auto& [a, b] : pairs)
+    if (a > b) std::swap(a, b);
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  std::map<int, std::set<int>> nb;  // neighbours, both ways
+  for (auto [a, b] : pairs) nb[a].insert(b), nb[b].insert(a);
+  // Connected groups of GPUs, in the order of their lowest GPU.
+  std::vector<std::vector<int>> groups;
+  std::set<int> seen;
+  for (const auto& [start, unused] : nb) {
+    if (seen.count(start)) continue;
+    std::vector<int> group, todo{start};
+    seen.insert(start);
+    while (!todo.empty()) {
+      int g = todo.back();
+      todo.pop_back();
+      group.push_back(g);
+      for (int n : nb[g])
+        if (seen.insert(n).second) todo.push_back(n);
+    }
+    std::sort(group.begin(), group.end());
+    groups.push_back(std::move(group));
+  }
+  std::vector<std::string> parts;
+  for (const std::vector<int>& group : groups) {
+    size_t edges = 0;
+    for (int g : group) edges += nb[g].size();
+    edges /= 2;
+    if (group.size() == 2) {
+      parts.push_back("GPU" + std::to_string(group[0]) + " <-> GPU" + std::to_string(group[1]));
+      continue;
+    }
+    if (edges == group.size() * (group.size() - 1) / 2) {  // a clique
+      parts.push_back("every pair of " + GpuSetText(group));
+      continue;
+    }
+    // Complete bipartite: two sets, each GPU's partners exactly the other set.
+    std::map<std::set<int>, std::vector<int>> by_partners;
+    for (int g : group) by_partners[nb[g]].push_back(g);
+    if (by_partners.size() == 2) {
+      auto first = by_partners.begin(), second = std::next(first);
+      std::set<int> a(first->second.begin(), first->second.end()), b(second->second.begin(), second->second.end());
+      if (first->first == b && second->first == a) {
+        // The smaller set first (one GPU against the others reads as such), else the lower GPUs.
+        bool a_first = a.size() != b.size() ? a.size() < b.size() : *a.begin() < *b.begin();
+        parts.push_back(GpuSetText(a_first ? first->second : second->second) + " <-> " +
+                        GpuSetText(a_first ? second->second : first->second));
+        continue;
+      }
+    }
+    // Otherwise rows: each GPU with its higher partners, GPUs of equal rows together.
+    std::vector<std::pair<std::set<int>, std::vector<int>>> rows;
+    for (int g : group) {
+      std::set<int> higher(nb[g].upper_bound(g), nb[g].end());
+      if (higher.empty()) continue;
+      auto it = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.first == higher; });
+      if (it == rows.end()) rows.push_back({higher, {g}});
+      else it->second.push_back(g);
+    }
+    for (const auto& [higher, from] : rows)
+      parts.push_back(GpuSetText(from) + " <-> " + GpuSetText(std::vector<int>(higher.begin(), higher.end())));
+  }
+  std::string out;
+  for (size_t i = 0; i < parts.size() && i < max_parts; ++i) out += (i ? "; " : "") + parts[i];
+  if (parts.size() > max_parts) out += "; …";
+  return out;
+}
+
 std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& prediction) {
-  std::vector<std::string> lines;
   std::string host = probe.hostname.empty() ? "this node" : probe.hostname;
+  // Pairs whose lines would say the same thing, apart from the GPUs named: one line.
+  struct Group {
+    std::string key;
+    std::vector<const PairPrediction*> pairs;
+  };
+  std::vector<Group> groups;
   for (const PairPrediction& p : prediction.pairs) {
     if (!PairWarns(p)) continue;
-    const ProbedGpu* ga = probe.Gpu(p.a);
-    const ProbedGpu* gb = probe.Gpu(p.b);
-    lines.push_back(WarningLine(host, GpuLabel(probe, p.a), GpuLabel(probe, p.b), ga && gb ? ga->rank : -1,
-                                ga && gb ? gb->rank : -1, p));
+    const CauseHit* head = HeadlineCause(p);
+    std::string key = std::to_string(p.transport) + "/" + std::to_string(p.best) + "/" + (p.fallback ? "f" : "") +
+                      (p.init_error ? "e" : "") + "/" + (head ? head->id : "") + "/" + p.impact + "/";
+    for (const CauseHit& c : p.causes)
+      if (&c != head && c.role != "context") key += c.id + ",";
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
+    if (it == groups.end()) groups.push_back({key, {&p}});
+    else it->pairs.push_back(&p);
+  }
+  std::vector<std::string> lines;
+  for (const Group& g : groups) {
+    const PairPrediction& first = *g.pairs.front();
+    std::string who;
+    int rank_a = -1, rank_b = -1;
+    bool foreign = false;
+    for (const PairPrediction* p : g.pairs)
+      for (int i : {p->a, p->b})
+        if (const ProbedGpu* x = probe.Gpu(i); x && x->hostname && *x->hostname != probe.hostname) foreign = true;
+    if (g.pairs.size() == 1 || foreign) {
+      // One pair, or GPUs of other hosts (named by their own host): each pair by its labels.
+      std::vector<std::string> names;
+      for (const PairPrediction* p : g.pairs) names.push_back(GpuLabel(probe, p->a) + " <-> " + GpuLabel(probe, p->b));
+      if (names.size() > 4) names.resize(4), names.push_back("…");
+      who = Join(names, ", ");
+      if (g.pairs.size() == 1) {
+        const ProbedGpu* ga = probe.Gpu(first.a);
+        const ProbedGpu* gb = probe.Gpu(first.b);
+        if (ga && gb) rank_a = ga->rank, rank_b = gb->rank;
+      }
+    } else {
+      std::vector<std::pair<int, int>> pairs;
+      for (const PairPrediction* p : g.pairs) pairs.push_back({p->a, p->b});
+      who = PairSetText(pairs);
+    }
+    if (g.pairs.size() > 1) who += ", " + std::to_string(2 * g.pairs.size()) + " pairs";
+    // The evidence of the first pair stands for all; "e.g." when the others' differs (it names GPUs).
+    PairPrediction shown = first;
+    bool same = true;
+    const CauseHit* head = HeadlineCause(first);
+    for (const PairPrediction* p : g.pairs) {
+      const CauseHit* h = HeadlineCause(*p);
+      if (head && h && h->evidence != head->evidence) same = false;
+    }
+    if (!same)
+      for (CauseHit& c : shown.causes)
+        if (head && c.id == head->id && !c.evidence.empty()) c.evidence.front() = "e.g. " + c.evidence.front();
+    std::string line = WarningLine(host, who, "", rank_a, rank_b, shown);
+    lines.push_back(std::move(line));
   }
   // The all-good line only where there are pairs: a node with one GPU (or none visible) has nothing to say.
   if (lines.empty() && !prediction.pairs.empty())
