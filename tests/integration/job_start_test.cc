@@ -169,3 +169,29 @@ TEST(JobStart, CudaOnlyProcessWithNcclLoadedIsJudgedByTheDriversRules) {
 }
 
 }  // namespace
+
+namespace {
+
+// Issue 13, point 10: a process's tapped NCCL log and its trace name the same host (the simulated
+// host node0 here, which the shim reads from the sysroot; the machine's own name is another).
+TEST(JobStart, TapLogAndTraceOfAProcessNameTheSameHost) {
+  RunResult r = Ring("same-host", kDemo, "node0:2");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::map<std::string, std::string> trace_host, log_host;  // pid → host
+  for (const auto& e : std::filesystem::directory_iterator(TempDir() + "/same-host/trace")) {
+    std::string name = e.path().filename().string();
+    if (name.size() > 9 && name.ends_with(".p2ptrace")) {  // <host>.r<rank>.p<pid>.p2ptrace
+      size_t r_at = name.rfind(".r"), p_at = name.rfind(".p", name.size() - 10);
+      trace_host[name.substr(p_at + 2, name.size() - 9 - p_at - 2)] = name.substr(0, r_at);
+    } else if (name.rfind("nccl.", 0) == 0 && name.ends_with(".log")) {  // nccl.<host>.<pid>.log
+      std::string rest = name.substr(5, name.size() - 9);
+      size_t dot = rest.rfind('.');
+      log_host[rest.substr(dot + 1)] = rest.substr(0, dot);
+    }
+  }
+  ASSERT_EQ(trace_host.size(), 2u);
+  EXPECT_EQ(log_host, trace_host);
+  for (const auto& [pid, host] : trace_host) EXPECT_EQ(host, "node0") << pid;
+}
+
+}  // namespace
