@@ -383,17 +383,24 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
   return out;
 }
 
+namespace {
+
+// What happens to a pair, as its warning says it: "shm instead of pcie_p2p", "NCCL init error instead
+// of nvlink", "pcie_p2p at risk (slow or hanging) instead of pcie_p2p at full speed".
+std::string ChangeText(const PairPrediction& p) {
+  std::string taken(TransportName(p.transport)), best(TransportName(p.best));
+  if (p.fallback) return taken + " instead of " + best;
+  if (p.init_error) return "NCCL init error instead of " + best;
+  return taken + " at risk (slow or hanging) instead of " + best + " at full speed";
+}
+
+}  // namespace
+
 std::string WarningLine(std::string_view host, std::string_view gpu_a, std::string_view gpu_b, int rank_a, int rank_b,
                         const PairPrediction& p, std::string_view note) {
-  // gpu_b empty: gpu_a names the pairs already, both directions (WarningLines).
-  std::string line = "p2ptrace: warning: " + std::string(host) + " " + std::string(gpu_a) +
-                     (gpu_b.empty() ? "" : " -> " + std::string(gpu_b));
-  if (rank_a >= 0 && rank_b >= 0)
-    line += " (ranks " + std::to_string(rank_a) + (gpu_b.empty() ? "<->" : "->") + std::to_string(rank_b) + ")";
-  std::string taken(TransportName(p.transport)), best(TransportName(p.best));
-  if (p.fallback) line += ": " + taken + " instead of " + best;
-  else if (p.init_error) line += ": NCCL init error instead of " + best;
-  else line += ": " + taken + " at risk (slow or hanging) instead of " + best + " at full speed";
+  std::string line = "p2ptrace: warning: " + std::string(host) + " " + std::string(gpu_a) + " -> " + std::string(gpu_b);
+  if (rank_a >= 0 && rank_b >= 0) line += " (ranks " + std::to_string(rank_a) + "->" + std::to_string(rank_b) + ")";
+  line += ": " + ChangeText(p);
   if (!note.empty()) line += " (" + std::string(note) + ")";
   if (const CauseHit* head = HeadlineCause(p)) {
     line += " [" + head->id + "] " + Join(head->evidence, "; ");
@@ -492,62 +499,84 @@ std::string PairSetText(std::vector<std::pair<int, int>> pairs, size_t max_parts
 
 std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& prediction) {
   std::string host = probe.hostname.empty() ? "this node" : probe.hostname;
-  // Pairs whose lines would say the same thing, apart from the GPUs named: one line.
+  // One line per cause (the headline cause of each pair that warns); within it, the pairs of each
+  // path change apart when they differ (NVLink pairs and PCIe pairs that both go to SHM).
+  struct Change {
+    std::string text, impact;
+    std::vector<const PairPrediction*> pairs;
+  };
   struct Group {
-    std::string key;
+    std::string cause;
+    std::vector<Change> changes;
     std::vector<const PairPrediction*> pairs;
   };
   std::vector<Group> groups;
   for (const PairPrediction& p : prediction.pairs) {
     if (!PairWarns(p)) continue;
     const CauseHit* head = HeadlineCause(p);
-    std::string key = std::to_string(p.transport) + "/" + std::to_string(p.best) + "/" + (p.fallback ? "f" : "") +
-                      (p.init_error ? "e" : "") + "/" + (head ? head->id : "") + "/" + p.impact + "/";
-    for (const CauseHit& c : p.causes)
-      if (&c != head && c.role != "context") key += c.id + ",";
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == key; });
-    if (it == groups.end()) groups.push_back({key, {&p}});
-    else it->pairs.push_back(&p);
+    std::string cause = head ? head->id : "";
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.cause == cause; });
+    if (g == groups.end()) g = groups.insert(groups.end(), Group{cause, {}, {}});
+    g->pairs.push_back(&p);
+    std::string text = ChangeText(p);
+    auto c = std::find_if(g->changes.begin(), g->changes.end(), [&](const Change& x) { return x.text == text; });
+    if (c == g->changes.end()) c = g->changes.insert(g->changes.end(), Change{text, p.impact, {}});
+    c->pairs.push_back(&p);
   }
+  bool foreign = false;  // GPUs of other hosts: named by their labels, pair by pair
+  for (const ProbedGpu& g : probe.gpus)
+    if (g.hostname && *g.hostname != probe.hostname) foreign = true;
+  auto names = [&](const std::vector<const PairPrediction*>& pairs) {
+    if (foreign) {
+      std::vector<std::string> out;
+      for (const PairPrediction* p : pairs) out.push_back(GpuLabel(probe, p->a) + " <-> " + GpuLabel(probe, p->b));
+      if (out.size() > 4) out.resize(4), out.push_back("…");
+      return Join(out, ", ");
+    }
+    std::vector<std::pair<int, int>> ab;
+    for (const PairPrediction* p : pairs) ab.push_back({p->a, p->b});
+    return PairSetText(ab);
+  };
   std::vector<std::string> lines;
   for (const Group& g : groups) {
     const PairPrediction& first = *g.pairs.front();
-    std::string who;
-    int rank_a = -1, rank_b = -1;
-    bool foreign = false;
-    for (const PairPrediction* p : g.pairs)
-      for (int i : {p->a, p->b})
-        if (const ProbedGpu* x = probe.Gpu(i); x && x->hostname && *x->hostname != probe.hostname) foreign = true;
-    if (g.pairs.size() == 1 || foreign) {
-      // One pair, or GPUs of other hosts (named by their own host): each pair by its labels.
-      std::vector<std::string> names;
-      for (const PairPrediction* p : g.pairs) names.push_back(GpuLabel(probe, p->a) + " <-> " + GpuLabel(probe, p->b));
-      if (names.size() > 4) names.resize(4), names.push_back("…");
-      who = Join(names, ", ");
-      if (g.pairs.size() == 1) {
-        const ProbedGpu* ga = probe.Gpu(first.a);
-        const ProbedGpu* gb = probe.Gpu(first.b);
-        if (ga && gb) rank_a = ga->rank, rank_b = gb->rank;
+    std::string line = "p2ptrace: warning: " + host + " " + names(g.pairs);
+    if (g.pairs.size() > 1) line += ", " + std::to_string(2 * g.pairs.size()) + " pairs";
+    const ProbedGpu* ga = probe.Gpu(first.a);
+    const ProbedGpu* gb = probe.Gpu(first.b);
+    if (g.pairs.size() == 1 && ga && gb && ga->rank >= 0 && gb->rank >= 0)
+      line += " (ranks " + std::to_string(ga->rank) + "<->" + std::to_string(gb->rank) + ")";
+    line += ": ";
+    for (size_t i = 0; i < g.changes.size(); ++i) {
+      const Change& c = g.changes[i];
+      // A second change of the same class taken reads "…, instead of pcie_p2p (…)".
+      std::string text = c.text;
+      if (i > 0 && c.pairs.front()->transport == g.changes[i - 1].pairs.front()->transport &&
+          text.find(" instead of ") != std::string::npos)
+        text = text.substr(text.find(" instead of ") + 1);
+      line += (i ? ", " : "") + text + (g.changes.size() > 1 ? " (" + names(c.pairs) + ")" : "");
+    }
+    if (const CauseHit* head = HeadlineCause(first)) {
+      // One pair's evidence stands for all; "e.g." when another pair's differs (it names its GPUs).
+      bool same = true;
+      std::set<std::string> also_seen;
+      std::vector<std::string> also;
+      for (const PairPrediction* p : g.pairs) {
+        const CauseHit* h = HeadlineCause(*p);
+        if (h && h->evidence != head->evidence) same = false;
+        for (const CauseHit& c : p->causes)
+          if (&c != h && c.role != "context" && also_seen.insert(c.id).second) also.push_back(c.id);
       }
-    } else {
-      std::vector<std::pair<int, int>> pairs;
-      for (const PairPrediction* p : g.pairs) pairs.push_back({p->a, p->b});
-      who = PairSetText(pairs);
+      line += " [" + head->id + "] " + (same ? "" : "e.g. ") + Join(head->evidence, "; ");
+      if (!also.empty()) line += " (also: " + Join(also, ", ") + ")";
+      std::vector<std::string> impacts;
+      for (const Change& c : g.changes)
+        if (!c.impact.empty() && std::find(impacts.begin(), impacts.end(), c.impact) == impacts.end())
+          impacts.push_back(c.impact);
+      if (!impacts.empty()) line += "; " + Join(impacts, "; ");
+      if (const CauseInfo* info = FindCause(head->id)) line += "; fix: " + std::string(info->fix);
     }
-    if (g.pairs.size() > 1) who += ", " + std::to_string(2 * g.pairs.size()) + " pairs";
-    // The evidence of the first pair stands for all; "e.g." when the others' differs (it names GPUs).
-    PairPrediction shown = first;
-    bool same = true;
-    const CauseHit* head = HeadlineCause(first);
-    for (const PairPrediction* p : g.pairs) {
-      const CauseHit* h = HeadlineCause(*p);
-      if (head && h && h->evidence != head->evidence) same = false;
-    }
-    if (!same)
-      for (CauseHit& c : shown.causes)
-        if (head && c.id == head->id && !c.evidence.empty()) c.evidence.front() = "e.g. " + c.evidence.front();
-    std::string line = WarningLine(host, who, "", rank_a, rank_b, shown);
-    lines.push_back(std::move(line));
+    lines.push_back(Clean(line));
   }
   // The all-good line only where there are pairs: a node with one GPU (or none visible) has nothing to say.
   if (lines.empty() && !prediction.pairs.empty())

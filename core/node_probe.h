@@ -156,12 +156,13 @@ std::string GpuSetText(std::vector<int> gpus);
 // (every pair within a set), else rows "GPU0 <-> GPU2-3" of GPUs with the same partners; parts joined
 // by "; ", at most `max_parts` of them, then "; …".
 std::string PairSetText(std::vector<std::pair<int, int>> pairs, size_t max_parts = 4);
-// One line per cause (DESIGN.md §2): the pairs that warn, grouped by what their line would say
-// (headline cause, path change, the other causes, impact), each group as
-// `p2ptrace: warning: <host> <pairs>[, N pairs][ (ranks r<->s)]: <class> instead of <expected>
-// [<cause-id>] <evidence>[ (also: …)]; <impact>; fix: <fix>`, N counting both directions (as the
-// report lists pairs) when more than one GPU pair; groups in the order of their first pair. Or the
-// single `p2ptrace: all N GPU pairs on <host> can use NVLink/P2P` line. No trailing newlines.
+// One line per cause (DESIGN.md §2): the pairs that warn, grouped by their headline cause, each
+// group as `p2ptrace: warning: <host> <pairs>[, N pairs][ (ranks r<->s)]: <class> instead of
+// <expected>[ (<pairs>), instead of <expected2> (<pairs2>)…] [<cause-id>] <evidence>[ (also: …)];
+// <impact>[; <impact2>…]; fix: <fix>` (a path change per distinct change, with its pairs when
+// there are several), N counting both directions (as the report lists pairs) when more than one
+// GPU pair; groups in the order of their first pair. Or the single `p2ptrace: all N GPU pairs on
+// <host> can use NVLink/P2P` line. No trailing newlines.
 std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& prediction);
 // One pair's line, as in WarningLines (ranks left out when either is -1), with `note` in
 // parentheses after the classes when not empty: the one format every warning of a pair uses.

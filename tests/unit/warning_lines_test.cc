@@ -105,10 +105,25 @@ TEST(WarningLines, CausesApartAndEvidenceThatNamesGpusMarkedAsAnExample) {
   NodeProbe p = TwoIslands();
   p.env["NCCL_P2P_DISABLE"] = "1";  // every pair: NVLink ones and PCIe ones differ in their line
   std::vector<std::string> lines = WarningLines(p, PredictNode(p));
+  ASSERT_EQ(lines.size(), 1u) << lines[1];  // one cause, one line: its two path changes inside it
+  EXPECT_EQ(lines[0].rfind("p2ptrace: warning: node0 every pair of GPU0-7, 56 pairs: shm instead of nvlink (every pair "
+                           "of GPU0-3; every pair of GPU4-7), instead of pcie_p2p (GPU0-3 <-> GPU4-7) [env-p2p-disabled] "
+                           "NCCL_P2P_DISABLE=1; ",
+                           0),
+            0u)
+      << lines[0];
+  EXPECT_EQ(Count(lines, "fix: unset NCCL_P2P_DISABLE"), 1u) << lines[0];
+  // Two causes: two lines, each with its own pairs.
+  NodeProbe two = TwoIslands();
+  two.gpus[5].mig = true;
+  lines = WarningLines(two, PredictNode(two));
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(Count(lines, "shm instead of nvlink [env-p2p-disabled]"), 1u);
-  EXPECT_EQ(Count(lines, "every pair of GPU0-3; every pair of GPU4-7, 24 pairs"), 1u) << lines[0];
-  EXPECT_EQ(Count(lines, "GPU0-3 <-> GPU4-7, 32 pairs: shm instead of pcie_p2p [env-p2p-disabled]"), 1u) << lines[1];
+  EXPECT_EQ(Count(lines, "node0 GPU4,6,7 <-> GPU0-3, 24 pairs: shm instead of pcie_p2p [topology-beyond-p2p-level]"), 1u)
+      << lines[0] << "\n" << lines[1];
+  EXPECT_EQ(Count(lines, "node0 GPU5 <-> GPU0-4,6,7, 14 pairs: shm instead of pcie_p2p (GPU5 <-> GPU0-3), instead of "
+                         "nvlink (GPU5 <-> GPU4,6,7) [mig-enabled] GPU5 has MIG mode on"),
+            1u)
+      << lines[0] << "\n" << lines[1];
   // CUDA copies where the driver refuses the cross-socket pairs: evidence names one pair.
   NodeProbe c = TwoIslands();
   for (ProbedPair& q : c.pairs)
