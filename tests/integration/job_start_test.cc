@@ -166,6 +166,15 @@ TEST(JobStart, CudaOnlyProcessWithNcclLoadedIsJudgedByTheDriversRules) {
       << warnings[0];
   for (const char* nccl : {"shm instead", "NCCL_P2P_LEVEL", "topology-beyond-p2p-level", "NCCL 2."})
     EXPECT_EQ(r.err.find(nccl), std::string::npos) << nccl << "\n" << r.err;
+  // The same program seeing four GPUs: only their pairs, named by the node's (physical) numbers.
+  env["CUDA_VISIBLE_DEVICES"] = "0,1,4,5";
+  env["P2PTRACE_DIR"] = dir + "/trace-visible";
+  r = RunProgram({PREFLIGHT_WORKLOAD, "nccl-loaded-cuda-query"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  warnings = Warnings(ShimLines(r.err));
+  ASSERT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_EQ(warnings[0].rfind("p2ptrace: warning: node0 GPU0,1 <-> GPU4,5, 8 pairs: host_staged instead of pcie_p2p", 0), 0u)
+      << warnings[0];
 }
 
 }  // namespace
