@@ -470,6 +470,7 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
   if (std::strncmp(path, c.dir.c_str(), c.dir.size()) != 0 || path[c.dir.size()] != '/') return real_fopen(path, mode);
   KeepErrno keep;
   if (Expand(*pattern) != path) return real_fopen(path, mode);
+  ReturnEnvironment();  // NCCL opens the tap file: it has read NCCL_DEBUG and NCCL_DEBUG_FILE
   std::string name = path + c.dir.size() + 1;
   // Created by the shim, 0600, in the checked directory (NCCL's fopen would follow a symlink and
   // use its own umask); NCCL's "w" truncates one it opens again.
@@ -484,7 +485,6 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
   int high = MoveFdHigh(fd.Release());
   FILE* f = fdopen(high, mode);
   if (f == nullptr) close(high);
-  ReturnEnvironment();  // NCCL has read NCCL_DEBUG and NCCL_DEBUG_FILE: the program's own again
   return f;
 }
 
