@@ -91,7 +91,11 @@ Level P2pLevel(const NodeFacts& f, const Rules& r) {
     return {NcclLevel::kLOC, Level::kDisable, "LOC (NCCL_P2P_DISABLE=" + *d + ")"};
   if (const std::string* s = Env(f, "NCCL_P2P_LEVEL"))
     if (auto l = ParseNcclLevel(*s)) return {*l, Level::kEnv, std::string(NcclLevelName(*l)) + " (NCCL_P2P_LEVEL=" + *s + ")"};
-  return DefaultLevel(r);
+  Level l = DefaultLevel(r);
+  // The version was assumed: say so where the level is named, and why when told.
+  if (!f.nccl_version && !f.nccl_version_note.empty() && !l.why.empty() && l.why.back() == ')')
+    l.why.insert(l.why.size() - 1, "; " + f.nccl_version_note);
+  return l;
 }
 
 std::string Gpu(int i) { return "GPU" + std::to_string(i); }
@@ -120,7 +124,13 @@ class PairPredictor {
     pf_.b = b;
     out_.link = pf_.link;
     path_ = ParsePathType(pf_.link);
-    nv_ = path_ == PathType::kNVLink;
+    // NVLink (direct or through NVSwitches) carries NCCL's and CUDA's P2P whatever the PCIe path
+    // between the GPUs (another socket, SYS) and whatever the P2P level says of that path.
+    nv_ = path_ == PathType::kNVLink || (pf_.nvlinks_active && *pf_.nvlinks_active > 0);
+    if (nv_ && path_ != PathType::kNVLink) {
+      out_.link = pf_.link = "NV" + std::to_string(std::max(pf_.nvlinks_present.value_or(0), *pf_.nvlinks_active));
+      path_ = PathType::kNVLink;
+    }
     ga_ = f.Gpu(a);
     gb_ = f.Gpu(b);
   }

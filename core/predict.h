@@ -73,6 +73,7 @@ struct PairFacts {
 
 struct NodeFacts {
   std::optional<NcclVersion> nccl_version;
+  std::string nccl_version_note;  // why it is not known, when told (the shim's words); "" not told
   CpuVendor cpu_vendor = CpuVendor::kUnknown;
   std::optional<bool> intel_pre_skylake;  // family 6 model < 0x55 ("BDW" in NCCL 2.6-2.8)
   std::map<std::string, std::string> env;  // NCCL_* as the ranks see them

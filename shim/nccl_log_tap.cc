@@ -72,16 +72,18 @@ std::string Getenv(const char* name) {
 }
 bool Has(const char* name) { return std::getenv(name) != nullptr; }
 
-// NCCL's %h: the host name up to its first dot. '%' doubled, as NCCL reads "%%" as '%'.
-std::string TapPattern(const std::string& dir) {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
+// The host part of the tap file's name: the one this process's trace file is named after (the
+// sysroot's host name in the simulated node, else gethostname), so that a process's log and trace
+// carry the same host. '%' doubled, as NCCL reads "%%" as '%'.
+std::string TapPattern(const Config& config) {
+  std::string host = TraceWriter::Host(config);
+  if (host.empty()) host = "host";
   std::string name;
-  for (const char* c = host; *c && *c != '.'; ++c) {
+  for (const char* c = host.c_str(); *c; ++c) {
     bool plain = *c != '/' && static_cast<unsigned char>(*c) >= 0x20 && *c != 0x7f;  // one path component
     name += *c == '%' ? std::string("%%") : std::string(1, plain ? *c : '_');
   }
-  return dir + "/nccl." + name + ".%p.log";
+  return config.dir + "/nccl." + name + ".%p.log";
 }
 
 std::string Expand(const std::string& pattern) {
@@ -198,12 +200,40 @@ void StartForwarding(const std::string& pattern, NcclUserLevel level) {
   // uses NCCL (a launcher, a shell) gets no thread, and forks as single-threaded as it was.
 }
 
+// What the tap in force set and what it replaced, kept in the shim (the environment gives it back to
+// the program once NCCL has read it): published whole, never freed (read by any thread's fopen).
+struct TapSettings {
+  std::string file;         // the NCCL_DEBUG_FILE it set (the pattern)
+  bool user_debug = false;  // the user had NCCL_DEBUG set …
+  std::string debug;        // … to this
+  std::string set_debug;    // the NCCL_DEBUG the tap put there
+};
+std::atomic<const TapSettings*> g_settings{nullptr};
+std::atomic<bool> g_env_returned{false};  // the program's environment is its own again
+
 // The user's NCCL settings back, exactly: NCCL_DEBUG verbatim (kForward holds it when they set one;
 // otherwise they had none), no NCCL_DEBUG_FILE, no markers.
 void RestoreUserSettings() {
   if (Has(kForward)) setenv("NCCL_DEBUG", Getenv(kForward).c_str(), 1);
   else unsetenv("NCCL_DEBUG");
   unsetenv("NCCL_DEBUG_FILE");
+  unsetenv(kTapFile);
+  unsetenv(kForward);
+  unsetenv("P2PTRACE_NCCL_TAP");
+}
+
+// NCCL has read its debug settings (it is opening the tap's file, at the end of its debug init, and
+// reads them again only from ncclResetDebugInit): the program's environment becomes exactly what
+// it was before the tap, so the program and the children it starts from now on see the user's
+// settings. A variable someone changed since the tap set it is left as they made it.
+void ReturnEnvironment() {
+  const TapSettings* t = g_settings.load(std::memory_order_acquire);
+  if (t == nullptr || g_env_returned.exchange(true)) return;
+  if (Getenv("NCCL_DEBUG_FILE") == t->file) unsetenv("NCCL_DEBUG_FILE");
+  if (Has("NCCL_DEBUG") && Getenv("NCCL_DEBUG") == t->set_debug) {
+    if (t->user_debug) setenv("NCCL_DEBUG", t->debug.c_str(), 1);
+    else unsetenv("NCCL_DEBUG");
+  }
   unsetenv(kTapFile);
   unsetenv(kForward);
   unsetenv("P2PTRACE_NCCL_TAP");
@@ -221,6 +251,8 @@ bool Inherited() {
   bool debug_ours = Getenv("NCCL_DEBUG") == ours && Has("NCCL_DEBUG");
   if (file_ours && debug_ours) {
     g_tap_in_force = true;
+    auto* t = new TapSettings{Getenv(kTapFile), Has(kForward), forward, ours};
+    g_settings.store(t, std::memory_order_release);
     std::string pattern = Getenv(kTapFile);
     if (forwarding) StartForwarding(pattern, level);
     return true;
@@ -438,6 +470,7 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
   if (std::strncmp(path, c.dir.c_str(), c.dir.size()) != 0 || path[c.dir.size()] != '/') return real_fopen(path, mode);
   KeepErrno keep;
   if (Expand(*pattern) != path) return real_fopen(path, mode);
+  ReturnEnvironment();  // NCCL opens the tap file: it has read NCCL_DEBUG and NCCL_DEBUG_FILE
   std::string name = path + c.dir.size() + 1;
   // Created by the shim, 0600, in the checked directory (NCCL's fopen would follow a symlink and
   // use its own umask); NCCL's "w" truncates one it opens again.
@@ -484,8 +517,10 @@ void StartNcclLogTap(const Config& config) {
   const char* debug = std::getenv("NCCL_DEBUG");
   NcclUserLevel level = NcclUserLevel::kInfo;
   if (limited || (debug != nullptr && !ParseNcclUserLevel(debug, &level))) return;  // NCCL's own business
-  std::string pattern = TapPattern(config.dir);
+  std::string pattern = TapPattern(config);
   g_tap_pattern.store(new std::string(pattern), std::memory_order_release);
+  auto* t = new TapSettings{pattern, debug != nullptr, debug ? debug : "", debug && level == NcclUserLevel::kInfo ? debug : "INFO"};
+  g_settings.store(t, std::memory_order_release);
   if (debug != nullptr) setenv(kForward, debug, 1);
   if (debug == nullptr || level != NcclUserLevel::kInfo) setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_FILE", pattern.c_str(), 1);
@@ -497,10 +532,11 @@ void StartNcclLogTap(const Config& config) {
 }
 
 bool IsNcclLogTapSetting(const std::string& name, const std::string& value) {
-  if (!g_tap_in_force) return false;
-  if (name == "NCCL_DEBUG_FILE") return value == Getenv(kTapFile);
+  const TapSettings* t = g_settings.load(std::memory_order_acquire);
+  if (!g_tap_in_force || t == nullptr) return false;
+  if (name == "NCCL_DEBUG_FILE") return value == t->file;
   // INFO, set by the tap where the user set no level, or another one
-  return name == "NCCL_DEBUG" && (!Has(kForward) || Getenv(kForward) != value);
+  return name == "NCCL_DEBUG" && value == t->set_debug && (!t->user_debug || t->debug != value);
 }
 
 // Checked against NCCL's git history (src/debug.cc, tags v2.12.12 … v2.14.3): only 2.13 tests

@@ -183,7 +183,8 @@ void MergeIdentities(const Identity& self, const std::vector<Identity>& ids, Nod
     if (std::find(used.begin(), used.end(), g->index) == used.end()) used.push_back(g->index);
   }
   std::sort(used.begin(), used.end());
-  if (used.size() >= 2) p->communicator = used;
+  // The GPUs the job's processes drive, even one (then no pair): never the node's others.
+  if (!used.empty()) p->communicator = used;
 }
 
 std::string BusOfDevice(const CudaRuntime* rt, int device) {
@@ -193,22 +194,54 @@ std::string BusOfDevice(const CudaRuntime* rt, int device) {
   return NormalizeBusId(bus);
 }
 
-int FindNccl(struct dl_phdr_info* info, size_t, void* found) {
-  const char* name = info->dlpi_name;
-  const char* base = name ? std::strrchr(name, '/') : nullptr;
-  base = base ? base + 1 : name;
-  if (base && std::strncmp(base, "libnccl.so", 10) == 0) *static_cast<bool*>(found) = true;
-  return *static_cast<bool*>(found) ? 1 : 0;
+
+
+// The physical GPU (the probe's NVML index) of a CUDA ordinal of this process, without asking
+// CUDA: through CUDA_VISIBLE_DEVICES (indices, or UUIDs and their prefixes), else CUDA's ordinals in
+// NVML's order (PCI order: CUDA's own with CUDA_DEVICE_ORDER=PCI_BUS_ID or identical GPUs). -1 unknown.
+int PhysicalOfOrdinal(const NodeProbe& p, int ordinal) {
+  if (ordinal < 0) return -1;
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (v == nullptr) return ordinal < static_cast<int>(p.gpus.size()) ? p.gpus[static_cast<size_t>(ordinal)].index : -1;
+  std::vector<std::string> items;
+  for (const char* at = v;;) {
+    const char* comma = std::strchr(at, ',');
+    items.emplace_back(at, comma ? static_cast<size_t>(comma - at) : std::strlen(at));
+    if (comma == nullptr) break;
+    at = comma + 1;
+  }
+  if (ordinal >= static_cast<int>(items.size())) return -1;
+  std::string item = items[static_cast<size_t>(ordinal)];
+  while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+  if (!item.empty() && item.find_first_not_of("0123456789") == std::string::npos) {
+    int index = std::atoi(item.c_str());
+    for (const ProbedGpu& g : p.gpus)
+      if (g.index == index) return index;
+    return -1;
+  }
+  if (item.rfind("GPU-", 0) == 0)
+    for (const ProbedGpu& g : p.gpus)
+      if (!g.uuid.empty() && g.uuid.rfind(item, 0) == 0) return g.index;
+  return -1;  // a MIG instance or something CUDA would not accept: not guessed
 }
 
-bool NcclLoaded() {
-  bool nccl = false;
-  dl_iterate_phdr(FindNccl, &nccl);
-  return nccl;
+// NCCL's version for its rules: the loaded NCCL's (its real ncclGetVersion, asked at the process's
+// first NCCL call); when that did not answer, the newest rules, and the lines say they were assumed.
+void NoteNcclVersion(NodeProbe* p) {
+  int code = LoadedNcclVersion();
+  if (code <= 0) {
+    p->nccl_version_note = "NCCL's version unknown (ncclGetVersion did not answer), its newest rules assumed";
+    return;
+  }
+  // 2.9 on: 2*10000 + minor*100 + patch; before: 2*1000 + minor*100 + patch.
+  NcclVersion v = code >= 10000 ? NcclVersion{code / 10000, code % 10000 / 100, code % 100}
+                                : NcclVersion{code / 1000, code % 1000 / 100, code % 100};
+  p->nccl_version = v;
 }
 
 // `devices`: the CUDA ordinals of a one-process communicator (ncclCommInitAll), when known.
-void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
+// `cuda_device`: this process's device when no runtime could be asked (after an NCCL init), else -1.
+void Run(const CudaRuntime* rt, bool nccl_rules, const std::vector<int>* devices = nullptr, int cuda_device = -1) {
   const Config& c = TraceWriter::config();
   // An untraced process (its trace directory unusable, as the one warning said) stays silent: its
   // output is exactly the bare run's.
@@ -225,6 +258,7 @@ void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
     o.cuda = &q;
   }
   auto* probe = new NodeProbe(GatherNodeProbe(o));
+  if (nccl_rules) NoteNcclVersion(probe);
   Identity self;
   self.host = probe->hostname;
   self.boot_id = probe->boot_id;
@@ -234,6 +268,8 @@ void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
   self.pid = static_cast<int>(getpid());
   int device = -1;
   if (rt != nullptr && RuntimeAnswered(*rt) && rt->GetDevice(&device) == cudaSuccess) self.bus = BusOfDevice(rt, device);
+  if (self.bus.empty() && cuda_device >= 0)
+    if (const ProbedGpu* g = probe->Gpu(PhysicalOfOrdinal(*probe, cuda_device))) self.bus = g->bus_id;
   for (const ProbedGpu& g : probe->gpus)
     if (!self.bus.empty() && g.bus_id == self.bus) self.gpu = g.index;
   if (EnvInt("WORLD_SIZE", 1) > 1) MergeIdentities(self, ExchangeIdentities(self), probe);
@@ -241,69 +277,88 @@ void Run(const CudaRuntime* rt, const std::vector<int>* devices = nullptr) {
     for (const ProbedGpu& g : probe->gpus)
       if (g.cuda >= 0 && (devices == nullptr || std::find(devices->begin(), devices->end(), g.cuda) != devices->end()))
         probe->communicator.push_back(g.index);
-    // No runtime to ask (NCCL's init was the first call): CUDA's ordinals taken as NVML's (PCI)
-    // order, through CUDA_VISIBLE_DEVICES when it lists indices.
-    if (probe->communicator.empty() && devices != nullptr) {
-      std::vector<int> visible;
-      if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr && *v != '\0') {
-        for (const char* at = v; *at != '\0';) {
-          char* end = nullptr;
-          long x = std::strtol(at, &end, 10);
-          if (end == at) break;
-          visible.push_back(static_cast<int>(x));
-          at = *end == ',' ? end + 1 : end;
-          if (*end != ',' && *end != '\0') break;
-        }
-      }
-      for (int d : *devices) {
-        int index = d < static_cast<int>(visible.size()) ? visible[d] : (std::getenv("CUDA_VISIBLE_DEVICES") ? -1 : d);
-        for (const ProbedGpu& g : probe->gpus)
-          if (index >= 0 && g.index == index) probe->communicator.push_back(g.index);
-      }
-    }
-    if (probe->communicator.size() < 2) probe->communicator.clear();
+    // No runtime to ask (NCCL's init was the first call): CUDA's ordinals mapped without CUDA.
+    if (probe->communicator.empty() && devices != nullptr)
+      for (int d : *devices)
+        if (int index = PhysicalOfOrdinal(*probe, d); index >= 0) probe->communicator.push_back(index);
+    // One process, one GPU known (a rank of a job without WORLD_SIZE): no pair of its own to judge.
+    if (probe->communicator.empty() && self.gpu >= 0) probe->communicator.push_back(self.gpu);
+    // Nothing known of the GPUs the process uses: the GPUs it may use (CUDA_VISIBLE_DEVICES).
+    if (probe->communicator.empty() && std::getenv("CUDA_VISIBLE_DEVICES") != nullptr)
+      for (int d = 0; d < static_cast<int>(probe->gpus.size()); ++d)
+        if (int index = PhysicalOfOrdinal(*probe, d); index >= 0) probe->communicator.push_back(index);
   }
-  // A process without NCCL moves data with CUDA copies: NCCL's rules (P2P level, SHM, network)
-  // would warn about paths it never takes.
-  bool cuda_copies = rt != nullptr && !NcclLoaded();
+  // A process that has not called NCCL moves data with CUDA copies: NCCL's rules (P2P level, SHM,
+  // network) would warn about paths it never takes.
+  bool cuda_copies = !nccl_rules;
   Prediction pred = PredictNode(*probe, cuda_copies);
   std::vector<std::string> lines = WarningLines(*probe, pred);
-  if (ShouldPrint(*probe, "preflight"))
+  if (ShouldPrint(*probe, nccl_rules ? "preflight-nccl" : "preflight-cuda")) {
     for (const std::string& l : lines) WriteStderr(l);
+    // Where the rest is: every pair, all its causes and their evidence.
+    if (!lines.empty() && lines.front().rfind("p2ptrace: warning:", 0) == 0)
+      WriteStderr("p2ptrace: every pair, cause and its evidence: p2ptrace report " + c.dir);
+  }
   RecordText(SerializePreflight(MakePreflightBlock(*probe, pred, lines)));
   std::lock_guard<std::mutex> lock(g_mu);
-  g_probe = probe;
-  if (!cuda_copies) g_nccl_prediction = new Prediction(std::move(pred));  // what NCCL's connections meet
+  if (g_probe == nullptr || nccl_rules) g_probe = probe;  // the NCCL check's probe names NCCL's ranks
+  if (nccl_rules) g_nccl_prediction = new Prediction(std::move(pred));  // what NCCL's connections meet
 }
 
 }  // namespace
 
+// Each check runs once: the CUDA one (a process that has not called NCCL), the NCCL one (NCCL's
+// rules, at the first CUDA trigger after an NCCL call or at NCCL's init). 0 not yet, 1 running or done.
+namespace {
+std::atomic<int> g_preflight_nccl{0};
+}  // namespace
+
 void PreflightFromCuda(const CudaRuntime& rt) {
   KeepErrno keep;
+  bool nccl = NcclCalled();
+  std::atomic<int>& once = nccl ? g_preflight_nccl : g_preflight;
   int expected = 0;
-  if (g_preflight.load(std::memory_order_relaxed) != 0 || !g_preflight.compare_exchange_strong(expected, 1)) return;
-  Run(&rt);
+  if (once.load(std::memory_order_relaxed) != 0 || !once.compare_exchange_strong(expected, 1)) return;
+  if (nccl) g_preflight.store(1, std::memory_order_relaxed);  // no CUDA-rules check after NCCL's
+  Run(&rt, nccl);
 }
-
 
 void PreflightIfNccl(const CudaRuntime& rt) {
   KeepErrno keep;
-  if (g_preflight.load(std::memory_order_relaxed) != 0) return;
-  if (NcclLoaded()) PreflightFromCuda(rt);
+  if (g_preflight_nccl.load(std::memory_order_relaxed) != 0) return;
+  if (NcclCalled()) PreflightFromCuda(rt);
 }
 
-void PreflightAtNcclInit(int ndev, const int* devlist) {
+namespace {
+// The runtime the application called (NCCL's init comes after CUDA's first calls): with it the
+// probe knows which GPUs this process sees; without it, none are asked.
+const CudaRuntime* AnsweredRuntime() {
+  for (int n = static_cast<int>(Node::kCount) - 1; n >= 0; --n)
+    if (const CudaRuntime* r = g_runtimes[n].load(std::memory_order_acquire); r != nullptr && RuntimeAnswered(*r)) return r;
+  return nullptr;
+}
+}  // namespace
+
+bool PreflightAtNcclInit(int ndev, const int* devlist) {
   KeepErrno keep;
+  if (g_preflight_nccl.load(std::memory_order_relaxed) != 0) return true;
+  const CudaRuntime* rt = AnsweredRuntime();
+  if (rt == nullptr && ndev == 0) return false;  // its GPU is known after the init
   int expected = 0;
-  if (g_preflight.load(std::memory_order_relaxed) != 0 || !g_preflight.compare_exchange_strong(expected, 1)) return;
-  // The runtime the application called (NCCL's init comes after CUDA's first calls): with it the
-  // probe knows which GPUs this process sees; without it, none are asked.
-  const CudaRuntime* rt = nullptr;
-  for (int n = static_cast<int>(Node::kCount) - 1; n >= 0 && rt == nullptr; --n)
-    if (const CudaRuntime* r = g_runtimes[n].load(std::memory_order_acquire); r != nullptr && RuntimeAnswered(*r)) rt = r;
+  if (!g_preflight_nccl.compare_exchange_strong(expected, 1)) return true;
+  g_preflight.store(1, std::memory_order_relaxed);
   std::vector<int> devices;
   for (int i = 0; i < ndev; ++i) devices.push_back(devlist != nullptr ? devlist[i] : i);
-  Run(rt, ndev > 0 ? &devices : nullptr);
+  Run(rt, true, ndev > 0 ? &devices : nullptr);
+  return true;
+}
+
+void PreflightAfterNcclInit(int cuda_device) {
+  KeepErrno keep;
+  int expected = 0;
+  if (g_preflight_nccl.load(std::memory_order_relaxed) != 0 || !g_preflight_nccl.compare_exchange_strong(expected, 1)) return;
+  g_preflight.store(1, std::memory_order_relaxed);
+  Run(AnsweredRuntime(), true, nullptr, cuda_device);
 }
 
 void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
@@ -345,7 +400,13 @@ void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
   std::string line = WarningLine(p.hostname, "GPU" + std::to_string(a), "GPU" + std::to_string(b), -1, -1, AsPrediction(q));
   block.pairs.push_back(std::move(q));
   block.warnings.push_back(line);
-  if (ShouldPrint(p, "copy-" + std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b)))) WriteStderr(line);
+  // One line for this cause per process, however many pairs the program copies between: the next
+  // pairs go into the trace only, and the line says where to find them.
+  static std::atomic<bool> printed{false};
+  if (!printed.load(std::memory_order_relaxed) &&
+      ShouldPrint(p, "copy-" + std::to_string(std::min(a, b)) + "-" + std::to_string(std::max(a, b))) &&
+      !printed.exchange(true))
+    WriteStderr(line + " (other pairs copied the same way: p2ptrace report " + TraceWriter::config().dir + ")");
   RecordText(SerializePreflight(block));
 }
 
@@ -403,9 +464,10 @@ void PreflightObserveNccl(const Connection& c) {
   if (!g_observed.insert({ga->index, gb->index}).second) return;
   // What the job start predicted with NCCL's rules and the environment it saw, and the same with
   // the environment now (a program may set NCCL_* after the check and before NCCL reads it).
-  if (g_nccl_prediction == nullptr) g_nccl_prediction = new Prediction(PredictNode(p));  // the check ran for CUDA
-  const Prediction& before = *g_nccl_prediction;
   NodeProbe now_probe = p;
+  if (!now_probe.nccl_version) NoteNcclVersion(&now_probe);  // the check ran for CUDA: NCCL's rules now
+  if (g_nccl_prediction == nullptr) g_nccl_prediction = new Prediction(PredictNode(now_probe));
+  const Prediction& before = *g_nccl_prediction;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e)
     if (std::strncmp(*e, "NCCL_", 5) == 0)
       if (const char* eq = std::strchr(*e, '=')) now_probe.env[std::string(*e, static_cast<size_t>(eq - *e))] = eq + 1;
@@ -434,13 +496,16 @@ void PreflightObserveNccl(const Connection& c) {
                          std::string(TransportName(was->transport));
   const PairPrediction* is = find(after);
   if (is != nullptr && Family(is->transport) == Family(c.transport_class) && !is->causes.empty()) {
+    // NCCL's debug settings never choose a path (and the log tap sets them, then gives the user's back).
+    auto debug_setting = [](const std::string& k) { return k.rfind("NCCL_DEBUG", 0) == 0; };
     std::vector<std::string> changed;
     for (const auto& [k, v] : now_probe.env) {
       auto old = p.env.find(k);
-      if ((old == p.env.end() || old->second != v) && !IsNcclLogTapSetting(k, v)) changed.push_back(k + "=" + v);
+      if ((old == p.env.end() || old->second != v) && !debug_setting(k) && !IsNcclLogTapSetting(k, v))
+        changed.push_back(k + "=" + v);
     }
     for (const auto& [k, v] : p.env)
-      if (k.rfind("NCCL_", 0) == 0 && now_probe.env.count(k) == 0) changed.push_back(k + " unset");
+      if (k.rfind("NCCL_", 0) == 0 && !debug_setting(k) && now_probe.env.count(k) == 0) changed.push_back(k + " unset");
     for (const CauseHit& h : is->causes) {
       if (h.role == "context") continue;
       CauseHit hit = h;

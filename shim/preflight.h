@@ -14,13 +14,24 @@ namespace p2ptrace::shim {
 // then). Cheap after the first call.
 void PreflightFromCuda(const CudaRuntime& rt);
 
-// From an allocation: runs the preflight when libnccl is loaded in the process (NCCL jobs allocate
-// their buffers before the first collective). Cheap once the preflight ran.
+// From an allocation: runs the preflight when the process has called NCCL (NCCL jobs allocate their
+// buffers before the first collective). Cheap once the preflight ran.
 void PreflightIfNccl(const CudaRuntime& rt);
 
 // From NCCL's init wrappers (before the real init: warnings precede the first collective's traffic).
 // ncclCommInitAll passes its devices (devlist, or 0..ndev-1 when null): only their pairs are judged.
-void PreflightAtNcclInit(int ndev = 0, const int* devlist = nullptr);
+// False when it left the check for after the init (PreflightAfterNcclInit): a one-GPU init in a
+// process whose CUDA runtime has answered nothing yet, which does not know its GPU before the
+// communicator exists (the shim asks no CUDA runtime the application has not used).
+bool PreflightAtNcclInit(int ndev = 0, const int* devlist = nullptr);
+// After such an init: `cuda_device` is the communicator's device (ncclCommCuDevice), -1 unknown.
+void PreflightAfterNcclInit(int cuda_device);
+
+// nccl_wrappers.cc: whether this process has called NCCL (a wrapped function; NCCL loaded but never
+// called, as a framework loads it, does not count: such a process moves data with CUDA copies), and
+// the version code the real ncclGetVersion gave at that first call (0 unknown).
+bool NcclCalled();
+int LoadedNcclVersion();
 
 // A pair's first copy resolved its route: when it goes through the host although the driver
 // allows peer access, the application never enabled it ([peer-access-not-enabled]).

@@ -448,8 +448,11 @@ void QueryNvml(NvmlResult* out) {
     out->gpus.push_back(std::move(g));
     handles.push_back(h);
   }
-  // NVLinks per remote GPU: links present (the state answers) and active.
+  // NVLinks per remote GPU: links present (the state answers) and active. A link whose far end is
+  // no GPU of the node goes to an NVSwitch (counted per GPU: through the switches it reaches every
+  // GPU that NVML's NVLink P2P status says it can).
   std::vector<std::vector<std::pair<int, int>>> lanes(handles.size(), std::vector<std::pair<int, int>>(handles.size()));
+  std::vector<int> switch_lanes(handles.size(), 0);
   for (size_t i = 0; i < handles.size(); ++i) {
     if (!n.GetLinkState || !n.GetLinkRemote) break;
     for (unsigned link = 0; link < 36; ++link) {
@@ -458,13 +461,19 @@ void QueryNvml(NvmlResult* out) {
       NvmlPciInfo remote{};
       if (n.GetLinkRemote(handles[i], link, &remote) != 0) continue;
       std::string bus = NormalizeBusId(std::string(remote.busId, strnlen(remote.busId, sizeof remote.busId)));
+      bool to_gpu = false;
       for (size_t j = 0; j < out->gpus.size(); ++j)
         if (j != i && out->gpus[j].bus_id == bus) {
+          to_gpu = true;
           lanes[i][j].first++;
           if (active) lanes[i][j].second++;
         }
+      if (!to_gpu && active) switch_lanes[i]++;
     }
   }
+  int widest = 0;  // the most links any GPU pair of the node shows directly
+  for (const auto& row : lanes)
+    for (const auto& [present, active] : row) widest = std::max(widest, present);
   for (size_t i = 0; i < handles.size(); ++i)
     for (size_t j = i + 1; j < handles.size(); ++j) {
       ProbedPair pr;
@@ -483,6 +492,19 @@ void QueryNvml(NvmlResult* out) {
       }
       pr.link = active > 0 ? "NV" + std::to_string(present) : pcie_label;
       pr.link_source = "NVML";
+      // No link names the other GPU, yet NVML says they talk over NVLink: an NVSwitch between them
+      // (its links counted, as nvidia-smi's NV18 on an HGX board), or direct links past those NVML
+      // numbers (taken as wide as the node's widest pair). NCCL and CUDA use NVLink there whatever
+      // the PCIe path between the sockets is.
+      int nvlink_status = -1;
+      if (active == 0 && n.GetP2P && n.GetP2P(handles[i], handles[j], 2, &nvlink_status) == 0 &&
+          FromNvml(nvlink_status) == P2pStatus::kOk) {
+        int links = std::min(switch_lanes[i], switch_lanes[j]);
+        if (links == 0) links = std::max(widest, 1);
+        pr.nvlinks_active = links;
+        pr.link = "NV" + std::to_string(links);
+        pr.link_source = links == std::min(switch_lanes[i], switch_lanes[j]) ? "NVML (NVSwitch)" : "NVML P2P status (NVLink)";
+      }
       out->pairs.push_back(std::move(pr));
     }
   out->ok = true;

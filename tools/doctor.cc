@@ -76,6 +76,8 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   if (po.cuda == nullptr)
     for (ProbeStep& s : probe.steps)
       if (s.name == "CUDA") s.detail = cuda_why;
+  // No NCCL runs here: its rules are the newest release's, and the lines say so (issue 13, point 8).
+  probe.nccl_version_note = "no NCCL loaded by doctor: the newest release's rules assumed";
   Prediction pred = PredictNode(probe);
   std::vector<std::string> warnings = probe.gpus.size() >= 2 ? WarningLines(probe, pred) : std::vector<std::string>{};
   std::string host = probe.hostname.empty() ? "this machine" : probe.hostname;

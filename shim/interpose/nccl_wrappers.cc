@@ -149,6 +149,13 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
   g_first_call_done.store(true, std::memory_order_release);
 }
 
+}  // namespace
+
+bool NcclCalled() { return g_first_call_done.load(std::memory_order_acquire); }
+int LoadedNcclVersion() { return g_nccl_version.load(std::memory_order_relaxed); }
+
+namespace {
+
 void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) {
   if (!TraceWriter::Ready()) return;
   // Again here: a forked child's trace opens after the process's first call.
@@ -170,6 +177,15 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
     }
   }
   TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_COMM, TraceWriter::NextSeq());
+}
+
+// The CUDA device of a communicator an init just made; -1 when it failed or NCCL does not say.
+int CommDevice(ncclResult_t r, ncclComm_t* comm) {
+  int device = -1;
+  QueryFn cu_device = Query(kCommCuDevice);
+  if (r != ncclSuccess || comm == nullptr || *comm == nullptr || cu_device == nullptr || cu_device(*comm, &device) != ncclSuccess)
+    return -1;
+  return device;
 }
 
 uint64_t CommHash(ncclComm_t comm) {
@@ -316,15 +332,21 @@ namespace nccl_hooks {
 
 ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* comm, int nranks, ncclUniqueId id,
                               int rank) {
-  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
+  // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
+  // known yet (no CUDA call answered), right after it, from the communicator's device.
+  bool later = !PreflightAtNcclInit();
   ncclResult_t r = real(comm, nranks, id, rank);
+  if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRank, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
   return r;
 }
 ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, ncclComm_t* comm, int nranks,
                                     ncclUniqueId id, int rank, ncclConfig_t* config) {
-  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
+  // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
+  // known yet (no CUDA call answered), right after it, from the communicator's device.
+  bool later = !PreflightAtNcclInit();
   ncclResult_t r = real(comm, nranks, id, rank, config);
+  if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRankConfig, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
   return r;
 }
@@ -338,8 +360,11 @@ ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm
 }
 ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real, ncclComm_t* comm, int nranks,
                                       int rank, int nids, ncclUniqueId* ids, ncclConfig_t* config) {
-  PreflightAtNcclInit();  // before the real init: warnings precede the first traffic
+  // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
+  // known yet (no CUDA call answered), right after it, from the communicator's device.
+  bool later = !PreflightAtNcclInit();
   ncclResult_t r = real(comm, nranks, rank, nids, ids, config);
+  if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRankScalable, comm ? *comm : nullptr,
              ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, r);
   return r;

@@ -211,6 +211,16 @@ void Untraced(const std::string& why) {
 
 }  // namespace
 
+std::string TraceWriter::Host(const Config& c) {
+  std::string host = ReadSmallFile(c.sysroot + "/proc/sys/kernel/hostname");
+  if (host.empty()) {
+    char buf[256] = {};
+    gethostname(buf, sizeof buf - 1);
+    host = buf;
+  }
+  return host;
+}
+
 bool TraceWriter::Open() {
   KeepErrno keep;  // what the program's own call left in errno is what it sees
   std::lock_guard<std::mutex> lock(g_open_mu);
@@ -234,12 +244,7 @@ bool TraceWriter::Open() {
     Untraced("trace directory " + c.dir + ": " + why);
     return false;
   }
-  std::string host = ReadSmallFile(c.sysroot + "/proc/sys/kernel/hostname");
-  if (host.empty()) {
-    char buf[256] = {};
-    gethostname(buf, sizeof buf - 1);
-    host = buf;
-  }
+  std::string host = Host(c);
   int rank = EnvInt({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"});
   int pid = getpid();
   std::string base = host + ".r" + (rank >= 0 ? std::to_string(rank) : std::string("x")) + ".p" + std::to_string(pid);

@@ -161,6 +161,9 @@ class TraceWriter {
     return counters_ + (src * P2PTRACE_MAX_DEVICES + dst) * 2 + path;
   }
   static p2ptrace_file_header* header() { return header_; }
+  // The host this process's files are named after (trace files, the NCCL log tap's): the sysroot's
+  // /proc/sys/kernel/hostname (the simulated host in tests), else gethostname().
+  static std::string Host(const Config& c);
 
   // (Again) the allow-listed environment into the header's block: at open, and after the NCCL log
   // tap set or withdrew its variables, so that the trace holds what NCCL reads.

@@ -1,9 +1,10 @@
 // One process, several devices: ncclCommInitAll, then one allreduce per device in a group, checked.
 // Linked to the real libnccl.so.2 and libcudart (RUNPATH); runs on the simulated node.
 //   nccl_init_all [NDEV] [kill]   kill: SIGKILL itself right after the group (a crash test)
-//   nccl_init_all NDEV late-env NAME=VALUE   allocate first, then set NAME=VALUE, then init: a
+//   nccl_init_all NDEV late-env NAME=VALUE   ask NCCL its version (as a framework does when it
+//                                 sets NCCL up), allocate, then set NAME=VALUE, then init: a
 //                                 setting NCCL reads that the job-start check (at the first
-//                                 allocation) could not have seen
+//                                 allocation of a process that called NCCL) could not have seen
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
   const size_t count = 1024;
   std::vector<ncclComm_t> comms(ndev);
   if (!late_env && ncclCommInitAll(comms.data(), ndev, nullptr) != ncclSuccess) return 2;
+  int version = 0;
+  if (late_env && ncclGetVersion(&version) != ncclSuccess) return 2;
   std::vector<float*> bufs(ndev);
   for (int d = 0; d < ndev; ++d) {
     std::vector<float> h(count, float(d + 1));

@@ -95,7 +95,7 @@ std::vector<Scenario> Scenarios() {
                                       {GpuJson(0, "cpu0", "0000:1a:00.0"), GpuJson(1, "cpu1", "0000:9a:00.0")})}),
        .causes = {{"0-1", {"topology-beyond-p2p-level"}}},
        .transport = {{"0-1", "shm"}},
-       .stderr_has = {"p2ptrace: warning: node0 GPU0 -> GPU1: shm instead of pcie_p2p [topology-beyond-p2p-level] path SYS "
+       .stderr_has = {"p2ptrace: warning: node0 GPU0 <-> GPU1: shm instead of pcie_p2p [topology-beyond-p2p-level] path SYS "
                       "is beyond the P2P level PXB", "; fix: "}},
       // The same machine running a CUDA-only program: NCCL's P2P level is not its business, the
       // driver's peer answer is (the simulated driver reports TNS across the sockets, as many
@@ -106,7 +106,7 @@ std::vector<Scenario> Scenarios() {
        .workload = "cuda-query",
        .causes = {{"0-1", {"nvml-p2p-status", "cuda-no-peer-access"}}},
        .transport = {{"0-1", "host_staged"}},
-       .stderr_has = {"p2ptrace: warning: node0 GPU0 -> GPU1: host_staged instead of pcie_p2p [nvml-p2p-status] NVML P2P "
+       .stderr_has = {"p2ptrace: warning: node0 GPU0 <-> GPU1: host_staged instead of pcie_p2p [nvml-p2p-status] NVML P2P "
                       "status TNS"},
        .stderr_lacks = {"topology-beyond-p2p-level", "shm instead"}},
       {.name = "NcclP2pDisable",
@@ -114,7 +114,7 @@ std::vector<Scenario> Scenarios() {
        .env = {{"NCCL_P2P_DISABLE", "1"}},
        .causes = {{"0-1", {"env-p2p-disabled"}}},
        .transport = {{"0-1", "shm"}},
-       .stderr_has = {"GPU0 -> GPU1: shm instead of nvlink [env-p2p-disabled] NCCL_P2P_DISABLE=1"}},
+       .stderr_has = {"GPU0 <-> GPU1: shm instead of nvlink [env-p2p-disabled] NCCL_P2P_DISABLE=1"}},
       {.name = "NcclP2pLevelLoc",
        .topology = SwitchPair(),
        .env = {{"NCCL_P2P_LEVEL", "LOC"}},
@@ -185,7 +185,7 @@ std::vector<Scenario> Scenarios() {
        .hosts = {"node0", "node0"},
        .causes = {{"0-1", {"container-separate-shm"}}},
        .transport = {{"0-1", "socket"}},
-       .stderr_has = {"GPU0 -> GPU1 (ranks 0->1): net_socket instead of pcie_p2p [container-separate-shm] /dev/shm is "
+       .stderr_has = {"GPU0 <-> GPU1 (ranks 0<->1): net_socket instead of pcie_p2p [container-separate-shm] /dev/shm is "
                       "device 1 for GPU0's rank and 2 for GPU1's"}},
       {.name = "SeparateHostIdentityOneMachine",
        .topology = Topology({HostJson("ctr-a", R"("boot_id": "5f0b8c1e-0000-4000-8000-000000000001")",
@@ -196,7 +196,7 @@ std::vector<Scenario> Scenarios() {
        .rank_env = {{}, {}},
        .hosts = {"ctr-a", "ctr-b"},
        .causes = {{"0-100", {"container-separate-host"}}},
-       .stderr_has = {"ctr-a GPU0 -> ctr-b GPU0 (ranks 0->1): net_socket instead of p2p [container-separate-host] "
+       .stderr_has = {"ctr-a GPU0 <-> ctr-b GPU0 (ranks 0<->1): net_socket instead of p2p [container-separate-host] "
                       "GPU0's rank sees hostname 'ctr-a', GPU100's 'ctr-b'"}},
       {.name = "NoGdrAcrossNodes",
        .topology = Topology({HostJson("n0", ib, {GpuJson(0, "cpu0", "0000:1a:00.0")}),
@@ -206,7 +206,7 @@ std::vector<Scenario> Scenarios() {
        .hosts = {"n0", "n1"},
        .causes = {{"0-100", {"no-gdr"}}},
        .transport = {{"0-100", "net_ib"}},
-       .stderr_has = {"n0 GPU0 -> n1 GPU0 (ranks 0->1): net_ib instead of net_gdr [no-gdr] no nvidia_peermem"}},
+       .stderr_has = {"n0 GPU0 <-> n1 GPU0 (ranks 0<->1): net_ib instead of net_gdr [no-gdr] no nvidia_peermem"}},
       {.name = "CopyWithoutPeerAccess",
        .topology = SwitchPair(),
        .workload = "copy-no-peer",

@@ -1,8 +1,10 @@
-// The workloads of the preflight scenarios (preflight_test.cc), run on the simulated node under
-// the shim. `query`: an NCCL job's start (libnccl.so.2 loaded, as a framework loads it, then one
-// peer question: the shim's preflight runs there with NCCL's rules); `cuda-query`: the same peer
-// question from a CUDA-only program (the driver's rules only); `copy-no-peer`: copy GPU0 → GPU1
-// with cudaMemcpyPeer without enabling peer access (host-staged).
+// The workloads of the preflight scenarios (preflight_test.cc, job_start_test.cc), run on the
+// simulated node under the shim. `query`: an NCCL job's start (libnccl.so.2 loaded and asked its
+// version, as a framework does when it sets up NCCL, then one peer question: the shim's preflight
+// runs there with NCCL's rules); `cuda-query`: the same peer question from a CUDA-only program (the
+// driver's rules only); `nccl-loaded-cuda-query`: libnccl.so.2 loaded (PyTorch loads it with its
+// CUDA libraries) but never called, then the peer question: still a CUDA-only program;
+// `copy-no-peer`: copy GPU0 → GPU1 with cudaMemcpyPeer without enabling peer access (host-staged).
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
@@ -17,11 +19,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   bool nccl_job = std::strcmp(mode, "query") == 0;
-  if (nccl_job && dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+  bool nccl_loaded = nccl_job || std::strcmp(mode, "nccl-loaded-cuda-query") == 0;
+  if (nccl_loaded && dlopen("libnccl.so.2", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     std::fprintf(stderr, "preflight_workload: %s\n", dlerror());
     return 1;
   }
-  if (nccl_job || std::strcmp(mode, "cuda-query") == 0) {
+  if (nccl_job) {  // through the global scope, as a framework's own symbol reference would bind
+    auto get_version = reinterpret_cast<int (*)(int*)>(dlsym(RTLD_DEFAULT, "ncclGetVersion"));
+    int version = 0;
+    if (get_version == nullptr || get_version(&version) != 0) return 1;
+  }
+  if (nccl_loaded || std::strcmp(mode, "cuda-query") == 0) {
     int can = -1;
     cudaError_t r = cudaDeviceCanAccessPeer(&can, 0, n > 1 ? 1 : 0);
     std::printf("devices %d canAccessPeer(0,%d)=%d (%d)\n", n, n > 1 ? 1 : 0, can, static_cast<int>(r));

@@ -228,6 +228,29 @@ TEST(Predict, LinkHealthRisks) {
   EXPECT_EQ(Ids(PairOf(Predict(g), 0, 1)).front(), "pcie-downtrained");
 }
 
+// NVSwitch boards: NVML's links end at the switches, the PCIe path between the sockets is SYS;
+// NCCL and CUDA still use P2P over NVLink, beyond any P2P level but LOC.
+TEST(Predict, NvlinkWhateverThePciePathSays) {
+  NodeFacts f = With(Node(2, "SYS"), "2.28.9", CpuVendor::kIntel);
+  f.pairs[0].nvlinks_active = 18;
+  Prediction p = Predict(f);
+  EXPECT_EQ(Class(p, 0, 1), "nvlink");
+  EXPECT_FALSE(PairOf(p, 0, 1).fallback);
+  EXPECT_EQ(PairOf(p, 0, 1).link, "NV18");
+  EXPECT_TRUE(PairOf(p, 0, 1).causes.empty()) << Ids(PairOf(p, 0, 1)).front();
+  f.cuda_copies = true;
+  EXPECT_EQ(Class(Predict(f), 0, 1), "nvlink");
+  f.cuda_copies = false;
+  f.env["NCCL_P2P_LEVEL"] = "PIX";  // NVL is within PIX
+  EXPECT_EQ(Class(Predict(f), 0, 1), "nvlink");
+  f.env["NCCL_P2P_LEVEL"] = "LOC";
+  EXPECT_EQ(Class(Predict(f), 0, 1), "shm");
+  NodeFacts down = With(Node(2, "SYS"), "2.28.9", CpuVendor::kIntel);
+  down.pairs[0].nvlinks_present = 18;
+  down.pairs[0].nvlinks_active = 0;  // every link down: PCIe's rules again
+  EXPECT_EQ(Class(Predict(down), 0, 1), "shm");
+}
+
 TEST(Predict, UnknownsAreStatedAndAlternativesShown) {
   Prediction p = Predict(Node(2, "PHB"));
   ASSERT_EQ(p.assumptions.size(), 2u);
