@@ -156,14 +156,19 @@ std::vector<Identity> ExchangeIdentities(const Identity& self) {
 void MergeIdentities(const Identity& self, const std::vector<Identity>& ids, NodeProbe* p) {
   std::vector<int> used;
   int next_foreign = 100;
+  bool local_unknown = false;  // a rank of this node whose GPU is not known (its runtime had not answered)
   for (const Identity& id : ids) {
-    if (id.bus.empty()) continue;
     bool same_machine = id.boot_id == self.boot_id;
     bool same_node = same_machine && id.host == self.host && id.shm_dev == self.shm_dev;
+    if (id.bus.empty()) {
+      local_unknown |= same_node;
+      continue;
+    }
     ProbedGpu* g = nullptr;
+    // Only this machine's own GPUs: another node's GPU may have the same bus id (identical boards).
     if (same_machine)
       for (ProbedGpu& x : p->gpus)
-        if (x.bus_id == id.bus) g = &x;
+        if (x.bus_id == id.bus && x.index < 100 && g == nullptr) g = &x;
     if (g == nullptr) {
       if (same_node) continue;  // a GPU this node's NVML does not list: nothing to pair
       ProbedGpu foreign;
@@ -183,8 +188,9 @@ void MergeIdentities(const Identity& self, const std::vector<Identity>& ids, Nod
     if (std::find(used.begin(), used.end(), g->index) == used.end()) used.push_back(g->index);
   }
   std::sort(used.begin(), used.end());
-  // The GPUs the job's processes drive, even one (then no pair): never the node's others.
-  if (!used.empty()) p->communicator = used;
+  // The GPUs the job's processes drive, even one (then no pair): never the node's others. When a
+  // rank of this node did not say which GPU it drives, every GPU of the node may be the job's.
+  if (!used.empty() && !local_unknown) p->communicator = used;
 }
 
 std::string BusOfDevice(const CudaRuntime* rt, int device) {
