@@ -265,3 +265,27 @@ TEST(Failures, FullDevShmFailsAnOperationAndSaysSo) {
 }
 
 }  // namespace
+
+namespace {
+
+// Half the NVLinks of GPU0-GPU1 down: NCCL still takes P2P over NVLink, and the pair says why it
+// may crawl (the job-start line is not the only place).
+TEST(Links, NvlinkDownIsOnThePair) {
+  json topo = json::parse(ReadFile(Topology("demo-8gpu.json")));
+  for (json& l : topo["hosts"][0]["nvlinks"])
+    if (l["a"] == 0 && l["b"] == 1) l["active"] = 2;
+  std::string topology = TempDir() + "/nvlink-down.json";
+  p2ptrace::testing::WriteFile(topology, topo.dump());
+  std::string dir = RingJob("nvlink-down", topology, 2, "");
+  json j = ReportJson(dir);
+  const json* pair = nullptr;
+  for (const json& p : j["pairs"])
+    if (p["source"] == "nccl" && p["src"]["gpu"] == 0 && p["dst"]["gpu"] == 1) pair = &p;
+  ASSERT_NE(pair, nullptr) << j["pairs"].dump();
+  EXPECT_EQ((*pair)["transport"], "nvlink") << pair->dump();
+  bool down = false;
+  for (const json& c : (*pair)["causes"]) down |= c["id"] == "nvlink-down";
+  EXPECT_TRUE(down) << pair->dump();
+}
+
+}  // namespace
