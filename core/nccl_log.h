@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -31,6 +32,14 @@ struct RankIdentity {
   std::string comm;     // this rank's ncclComm pointer as printed ("0x7f9e54001060"); per rank
   std::string comm_id;  // the communicator's id shared by all its ranks ("0x9ca7…"); NCCL ≥ 2.16
   std::string api;      // "ncclCommInitRank", "ncclCommSplit", … ("" when the format has none)
+  // ncclCommSplit/Shrink children (2.21+): the parent's comm pointer (same process), the split's
+  // count (`splitCount` 2.24–2.28, `childCount` 2.29+; -1 when not printed) and color.
+  std::string parent;
+  int split_count = -1, color = -1;
+  // The key every rank of this communicator shares, across processes and files: the commId when
+  // printed; for a split that prints none (2.23–2.30) the parent's key + "/split<count>/color<c>";
+  // "" when the log cannot tell (a split whose parent's Init line is not in the log, NCCL < 2.16).
+  std::string comm_key;
   int rank = -1, nranks = -1, cuda_dev = -1, nvml_dev = -1;
   std::string bus_id;   // as printed: hex without 0x ("1a000"); "" when the format has none (2.4)
   std::string host;     // from the line prefix
@@ -40,9 +49,22 @@ struct RankIdentity {
   bool operator==(const RankIdentity&) const = default;
 };
 
+// How a connection line was tied to its communicator (no NCCL line names it; see the .cc).
+enum class Attribution {
+  kNone,       // no communicator of the logging process fits the line
+  kPrinted,    // the line names it (RCCL's ` comm 0x…` suffix)
+  kInit,       // printed by the thread initializing it, between its Init START and COMPLETE
+  kLazy,       // printed later (lazy connect): the only communicator of the process the line fits
+  kThread,     // several fit; the one the printing thread last initialized or connected
+  kAmbiguous,  // several fit equally (same rank, nranks and GPUs): the most recently created
+};
+std::string_view AttributionName(Attribution a);  // "none", "printed", "init", "lazy", "thread", "ambiguous"
+
 // One `via` line. Rank numbers are the communicator's.
 struct Connection {
   std::string comm;      // the logging rank's comm pointer; "" when the log does not say (see .cc)
+  long identity = -1;    // index in NcclLog::ranks of that rank's identity (pointers are reused)
+  Attribution attribution = Attribution::kNone;
   std::string keyword;   // "Channel", "Ring" (≤ 2.6), "CollNet", "Coll" (2.6–2.8) as printed
   int channel = -1;
   int conn_index = -1;   // the N of "Channel 00/N"; -1 when the format prints none
@@ -131,6 +153,9 @@ struct NcclLog {
 
   // The identity of the rank that logged `c`, or nullptr.
   const RankIdentity* FindRank(const std::string& host, int pid, const std::string& comm) const;
+  // The identity of the communicator a connection line was tied to (exact even when a comm
+  // pointer was reused after a destroy), or nullptr.
+  const RankIdentity* IdentityOf(const Connection& c) const;
   bool operator==(const NcclLog&) const = default;
 };
 
@@ -162,11 +187,16 @@ class NcclLogParser {
     size_t index;
     int logging_rank, max_rank;
     uint64_t line;
+    int peer_rank = -1;             // the other rank of a connection line
+    std::string own_dev, peer_dev;  // their bracket contents ("" none)
+    std::string conn_key;           // (keyword, channel, index, src, dst, direction); "" when not unique per comm
+    long thread_current = -1;       // the printing thread's current communicator when printed
   };
   struct ThreadState {
-    // Index in log_.ranks of the communicator this thread is initializing (Init START seen,
-    // COMPLETE not yet), or -1.
-    long open = -1;
+    // Communicators this thread is initializing (Init START seen, COMPLETE not yet), oldest first.
+    // NCCL runs each init of a group on its own thread, so there is one; the sim starts several.
+    std::vector<long> open;
+    long current = -1;  // the communicator this thread last initialized or connected
     std::vector<Pending> awaiting_complete;  // printed with no open comm: NCCL < 2.18.3 prints
                                              // COMPLETE (and no START) after the init connections
   };
@@ -181,8 +211,11 @@ class NcclLogParser {
   bool ParseEnv(std::string_view message, const NcclLogger& logger);
   bool ParseRefusal(std::string_view message, const NcclLogger& logger);
   void AddVersion(std::string_view version);
-  void Attribute(ItemKind kind, size_t index, int logging_rank, int max_rank, const NcclLogger& logger);
-  void SetComm(const Pending& p, const std::string& comm);
+  void Attribute(Pending p, const NcclLogger& logger);
+  // Ties a line printed outside any init of its thread to the process's communicator it fits.
+  void Resolve(const Pending& p, const std::string& host, int pid, ThreadState* thread);
+  void SetComm(const Pending& p, size_t identity, Attribution how);
+  bool DevicesFit(const Pending& p, const RankIdentity& r) const;
   static bool Fits(const Pending& p, const RankIdentity& r);
 
   NcclLog log_;
@@ -192,10 +225,19 @@ class NcclLogParser {
   bool line_nccl_ = false;   // a segment of the current line had NCCL's prefix
   bool line_open_ = false;   // bytes (or a '\r') of an unfinished line were seen
   std::map<ThreadKey, ThreadState> threads_;
-  // Items no thread rule could place, with the process that printed them; settled in Finish().
-  std::vector<std::tuple<Pending, std::string, int>> unresolved_;
+  int version_code_ = -1;    // NcclVersionCode of the first version line
+  // Items no thread rule could place yet, with the thread that printed them; settled in Finish().
+  std::vector<std::pair<Pending, ThreadKey>> unresolved_;
   // (host, pid, comm) → index in log_.ranks
   std::map<std::tuple<std::string, int, std::string>, size_t> rank_index_;
+  // (host, pid) → its identities, in order; and the processes that print Init START (NCCL ≥ 2.18.3).
+  std::map<std::pair<std::string, int>, std::vector<size_t>> process_ranks_;
+  std::set<std::pair<std::string, int>> start_printers_;
+  // (comm_key, rank) → index in log_.ranks: the peer's identity, to check a line's peer device.
+  std::map<std::pair<std::string, int>, size_t> key_rank_;
+  // Per identity: the connection keys tied to it (NCCL connects each (channel, index, peer,
+  // direction) once per communicator, so a repeat is another communicator's).
+  std::map<size_t, std::set<std::string>> conn_keys_;
 };
 
 // Parses a whole text at once.

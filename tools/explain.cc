@@ -65,14 +65,25 @@ std::string Who(const NcclLogger& l) {
                          : fmt::format("  ({} pid {})", l.host, l.pid);
 }
 
+// commId, or a split's key from its parent's (core/nccl_log.h comm_key); else ranks of one size (and
+// for a split, one color) are taken as one communicator.
 std::string GroupKey(const RankIdentity& r) {
-  if (!r.comm_id.empty()) return r.comm_id;
+  if (!r.comm_key.empty()) return r.comm_key;
+  if (!r.parent.empty() && r.nranks >= 0) return fmt::format("split:nranks={}:color={}", r.nranks, r.color);
   return r.nranks >= 0 ? fmt::format("nranks={}", r.nranks) : "";
 }
 
 std::string GroupLabel(const std::string& key, const std::string& file, size_t nranks_seen) {
   if (key.empty())
-    return fmt::format("connections in {} that the log does not tie to a communicator (no Init line of their rank)", file);
+    return fmt::format("connections in {} that the log does not tie to a communicator (no communicator of the "
+                       "process that printed them fits: its Init line is not in the log, or the line has no "
+                       "host:pid:tid prefix)", file);
+  if (key.starts_with("split:nranks=")) {
+    size_t colon = key.find(":color=");
+    return fmt::format("split communicator of {} ranks, color {} ({} seen; its parent's Init line is not in the log, "
+                       "so split ranks of this size and color are taken as one communicator)",
+                       key.substr(13, colon - 13), key.substr(colon + 7), nranks_seen);
+  }
   if (key.starts_with("nranks="))
     return fmt::format("communicator of {} ranks ({} seen; this NCCL prints no commId, so ranks of this size are taken "
                        "as one communicator)",
@@ -115,15 +126,11 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     if (e.nccl_version.empty()) e.nccl_version = log.nccl_version;
     for (const VersionLine& v : log.version_lines) e.nccl_versions.insert(v.version);
     e.warnings += log.warnings.size();
-    std::map<std::tuple<std::string, int, std::string>, const RankIdentity*> identity;  // (host, pid, comm)
-    for (const RankIdentity& r : log.ranks) {
-      GroupFor(e.communicators, GroupKey(r), f.path).ranks.push_back({f.path, r});
-      identity[{r.host, r.pid, r.comm}] = &r;  // the latest identity of a reused pointer
-    }
+    for (const RankIdentity& r : log.ranks) GroupFor(e.communicators, GroupKey(r), f.path).ranks.push_back({f.path, r});
     for (const Connection& c : log.connections) {
-      auto found = c.comm.empty() ? identity.end() : identity.find({c.logger.host, c.logger.pid, c.comm});
-      const RankIdentity* r = found == identity.end() ? nullptr : found->second;
-      e.connections.push_back({f.path, r ? r->comm_id : "", c});
+      const RankIdentity* r = log.IdentityOf(c);  // exact even for a comm pointer reused after destroy
+      if (c.attribution == Attribution::kAmbiguous) ++e.ambiguous;
+      e.connections.push_back({f.path, r ? r->comm_id : "", r ? GroupKey(*r) : "", c});
       Communicator& g = GroupFor(e.communicators, r ? GroupKey(*r) : "", f.path);
       ++g.connection_lines;
       if (c.dst_rank >= 0) AddPair(g, c);
@@ -396,6 +403,10 @@ std::string RenderExplainText(const Explanation& e) {
                        [](const ExplainPair& p) { return p.transport_class == P2PTRACE_TRANSPORT_P2P; });
   });
   if (any_p2p) out += "\n(p2p: NCCL's log does not say whether P2P runs over NVLink or PCIe)\n";
+  if (e.ambiguous)
+    out += fmt::format("\n{} connection line{} fit several communicators of {} process equally (the same rank, ranks "
+                       "and GPUs): counted with the most recently created\n",
+                       e.ambiguous, e.ambiguous == 1 ? "" : "s", e.ambiguous == 1 ? "its" : "their");
   if (!e.refusals.empty()) {
     out += "\nwhy — NCCL's own lines that explain a fallback:\n";
     for (const SourceLine& r : e.refusals) out += fmt::format("  {}  {}{}\n", Where(r), r.text, Who(r.logger));
@@ -433,13 +444,15 @@ json RenderExplainJson(const Explanation& e) {
       j["ranks"].push_back({{"rank", r.id.rank}, {"host", r.id.host}, {"pid", num(r.id.pid)},
                             {"cuda_dev", num(r.id.cuda_dev)}, {"nvml_dev", num(r.id.nvml_dev)},
                             {"bus_id", str(r.id.bus_id)}, {"nranks", num(r.id.nranks)}, {"comm", r.id.comm},
-                            {"comm_id", str(r.id.comm_id)}, {"file", r.file},
+                            {"comm_id", str(r.id.comm_id)}, {"communicator", str(GroupKey(r.id))},
+                            {"parent", str(r.id.parent)}, {"file", r.file},
                             {"line", r.id.complete_line ? r.id.complete_line : r.id.FirstLine()}});
   j["connections"] = json::array();
   for (const ExplainConnection& ec : e.connections) {
     const Connection& c = ec.c;
     j["connections"].push_back(
-        {{"comm", str(c.comm)}, {"comm_id", str(ec.comm_id)}, {"channel", c.channel}, {"conn_index", num(c.conn_index)},
+        {{"comm", str(c.comm)}, {"comm_id", str(ec.comm_id)}, {"communicator", str(ec.communicator)},
+         {"attribution", AttributionName(c.attribution)}, {"channel", c.channel}, {"conn_index", num(c.conn_index)},
          {"src_rank", c.src_rank}, {"dst_rank", num(c.dst_rank)}, {"src_dev", str(c.src_dev)},
          {"dst_dev", str(c.dst_dev)}, {"transport", c.transport}, {"class", TransportName(c.transport_class)},
          {"direction", str(c.direction)}, {"host", str(c.logger.host)}, {"pid", num(c.logger.pid)},

@@ -50,14 +50,15 @@ struct ExplainRank {
 
 struct ExplainConnection {
   std::string file;
-  std::string comm_id;  // of the logging rank's communicator, when the log says
+  std::string comm_id;       // of the logging rank's communicator, when the log says
+  std::string communicator;  // the key of its communicator's group (Communicator::key); "" unattributed
   Connection c;
 };
 
 // Ranks of one size without a commId (NCCL < 2.16) are taken as one communicator; connections whose
 // communicator the log does not tell form their own group.
 struct Communicator {
-  std::string key;    // "0x9ca7…" (commId), "nranks=8", or "" (unattributed)
+  std::string key;    // "0x9ca7…" (commId), a split's "0x9ca7…/split1/color0", "nranks=8", or "" (unattributed)
   std::string file;   // for unattributed connections: the file they are in (one group per file)
   std::string label;  // a line for people
   std::vector<ExplainRank> ranks;
@@ -100,6 +101,7 @@ struct Explanation {
   std::vector<SourceLine> refusals;
   std::vector<SourceLine> env;  // every `X set by environment to Y` line
   size_t warnings = 0;
+  size_t ambiguous = 0;  // connection lines that fit several communicators of their process equally
   std::vector<Finding> findings;
   std::optional<TopoExplanation> topo;
 };
