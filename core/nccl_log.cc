@@ -386,6 +386,10 @@ void NcclLogParser::ParseSegment(std::string_view segment) {
       line_used_ |= ParseMessage(TrimRight(pm.message), pm.level == Level::kWarn, pm.logger);
     return;
   }
+  if (ParseResult(segment, NcclLogger{}, true)) {
+    line_used_ = true;
+    return;
+  }
   if (std::string_view v = VersionOf(segment); !v.empty()) {
     line_nccl_ = line_used_ = true;
     AddVersion(v);
@@ -420,7 +424,49 @@ bool NcclLogParser::ParseMessage(std::string_view m, bool is_warn, const NcclLog
     return true;
   }
   if (ParseEnv(m, logger)) return true;
+  if (ParseResult(m, logger, false)) return true;
   return ParseIdentity(m, logger);
+}
+
+// ncclGetErrorString's texts (init.cc, unchanged 2.3–2.31 but for the NCCL_DEBUG hint), by code.
+constexpr std::pair<std::string_view, int> kResultTexts[] = {
+    {"unhandled cuda error", 1},
+    {"unhandled system error", 2},
+    {"internal error - please report this issue to the NCCL developers", 3},
+    {"invalid argument (run with NCCL_DEBUG=WARN", 4},
+    {"invalid usage (run with NCCL_DEBUG=WARN", 5},
+    {"remote process exited or there was a network error", 6},
+};
+
+bool NcclLogParser::ParseResult(std::string_view m, const NcclLogger& logger, bool whole_line) {
+  const uint64_t line = log_.lines_read + 1;
+  if (!whole_line) {
+    // `FILE:LINE -> CODE`, FILE a source path (misc/socket.cc, include/alloc.h, …).
+    Scanner s(m);
+    std::string_view file = s.TakeWord();
+    size_t colon = file.rfind(':');
+    int code = -1, src_line = -1;
+    if (colon != std::string_view::npos && colon > 0 && ToInt(file.substr(colon + 1), &src_line) &&
+        (file.substr(0, colon).ends_with(".cc") || file.substr(0, colon).ends_with(".h") ||
+         file.substr(0, colon).ends_with(".cu") || file.substr(0, colon).ends_with(".cpp")) &&
+        s.Take(" -> ") && s.TakeCount(&code) && (s.empty() || s.rest().front() == ' ')) {
+      if (code == 0) return true;  // a trace of success: nothing failed
+      log_.results.push_back({code, std::string(m), logger, line});
+      return true;
+    }
+  }
+  for (const auto& [text, code] : kResultTexts) {
+    size_t p = m.find(text);
+    if (p == std::string_view::npos) continue;
+    // A program's line names NCCL (`NCCL error`, `ncclSystemError`, `NCCL WARN`…) or quotes the
+    // text whole with its hint; a bare "internal error" in other output is not NCCL's.
+    if (whole_line && m.find("NCCL") == std::string_view::npos && m.find("nccl") == std::string_view::npos &&
+        m.find("(run with NCCL_DEBUG") == std::string_view::npos)
+      return false;
+    log_.results.push_back({code, std::string(TrimRight(m)), logger, line});
+    return true;
+  }
+  return false;
 }
 
 void NcclLogParser::AddVersion(std::string_view version) {

@@ -108,6 +108,18 @@ struct NcclNote {
   bool operator==(const NcclNote&) const = default;
 };
 
+// A failed NCCL call as a line shows it: NCCLCHECK's INFO trace `file.cc:212 -> 2` (the return code
+// passed up; ` (strerror)` or ` [Async thread]` may follow), or ncclGetErrorString's text anywhere
+// in a line (the program's own report, e.g. PyTorch's `NCCL error in: …, unhandled system error
+// (run with NCCL_DEBUG=INFO for details)`).
+struct NcclResultLine {
+  int code = -1;     // ncclResult_t
+  std::string text;  // the message (the whole line for a program's line)
+  NcclLogger logger;
+  uint64_t line = 0;
+  bool operator==(const NcclResultLine&) const = default;
+};
+
 struct VersionLine {
   std::string version;  // "2.27.5+cuda12.9"
   uint64_t line = 0;
@@ -144,6 +156,7 @@ struct NcclLog {
   std::vector<NcclNote> p2p_notes;  // Check P2P Type, NVLS multicast support
   std::vector<NcclNote> connected;  // Connected all rings/trees …
   std::vector<NcclNote> warnings;   // every NCCL WARN message
+  std::vector<NcclResultLine> results;  // failed return codes (see NcclResultLine)
   std::vector<RingOrder> rings;
   std::vector<TreeEntry> trees;
   uint64_t lines_read = 0;
@@ -210,6 +223,7 @@ class NcclLogParser {
   bool ParseTrees(std::string_view message, const NcclLogger& logger);
   bool ParseEnv(std::string_view message, const NcclLogger& logger);
   bool ParseRefusal(std::string_view message, const NcclLogger& logger);
+  bool ParseResult(std::string_view message, const NcclLogger& logger, bool whole_line);
   void AddVersion(std::string_view version);
   void Attribute(Pending p, const NcclLogger& logger);
   // Ties a line printed outside any init of its thread to the process's communicator it fits.

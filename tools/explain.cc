@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/causes.h"
+#include "core/nccl_failures.h"
 #include "core/input_file.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
@@ -136,6 +137,11 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
       if (c.dst_rank >= 0) AddPair(g, c);
     }
     for (const Refusal& r : log.refusals) e.refusals.push_back({f.path, r.line, r.text, r.logger, r.kind});
+    for (NcclFailure& failure : DiagnoseNcclFailures(log)) {
+      // core writes "line N (host pid P): …"; explain names the file as its other evidence does.
+      for (std::string& ev : failure.evidence) ev = ev.starts_with("line ") ? f.path + ":" + ev.substr(5) : f.path + ": " + ev;
+      e.failures.push_back(std::move(failure));
+    }
     for (const EnvSetting& s : log.env)
       e.env.push_back({f.path, s.line, fmt::format("{} set by environment to {}", s.name, s.value), s.logger, ""});
   }
@@ -151,6 +157,18 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
   // Unattributed connections last.
   std::stable_partition(e.communicators.begin(), e.communicators.end(),
                         [](const Communicator& g) { return !g.key.empty(); });
+  // NCCL's own failures first: they are why a job stopped.
+  for (const NcclFailure& nf : e.failures) {
+    const CauseInfo* info = FindCause(nf.cause);
+    Finding f;
+    f.id = "nccl-failure";
+    f.severity = info ? std::string(SeverityName(info->severity)) : "error";
+    f.cause = nf.cause;
+    f.evidence = nf.evidence;
+    if (nf.lines > nf.evidence.size()) f.evidence.push_back(fmt::format("… {} more line(s)", nf.lines - nf.evidence.size()));
+    f.fix = info ? std::string(info->fix) : "";
+    e.findings.push_back(std::move(f));
+  }
   for (const SourceLine& r : e.refusals) {
     Finding f;
     f.id = "nccl-refusal";
@@ -418,6 +436,14 @@ std::string RenderExplainText(const Explanation& e) {
       if (seen.insert(s.text).second) list += fmt::format("  {}  {}\n", Where(s), s.text);
     out += "\nenvironment NCCL read:\n" + list;
   }
+  if (!e.failures.empty()) {
+    out += "\nNCCL failed — what its lines say:\n";
+    for (const NcclFailure& f : e.failures) {
+      out += fmt::format("  [{}] {}\n", f.cause, f.meaning);
+      for (const std::string& ev : f.evidence) out += fmt::format("      {}\n", ev);
+      if (f.lines > f.evidence.size()) out += fmt::format("      … {} more line(s)\n", f.lines - f.evidence.size());
+    }
+  }
   if (e.warnings) out += fmt::format("\n{} NCCL WARN line{} (see the log)\n", e.warnings, e.warnings == 1 ? "" : "s");
   // One fix per cause: the lines behind each are listed above.
   std::set<std::string> causes_shown;
@@ -471,6 +497,10 @@ json RenderExplainJson(const Explanation& e) {
   j["env"] = json::array();
   for (const SourceLine& s : e.env)
     j["env"].push_back({{"text", s.text}, {"file", s.file}, {"line", s.line}, {"host", str(s.logger.host)}});
+  j["failures"] = json::array();
+  for (const NcclFailure& f : e.failures)
+    j["failures"].push_back({{"cause", f.cause}, {"meaning", f.meaning}, {"evidence", f.evidence}, {"lines", f.lines},
+                             {"host", str(f.host)}, {"pid", num(f.pid)}});
   j["findings"] = json::array();
   for (const Finding& f : e.findings)
     j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"cause", f.cause}, {"pairs", f.pairs},
@@ -570,7 +600,7 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
     }
     if (!partial.empty()) err << "p2ptrace explain: " << Printable(path + ": " + partial, false) << "\n";
     Expected<TopoText> text = ParseTopoText(head);
-    bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty();
+    bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty() || !f.log.results.empty();
     if (text.ok()) {
       if (const TopoMatrix* m = text->Links()) {
         if (topo) err << "p2ptrace explain: " << path << ": a second `nvidia-smi topo -m`; only " << topo->file << "'s is used\n";

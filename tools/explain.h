@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/nccl_failures.h"
 #include "core/nccl_log.h"
 #include "core/predict.h"
 #include "core/topo_matrix.h"
@@ -101,7 +102,8 @@ struct Explanation {
   std::vector<SourceLine> refusals;
   std::vector<SourceLine> env;  // every `X set by environment to Y` line
   size_t warnings = 0;
-  size_t ambiguous = 0;  // connection lines that fit several communicators of their process equally
+  size_t ambiguous = 0;
+  std::vector<NcclFailure> failures;  // NCCL's WARN lines and failed return codes, by cause (evidence names the file)  // connection lines that fit several communicators of their process equally
   std::vector<Finding> findings;
   std::optional<TopoExplanation> topo;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <set>
@@ -43,6 +44,61 @@ const json* FindPair(const json& j, int src, int dst) {
   for (const json& p : j["pairs"])
     if (p["src_rank"] == src && p["dst_rank"] == dst) return &p;
   return nullptr;
+}
+
+std::string Made(const std::string& name) { return std::string(NCCL_MADE_FIXTURE_DIR) + "/" + name; }
+
+// Issue 13 point 2: a torchrun job whose processes are each in three communicators (the world, an
+// eager ncclCommSplit of it, a group initialized lazily), connected lazily at their first
+// collectives: every connection line is tied to a communicator, and each communicator has both
+// directions between the two GPUs.
+TEST(Explain, EveryConnectionOfEveryCommunicatorIsAttributed) {
+  json j = ExplainJson({Made("torchrun-world-split-lazy-v2.28.9.log")});
+  ASSERT_EQ(j["connections"].size(), 16u);
+  for (const json& c : j["connections"]) {
+    EXPECT_FALSE(c["comm"].is_null()) << c.dump();
+    EXPECT_FALSE(c["communicator"].is_null()) << c.dump();
+  }
+  std::map<std::string, std::set<std::pair<int, int>>> pairs;
+  for (const json& p : j["pairs"]) {
+    ASSERT_FALSE(p["communicator"].is_null()) << p.dump();
+    pairs[p["communicator"].get<std::string>()].insert({p["src_rank"].get<int>(), p["dst_rank"].get<int>()});
+  }
+  ASSERT_EQ(pairs.size(), 3u);
+  for (const auto& [key, set] : pairs)
+    EXPECT_EQ(set, (std::set<std::pair<int, int>>{{0, 1}, {1, 0}})) << key;
+  // The split's ranks (two processes) are one communicator, keyed by its parent's commId.
+  EXPECT_TRUE(pairs.count("0x8e3c5b1f9a7d2640/split1/color0"));
+  size_t split_ranks = 0;
+  for (const json& r : j["ranks"]) split_ranks += r["communicator"] == "0x8e3c5b1f9a7d2640/split1/color0";
+  EXPECT_EQ(split_ranks, 2u);
+  RunResult text = RunProgram({P2PTRACE_CLI, "explain", Made("torchrun-world-split-lazy-v2.28.9.log")});
+  EXPECT_EQ(text.out.find("does not tie to a communicator"), std::string::npos) << text.out;
+}
+
+// Issue 13 point 7: the WARN lines of a full /dev/shm become a finding with its cause, the lines
+// as evidence and the fix; the failed return codes they explain add none of their own.
+TEST(Explain, NcclFailureLinesBecomeFindingsWithCauseEvidenceAndFix) {
+  json j = ExplainJson({Made("dev-shm-full-v2.28.9.log")});
+  const json* shm = nullptr;
+  for (const json& f : j["findings"])
+    if (f["id"] == "nccl-failure") {
+      EXPECT_EQ(shm, nullptr) << "one finding per cause: " << f.dump();
+      shm = &f;
+    }
+  ASSERT_NE(shm, nullptr) << j["findings"].dump();
+  EXPECT_EQ((*shm)["cause"], "shm-too-small");
+  EXPECT_EQ((*shm)["severity"], "error");
+  ASSERT_EQ((*shm)["evidence"].size(), 2u);
+  EXPECT_NE((*shm)["evidence"][0].get<std::string>().find(":9 "), std::string::npos) << (*shm)["evidence"][0];
+  EXPECT_NE((*shm)["evidence"][0].get<std::string>().find("No space left on device (28)"), std::string::npos);
+  std::string fix = (*shm)["fix"];
+  EXPECT_NE(fix.find("--shm-size"), std::string::npos) << fix;
+  EXPECT_NE(fix.find("--ipc=host"), std::string::npos) << fix;
+  EXPECT_NE(fix.find("NCCL_SHM_DISABLE"), std::string::npos) << fix;
+  ASSERT_EQ(j["failures"].size(), 1u);
+  RunResult text = RunProgram({P2PTRACE_CLI, "explain", Made("dev-shm-full-v2.28.9.log")});
+  EXPECT_NE(text.out.find("[shm-too-small] /dev/shm is full"), std::string::npos) << text.out;
 }
 
 // 2.28.9, vLLM, two processes with NCCL_P2P_DISABLE=1: SHM both ways, the refusal as a finding.
