@@ -152,6 +152,21 @@ bool ParsePrefix(std::string_view seg, size_t marker, Level level, NcclLogger* o
   return false;
 }
 
+// What may stand before a pasted `NCCL INFO` whose host:pid:tid was cut away: line numbers,
+// `[3]`, `[rank0]:`, `0: [1,0]<stdout>:`, timestamps, `|` or `>` quoting — letters only inside
+// brackets, so that prose mentioning "NCCL WARN" is not taken for a line of NCCL's.
+bool IsPasteDecoration(std::string_view d) {
+  if (d.size() > 80) return false;
+  int depth = 0;
+  for (char c : d) {
+    if (c == '[' || c == '<' || c == '(') ++depth;
+    else if (c == ']' || c == '>' || c == ')') depth = depth > 0 ? depth - 1 : 0;
+    else if (((c | 0x20) >= 'a' && (c | 0x20) <= 'z') && depth == 0) return false;
+    else if (static_cast<unsigned char>(c) >= 0x80 && depth == 0) return false;
+  }
+  return true;
+}
+
 struct PrefixedMessage {
   NcclLogger logger;
   Level level = Level::kInfo;
@@ -177,11 +192,14 @@ bool FindPrefixedMessage(std::string_view seg, PrefixedMessage* out) {
       return true;
     }
   }
-  // Pasted logs often keep only `NCCL INFO …` of the prefix: the message, with no logger.
-  std::string_view bare = TrimLeft(seg);
+  // Pasted logs often keep only `NCCL INFO …` of the prefix, maybe behind a number or tag the user
+  // or a tool put there (`1: `, `[3] `, `[rank0]: `, a timestamp): the message, with no logger.
+  size_t p = seg.find("NCCL ");
+  if (p == std::string_view::npos || !IsPasteDecoration(seg.substr(0, p))) return false;
+  std::string_view bare = seg.substr(p + 5);
   for (const auto& [name, level] : kLevels) {
-    if (!bare.starts_with("NCCL ") || !bare.substr(5).starts_with(name)) continue;
-    std::string_view tail = bare.substr(5 + name.size());
+    if (!bare.starts_with(name)) continue;
+    std::string_view tail = bare.substr(name.size());
     if (!tail.empty() && tail.front() != ' ') continue;
     *out = PrefixedMessage{NcclLogger{}, level, tail.empty() ? tail : tail.substr(1)};
     return true;
@@ -324,6 +342,83 @@ int ClassifyNcclTransport(std::string_view t) {
   if (t.starts_with("COLLNET") || t.starts_with("CollNet")) return P2PTRACE_TRANSPORT_COLLNET;
   if (t.starts_with("NVLS")) return P2PTRACE_TRANSPORT_NVLS;
   return P2PTRACE_TRANSPORT_UNKNOWN;
+}
+
+namespace {
+
+// Takes one of `words` (the longest first in the list) when it ends at the text's end, a '/', '(' or
+// a space; returns whether it did.
+bool TakeWordOf(Scanner& s, std::initializer_list<std::string_view> words) {
+  for (std::string_view w : words) {
+    std::string_view r = s.rest();
+    if (!r.starts_with(w)) continue;
+    if (r.size() > w.size() && r[w.size()] != '/' && r[w.size()] != '(' && !IsSpace(r[w.size()])) continue;
+    return s.Take(w);
+  }
+  return false;
+}
+
+bool TakeDigits(Scanner& s) {
+  int n = 0;
+  return s.TakeCount(&n);
+}
+
+// The end of a transport text NCCL's grammar does not know: where a note would start.
+size_t UnknownTransportLength(std::string_view t) {
+  size_t end = t.size();
+  for (std::string_view stop : {" (", "  ", " #", " //", " --", " <", " [", "\t"})
+    end = std::min(end, t.find(stop));
+  return end;
+}
+
+}  // namespace
+
+size_t NcclTransportLength(std::string_view text) {
+  Scanner s(text);
+  const size_t size = text.size();
+  auto done = [&] { return size - s.rest().size(); };
+  if (s.Take("P2P/")) {
+    if (s.Take("indirect/")) {
+      std::string_view dev;
+      if (!TakeDigits(s) || !s.TakeBracketed(&dev)) return UnknownTransportLength(text);
+    } else if (!TakeWordOf(s, {"CUMEM", "MNNVL", "IPC", "direct pointer", "common device"})) {
+      return UnknownTransportLength(text);
+    }
+    while (s.Take("/")) {
+      if (!TakeWordOf(s, {"read", "CE"})) return UnknownTransportLength(text);
+    }
+    return done();
+  }
+  if (s.Take("SHM/")) {
+    if (!TakeWordOf(s, {"direct", "CE"})) return UnknownTransportLength(text);
+    if (s.Take("/") && !TakeWordOf(s, {"direct", "CE"})) return UnknownTransportLength(text);
+    return done();
+  }
+  if (s.Take("direct shared memory")) return done();
+  const bool net = s.Take("NET/");
+  if (net || s.Take("COLLNET/")) {
+    // The network's name is the plugin's (`IB`, `Socket`, `AWS Libfabric`, `IBext_v8`): up to '/'.
+    std::string_view r = s.rest();
+    size_t slash = r.find('/');
+    if (slash == 0 || slash == std::string_view::npos || slash > 64) return UnknownTransportLength(text);
+    s = Scanner(r.substr(slash + 1));
+    if (!TakeDigits(s)) return UnknownTransportLength(text);
+    if (s.rest().starts_with("(")) {  // PXN proxy rank
+      Scanner p = s;
+      if (p.Take("(") && TakeDigits(p) && p.Take(")")) s = p;
+    }
+    if (s.Take("/GDRDMA")) s.Take("(PCI)");
+    if (net) {
+      s.Take("/GDCopy");
+      s.Take("/Shared");
+      if (s.Take("/flush=")) s.TakeWord();  // 2.31's receive side: None, Always, C2c, Unknown
+    }
+    size_t n = done();
+    // A '/' or a letter glued on means a form this grammar does not know: keep NCCL's text whole.
+    if (n < size && !IsSpace(text[n])) return UnknownTransportLength(text);
+    return n;
+  }
+  return UnknownTransportLength(text);
 }
 
 // ---- feeding ------------------------------------------------------------------------------------
@@ -561,6 +656,11 @@ bool NcclLogParser::ParseChannelLine(std::string_view m, const NcclLogger& logge
   if (collnet && c.direction.empty()) return false;
   std::string rccl_comm;
   std::string_view transport = SplitRcclSuffix(TrimRight(body.substr(via + 5)), &rccl_comm);
+  if (transport.empty()) return false;
+  // A pasted line may carry the user's own words after NCCL's token: they are not the transport.
+  size_t token = NcclTransportLength(transport);
+  c.note = TrimLeft(transport.substr(token));
+  transport = TrimRight(transport.substr(0, token));
   if (transport.empty()) return false;
   c.transport = transport;
   c.transport_class = ClassifyNcclTransport(transport);

@@ -71,7 +71,8 @@ struct Connection {
   int src_rank = -1;
   int dst_rank = -1;     // -1 for CollNet lines, which name only the logging rank (src_rank)
   std::string src_dev, dst_dev;  // bracket contents as printed (busId hex, nvmlDev or cudaDev); "" if none
-  std::string transport;         // verbatim text after "via " ("P2P/CUMEM/read", "NET/IB/0/GDRDMA", …)
+  std::string transport;         // NCCL's transport text after "via " ("P2P/CUMEM/read", "NET/IB/0/GDRDMA", …)
+  std::string note;              // what followed it that NCCL does not print (a note in a paste); "" none
   int transport_class = 0;       // p2ptrace_transport, from ClassifyNcclTransport(transport)
   std::string direction;         // "send", "receive", or "" (P2P/SHM lines carry no tag)
   NcclLogger logger;
@@ -177,6 +178,12 @@ struct NcclLog {
 // "direct shared memory" `shm`, NET/…/GDRDMA `net_gdr`, NET/Socket `net_socket`, other NET `net_ib`,
 // COLLNET/… `collnet`, NVLS… `nvls`; anything else `unknown`.
 int ClassifyNcclTransport(std::string_view transport);
+// How many leading bytes of `text` (what follows "via ") are NCCL's transport, by the grammar of its
+// format strings (p2p.cc, shm.cc, net.cc, coll_net.cc 2.3–2.31): `P2P/CUMEM|MNNVL|IPC|direct
+// pointer|common device|indirect/R[D]` then `/read` `/CE`; `SHM/direct|CE[/direct|CE]`; `direct
+// shared memory`; `NET/<name>/<dev>[(<proxy>)][/GDRDMA[(PCI)]][/GDCopy][/Shared][/flush=<type>]`;
+// `COLLNET/<name>/<dev>[/GDRDMA[(PCI)]]`. Anything else: up to a note's start (` (`, ` #`, two spaces …).
+size_t NcclTransportLength(std::string_view text);
 
 class NcclLogParser {
  public:

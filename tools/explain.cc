@@ -421,6 +421,21 @@ std::string RenderExplainText(const Explanation& e) {
                        [](const ExplainPair& p) { return p.transport_class == P2PTRACE_TRANSPORT_P2P; });
   });
   if (any_p2p) out += "\n(p2p: NCCL's log does not say whether P2P runs over NVLink or PCIe)\n";
+  size_t anonymous = 0, noted = 0;
+  std::string a_note;
+  for (const ExplainConnection& ec : e.connections) {
+    anonymous += ec.c.logger.host.empty() && ec.c.logger.pid < 0;
+    if (!ec.c.note.empty() && noted++ == 0) a_note = ec.c.note;
+  }
+  if (anonymous)
+    out += fmt::format("\n{} connection line{} no host:pid:tid prefix (a paste): the ranks are as printed, but not which "
+                       "process printed {}; {} tied to a communicator only where the paste's own Init lines fit\n",
+                       anonymous, anonymous == 1 ? " has" : "s have", anonymous == 1 ? "it" : "them",
+                       anonymous == 1 ? "it is" : "they are");
+  if (noted)
+    out += fmt::format("\n{} connection line{} text after the transport that NCCL does not print (e.g. `{}`): left out "
+                       "of the transport\n",
+                       noted, noted == 1 ? " carries" : "s carry", a_note);
   if (e.ambiguous)
     out += fmt::format("\n{} connection line{} fit several communicators of {} process equally (the same rank, ranks "
                        "and GPUs): counted with the most recently created\n",
@@ -478,7 +493,8 @@ json RenderExplainJson(const Explanation& e) {
     const Connection& c = ec.c;
     j["connections"].push_back(
         {{"comm", str(c.comm)}, {"comm_id", str(ec.comm_id)}, {"communicator", str(ec.communicator)},
-         {"attribution", AttributionName(c.attribution)}, {"channel", c.channel}, {"conn_index", num(c.conn_index)},
+         {"attribution", AttributionName(c.attribution)}, {"note", str(c.note)}, {"channel", c.channel},
+         {"conn_index", num(c.conn_index)},
          {"src_rank", c.src_rank}, {"dst_rank", num(c.dst_rank)}, {"src_dev", str(c.src_dev)},
          {"dst_dev", str(c.dst_dev)}, {"transport", c.transport}, {"class", TransportName(c.transport_class)},
          {"direction", str(c.direction)}, {"host", str(c.logger.host)}, {"pid", num(c.logger.pid)},

@@ -101,6 +101,35 @@ TEST(Explain, NcclFailureLinesBecomeFindingsWithCauseEvidenceAndFix) {
   EXPECT_NE(text.out.find("[shm-too-small] /dev/shm is full"), std::string::npos) << text.out;
 }
 
+// Issue 13 point 11: a paste without host:pid:tid, numbered by hand, with the user's notes after
+// the transport: accepted, tied where its Init lines allow, the notes kept out of the transport.
+TEST(Explain, PastesAsPeoplePasteThem) {
+  const std::string file = Made("pasted-numbered-with-notes.log");
+  json j = ExplainJson({file});
+  ASSERT_EQ(j["connections"].size(), 3u);
+  const json& c = j["connections"];
+  EXPECT_EQ(c[0]["line"], 5);
+  EXPECT_EQ(c[0]["transport"], "P2P/CUMEM");
+  EXPECT_EQ(c[0]["note"], "(all 256 connect lines are P2P/CUMEM)");
+  EXPECT_EQ(c[0]["comm"], "0x55d0c1a2b3c0");
+  EXPECT_EQ(c[1]["comm"], "0x55d0c1a2b3c0");
+  EXPECT_TRUE(c[1]["note"].is_null());
+  EXPECT_EQ(c[2]["transport"], "SHM/direct/direct");
+  EXPECT_EQ(c[2]["class"], "shm");
+  EXPECT_TRUE(c[2]["comm"].is_null());  // rank 1's Init line is not in the paste
+  for (const json& p : j["pairs"])
+    for (const json& t : p["transports"]) EXPECT_EQ(t.get<std::string>().find(' '), std::string::npos) << t;
+  EXPECT_EQ(j["nccl_version"], "2.28.9+cuda12.9");
+  RunResult text = RunProgram({P2PTRACE_CLI, "explain", file});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("no host:pid:tid prefix"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("left out of the transport"), std::string::npos) << text.out;
+  // The note appears once, in the notice, not in the pair's transports.
+  size_t first = text.out.find("all 256 connect lines");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(text.out.find("all 256 connect lines", first + 1), std::string::npos) << text.out;
+}
+
 // 2.28.9, vLLM, two processes with NCCL_P2P_DISABLE=1: SHM both ways, the refusal as a finding.
 TEST(Explain, P2pDisabledLogShowsShmPairsAndTheRefusal) {
   json j = ExplainJson({Fixture("16-")});

@@ -630,6 +630,66 @@ TEST(NcclLogGrammar, PastedLinesWithoutTheHostPrefix) {
   EXPECT_EQ(log.lines_skipped, 1u);  // a bare ring-order line is not taken without a prefix
 }
 
+// Issue 13 point 11: pastes keep NCCL's messages behind numbers or tags of the user's, with the
+// host:pid:tid gone; what they can tie (ranks, a paste's own Init lines) is tied.
+TEST(NcclLogGrammar, PastedLinesNumberedByHand) {
+  const char* text =
+      "1: NCCL INFO ncclCommInitRank comm 0x7f00 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xabc - Init START\n"
+      "2: NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+      "[3] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n"
+      "[rank1]: NCCL INFO Channel 01/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n"
+      "  12 | NCCL WARN Error: failed to extend /dev/shm/nccl-x to 9637892 bytes, error: No space left on device (28)\n"
+      "We saw NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM in the log\n";  // prose, not a line of NCCL's
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 3u);
+  EXPECT_EQ(log.connections[0].line, 2u);
+  EXPECT_EQ(log.connections[1].transport, "P2P/CUMEM/read");
+  EXPECT_EQ(log.connections[2].line, 4u);
+  // The paste's own Init line ties rank 0's line; rank 1's Init line is not in it.
+  EXPECT_EQ(log.connections[0].comm, "0x7f00");
+  EXPECT_EQ(log.connections[1].comm, "");
+  EXPECT_EQ(log.connections[1].attribution, p2ptrace::Attribution::kNone);
+  ASSERT_EQ(log.ranks.size(), 1u);
+  ASSERT_EQ(log.warnings.size(), 1u);
+  EXPECT_EQ(log.nccl_lines, 5u);
+}
+
+// What follows NCCL's transport in a pasted line is the user's, not NCCL's: cut by the grammar of
+// NCCL's format strings, kept as the connection's note.
+TEST(NcclLogGrammar, TransportIsNcclsTokenAndTrailingNotesAreCut) {
+  struct Case {
+    std::string after_via, transport, note;
+  } cases[] = {
+      {"P2P/CUMEM (all 256 connect lines are P2P/CUMEM)", "P2P/CUMEM", "(all 256 connect lines are P2P/CUMEM)"},
+      {"P2P/CUMEM/read  <- NVLink", "P2P/CUMEM/read", "<- NVLink"},
+      {"P2P/direct pointer/read why not IPC?", "P2P/direct pointer/read", "why not IPC?"},
+      {"P2P/IPC/CE", "P2P/IPC/CE", ""},
+      {"P2P/indirect/4[89000]/read (through GPU4)", "P2P/indirect/4[89000]/read", "(through GPU4)"},
+      {"P2P/common device", "P2P/common device", ""},
+      {"P2P/MNNVL/read", "P2P/MNNVL/read", ""},
+      {"SHM/direct/direct # slow!", "SHM/direct/direct", "# slow!"},
+      {"SHM/CE/direct", "SHM/CE/direct", ""},
+      {"SHM/direct", "SHM/direct", ""},
+      {"direct shared memory (old NCCL)", "direct shared memory", "(old NCCL)"},
+      {"NET/IB/0/GDRDMA", "NET/IB/0/GDRDMA", ""},
+      {"NET/IB/1/GDRDMA(PCI)/Shared -- GH200", "NET/IB/1/GDRDMA(PCI)/Shared", "-- GH200"},
+      {"NET/IBext_v8/5(2)/GDRDMA", "NET/IBext_v8/5(2)/GDRDMA", ""},
+      {"NET/AWS Libfabric/3/GDRDMA (EFA)", "NET/AWS Libfabric/3/GDRDMA", "(EFA)"},
+      {"NET/Socket/0 that is TCP", "NET/Socket/0", "that is TCP"},
+      {"NET/IB/0/GDRDMA/GDCopy", "NET/IB/0/GDRDMA/GDCopy", ""},
+      {"NET/IB/0/GDRDMA/flush=C2c", "NET/IB/0/GDRDMA/flush=C2c", ""},  // 2.31's receive side
+      {"NET/IB/0/GDRDMA/Shared/flush=None", "NET/IB/0/GDRDMA/Shared/flush=None", ""},
+      {"P2P/FUTURE/fast", "P2P/FUTURE/fast", ""},  // a form NCCL may add: kept whole
+      {"P2P/FUTURE/fast (note)", "P2P/FUTURE/fast", "(note)"},
+  };
+  for (const Case& c : cases) {
+    Connection conn = OneConnection("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via " + c.after_via);
+    EXPECT_EQ(conn.transport, c.transport) << c.after_via;
+    EXPECT_EQ(conn.note, c.note) << c.after_via;
+    EXPECT_EQ(conn.transport_class, p2ptrace::ClassifyNcclTransport(c.transport)) << c.after_via;
+  }
+}
+
 TEST(NcclLogGrammar, IdentityLinesOfEveryRelease) {
   const char* text =
       "a:1:2 [0] NCCL INFO comm 0x7f3fd4001980 rank 0 nranks 2 cudaDev 0 nvmlDev 0 - Init COMPLETE\n"        // 2.4
