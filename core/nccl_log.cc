@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <set>
 
 #include "p2ptrace/vocabulary.h"
@@ -732,6 +733,17 @@ bool NcclLogParser::ParseTrees(std::string_view m, const NcclLogger& logger) {
   return any;
 }
 
+// A split's key in commId's form: FNV-1a (64 bits) of the parent's key, the count and the color.
+static_assert(sizeof(unsigned long long) == 8);
+static std::string SplitKey(const std::string& parent_key, int count, int color) {
+  std::string text = parent_key + "/split" + std::to_string(count) + "/color" + std::to_string(color);
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char out[24];
+  std::snprintf(out, sizeof out, "0x%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
 // `[Rank R] API comm 0x… rank R nranks N cudaDev D nvmlDev M busId B commId 0x… - Init START`
 // and the older forms (no API, no nvmlDev/busId/commId), `… - Init COMPLETE`, `… - Destroy COMPLETE`,
 // `… - Abort COMPLETE`. The `comm 0x… rank R nRanks N nNodes …` layout line is not one of them.
@@ -829,10 +841,11 @@ bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) 
           count = 0;
           for (size_t i : process_ranks_[{r.host, r.pid}])
             if (i != index && log_.ranks[i].parent == r.parent && log_.ranks[i].color == r.color &&
-                log_.ranks[i].comm_key.starts_with(parent_key + "/"))
+                log_.ranks[i].parent_key == parent_key)
               ++count;
         }
-        r.comm_key = parent_key + "/split" + std::to_string(count) + "/color" + std::to_string(r.color);
+        r.parent_key = parent_key;
+        r.comm_key = SplitKey(parent_key, count, r.color);
       }
     }
     if (!r.comm_key.empty()) key_rank_[{r.comm_key, r.rank}] = index;

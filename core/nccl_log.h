@@ -36,10 +36,14 @@ struct RankIdentity {
   // count (`splitCount` 2.24–2.28, `childCount` 2.29+; -1 when not printed) and color.
   std::string parent;
   int split_count = -1, color = -1;
-  // The key every rank of this communicator shares, across processes and files: the commId when
-  // printed; for a split that prints none (2.23–2.30) the parent's key + "/split<count>/color<c>";
-  // "" when the log cannot tell (a split whose parent's Init line is not in the log, NCCL < 2.16).
+  // The key every rank of this communicator shares, across processes and files, in commId's form
+  // ("0x" and 16 hex digits, so it fits where a commId does, e.g. the trace's comm_id): the commId
+  // when printed; for a split that prints none (2.23–2.31) p2ptrace's digest of the parent's key,
+  // the split's count and its color (what NCCL hashes into the child's commHash, which it does not
+  // print; the digest is not NCCL's); "" when the log cannot tell (a split whose parent's Init line
+  // is not in the log; NCCL < 2.16).
   std::string comm_key;
+  std::string parent_key;  // a split's: its parent's comm_key ("" when not a split or not known)
   int rank = -1, nranks = -1, cuda_dev = -1, nvml_dev = -1;
   std::string bus_id;   // as printed: hex without 0x ("1a000"); "" when the format has none (2.4)
   std::string host;     // from the line prefix

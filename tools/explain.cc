@@ -92,6 +92,16 @@ std::string GroupLabel(const std::string& key, const std::string& file, size_t n
   return fmt::format("communicator {} ({} ranks seen)", key, nranks_seen);
 }
 
+// A split's key is p2ptrace's (NCCL 2.23+ prints no commId for it): say what it was split from.
+std::string SplitNote(const Communicator& g) {
+  for (const ExplainRank& r : g.ranks)
+    if (!r.id.parent_key.empty() && r.id.comm_id.empty())
+      return fmt::format("; {} of {}{}, color {}: NCCL prints no commId for it, the key is p2ptrace's",
+                         r.id.api.empty() ? "split" : r.id.api, r.id.parent_key,
+                         r.id.split_count >= 0 ? fmt::format(" (split {})", r.id.split_count) : "", r.id.color);
+  return "";
+}
+
 // Unattributed connections of different files are not assumed to share a communicator.
 Communicator& GroupFor(std::vector<Communicator>& groups, const std::string& key, const std::string& file) {
   std::string group_file = key.empty() ? file : "";
@@ -153,6 +163,7 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
       return std::tie(a.src_rank, a.dst_rank) < std::tie(b.src_rank, b.dst_rank);
     });
     g.label = GroupLabel(g.key, g.file, g.ranks.size());
+    if (std::string note = SplitNote(g); !note.empty() && g.label.ends_with(")")) g.label.insert(g.label.size() - 1, note);
   }
   // Unattributed connections last.
   std::stable_partition(e.communicators.begin(), e.communicators.end(),
@@ -486,7 +497,8 @@ json RenderExplainJson(const Explanation& e) {
                             {"cuda_dev", num(r.id.cuda_dev)}, {"nvml_dev", num(r.id.nvml_dev)},
                             {"bus_id", str(r.id.bus_id)}, {"nranks", num(r.id.nranks)}, {"comm", r.id.comm},
                             {"comm_id", str(r.id.comm_id)}, {"communicator", str(GroupKey(r.id))},
-                            {"parent", str(r.id.parent)}, {"file", r.file},
+                            {"parent", str(r.id.parent)}, {"parent_communicator", str(r.id.parent_key)},
+                            {"file", r.file},
                             {"line", r.id.complete_line ? r.id.complete_line : r.id.FirstLine()}});
   j["connections"] = json::array();
   for (const ExplainConnection& ec : e.connections) {

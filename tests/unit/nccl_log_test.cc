@@ -390,7 +390,9 @@ TEST(NcclLogComm, SplitChildrenAtInitShareTheirParentsKey) {
   EXPECT_EQ(child0->split_count, 1);
   EXPECT_EQ(child0->comm_key, child1->comm_key);
   EXPECT_NE(child0->comm_key, "0x5eed");
-  EXPECT_TRUE(child0->comm_key.starts_with("0x5eed/"));
+  EXPECT_EQ(child0->comm_key.size(), 18u);  // commId's form: fits where a commId goes
+  EXPECT_EQ(child0->parent_key, "0x5eed");
+  EXPECT_EQ(child1->parent_key, "0x5eed");
 }
 
 // PyTorch's lazy init: each process group's communicator is created at its first collective, which
