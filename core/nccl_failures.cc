@@ -195,17 +195,19 @@ std::optional<NcclFailureClass> ClassifyNcclResult(int code) {
   }
 }
 
-std::vector<NcclFailure> DiagnoseNcclFailures(const NcclLog& log) {
+std::vector<NcclFailure> DiagnoseNcclFailures(const std::vector<NamedNcclLog>& logs) {
   std::vector<NcclFailure> out;
-  std::map<std::string, size_t> index;  // cause → out
+  std::map<std::string, size_t> index;              // cause → out
   std::set<std::pair<std::string, int>> explained;  // processes (host, pid) a WARN line explained
-  auto add = [&](const NcclFailureClass& what, const std::string& text, const NcclLogger& who, uint64_t line) {
+  auto add = [&](const NcclFailureClass& what, const std::string& file, const std::string& text,
+                 const NcclLogger& who, uint64_t line) {
     auto [it, fresh] = index.try_emplace(std::string(what.cause), out.size());
     if (fresh) {
       NcclFailure f;
       f.cause = what.cause;
       f.meaning = what.meaning;
       f.first_line = line;
+      f.file = file;
       f.host = who.host;
       f.pid = who.pid;
       out.push_back(std::move(f));
@@ -214,24 +216,29 @@ std::vector<NcclFailure> DiagnoseNcclFailures(const NcclLog& log) {
     ++f.lines;
     if (f.evidence.size() < kMaxNcclFailureEvidence) {
       std::string where = who.host.empty() ? "" : " (" + who.host + (who.pid >= 0 ? " pid " + std::to_string(who.pid) : "") + ")";
-      f.evidence.push_back("line " + std::to_string(line) + where + ": " + text);
+      std::string at = file.empty() ? "line " + std::to_string(line) : file + ":" + std::to_string(line);
+      f.evidence.push_back(at + where + ": " + text);
     }
   };
-  for (const NcclNote& w : log.warnings)
-    if (auto what = ClassifyNcclWarning(w.text)) {
-      add(*what, "NCCL WARN " + w.text, w.logger, w.line);
-      explained.insert({w.logger.host, w.logger.pid});
-    }
-  for (const NcclResultLine& r : log.results) {
-    if (explained.count({r.logger.host, r.logger.pid})) continue;  // the WARN said why
-    if (auto what = ClassifyNcclResult(r.code)) {
-      // A program's line has no NCCL prefix: it is explained by any WARN of the log.
-      if (r.logger.host.empty() && r.logger.pid < 0 && !explained.empty()) continue;
-      add(*what, r.text, r.logger, r.line);
+  for (const NamedNcclLog& l : logs) {
+    if (l.log == nullptr) continue;
+    for (const NcclNote& w : l.log->warnings)
+      if (auto what = ClassifyNcclWarning(w.text)) {
+        add(*what, l.name, "NCCL WARN " + w.text, w.logger, w.line);
+        explained.insert({w.logger.host, w.logger.pid});
+      }
+  }
+  for (const NamedNcclLog& l : logs) {
+    if (l.log == nullptr) continue;
+    for (const NcclResultLine& r : l.log->results) {
+      const bool program_line = r.logger.host.empty() && r.logger.pid < 0;
+      if (program_line ? !explained.empty() : explained.count({r.logger.host, r.logger.pid}) > 0) continue;
+      if (auto what = ClassifyNcclResult(r.code)) add(*what, l.name, r.text, r.logger, r.line);
     }
   }
-  std::stable_sort(out.begin(), out.end(), [](const NcclFailure& a, const NcclFailure& b) { return a.first_line < b.first_line; });
   return out;
 }
+
+std::vector<NcclFailure> DiagnoseNcclFailures(const NcclLog& log) { return DiagnoseNcclFailures({{"", &log}}); }
 
 }  // namespace p2ptrace

@@ -39,13 +39,23 @@ struct NcclFailure {
   std::vector<std::string> evidence;  // "line 42 (node0 pid 4711): NCCL WARN …", at most kMaxEvidence
   size_t lines = 0;                   // how many lines named this cause (evidence may hold fewer)
   uint64_t first_line = 0;
+  std::string file;  // of the first line (NamedNcclLog::name)
   std::string host;  // of the first line ("" when it had no prefix)
   int pid = -1;
 };
 inline constexpr size_t kMaxNcclFailureEvidence = 4;
 
-// Every failure a parsed log shows, one per cause, in the order they first appear. A failed return
-// code becomes its own finding only when no WARN line of the same process already explained it.
+// Every failure the logs of one job show (one log per process, the program's output too), one per
+// cause over all of them, in the order they first appear (by log, then line). Evidence lines read
+// "NAME:LINE (host pid P): NCCL WARN …" ("line LINE …" when NAME is ""). A failed return code is a
+// cause of its own only when no WARN line explained a failure of the same process; a program's
+// line (no NCCL prefix, so no process) only when no WARN line of any log did.
+struct NamedNcclLog {
+  std::string name;  // the file, for evidence ("" none)
+  const NcclLog* log = nullptr;
+};
+std::vector<NcclFailure> DiagnoseNcclFailures(const std::vector<NamedNcclLog>& logs);
+// One log.
 std::vector<NcclFailure> DiagnoseNcclFailures(const NcclLog& log);
 
 }  // namespace p2ptrace

@@ -147,14 +147,15 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
       if (c.dst_rank >= 0) AddPair(g, c);
     }
     for (const Refusal& r : log.refusals) e.refusals.push_back({f.path, r.line, r.text, r.logger, r.kind});
-    for (NcclFailure& failure : DiagnoseNcclFailures(log)) {
-      // core writes "line N (host pid P): …"; explain names the file as its other evidence does.
-      for (std::string& ev : failure.evidence) ev = ev.starts_with("line ") ? f.path + ":" + ev.substr(5) : f.path + ": " + ev;
-      e.failures.push_back(std::move(failure));
-    }
+
     for (const EnvSetting& s : log.env)
       e.env.push_back({f.path, s.line, fmt::format("{} set by environment to {}", s.name, s.value), s.logger, ""});
   }
+  // NCCL's failures over all files at once: one per cause, and a program's error line counts as
+  // explained by another file's WARN line.
+  std::vector<NamedNcclLog> named;
+  for (const ExplainFile& f : files) named.push_back({f.path, &f.log});
+  e.failures = DiagnoseNcclFailures(named);
   for (Communicator& g : e.communicators) {
     std::sort(g.ranks.begin(), g.ranks.end(), [](const ExplainRank& a, const ExplainRank& b) {
       return std::tie(a.id.rank, a.id.host, a.id.pid) < std::tie(b.id.rank, b.id.host, b.id.pid);

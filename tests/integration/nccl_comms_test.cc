@@ -3,6 +3,7 @@
 // group; tests/integration/nccl_comms_workload.cc), lazy (2.22+) and at init
 // (NCCL_RUNTIME_CONNECT=0). `p2ptrace explain` over the per-process NCCL_DEBUG_FILE logs must tie
 // every connection line to a communicator and give each communicator both ring directions.
+// Issue 13 point 7 too: a ring job failing on a full /dev/shm is explained as shm-too-small.
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -74,5 +75,41 @@ void RunAndExplain(Env env) {
 
 TEST(NcclComms, LazyConnectEveryCommunicatorAttributed) { RunAndExplain({}); }
 TEST(NcclComms, ConnectAtInitEveryCommunicatorAttributed) { RunAndExplain({{"NCCL_RUNTIME_CONNECT", "0"}}); }
+
+// examples/nccl_ring on 4 GPUs of a box whose /dev/shm holds 12 MB, P2P disabled: SHM runs out.
+TEST(NcclComms, FullDevShmIsExplainedWithItsCauseAndFix) {
+  std::string dir = TempDir() + "/shmfull" + std::to_string(rand());
+  RunProgram({"mkdir", "-p", dir});
+  std::string topo = dir + "/topo.json";
+  p2ptrace::testing::WriteFile(topo, R"({"version": 1, "hosts": [{"name": "box", "boot_id": "boot-box", "dev_shm_mb": 12,
+     "cpus": [{"id": "cpu0"}], "switches": [{"id": "sw0", "parent": "cpu0"}],
+     "gpus": [{"index": 0, "bus_id": "0000:18:00.0", "parent": "sw0"}, {"index": 1, "bus_id": "0000:2a:00.0", "parent": "sw0"},
+              {"index": 2, "bus_id": "0000:9a:00.0", "parent": "sw0"}, {"index": 3, "bus_id": "0000:ab:00.0", "parent": "sw0"}]}]})");
+  Env env{{"P2PSIM_NCCL_DIR", dir}, {"P2PSIM_NCCL_TIMEOUT", "30"}, {"NCCL_DEBUG", "INFO"},
+          {"NCCL_DEBUG_FILE", dir + "/nccl.%h.%p.log"}, {"NCCL_P2P_DISABLE", "1"}};
+  RunResult run = RunProgram({P2PSIM_BINARY, "launch", "--topology", topo, "--hosts", "box:4", "--", NCCL_RING, dir, "4096"}, env);
+  ASSERT_NE(run.exit_code, 0) << run.out << run.err;
+  // The program's own output (`… failed: unhandled system error …`) goes in with the logs.
+  std::string output = dir + "/output.txt";
+  p2ptrace::testing::WriteFile(output, run.out + run.err);
+  std::vector<std::string> argv{P2PTRACE_CLI, "explain", "--json"};
+  for (const std::string& log : Logs(dir)) argv.push_back(log);
+  argv.push_back(output);
+  RunResult r = RunProgram(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json j = json::parse(r.out);
+  std::set<std::string> causes;
+  const json* shm = nullptr;
+  for (const json& f : j["findings"])
+    if (f["id"] == "nccl-failure") {
+      causes.insert(f["cause"].get<std::string>());
+      if (f["cause"] == "shm-too-small") shm = &f;
+    }
+  ASSERT_NE(shm, nullptr) << j["findings"].dump();
+  EXPECT_EQ(causes, std::set<std::string>{"shm-too-small"}) << "the return codes the WARN lines explain add nothing";
+  EXPECT_NE((*shm)["evidence"][0].get<std::string>().find("failed to extend /dev/shm/nccl-"), std::string::npos)
+      << (*shm)["evidence"].dump();
+  EXPECT_NE((*shm)["fix"].get<std::string>().find("--shm-size"), std::string::npos);
+}
 
 }  // namespace

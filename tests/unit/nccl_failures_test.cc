@@ -145,4 +145,29 @@ TEST(NcclFailures, AReturnCodeWithoutAWarnLine) {
   EXPECT_EQ(failures[0].lines, 1u);
 }
 
+// A job's logs together: one entry per cause over all files; the program's error line is explained
+// by another file's WARN, while another process's own failed call (no WARN of its own) stays.
+TEST(NcclFailures, SeveralLogsOfOneJob) {
+  p2ptrace::NcclLog a = ParseNcclLog(
+      "box:1:1 [0] misc/shmutils.cc:87 NCCL WARN Error: failed to extend /dev/shm/nccl-a to 5242880 bytes, error: No space left on device (28)\n");
+  p2ptrace::NcclLog b = ParseNcclLog(
+      "box:2:2 [1] misc/shmutils.cc:87 NCCL WARN Error: failed to extend /dev/shm/nccl-b to 5242880 bytes, error: No space left on device (28)\n");
+  p2ptrace::NcclLog c = ParseNcclLog("box:3:3 [2] NCCL INFO misc/socket.cc:50 -> 6\n");
+  p2ptrace::NcclLog out = ParseNcclLog(
+      "[rank 1] nccl_ring: ncclAllReduce(…) failed: unhandled system error (run with NCCL_DEBUG=INFO for details)\n");
+  auto failures = DiagnoseNcclFailures({{"a.log", &a}, {"b.log", &b}, {"c.log", &c}, {"out.txt", &out}});
+  ASSERT_EQ(failures.size(), 2u);
+  EXPECT_EQ(failures[0].cause, "shm-too-small");
+  EXPECT_EQ(failures[0].lines, 2u);
+  EXPECT_EQ(failures[0].file, "a.log");
+  ASSERT_EQ(failures[0].evidence.size(), 2u);
+  EXPECT_TRUE(failures[0].evidence[1].starts_with("b.log:1 (box pid 2): NCCL WARN")) << failures[0].evidence[1];
+  EXPECT_EQ(failures[1].cause, "peer-process-failed");
+  EXPECT_EQ(failures[1].pid, 3);
+  // Without the WARN lines, the program's line is the only word: ncclSystemError's cause.
+  auto alone = DiagnoseNcclFailures({{"out.txt", &out}});
+  ASSERT_EQ(alone.size(), 1u);
+  EXPECT_EQ(alone[0].cause, "nccl-system-error");
+}
+
 }  // namespace
