@@ -395,6 +395,44 @@ TEST(NcclLogComm, SplitChildrenAtInitShareTheirParentsKey) {
   EXPECT_EQ(child1->parent_key, "0x5eed");
 }
 
+// ncclCommSplit's Init lines by release (init.cc): 2.21–2.22 print a commId (derived from the
+// parent's hash and the color, shared by the child's ranks); 2.23 `parent %p color %d key %d- Init
+// START` with none; 2.24–2.28 add `splitCount %d`, 2.29+ call it `childCount %d`.
+TEST(NcclLogComm, SplitLinesOfEveryRelease) {
+  const char* parent = "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xp rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 commId 0xfeed - Init COMPLETE\n";
+  NcclLog v221 = ParseNcclLog(std::string(parent) +
+      "h:1:9 [0] NCCL INFO ncclCommSplit comm 0xc rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp color 1684518034 key 0 commId 0x5a16c3838ce6f1f8 - Init START\n");
+  ASSERT_EQ(v221.ranks.size(), 2u);
+  EXPECT_EQ(v221.ranks[1].comm_key, "0x5a16c3838ce6f1f8");
+  EXPECT_EQ(v221.ranks[1].parent, "0xp");
+  EXPECT_EQ(v221.ranks[1].color, 1684518034);
+  EXPECT_GT(v221.ranks[1].start_line, 0u);
+  // 2.23: no count; two splits of one color in a row are two communicators.
+  NcclLog v223 = ParseNcclLog(std::string(parent) +
+      "h:1:1 [0] NCCL INFO ncclCommSplit comm 0xc1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp color 0 key 0- Init START\n"
+      "h:1:1 [0] NCCL INFO ncclCommSplit comm 0xc2 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp color 0 key 0- Init START\n");
+  ASSERT_EQ(v223.ranks.size(), 3u);
+  EXPECT_EQ(v223.ranks[1].parent_key, "0xfeed");
+  EXPECT_FALSE(v223.ranks[1].comm_key.empty());
+  EXPECT_NE(v223.ranks[1].comm_key, v223.ranks[2].comm_key);
+  // 2.29: childCount; a different count or color is another communicator, the same is the same.
+  auto child = [&](const std::string& comm, int count, int color) {
+    return "h:1:1 [0] NCCL INFO ncclCommSplit comm " + comm + " rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp childCount " +
+           std::to_string(count) + " color " + std::to_string(color) + " key 0- Init START\n";
+  };
+  NcclLog v229 = ParseNcclLog(std::string(parent) + child("0xd1", 1, 0) + child("0xd2", 2, 0) + child("0xd3", 2, 1));
+  ASSERT_EQ(v229.ranks.size(), 4u);
+  EXPECT_EQ(v229.ranks[1].split_count, 1);
+  std::set<std::string> keys{v229.ranks[1].comm_key, v229.ranks[2].comm_key, v229.ranks[3].comm_key};
+  EXPECT_EQ(keys.size(), 3u);
+  NcclLog other = ParseNcclLog(std::string(parent) + child("0xe9", 2, 1));  // another process, same split
+  EXPECT_EQ(other.ranks[1].comm_key, v229.ranks[3].comm_key);
+  // A split whose parent's Init line is not in the log: no key (it cannot be matched across processes).
+  NcclLog orphan = ParseNcclLog(child("0xf1", 1, 0));
+  ASSERT_EQ(orphan.ranks.size(), 1u);
+  EXPECT_EQ(orphan.ranks[0].comm_key, "");
+}
+
 // PyTorch's lazy init: each process group's communicator is created at its first collective, which
 // connects right after (on the same thread); world and subgroup have the same rank and nranks.
 TEST(NcclLogComm, LazyInitOfTwoGroupsWithTheSameRanks) {
