@@ -92,9 +92,14 @@ constexpr Pattern kWarnings[] = {
      {"socket-interface-not-found", "no network interface matches the name the job asked for"}},
     {"no device found after excluding", true,
      {"socket-interface-not-found", "no network interface is left after the job's exclusions"}},
-    // misc/socket.cc: "%s: connect to %s failed : %s", "%s: connect to %s returned %s, exceeded error
-    // retry count after %d attempts", "socketPollConnect to %s failed with error %s",
-    // "socketTryAccept: exceeded error retry count after %d attempts, %s".
+    // misc/socket.cc (src/os/linux.cc from 2.30.7): "%s: connect to %s failed : %s", "%s: connect to
+    // %s returned %s, exceeded error retry count after %d attempts", "socketPollConnect to %s failed
+    // with error %s", "socketTryAccept: exceeded error retry count after %d attempts, %s"; address
+    // parsing of NCCL_COMM_ID and the like: "Net : No valid <IPv4_or_hostname>:<port> pair found",
+    // "Net : error encountered when getting address info : %s".
+    {"Net : No valid ", true, {"bootstrap-connect-failed", "an address NCCL was given (NCCL_COMM_ID, …) is not host:port"}},
+    {"Net : error encountered when getting address info", true,
+     {"bootstrap-connect-failed", "a host name NCCL was given does not resolve"}},
     {": connect to ", false,
      {"bootstrap-connect-failed", "a rank could not open a TCP connection to another rank (refused, unreachable or timed out)"}},
     {"socketPollConnect to ", true,

@@ -64,6 +64,9 @@ TEST(NcclFailures, WarnLinesOfNcclsSource) {
        "attempts",
        "bootstrap-connect-failed"},
       {"socketProgress: Connection closed by remote peer node1<51320>", "peer-process-failed"},
+      {"Net : error encountered when getting address info : Name or service not known", "bootstrap-connect-failed"},
+      {"ncclOsSocketTryAccept: exceeded error retry count after 35 attempts, Connection reset by peer",  // 2.30.7 os/linux.cc
+       "bootstrap-connect-failed"},
       {"Message truncated : received 256 bytes instead of 128", "rank-mismatch"},
       // transport/net_ib.cc, misc/ibvwrap.cc
       {"NET/IB: Got completion from peer 10.0.0.2<41234> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) "
