@@ -14,7 +14,7 @@ namespace {
 
 // Severity: error = the job hangs, fails or loses most of its bandwidth without NCCL saying so;
 // warning = a fallback someone chose or can change; info = the machine's design, or NCCL's deliberate choice.
-constexpr std::array<CauseInfo, 28> kCauses = {{
+constexpr std::array<CauseInfo, 46> kCauses = {{
     {"env-p2p-disabled", Severity::kWarning, "NCCL_P2P_DISABLE is set: NCCL does not use P2P between any GPUs",
      "unset NCCL_P2P_DISABLE (launchers such as Accelerate set it for some GPUs); it moves every pair of a node to "
      "host memory (SHM) or the network",
@@ -94,8 +94,9 @@ constexpr std::array<CauseInfo, 28> kCauses = {{
      "run the node's ranks in one container/pod, or give them the same NCCL_HOSTID",
      "`hostname; cat /proc/sys/kernel/random/boot_id` differs between the ranks"},
     {"shm-too-small", Severity::kError, "/dev/shm is too small for NCCL's SHM buffers: init fails or hangs",
-     "give the container more shared memory (docker --shm-size=1g or more; Kubernetes: an emptyDir of medium Memory "
-     "on /dev/shm)",
+     "give the container more shared memory (docker --shm-size=1g or more, or docker --ipc=host to share the host's; "
+     "Kubernetes: an emptyDir of medium Memory on /dev/shm); NCCL_SHM_DISABLE=1 avoids SHM altogether, but its pairs "
+     "then go over P2P where allowed, else the network (slower)",
      "`df -h /dev/shm`; NCCL logs `failed to extend /dev/shm/nccl-…` or `No space left on device`"},
     {"no-gdr", Severity::kWarning,
      "no GPUDirect RDMA: network traffic is copied through host memory by NCCL's proxy (up to ~10x slower)",
@@ -115,6 +116,79 @@ constexpr std::array<CauseInfo, 28> kCauses = {{
     {"cuda-peer-enable-failed", Severity::kWarning, "enabling peer access failed",
      "check `nvidia-smi topo -p2p r`, IOMMU/ACS and the peer-mapping limit (8 peers per GPU on PCIe)", ""},
     {"collnet-unavailable", Severity::kInfo, "CollNet/SHARP did not start", "check the SHARP plugin and the fabric", ""},
+    // Failures NCCL reports in its WARN lines and return codes (core/nccl_failures.h).
+    {"shm-failed", Severity::kError, "NCCL could not create or map a shared-memory segment in /dev/shm",
+     "check that /dev/shm is mounted, writable by the job and not full of stale /dev/shm/nccl-* segments; in a "
+     "container give it more (docker --shm-size=1g, --ipc=host)",
+     "`df -h /dev/shm; ls -la /dev/shm` on the node"},
+    {"peer-mapping-exhausted", Severity::kError,
+     "CUDA ran out of peer mappings: a GPU can map only a few peers over PCIe (typically 8)",
+     "keep each GPU's P2P peers within the limit: on a PCIe node of more than 9 GPUs limit NCCL's P2P "
+     "(NCCL_P2P_LEVEL, or communicators of fewer GPUs), and disable peer access a program no longer needs "
+     "(cudaDeviceDisablePeerAccess)",
+     "the WARN quotes `peer mapping resources exhausted` (cudaErrorTooManyPeers, 711)"},
+    {"gpu-out-of-memory", Severity::kError, "a GPU ran out of memory while NCCL allocated its buffers",
+     "free GPU memory before NCCL's init and first collectives (smaller batches, the framework's cache), or make NCCL "
+     "need less (NCCL_BUFFSIZE, NCCL_MAX_NCHANNELS); check no other process holds the GPU",
+     "`nvidia-smi` memory use while the job starts"},
+    {"no-gpu-visible", Severity::kError, "the process does not see the GPU it was to use",
+     "check CUDA_VISIBLE_DEVICES, the container's GPU list (docker --gpus, Kubernetes nvidia.com/gpu) and that each "
+     "rank selects its own device (torch.cuda.set_device(LOCAL_RANK))",
+     "`nvidia-smi -L` and `echo $CUDA_VISIBLE_DEVICES` inside the job's environment"},
+    {"cuda-driver-too-old", Severity::kError, "the NVIDIA driver is older than the CUDA version NCCL needs",
+     "install a driver that supports NCCL's CUDA version (the `+cudaX.Y` of `NCCL version`), or use an NCCL/framework "
+     "build for an older CUDA",
+     "`nvidia-smi` shows the highest CUDA version the driver supports"},
+    {"cuda-error", Severity::kError, "a CUDA call inside NCCL failed",
+     "the CUDA error quoted in NCCL's WARN line names the cause; `dmesg` (Xid errors) and `nvidia-smi` show whether a "
+     "GPU faulted",
+     ""},
+    {"duplicate-gpu", Severity::kError, "two ranks of one communicator use the same GPU",
+     "give every rank its own GPU before NCCL's init (torch.cuda.set_device(LOCAL_RANK), or CUDA_VISIBLE_DEVICES per "
+     "rank); NCCL 2.30+ allows shared GPUs only with NCCL_MULTI_RANK_GPU_ENABLE=1",
+     "the Init lines of the log show the ranks' busId"},
+    {"rank-mismatch", Severity::kError,
+     "the ranks disagree: different NCCL versions or settings, or different operations, counts or sizes",
+     "run one NCCL version and the same NCCL_* settings on every rank, and have every rank call the same "
+     "collectives with the same counts in the same order",
+     ""},
+    {"peer-process-failed", Severity::kError, "another rank exited or failed first; this rank's error follows from it",
+     "find the first rank that failed (its own log or exit status holds the cause: a crash, out of memory, a timeout)",
+     ""},
+    {"socket-interface-not-found", Severity::kError, "NCCL found no usable network interface for its sockets",
+     "set NCCL_SOCKET_IFNAME to the interface the nodes reach each other on (`ip -br addr`; e.g. eth0, ib0, ^docker,lo)",
+     ""},
+    {"bootstrap-connect-failed", Severity::kError,
+     "ranks could not connect to each other over TCP (NCCL's bootstrap or socket transport)",
+     "check MASTER_ADDR/MASTER_PORT or NCCL_COMM_ID, that every rank started, NCCL_SOCKET_IFNAME (the interface the "
+     "ranks reach each other on), and firewalls or security groups (NCCL uses ephemeral TCP ports between all ranks)",
+     "the address in the WARN line: `nc -zv ADDRESS PORT` from the other node"},
+    {"ib-error", Severity::kError, "an InfiniBand/RoCE device or transfer failed",
+     "check the fabric: port state (`ibstat`, `ibv_devinfo`), link errors (`perfquery`), cables and switch logs; "
+     "exclude a bad port with NCCL_IB_HCA; on RoCE set NCCL_IB_GID_INDEX; NCCL_IB_TIMEOUT for long fabrics",
+     "the WARN's status (e.g. transport retry counter exceeded) and vendor error"},
+    {"ib-memlock", Severity::kError, "the locked-memory limit stops NCCL registering memory with the NIC",
+     "raise the memlock limit (ulimit -l unlimited; docker --ulimit memlock=-1; systemd LimitMEMLOCK=infinity)",
+     "`ulimit -l` in the job's environment"},
+    {"no-transport", Severity::kError, "NCCL found no transport between two ranks",
+     "a disabled transport left none: unset NCCL_P2P_DISABLE/NCCL_SHM_DISABLE, or allow a network (NCCL_IB_DISABLE, "
+     "NCCL_NET, NCCL_SOCKET_IFNAME)",
+     ""},
+    {"nvml-unavailable", Severity::kWarning, "NCCL could not load NVML (libnvidia-ml.so.1)",
+     "make the driver's libraries visible to the job (the NVIDIA Container Toolkit in containers; LD_LIBRARY_PATH)",
+     ""},
+    {"nccl-invalid-usage", Severity::kError, "the program called NCCL wrongly",
+     "NCCL's WARN line names the argument: check rank < nranks, one ncclUniqueId for all ranks of a communicator, the "
+     "device selected before init, and that no communicator is used after an error",
+     ""},
+    {"nccl-system-error", Severity::kError, "a system call inside NCCL failed (ncclSystemError)",
+     "the WARN line before the error names the call; common causes are a full /dev/shm, the open-files limit "
+     "(ulimit -n) and the locked-memory limit (ulimit -l)",
+     "rerun with NCCL_DEBUG=INFO (WARN lines name the failing call)"},
+    {"nccl-internal-error", Severity::kError, "NCCL reported an internal error (ncclInternalError)",
+     "often a topology, plugin or version problem: check NCCL_NET_PLUGIN/NCCL_TOPO_FILE settings and that the ranks "
+     "run one NCCL version; otherwise report it to NVIDIA/nccl with the NCCL_DEBUG=INFO log",
+     ""},
     {"unknown", Severity::kInfo, "no known cause explains this pair's path",
      "collect `nvidia-smi topo -m`, `nvidia-smi topo -p2p r`, the NCCL_DEBUG=INFO log and `p2ptrace doctor` from the node",
      ""},

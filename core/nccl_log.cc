@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <set>
 
 #include "p2ptrace/vocabulary.h"
@@ -152,6 +153,21 @@ bool ParsePrefix(std::string_view seg, size_t marker, Level level, NcclLogger* o
   return false;
 }
 
+// What may stand before a pasted `NCCL INFO` whose host:pid:tid was cut away: line numbers,
+// `[3]`, `[rank0]:`, `0: [1,0]<stdout>:`, timestamps, `|` or `>` quoting — letters only inside
+// brackets, so that prose mentioning "NCCL WARN" is not taken for a line of NCCL's.
+bool IsPasteDecoration(std::string_view d) {
+  if (d.size() > 80) return false;
+  int depth = 0;
+  for (char c : d) {
+    if (c == '[' || c == '<' || c == '(') ++depth;
+    else if (c == ']' || c == '>' || c == ')') depth = depth > 0 ? depth - 1 : 0;
+    else if (((c | 0x20) >= 'a' && (c | 0x20) <= 'z') && depth == 0) return false;
+    else if (static_cast<unsigned char>(c) >= 0x80 && depth == 0) return false;
+  }
+  return true;
+}
+
 struct PrefixedMessage {
   NcclLogger logger;
   Level level = Level::kInfo;
@@ -177,11 +193,14 @@ bool FindPrefixedMessage(std::string_view seg, PrefixedMessage* out) {
       return true;
     }
   }
-  // Pasted logs often keep only `NCCL INFO …` of the prefix: the message, with no logger.
-  std::string_view bare = TrimLeft(seg);
+  // Pasted logs often keep only `NCCL INFO …` of the prefix, maybe behind a number or tag the user
+  // or a tool put there (`1: `, `[3] `, `[rank0]: `, a timestamp): the message, with no logger.
+  size_t p = seg.find("NCCL ");
+  if (p == std::string_view::npos || !IsPasteDecoration(seg.substr(0, p))) return false;
+  std::string_view bare = seg.substr(p + 5);
   for (const auto& [name, level] : kLevels) {
-    if (!bare.starts_with("NCCL ") || !bare.substr(5).starts_with(name)) continue;
-    std::string_view tail = bare.substr(5 + name.size());
+    if (!bare.starts_with(name)) continue;
+    std::string_view tail = bare.substr(name.size());
     if (!tail.empty() && tail.front() != ' ') continue;
     *out = PrefixedMessage{NcclLogger{}, level, tail.empty() ? tail : tail.substr(1)};
     return true;
@@ -283,6 +302,23 @@ int Connection::LoggingRank() const {
   return src_rank;
 }
 
+const RankIdentity* NcclLog::IdentityOf(const Connection& c) const {
+  if (c.identity >= 0 && static_cast<size_t>(c.identity) < ranks.size()) return &ranks[static_cast<size_t>(c.identity)];
+  return c.comm.empty() ? nullptr : FindRank(c.logger.host, c.logger.pid, c.comm);
+}
+
+std::string_view AttributionName(Attribution a) {
+  switch (a) {
+    case Attribution::kNone: return "none";
+    case Attribution::kPrinted: return "printed";
+    case Attribution::kInit: return "init";
+    case Attribution::kLazy: return "lazy";
+    case Attribution::kThread: return "thread";
+    case Attribution::kAmbiguous: return "ambiguous";
+  }
+  return "none";
+}
+
 const RankIdentity* NcclLog::FindRank(const std::string& host, int pid, const std::string& comm) const {
   for (auto it = ranks.rbegin(); it != ranks.rend(); ++it)
     if (it->comm == comm && it->host == host && it->pid == pid) return &*it;
@@ -307,6 +343,83 @@ int ClassifyNcclTransport(std::string_view t) {
   if (t.starts_with("COLLNET") || t.starts_with("CollNet")) return P2PTRACE_TRANSPORT_COLLNET;
   if (t.starts_with("NVLS")) return P2PTRACE_TRANSPORT_NVLS;
   return P2PTRACE_TRANSPORT_UNKNOWN;
+}
+
+namespace {
+
+// Takes one of `words` (the longest first in the list) when it ends at the text's end, a '/', '(' or
+// a space; returns whether it did.
+bool TakeWordOf(Scanner& s, std::initializer_list<std::string_view> words) {
+  for (std::string_view w : words) {
+    std::string_view r = s.rest();
+    if (!r.starts_with(w)) continue;
+    if (r.size() > w.size() && r[w.size()] != '/' && r[w.size()] != '(' && !IsSpace(r[w.size()])) continue;
+    return s.Take(w);
+  }
+  return false;
+}
+
+bool TakeDigits(Scanner& s) {
+  int n = 0;
+  return s.TakeCount(&n);
+}
+
+// The end of a transport text NCCL's grammar does not know: where a note would start.
+size_t UnknownTransportLength(std::string_view t) {
+  size_t end = t.size();
+  for (std::string_view stop : {" (", "  ", " #", " //", " --", " <", " [", "\t"})
+    end = std::min(end, t.find(stop));
+  return end;
+}
+
+}  // namespace
+
+size_t NcclTransportLength(std::string_view text) {
+  Scanner s(text);
+  const size_t size = text.size();
+  auto done = [&] { return size - s.rest().size(); };
+  if (s.Take("P2P/")) {
+    if (s.Take("indirect/")) {
+      std::string_view dev;
+      if (!TakeDigits(s) || !s.TakeBracketed(&dev)) return UnknownTransportLength(text);
+    } else if (!TakeWordOf(s, {"CUMEM", "MNNVL", "IPC", "direct pointer", "common device"})) {
+      return UnknownTransportLength(text);
+    }
+    while (s.Take("/")) {
+      if (!TakeWordOf(s, {"read", "CE"})) return UnknownTransportLength(text);
+    }
+    return done();
+  }
+  if (s.Take("SHM/")) {
+    if (!TakeWordOf(s, {"direct", "CE"})) return UnknownTransportLength(text);
+    if (s.Take("/") && !TakeWordOf(s, {"direct", "CE"})) return UnknownTransportLength(text);
+    return done();
+  }
+  if (s.Take("direct shared memory")) return done();
+  const bool net = s.Take("NET/");
+  if (net || s.Take("COLLNET/")) {
+    // The network's name is the plugin's (`IB`, `Socket`, `AWS Libfabric`, `IBext_v8`): up to '/'.
+    std::string_view r = s.rest();
+    size_t slash = r.find('/');
+    if (slash == 0 || slash == std::string_view::npos || slash > 64) return UnknownTransportLength(text);
+    s = Scanner(r.substr(slash + 1));
+    if (!TakeDigits(s)) return UnknownTransportLength(text);
+    if (s.rest().starts_with("(")) {  // PXN proxy rank
+      Scanner p = s;
+      if (p.Take("(") && TakeDigits(p) && p.Take(")")) s = p;
+    }
+    if (s.Take("/GDRDMA")) s.Take("(PCI)");
+    if (net) {
+      s.Take("/GDCopy");
+      s.Take("/Shared");
+      if (s.Take("/flush=")) s.TakeWord();  // 2.31's receive side: None, Always, C2c, Unknown
+    }
+    size_t n = done();
+    // A '/' or a letter glued on means a form this grammar does not know: keep NCCL's text whole.
+    if (n < size && !IsSpace(text[n])) return UnknownTransportLength(text);
+    return n;
+  }
+  return UnknownTransportLength(text);
 }
 
 // ---- feeding ------------------------------------------------------------------------------------
@@ -348,24 +461,15 @@ void NcclLogParser::Finish() {
     EndLine();
   }
   for (auto& [key, state] : threads_) {
-    for (const Pending& p : state.awaiting_complete) unresolved_.emplace_back(p, key.host, key.pid);
+    for (Pending& p : state.awaiting_complete) unresolved_.emplace_back(std::move(p), key);
     state.awaiting_complete.clear();
   }
-  // Lazy lines: the process's communicators that existed by then and where the logging rank fits.
-  std::map<std::tuple<std::string, int, int>, std::vector<size_t>> by_rank;  // (host, pid, rank) → ranks
-  for (size_t i = 0; i < log_.ranks.size(); ++i) {
-    const RankIdentity& r = log_.ranks[i];
-    by_rank[{r.host, r.pid, r.rank}].push_back(i);
-  }
-  for (const auto& [p, host, pid] : unresolved_) {
-    auto it = by_rank.find({host, pid, p.logging_rank});
-    if (it == by_rank.end()) continue;
-    std::set<std::string> candidates;
-    for (size_t i : it->second) {
-      const RankIdentity& r = log_.ranks[i];
-      if (r.FirstLine() < p.line && Fits(p, r)) candidates.insert(r.comm);
-    }
-    if (candidates.size() == 1) SetComm(p, *candidates.begin());
+  // Lines no init claimed: settled as lazy ones, in the order they were printed.
+  std::sort(unresolved_.begin(), unresolved_.end(),
+            [](const auto& a, const auto& b) { return a.first.line < b.first.line; });
+  for (const auto& [p, key] : unresolved_) {
+    auto t = threads_.find(key);
+    Resolve(p, key.host, key.pid, t == threads_.end() ? nullptr : &t->second);
   }
   unresolved_.clear();
 }
@@ -376,6 +480,10 @@ void NcclLogParser::ParseSegment(std::string_view segment) {
     line_nccl_ = true;
     if (pm.level == Level::kInfo || pm.level == Level::kWarn)
       line_used_ |= ParseMessage(TrimRight(pm.message), pm.level == Level::kWarn, pm.logger);
+    return;
+  }
+  if (ParseResult(segment, NcclLogger{}, true)) {
+    line_used_ = true;
     return;
   }
   if (std::string_view v = VersionOf(segment); !v.empty()) {
@@ -412,12 +520,57 @@ bool NcclLogParser::ParseMessage(std::string_view m, bool is_warn, const NcclLog
     return true;
   }
   if (ParseEnv(m, logger)) return true;
+  if (ParseResult(m, logger, false)) return true;
   return ParseIdentity(m, logger);
+}
+
+// ncclGetErrorString's texts (init.cc, unchanged 2.3–2.31 but for the NCCL_DEBUG hint), by code.
+constexpr std::pair<std::string_view, int> kResultTexts[] = {
+    {"unhandled cuda error", 1},
+    {"unhandled system error", 2},
+    {"internal error - please report this issue to the NCCL developers", 3},
+    {"invalid argument (run with NCCL_DEBUG=WARN", 4},
+    {"invalid usage (run with NCCL_DEBUG=WARN", 5},
+    {"remote process exited or there was a network error", 6},
+};
+
+bool NcclLogParser::ParseResult(std::string_view m, const NcclLogger& logger, bool whole_line) {
+  const uint64_t line = log_.lines_read + 1;
+  if (!whole_line) {
+    // `FILE:LINE -> CODE`, FILE a source path (misc/socket.cc, include/alloc.h, …).
+    Scanner s(m);
+    std::string_view file = s.TakeWord();
+    size_t colon = file.rfind(':');
+    int code = -1, src_line = -1;
+    if (colon != std::string_view::npos && colon > 0 && ToInt(file.substr(colon + 1), &src_line) &&
+        (file.substr(0, colon).ends_with(".cc") || file.substr(0, colon).ends_with(".h") ||
+         file.substr(0, colon).ends_with(".cu") || file.substr(0, colon).ends_with(".cpp")) &&
+        s.Take(" -> ") && s.TakeCount(&code) && (s.empty() || s.rest().front() == ' ')) {
+      if (code == 0) return true;  // a trace of success: nothing failed
+      log_.results.push_back({code, std::string(m), logger, line});
+      return true;
+    }
+  }
+  for (const auto& [text, code] : kResultTexts) {
+    size_t p = m.find(text);
+    if (p == std::string_view::npos) continue;
+    // A program's line names NCCL (`NCCL error`, `ncclSystemError`, `NCCL WARN`…) or quotes the
+    // text whole with its hint; a bare "internal error" in other output is not NCCL's.
+    if (whole_line && m.find("NCCL") == std::string_view::npos && m.find("nccl") == std::string_view::npos &&
+        m.find("(run with NCCL_DEBUG") == std::string_view::npos)
+      return false;
+    log_.results.push_back({code, std::string(TrimRight(m)), logger, line});
+    return true;
+  }
+  return false;
 }
 
 void NcclLogParser::AddVersion(std::string_view version) {
   log_.version_lines.push_back({std::string(version), log_.lines_read + 1});
-  if (log_.nccl_version.empty()) log_.nccl_version = version;
+  if (log_.nccl_version.empty()) {
+    log_.nccl_version = version;
+    version_code_ = NcclVersionCode("NCCL version " + log_.nccl_version);
+  }
 }
 
 bool NcclLogParser::ParseRefusal(std::string_view m, const NcclLogger& logger) {
@@ -475,7 +628,7 @@ bool NcclLogParser::ParseChannelLine(std::string_view m, const NcclLogger& logge
     if (ring.ranks.empty()) return false;
     int max_rank = *std::max_element(ring.ranks.begin(), ring.ranks.end());
     log_.rings.push_back(std::move(ring));
-    Attribute(ItemKind::kRing, log_.rings.size() - 1, 0, max_rank, logger);
+    Attribute(Pending{ItemKind::kRing, log_.rings.size() - 1, 0, max_rank, log_.lines_read + 1}, logger);
     return true;
   }
 
@@ -505,18 +658,36 @@ bool NcclLogParser::ParseChannelLine(std::string_view m, const NcclLogger& logge
   std::string rccl_comm;
   std::string_view transport = SplitRcclSuffix(TrimRight(body.substr(via + 5)), &rccl_comm);
   if (transport.empty()) return false;
+  // A pasted line may carry the user's own words after NCCL's token: they are not the transport.
+  size_t token = NcclTransportLength(transport);
+  c.note = TrimLeft(transport.substr(token));
+  transport = TrimRight(transport.substr(0, token));
+  if (transport.empty()) return false;
   c.transport = transport;
   c.transport_class = ClassifyNcclTransport(transport);
   c.logger = logger;
   c.line = log_.lines_read + 1;
   log_.connections.push_back(std::move(c));
-  const Connection& added = log_.connections.back();
+  Connection& added = log_.connections.back();
   if (!rccl_comm.empty()) {
-    log_.connections.back().comm = rccl_comm;
-  } else {
-    Attribute(ItemKind::kConnection, log_.connections.size() - 1, added.LoggingRank(),
-              std::max(added.src_rank, added.dst_rank), logger);
+    added.comm = rccl_comm;
+    added.attribution = Attribution::kPrinted;
+    auto it = rank_index_.find({logger.host, logger.pid, rccl_comm});
+    if (it != rank_index_.end()) added.identity = static_cast<long>(it->second);
+    return true;
   }
+  Pending p{ItemKind::kConnection, log_.connections.size() - 1, added.LoggingRank(),
+            std::max(added.src_rank, added.dst_rank), added.line};
+  const bool logged_by_src = added.LoggingRank() == added.src_rank;
+  p.peer_rank = logged_by_src ? added.dst_rank : added.src_rank;
+  p.own_dev = logged_by_src ? added.src_dev : added.dst_dev;
+  p.peer_dev = logged_by_src ? added.dst_dev : added.src_dev;
+  // SHM lines print no connection index, so ring (index 0) and send/recv (index 1) lines of one
+  // communicator read the same: only indexed lines are unique per communicator.
+  if (added.conn_index >= 0)
+    p.conn_key = added.keyword + ' ' + std::to_string(added.channel) + '/' + std::to_string(added.conn_index) + ' ' +
+                 std::to_string(added.src_rank) + '>' + std::to_string(added.dst_rank) + ' ' + added.direction;
+  Attribute(std::move(p), logger);
   return true;
 }
 
@@ -555,19 +726,34 @@ bool NcclLogParser::ParseTrees(std::string_view m, const NcclLogger& logger) {
     int max_rank = std::max(t.rank, t.parent);
     for (int c : t.children) max_rank = std::max(max_rank, c);
     log_.trees.push_back(std::move(t));
-    Attribute(ItemKind::kTree, log_.trees.size() - 1, log_.trees.back().rank, max_rank, logger);
+    Attribute(Pending{ItemKind::kTree, log_.trees.size() - 1, log_.trees.back().rank, max_rank, log_.lines_read + 1},
+              logger);
     any = true;
   }
   return any;
 }
 
+// A split's key in commId's form: FNV-1a (64 bits) of the parent's key, the count and the color.
+static_assert(sizeof(unsigned long long) == 8);
+static std::string SplitKey(const std::string& parent_key, int count, int color) {
+  std::string text = parent_key + "/split" + std::to_string(count) + "/color" + std::to_string(color);
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char out[24];
+  std::snprintf(out, sizeof out, "0x%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
+
 // `[Rank R] API comm 0x… rank R nranks N cudaDev D nvmlDev M busId B commId 0x… - Init START`
 // and the older forms (no API, no nvmlDev/busId/commId), `… - Init COMPLETE`, `… - Destroy COMPLETE`,
 // `… - Abort COMPLETE`. The `comm 0x… rank R nRanks N nNodes …` layout line is not one of them.
+// ncclCommSplit (init.cc 2.23–2.31) prints `… parent 0x… splitCount|childCount C color K key Y- Init
+// START` (no space before the dash) and `… key Y - Init COMPLETE`, with no commId; 2.21–2.22 print
+// `parent 0x… color K key Y commId 0x…`.
 bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) {
-  size_t dash = m.rfind(" - ");
-  if (dash == std::string_view::npos) return false;
-  std::string_view what = m.substr(dash + 3);
+  size_t dash = m.rfind("- ");
+  if (dash == std::string_view::npos || dash == 0 || !(m[dash - 1] == ' ' || IsDigit(m[dash - 1]))) return false;
+  std::string_view what = m.substr(dash + 2);
   enum { kStart, kComplete, kEnd } stage;
   if (what == "Init START") stage = kStart;
   else if (what == "Init COMPLETE") stage = kComplete;
@@ -575,7 +761,7 @@ bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) 
   else return false;
 
   RankIdentity id;
-  Scanner s(m.substr(0, dash));
+  Scanner s(TrimRight(m.substr(0, dash)));
   if (s.Take("[Rank ")) {  // 2.29+ START prefix
     int ignored = 0;
     if (!s.TakeInt(&ignored) || !s.Take("]")) return false;
@@ -587,15 +773,19 @@ bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) 
     if (key.empty()) break;
     s.SkipSpaces();
     if (key == "comm" || key == "rank" || key == "nranks" || key == "cudaDev" || key == "nvmlDev" ||
-        key == "busId" || key == "commId") {
+        key == "busId" || key == "commId" || key == "parent" || key == "splitCount" || key == "childCount" ||
+        key == "color" || key == "key") {
       std::string_view value = s.TakeWord();
       if (key == "comm") id.comm = value;
       else if (key == "busId") id.bus_id = value;
       else if (key == "commId") id.comm_id = value;
+      else if (key == "parent") id.parent = value;
       else if (key == "rank") has_rank = ToInt(value, &id.rank);
       else if (key == "nranks") ToInt(value, &id.nranks);
       else if (key == "cudaDev") ToInt(value, &id.cuda_dev);
-      else ToInt(value, &id.nvml_dev);
+      else if (key == "nvmlDev") ToInt(value, &id.nvml_dev);
+      else if (key == "splitCount" || key == "childCount") ToInt(value, &id.split_count);
+      else if (key == "color") ToInt(value, &id.color);
     } else if (id.comm.empty() && id.api.empty() && key.starts_with("nccl")) {
       id.api = key;
     }
@@ -619,6 +809,7 @@ bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) 
   if (it == rank_index_.end() || reuse) {
     log_.ranks.push_back(id);
     it = rank_index_.insert_or_assign(key, log_.ranks.size() - 1).first;
+    process_ranks_[{id.host, id.pid}].push_back(log_.ranks.size() - 1);
   }
   const size_t index = it->second;
   RankIdentity& r = log_.ranks[index];
@@ -626,62 +817,174 @@ bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) 
   if (r.api.empty()) r.api = id.api;
   if (r.comm_id.empty()) r.comm_id = id.comm_id;
   if (r.bus_id.empty()) r.bus_id = id.bus_id;
+  if (r.parent.empty()) r.parent = id.parent;
+  if (r.split_count < 0) r.split_count = id.split_count;
+  if (r.color < 0) r.color = id.color;
   if (r.nranks < 0) r.nranks = id.nranks;
   if (r.cuda_dev < 0) r.cuda_dev = id.cuda_dev;
   if (r.nvml_dev < 0) r.nvml_dev = id.nvml_dev;
   if (stage == kStart && !r.start_line) r.start_line = line;
   if (stage == kComplete && !r.complete_line) r.complete_line = line;
   if (stage == kEnd && !r.end_line) r.end_line = line;
+  if (r.comm_key.empty()) {
+    if (!r.comm_id.empty()) {
+      r.comm_key = r.comm_id;
+    } else if (!r.parent.empty() && r.color >= 0) {
+      // The split's ranks agree on the parent communicator, the split's count and the color (NCCL
+      // hashes the same three into the child's commHash); 2.23 prints no count: the n-th child of
+      // that color in this process.
+      auto parent = rank_index_.find({r.host, r.pid, r.parent});
+      const std::string parent_key = parent == rank_index_.end() ? "" : log_.ranks[parent->second].comm_key;
+      if (!parent_key.empty()) {
+        int count = r.split_count;
+        if (count < 0) {
+          count = 0;
+          for (size_t i : process_ranks_[{r.host, r.pid}])
+            if (i != index && log_.ranks[i].parent == r.parent && log_.ranks[i].color == r.color &&
+                log_.ranks[i].parent_key == parent_key)
+              ++count;
+        }
+        r.parent_key = parent_key;
+        r.comm_key = SplitKey(parent_key, count, r.color);
+      }
+    }
+    if (!r.comm_key.empty()) key_rank_[{r.comm_key, r.rank}] = index;
+  }
 
-  if (logger.host.empty()) return true;
   ThreadState& t = threads_[{logger.host, logger.pid, logger.tid}];
   auto give_up_awaiting = [&] {
-    for (const Pending& p : t.awaiting_complete) unresolved_.emplace_back(p, logger.host, logger.pid);
+    for (Pending& p : t.awaiting_complete) unresolved_.emplace_back(std::move(p), ThreadKey{logger.host, logger.pid, logger.tid});
     t.awaiting_complete.clear();
   };
+  const long here = static_cast<long>(index);
   if (stage == kStart) {
+    start_printers_.insert({logger.host, logger.pid});
     give_up_awaiting();  // printed before this START: not this communicator's init
-    t.open = static_cast<long>(index);
+    t.open.push_back(here);
+    t.current = here;
   } else if (stage == kComplete && !r.start_line) {
     // NCCL < 2.18.3: the init thread printed this communicator's connections, then COMPLETE.
-    for (const Pending& p : t.awaiting_complete) {
-      if (Fits(p, r)) SetComm(p, r.comm);
-      else unresolved_.emplace_back(p, logger.host, logger.pid);
-    }
+    std::vector<Pending> awaiting = std::move(t.awaiting_complete);
     t.awaiting_complete.clear();
+    for (Pending& p : awaiting) {
+      if (Fits(p, r)) SetComm(p, index, Attribution::kInit);
+      else unresolved_.emplace_back(std::move(p), ThreadKey{logger.host, logger.pid, logger.tid});
+    }
+    t.current = here;
   } else {
     give_up_awaiting();
+    if (stage == kComplete) t.current = here;
   }
-  if (stage != kStart && t.open == static_cast<long>(index)) t.open = -1;
+  if (stage != kStart) std::erase(t.open, here);
+  if (stage == kEnd && t.current == here) t.current = -1;
   return true;
 }
 
 // ---- which communicator -------------------------------------------------------------------------
 //
-// No connection line names its communicator (RCCL's ` comm 0x…` suffix aside). What the format
-// allows:
+// No connection line names its communicator (RCCL's ` comm 0x…` suffix aside). What NCCL's source
+// allows (init.cc, group.cc, transport.cc, enqueue.cc of 2.18–2.31):
 //  * NCCL ≥ 2.18.3 prints `Init START` on the thread that initializes a communicator, before the
 //    connections it makes at init; until that thread's `Init COMPLETE`, its lines are that comm's.
+//    Several inits in one ncclGroupStart/End run on one new thread each (asyncJobLaunch), a lone
+//    init on the calling thread; ncclCommSplit's START line is `… key K- Init START`.
 //  * NCCL < 2.18.3 prints only `Init COMPLETE`, after the init connections, on the init thread: a
 //    thread's lines are held until its COMPLETE (ranks must agree).
-//  * Lazy connections (2.22+ collectives, every release's send/recv) are printed later, by whatever
-//    thread runs the operation. They are settled in Finish(): the process's communicators that
-//    existed by then, where the logging rank has that rank and the ranks fit in nranks; exactly one
-//    candidate → that comm, several (two comms with the same rank in one process) → left empty.
+//  * Lazy connections (2.22+ collectives at their first use of an algorithm, every release's
+//    send/recv) are printed later by the thread that launches the operation: the caller's, or one
+//    new thread per communicator when a group holds several. They go to the process's communicators
+//    alive at that line (created before it, not destroyed) where the logging rank has that rank,
+//    the ranks fit in nranks and the bracketed devices are that rank's (and the peer's, when the
+//    log has the peer's Init line). When several remain (one process in two communicators with the
+//    same rank and GPUs, e.g. PyTorch's world and a subgroup of it): a communicator already holding
+//    the same (channel, index, peer, direction) connection is out (NCCL connects each once); then
+//    one whose init completed before the line; then the thread's own current communicator (its last
+//    init or lazy connect: PyTorch's lazy init runs the first collective right after the init);
+//    then the most recently created. The connection then says how it was tied (Attribution).
 // Rank numbers alone never decide across processes: every communicator has a rank 0.
 
-void NcclLogParser::Attribute(ItemKind kind, size_t index, int logging_rank, int max_rank,
-                              const NcclLogger& logger) {
-  if (logger.host.empty()) return;
-  Pending p{kind, index, logging_rank, max_rank, log_.lines_read + 1};
-  ThreadState& t = threads_[{logger.host, logger.pid, logger.tid}];
-  if (t.open < 0) {
-    t.awaiting_complete.push_back(p);
+void NcclLogParser::Attribute(Pending p, const NcclLogger& logger) {
+  if (logger.host.empty() && logger.pid < 0) {
+    // A paste without prefixes: one anonymous process; ranks and devices still decide.
+    Resolve(p, logger.host, logger.pid, nullptr);
     return;
   }
-  const RankIdentity& open = log_.ranks[static_cast<size_t>(t.open)];
-  if (Fits(p, open)) SetComm(p, open.comm);
-  else unresolved_.emplace_back(p, logger.host, logger.pid);
+  ThreadState& t = threads_[{logger.host, logger.pid, logger.tid}];
+  p.thread_current = t.current;
+  for (long open : t.open)  // oldest first
+    if (Fits(p, log_.ranks[static_cast<size_t>(open)])) {
+      SetComm(p, static_cast<size_t>(open), Attribution::kInit);
+      return;
+    }
+  // A process that prints START (or a release that does) connects nothing outside an init it has
+  // announced: the line is a lazy one.
+  if (!t.open.empty() || start_printers_.count({logger.host, logger.pid}) || version_code_ >= 21803) {
+    Resolve(p, logger.host, logger.pid, &t);
+    return;
+  }
+  t.awaiting_complete.push_back(std::move(p));
+}
+
+// A bracket (`[1]`, `[1a000]`) names the device as nvmlDev (2.18.3+), busId hex (2.5–2.17) or
+// cudaDev (2.3, 2.4's SHM, 2.18.1's CUMEM in hex): it fits an identity that has any of them.
+static bool DevFits(std::string_view bracket, const RankIdentity& r) {
+  if (bracket.empty()) return true;
+  if (r.nvml_dev < 0 && r.cuda_dev < 0 && r.bus_id.empty()) return true;  // nothing to compare with
+  auto eq_hex = [](std::string_view a, std::string_view b) {
+    while (a.size() > 1 && a.front() == '0') a.remove_prefix(1);
+    while (b.size() > 1 && b.front() == '0') b.remove_prefix(1);
+    return a.size() == b.size() &&
+           std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return (x | 0x20) == (y | 0x20); });
+  };
+  if (!r.bus_id.empty() && eq_hex(bracket, r.bus_id)) return true;
+  int n = -1;
+  if (ToInt(bracket, &n) && (n == r.nvml_dev || n == r.cuda_dev)) return true;
+  return r.cuda_dev >= 0 && eq_hex(bracket, std::to_string(r.cuda_dev));
+}
+
+bool NcclLogParser::DevicesFit(const Pending& p, const RankIdentity& r) const {
+  if (!DevFits(p.own_dev, r)) return false;
+  if (p.peer_rank < 0 || r.comm_key.empty()) return true;
+  auto peer = key_rank_.find({r.comm_key, p.peer_rank});
+  return peer == key_rank_.end() || DevFits(p.peer_dev, log_.ranks[peer->second]);
+}
+
+void NcclLogParser::Resolve(const Pending& p, const std::string& host, int pid, ThreadState* thread) {
+  auto pr = process_ranks_.find({host, pid});
+  if (pr == process_ranks_.end()) return;
+  std::vector<size_t> alive;
+  for (size_t i : pr->second) {
+    const RankIdentity& r = log_.ranks[i];
+    uint64_t first = r.FirstLine();
+    if (first == 0 || first >= p.line || (r.end_line && r.end_line < p.line) || !Fits(p, r)) continue;
+    alive.push_back(i);
+  }
+  if (alive.empty()) return;
+  // Each step keeps the candidates that pass it, unless none would.
+  auto narrow = [&](auto keep) {
+    std::vector<size_t> kept;
+    for (size_t i : alive)
+      if (keep(i)) kept.push_back(i);
+    if (!kept.empty()) alive.swap(kept);
+  };
+  narrow([&](size_t i) { return DevicesFit(p, log_.ranks[i]); });
+  if (!p.conn_key.empty()) narrow([&](size_t i) {
+    auto k = conn_keys_.find(i);
+    return k == conn_keys_.end() || !k->second.count(p.conn_key);
+  });
+  narrow([&](size_t i) { return log_.ranks[i].complete_line != 0 && log_.ranks[i].complete_line < p.line; });
+  Attribution how = Attribution::kLazy;
+  if (alive.size() > 1 && p.thread_current >= 0 &&
+      std::find(alive.begin(), alive.end(), static_cast<size_t>(p.thread_current)) != alive.end()) {
+    alive = {static_cast<size_t>(p.thread_current)};
+    how = Attribution::kThread;
+  }
+  if (alive.size() > 1) how = Attribution::kAmbiguous;
+  size_t chosen = *std::max_element(alive.begin(), alive.end(), [&](size_t a, size_t b) {
+    return log_.ranks[a].FirstLine() < log_.ranks[b].FirstLine();
+  });
+  SetComm(p, chosen, how);
+  if (thread != nullptr) thread->current = static_cast<long>(chosen);
 }
 
 // The line's ranks are consistent with the identity: the logging rank is its rank, and every rank
@@ -690,9 +993,17 @@ bool NcclLogParser::Fits(const Pending& p, const RankIdentity& r) {
   return (p.logging_rank < 0 || p.logging_rank == r.rank) && (r.nranks < 0 || p.max_rank < r.nranks);
 }
 
-void NcclLogParser::SetComm(const Pending& p, const std::string& comm) {
+void NcclLogParser::SetComm(const Pending& p, size_t identity, Attribution how) {
+  const std::string& comm = log_.ranks[identity].comm;
   switch (p.kind) {
-    case ItemKind::kConnection: log_.connections[p.index].comm = comm; break;
+    case ItemKind::kConnection: {
+      Connection& c = log_.connections[p.index];
+      c.comm = comm;
+      c.identity = static_cast<long>(identity);
+      c.attribution = how;
+      if (!p.conn_key.empty()) conn_keys_[identity].insert(p.conn_key);
+      break;
+    }
     case ItemKind::kRing: log_.rings[p.index].comm = comm; break;
     case ItemKind::kTree: log_.trees[p.index].comm = comm; break;
   }

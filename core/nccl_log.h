@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -31,6 +32,18 @@ struct RankIdentity {
   std::string comm;     // this rank's ncclComm pointer as printed ("0x7f9e54001060"); per rank
   std::string comm_id;  // the communicator's id shared by all its ranks ("0x9ca7…"); NCCL ≥ 2.16
   std::string api;      // "ncclCommInitRank", "ncclCommSplit", … ("" when the format has none)
+  // ncclCommSplit/Shrink children (2.21+): the parent's comm pointer (same process), the split's
+  // count (`splitCount` 2.24–2.28, `childCount` 2.29+; -1 when not printed) and color.
+  std::string parent;
+  int split_count = -1, color = -1;
+  // The key every rank of this communicator shares, across processes and files, in commId's form
+  // ("0x" and 16 hex digits, so it fits where a commId does, e.g. the trace's comm_id): the commId
+  // when printed; for a split that prints none (2.23–2.31) p2ptrace's digest of the parent's key,
+  // the split's count and its color (what NCCL hashes into the child's commHash, which it does not
+  // print; the digest is not NCCL's); "" when the log cannot tell (a split whose parent's Init line
+  // is not in the log; NCCL < 2.16).
+  std::string comm_key;
+  std::string parent_key;  // a split's: its parent's comm_key ("" when not a split or not known)
   int rank = -1, nranks = -1, cuda_dev = -1, nvml_dev = -1;
   std::string bus_id;   // as printed: hex without 0x ("1a000"); "" when the format has none (2.4)
   std::string host;     // from the line prefix
@@ -40,16 +53,30 @@ struct RankIdentity {
   bool operator==(const RankIdentity&) const = default;
 };
 
+// How a connection line was tied to its communicator (no NCCL line names it; see the .cc).
+enum class Attribution {
+  kNone,       // no communicator of the logging process fits the line
+  kPrinted,    // the line names it (RCCL's ` comm 0x…` suffix)
+  kInit,       // printed by the thread initializing it, between its Init START and COMPLETE
+  kLazy,       // printed later (lazy connect): the only communicator of the process the line fits
+  kThread,     // several fit; the one the printing thread last initialized or connected
+  kAmbiguous,  // several fit equally (same rank, nranks and GPUs): the most recently created
+};
+std::string_view AttributionName(Attribution a);  // "none", "printed", "init", "lazy", "thread", "ambiguous"
+
 // One `via` line. Rank numbers are the communicator's.
 struct Connection {
   std::string comm;      // the logging rank's comm pointer; "" when the log does not say (see .cc)
+  long identity = -1;    // index in NcclLog::ranks of that rank's identity (pointers are reused)
+  Attribution attribution = Attribution::kNone;
   std::string keyword;   // "Channel", "Ring" (≤ 2.6), "CollNet", "Coll" (2.6–2.8) as printed
   int channel = -1;
   int conn_index = -1;   // the N of "Channel 00/N"; -1 when the format prints none
   int src_rank = -1;
   int dst_rank = -1;     // -1 for CollNet lines, which name only the logging rank (src_rank)
   std::string src_dev, dst_dev;  // bracket contents as printed (busId hex, nvmlDev or cudaDev); "" if none
-  std::string transport;         // verbatim text after "via " ("P2P/CUMEM/read", "NET/IB/0/GDRDMA", …)
+  std::string transport;         // NCCL's transport text after "via " ("P2P/CUMEM/read", "NET/IB/0/GDRDMA", …)
+  std::string note;              // what followed it that NCCL does not print (a note in a paste); "" none
   int transport_class = 0;       // p2ptrace_transport, from ClassifyNcclTransport(transport)
   std::string direction;         // "send", "receive", or "" (P2P/SHM lines carry no tag)
   NcclLogger logger;
@@ -84,6 +111,18 @@ struct NcclNote {
   NcclLogger logger;
   uint64_t line = 0;
   bool operator==(const NcclNote&) const = default;
+};
+
+// A failed NCCL call as a line shows it: NCCLCHECK's INFO trace `file.cc:212 -> 2` (the return code
+// passed up; ` (strerror)` or ` [Async thread]` may follow), or ncclGetErrorString's text anywhere
+// in a line (the program's own report, e.g. PyTorch's `NCCL error in: …, unhandled system error
+// (run with NCCL_DEBUG=INFO for details)`).
+struct NcclResultLine {
+  int code = -1;     // ncclResult_t
+  std::string text;  // the message (the whole line for a program's line)
+  NcclLogger logger;
+  uint64_t line = 0;
+  bool operator==(const NcclResultLine&) const = default;
 };
 
 struct VersionLine {
@@ -122,6 +161,7 @@ struct NcclLog {
   std::vector<NcclNote> p2p_notes;  // Check P2P Type, NVLS multicast support
   std::vector<NcclNote> connected;  // Connected all rings/trees …
   std::vector<NcclNote> warnings;   // every NCCL WARN message
+  std::vector<NcclResultLine> results;  // failed return codes (see NcclResultLine)
   std::vector<RingOrder> rings;
   std::vector<TreeEntry> trees;
   uint64_t lines_read = 0;
@@ -131,6 +171,9 @@ struct NcclLog {
 
   // The identity of the rank that logged `c`, or nullptr.
   const RankIdentity* FindRank(const std::string& host, int pid, const std::string& comm) const;
+  // The identity of the communicator a connection line was tied to (exact even when a comm
+  // pointer was reused after a destroy), or nullptr.
+  const RankIdentity* IdentityOf(const Connection& c) const;
   bool operator==(const NcclLog&) const = default;
 };
 
@@ -139,6 +182,12 @@ struct NcclLog {
 // "direct shared memory" `shm`, NET/…/GDRDMA `net_gdr`, NET/Socket `net_socket`, other NET `net_ib`,
 // COLLNET/… `collnet`, NVLS… `nvls`; anything else `unknown`.
 int ClassifyNcclTransport(std::string_view transport);
+// How many leading bytes of `text` (what follows "via ") are NCCL's transport, by the grammar of its
+// format strings (p2p.cc, shm.cc, net.cc, coll_net.cc 2.3–2.31): `P2P/CUMEM|MNNVL|IPC|direct
+// pointer|common device|indirect/R[D]` then `/read` `/CE`; `SHM/direct|CE[/direct|CE]`; `direct
+// shared memory`; `NET/<name>/<dev>[(<proxy>)][/GDRDMA[(PCI)]][/GDCopy][/Shared][/flush=<type>]`;
+// `COLLNET/<name>/<dev>[/GDRDMA[(PCI)]]`. Anything else: up to a note's start (` (`, ` #`, two spaces …).
+size_t NcclTransportLength(std::string_view text);
 
 class NcclLogParser {
  public:
@@ -162,11 +211,16 @@ class NcclLogParser {
     size_t index;
     int logging_rank, max_rank;
     uint64_t line;
+    int peer_rank = -1;             // the other rank of a connection line
+    std::string own_dev, peer_dev;  // their bracket contents ("" none)
+    std::string conn_key;           // (keyword, channel, index, src, dst, direction); "" when not unique per comm
+    long thread_current = -1;       // the printing thread's current communicator when printed
   };
   struct ThreadState {
-    // Index in log_.ranks of the communicator this thread is initializing (Init START seen,
-    // COMPLETE not yet), or -1.
-    long open = -1;
+    // Communicators this thread is initializing (Init START seen, COMPLETE not yet), oldest first.
+    // NCCL runs each init of a group on its own thread, so there is one; the sim starts several.
+    std::vector<long> open;
+    long current = -1;  // the communicator this thread last initialized or connected
     std::vector<Pending> awaiting_complete;  // printed with no open comm: NCCL < 2.18.3 prints
                                              // COMPLETE (and no START) after the init connections
   };
@@ -180,9 +234,13 @@ class NcclLogParser {
   bool ParseTrees(std::string_view message, const NcclLogger& logger);
   bool ParseEnv(std::string_view message, const NcclLogger& logger);
   bool ParseRefusal(std::string_view message, const NcclLogger& logger);
+  bool ParseResult(std::string_view message, const NcclLogger& logger, bool whole_line);
   void AddVersion(std::string_view version);
-  void Attribute(ItemKind kind, size_t index, int logging_rank, int max_rank, const NcclLogger& logger);
-  void SetComm(const Pending& p, const std::string& comm);
+  void Attribute(Pending p, const NcclLogger& logger);
+  // Ties a line printed outside any init of its thread to the process's communicator it fits.
+  void Resolve(const Pending& p, const std::string& host, int pid, ThreadState* thread);
+  void SetComm(const Pending& p, size_t identity, Attribution how);
+  bool DevicesFit(const Pending& p, const RankIdentity& r) const;
   static bool Fits(const Pending& p, const RankIdentity& r);
 
   NcclLog log_;
@@ -192,10 +250,19 @@ class NcclLogParser {
   bool line_nccl_ = false;   // a segment of the current line had NCCL's prefix
   bool line_open_ = false;   // bytes (or a '\r') of an unfinished line were seen
   std::map<ThreadKey, ThreadState> threads_;
-  // Items no thread rule could place, with the process that printed them; settled in Finish().
-  std::vector<std::tuple<Pending, std::string, int>> unresolved_;
+  int version_code_ = -1;    // NcclVersionCode of the first version line
+  // Items no thread rule could place yet, with the thread that printed them; settled in Finish().
+  std::vector<std::pair<Pending, ThreadKey>> unresolved_;
   // (host, pid, comm) → index in log_.ranks
   std::map<std::tuple<std::string, int, std::string>, size_t> rank_index_;
+  // (host, pid) → its identities, in order; and the processes that print Init START (NCCL ≥ 2.18.3).
+  std::map<std::pair<std::string, int>, std::vector<size_t>> process_ranks_;
+  std::set<std::pair<std::string, int>> start_printers_;
+  // (comm_key, rank) → index in log_.ranks: the peer's identity, to check a line's peer device.
+  std::map<std::pair<std::string, int>, size_t> key_rank_;
+  // Per identity: the connection keys tied to it (NCCL connects each (channel, index, peer,
+  // direction) once per communicator, so a repeat is another communicator's).
+  std::map<size_t, std::set<std::string>> conn_keys_;
 };
 
 // Parses a whole text at once.

@@ -400,8 +400,20 @@ std::vector<int> CommunicatorGpus(const NodeFacts& f) {
 
 Rules RulesFor(const NodeFacts& f, NcclVersion v, CpuVendor vendor, bool intel_old) {
   Rules r{v, vendor, intel_old, 0};
-  // NCCL counts the communicator's GPUs on the node; from 2.30.7 the node's physical GPUs.
-  r.gpu_count = static_cast<int>(v >= NcclVersion{2, 30, 7} ? f.gpus.size() : CommunicatorGpus(f).size());
+  // The AMD "<= 2 GPUs" rule of src/graph/paths.cc ncclTopoCheckP2p counts nodes of the
+  // communicator's topology, which holds only the GPUs of its ranks on this host (topo.cc adds a
+  // GPU only with a "rank" attribute), never the node's other GPUs:
+  //  * 2.23.4 – 2.30.2: `system->nodes[GPU].count`, one node per rank (ranks sharing a GPU are
+  //    refused: init.cc "Duplicate GPU detected").
+  //  * 2.30.3 on (v2.30.3-1, v2.30.7-1, and the 2.31.0 of the `dev` branch, 86fa684d, unchanged):
+  //    `system->nodes[DEV].count`, one node per physical GPU (or MLOPart partition); several ranks
+  //    may share one (NCCL_MULTI_RANK_GPU_ENABLE=1) and count once.
+  std::vector<int> gpus = CommunicatorGpus(f);
+  if (v >= NcclVersion{2, 30, 3}) {
+    std::sort(gpus.begin(), gpus.end());
+    gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+  }
+  r.gpu_count = static_cast<int>(gpus.size());
   return r;
 }
 
@@ -565,7 +577,9 @@ Prediction Predict(const NodeFacts& facts) {
     alts.push_back({"an Intel Broadwell or older CPU with NCCL 2.8",
                     RulesFor(facts, old_era ? version : NcclVersion{2, 8, 4}, CpuVendor::kIntel, true)});
 
-  std::vector<int> gpus = CommunicatorGpus(facts);
+  std::vector<int> gpus;  // each GPU once: ranks sharing a GPU (NCCL 2.30.3+) are one pair's end
+  for (int g : CommunicatorGpus(facts))
+    if (std::find(gpus.begin(), gpus.end(), g) == gpus.end()) gpus.push_back(g);
   for (size_t i = 0; i < gpus.size(); ++i)
     for (size_t j = i + 1; j < gpus.size(); ++j) {
       PairPrediction p = PairPredictor(facts, primary, gpus[i], gpus[j]).Run();

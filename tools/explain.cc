@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/causes.h"
+#include "core/nccl_failures.h"
 #include "core/input_file.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
@@ -65,19 +66,40 @@ std::string Who(const NcclLogger& l) {
                          : fmt::format("  ({} pid {})", l.host, l.pid);
 }
 
+// commId, or a split's key from its parent's (core/nccl_log.h comm_key); else ranks of one size (and
+// for a split, one color) are taken as one communicator.
 std::string GroupKey(const RankIdentity& r) {
-  if (!r.comm_id.empty()) return r.comm_id;
+  if (!r.comm_key.empty()) return r.comm_key;
+  if (!r.parent.empty() && r.nranks >= 0) return fmt::format("split:nranks={}:color={}", r.nranks, r.color);
   return r.nranks >= 0 ? fmt::format("nranks={}", r.nranks) : "";
 }
 
 std::string GroupLabel(const std::string& key, const std::string& file, size_t nranks_seen) {
   if (key.empty())
-    return fmt::format("connections in {} that the log does not tie to a communicator (no Init line of their rank)", file);
+    return fmt::format("connections in {} that the log does not tie to a communicator (no communicator of the "
+                       "process that printed them fits: its Init line is not in the log, or the line has no "
+                       "host:pid:tid prefix)", file);
+  if (key.starts_with("split:nranks=")) {
+    size_t colon = key.find(":color=");
+    return fmt::format("split communicator of {} ranks, color {} ({} seen; its parent's Init line is not in the log, "
+                       "so split ranks of this size and color are taken as one communicator)",
+                       key.substr(13, colon - 13), key.substr(colon + 7), nranks_seen);
+  }
   if (key.starts_with("nranks="))
     return fmt::format("communicator of {} ranks ({} seen; this NCCL prints no commId, so ranks of this size are taken "
                        "as one communicator)",
                        key.substr(7), nranks_seen);
   return fmt::format("communicator {} ({} ranks seen)", key, nranks_seen);
+}
+
+// A split's key is p2ptrace's (NCCL 2.23+ prints no commId for it): say what it was split from.
+std::string SplitNote(const Communicator& g) {
+  for (const ExplainRank& r : g.ranks)
+    if (!r.id.parent_key.empty() && r.id.comm_id.empty())
+      return fmt::format("; {} of {}{}, color {}: NCCL prints no commId for it, the key is p2ptrace's",
+                         r.id.api.empty() ? "split" : r.id.api, r.id.parent_key,
+                         r.id.split_count >= 0 ? fmt::format(" (split {})", r.id.split_count) : "", r.id.color);
+  return "";
 }
 
 // Unattributed connections of different files are not assumed to share a communicator.
@@ -115,23 +137,25 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     if (e.nccl_version.empty()) e.nccl_version = log.nccl_version;
     for (const VersionLine& v : log.version_lines) e.nccl_versions.insert(v.version);
     e.warnings += log.warnings.size();
-    std::map<std::tuple<std::string, int, std::string>, const RankIdentity*> identity;  // (host, pid, comm)
-    for (const RankIdentity& r : log.ranks) {
-      GroupFor(e.communicators, GroupKey(r), f.path).ranks.push_back({f.path, r});
-      identity[{r.host, r.pid, r.comm}] = &r;  // the latest identity of a reused pointer
-    }
+    for (const RankIdentity& r : log.ranks) GroupFor(e.communicators, GroupKey(r), f.path).ranks.push_back({f.path, r});
     for (const Connection& c : log.connections) {
-      auto found = c.comm.empty() ? identity.end() : identity.find({c.logger.host, c.logger.pid, c.comm});
-      const RankIdentity* r = found == identity.end() ? nullptr : found->second;
-      e.connections.push_back({f.path, r ? r->comm_id : "", c});
+      const RankIdentity* r = log.IdentityOf(c);  // exact even for a comm pointer reused after destroy
+      if (c.attribution == Attribution::kAmbiguous) ++e.ambiguous;
+      e.connections.push_back({f.path, r ? r->comm_id : "", r ? GroupKey(*r) : "", c});
       Communicator& g = GroupFor(e.communicators, r ? GroupKey(*r) : "", f.path);
       ++g.connection_lines;
       if (c.dst_rank >= 0) AddPair(g, c);
     }
     for (const Refusal& r : log.refusals) e.refusals.push_back({f.path, r.line, r.text, r.logger, r.kind});
+
     for (const EnvSetting& s : log.env)
       e.env.push_back({f.path, s.line, fmt::format("{} set by environment to {}", s.name, s.value), s.logger, ""});
   }
+  // NCCL's failures over all files at once: one per cause, and a program's error line counts as
+  // explained by another file's WARN line.
+  std::vector<NamedNcclLog> named;
+  for (const ExplainFile& f : files) named.push_back({f.path, &f.log});
+  e.failures = DiagnoseNcclFailures(named);
   for (Communicator& g : e.communicators) {
     std::sort(g.ranks.begin(), g.ranks.end(), [](const ExplainRank& a, const ExplainRank& b) {
       return std::tie(a.id.rank, a.id.host, a.id.pid) < std::tie(b.id.rank, b.id.host, b.id.pid);
@@ -140,10 +164,23 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
       return std::tie(a.src_rank, a.dst_rank) < std::tie(b.src_rank, b.dst_rank);
     });
     g.label = GroupLabel(g.key, g.file, g.ranks.size());
+    if (std::string note = SplitNote(g); !note.empty() && g.label.ends_with(")")) g.label.insert(g.label.size() - 1, note);
   }
   // Unattributed connections last.
   std::stable_partition(e.communicators.begin(), e.communicators.end(),
                         [](const Communicator& g) { return !g.key.empty(); });
+  // NCCL's own failures first: they are why a job stopped.
+  for (const NcclFailure& nf : e.failures) {
+    const CauseInfo* info = FindCause(nf.cause);
+    Finding f;
+    f.id = "nccl-failure";
+    f.severity = info ? std::string(SeverityName(info->severity)) : "error";
+    f.cause = nf.cause;
+    f.evidence = nf.evidence;
+    if (nf.lines > nf.evidence.size()) f.evidence.push_back(fmt::format("… {} more line(s)", nf.lines - nf.evidence.size()));
+    f.fix = info ? std::string(info->fix) : "";
+    e.findings.push_back(std::move(f));
+  }
   for (const SourceLine& r : e.refusals) {
     Finding f;
     f.id = "nccl-refusal";
@@ -396,6 +433,25 @@ std::string RenderExplainText(const Explanation& e) {
                        [](const ExplainPair& p) { return p.transport_class == P2PTRACE_TRANSPORT_P2P; });
   });
   if (any_p2p) out += "\n(p2p: NCCL's log does not say whether P2P runs over NVLink or PCIe)\n";
+  size_t anonymous = 0, noted = 0;
+  std::string a_note;
+  for (const ExplainConnection& ec : e.connections) {
+    anonymous += ec.c.logger.host.empty() && ec.c.logger.pid < 0;
+    if (!ec.c.note.empty() && noted++ == 0) a_note = ec.c.note;
+  }
+  if (anonymous)
+    out += fmt::format("\n{} connection line{} no host:pid:tid prefix (a paste): the ranks are as printed, but not which "
+                       "process printed {}; {} tied to a communicator only where the paste's own Init lines fit\n",
+                       anonymous, anonymous == 1 ? " has" : "s have", anonymous == 1 ? "it" : "them",
+                       anonymous == 1 ? "it is" : "they are");
+  if (noted)
+    out += fmt::format("\n{} connection line{} text after the transport that NCCL does not print (e.g. `{}`): left out "
+                       "of the transport\n",
+                       noted, noted == 1 ? " carries" : "s carry", a_note);
+  if (e.ambiguous)
+    out += fmt::format("\n{} connection line{} fit several communicators of {} process equally (the same rank, ranks "
+                       "and GPUs): counted with the most recently created\n",
+                       e.ambiguous, e.ambiguous == 1 ? "" : "s", e.ambiguous == 1 ? "its" : "their");
   if (!e.refusals.empty()) {
     out += "\nwhy — NCCL's own lines that explain a fallback:\n";
     for (const SourceLine& r : e.refusals) out += fmt::format("  {}  {}{}\n", Where(r), r.text, Who(r.logger));
@@ -406,6 +462,14 @@ std::string RenderExplainText(const Explanation& e) {
     for (const SourceLine& s : e.env)
       if (seen.insert(s.text).second) list += fmt::format("  {}  {}\n", Where(s), s.text);
     out += "\nenvironment NCCL read:\n" + list;
+  }
+  if (!e.failures.empty()) {
+    out += "\nNCCL failed — what its lines say:\n";
+    for (const NcclFailure& f : e.failures) {
+      out += fmt::format("  [{}] {}\n", f.cause, f.meaning);
+      for (const std::string& ev : f.evidence) out += fmt::format("      {}\n", ev);
+      if (f.lines > f.evidence.size()) out += fmt::format("      … {} more line(s)\n", f.lines - f.evidence.size());
+    }
   }
   if (e.warnings) out += fmt::format("\n{} NCCL WARN line{} (see the log)\n", e.warnings, e.warnings == 1 ? "" : "s");
   // One fix per cause: the lines behind each are listed above.
@@ -433,13 +497,17 @@ json RenderExplainJson(const Explanation& e) {
       j["ranks"].push_back({{"rank", r.id.rank}, {"host", r.id.host}, {"pid", num(r.id.pid)},
                             {"cuda_dev", num(r.id.cuda_dev)}, {"nvml_dev", num(r.id.nvml_dev)},
                             {"bus_id", str(r.id.bus_id)}, {"nranks", num(r.id.nranks)}, {"comm", r.id.comm},
-                            {"comm_id", str(r.id.comm_id)}, {"file", r.file},
+                            {"comm_id", str(r.id.comm_id)}, {"communicator", str(GroupKey(r.id))},
+                            {"parent", str(r.id.parent)}, {"parent_communicator", str(r.id.parent_key)},
+                            {"file", r.file},
                             {"line", r.id.complete_line ? r.id.complete_line : r.id.FirstLine()}});
   j["connections"] = json::array();
   for (const ExplainConnection& ec : e.connections) {
     const Connection& c = ec.c;
     j["connections"].push_back(
-        {{"comm", str(c.comm)}, {"comm_id", str(ec.comm_id)}, {"channel", c.channel}, {"conn_index", num(c.conn_index)},
+        {{"comm", str(c.comm)}, {"comm_id", str(ec.comm_id)}, {"communicator", str(ec.communicator)},
+         {"attribution", AttributionName(c.attribution)}, {"note", str(c.note)}, {"channel", c.channel},
+         {"conn_index", num(c.conn_index)},
          {"src_rank", c.src_rank}, {"dst_rank", num(c.dst_rank)}, {"src_dev", str(c.src_dev)},
          {"dst_dev", str(c.dst_dev)}, {"transport", c.transport}, {"class", TransportName(c.transport_class)},
          {"direction", str(c.direction)}, {"host", str(c.logger.host)}, {"pid", num(c.logger.pid)},
@@ -458,6 +526,10 @@ json RenderExplainJson(const Explanation& e) {
   j["env"] = json::array();
   for (const SourceLine& s : e.env)
     j["env"].push_back({{"text", s.text}, {"file", s.file}, {"line", s.line}, {"host", str(s.logger.host)}});
+  j["failures"] = json::array();
+  for (const NcclFailure& f : e.failures)
+    j["failures"].push_back({{"cause", f.cause}, {"meaning", f.meaning}, {"evidence", f.evidence}, {"lines", f.lines},
+                             {"host", str(f.host)}, {"pid", num(f.pid)}});
   j["findings"] = json::array();
   for (const Finding& f : e.findings)
     j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"cause", f.cause}, {"pairs", f.pairs},
@@ -557,7 +629,7 @@ int RunExplain(const std::vector<std::string>& paths, const ExplainOptions& opti
     }
     if (!partial.empty()) err << "p2ptrace explain: " << Printable(path + ": " + partial, false) << "\n";
     Expected<TopoText> text = ParseTopoText(head);
-    bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty();
+    bool is_log = f.log.nccl_lines > 0 || !f.log.connections.empty() || !f.log.results.empty();
     if (text.ok()) {
       if (const TopoMatrix* m = text->Links()) {
         if (topo) err << "p2ptrace explain: " << path << ": a second `nvidia-smi topo -m`; only " << topo->file << "'s is used\n";

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/nccl_failures.h"
 #include "core/nccl_log.h"
 #include "core/predict.h"
 #include "core/topo_matrix.h"
@@ -50,14 +51,15 @@ struct ExplainRank {
 
 struct ExplainConnection {
   std::string file;
-  std::string comm_id;  // of the logging rank's communicator, when the log says
+  std::string comm_id;       // of the logging rank's communicator, when the log says
+  std::string communicator;  // the key of its communicator's group (Communicator::key); "" unattributed
   Connection c;
 };
 
 // Ranks of one size without a commId (NCCL < 2.16) are taken as one communicator; connections whose
 // communicator the log does not tell form their own group.
 struct Communicator {
-  std::string key;    // "0x9ca7…" (commId), "nranks=8", or "" (unattributed)
+  std::string key;    // "0x9ca7…" (commId), a split's "0x9ca7…/split1/color0", "nranks=8", or "" (unattributed)
   std::string file;   // for unattributed connections: the file they are in (one group per file)
   std::string label;  // a line for people
   std::vector<ExplainRank> ranks;
@@ -100,6 +102,8 @@ struct Explanation {
   std::vector<SourceLine> refusals;
   std::vector<SourceLine> env;  // every `X set by environment to Y` line
   size_t warnings = 0;
+  size_t ambiguous = 0;
+  std::vector<NcclFailure> failures;  // NCCL's WARN lines and failed return codes, by cause (evidence names the file)  // connection lines that fit several communicators of their process equally
   std::vector<Finding> findings;
   std::optional<TopoExplanation> topo;
 };

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/causes.h"
+#include "core/nccl_failures.h"
 #include "core/nccl_log.h"
 
 namespace {
@@ -28,6 +30,22 @@ void CheckRecords(const p2ptrace::NcclLog& log) {
     Require(!c.transport.empty() && c.channel >= 0 && c.src_rank >= 0 && c.dst_rank >= -1);
     Require(c.conn_index >= -1 && (c.dst_rank >= 0 || c.keyword.starts_with("Coll")));
     Require(c.transport_class == p2ptrace::ClassifyNcclTransport(c.transport));
+    // The transport is NCCL's token: cut where the grammar says, the rest (if any) is the note.
+    Require(p2ptrace::NcclTransportLength(c.transport) <= c.transport.size());
+    Require(c.transport.back() != ' ' && (c.note.empty() || c.note.front() != ' '));
+    // A tied connection names an identity of the process that printed it, with that comm pointer.
+    if (c.identity >= 0) {
+      Require(static_cast<size_t>(c.identity) < log.ranks.size());
+      const p2ptrace::RankIdentity& r = log.ranks[static_cast<size_t>(c.identity)];
+      Require(r.comm == c.comm && r.host == c.logger.host && r.pid == c.logger.pid);
+      Require(c.attribution != p2ptrace::Attribution::kNone);
+    } else {
+      Require(c.attribution == p2ptrace::Attribution::kNone || c.attribution == p2ptrace::Attribution::kPrinted);
+    }
+  }
+  for (const auto& f : p2ptrace::DiagnoseNcclFailures(log)) {
+    Require(p2ptrace::FindCause(f.cause) != nullptr && f.lines >= 1 && !f.evidence.empty());
+    Require(f.evidence.size() <= p2ptrace::kMaxNcclFailureEvidence && f.first_line <= log.lines_read);
   }
   for (const auto& r : log.ranks) Require(!r.comm.empty() && r.FirstLine() >= 1 && r.FirstLine() <= log.lines_read);
   for (const auto& v : log.version_lines) Require(!v.version.empty());

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <set>
@@ -43,6 +44,92 @@ const json* FindPair(const json& j, int src, int dst) {
   for (const json& p : j["pairs"])
     if (p["src_rank"] == src && p["dst_rank"] == dst) return &p;
   return nullptr;
+}
+
+std::string Made(const std::string& name) { return std::string(NCCL_MADE_FIXTURE_DIR) + "/" + name; }
+
+// Issue 13 point 2: a torchrun job whose processes are each in three communicators (the world, an
+// eager ncclCommSplit of it, a group initialized lazily), connected lazily at their first
+// collectives: every connection line is tied to a communicator, and each communicator has both
+// directions between the two GPUs.
+TEST(Explain, EveryConnectionOfEveryCommunicatorIsAttributed) {
+  json j = ExplainJson({Made("torchrun-world-split-lazy-v2.28.9.log")});
+  ASSERT_EQ(j["connections"].size(), 16u);
+  for (const json& c : j["connections"]) {
+    EXPECT_FALSE(c["comm"].is_null()) << c.dump();
+    EXPECT_FALSE(c["communicator"].is_null()) << c.dump();
+  }
+  std::map<std::string, std::set<std::pair<int, int>>> pairs;
+  for (const json& p : j["pairs"]) {
+    ASSERT_FALSE(p["communicator"].is_null()) << p.dump();
+    pairs[p["communicator"].get<std::string>()].insert({p["src_rank"].get<int>(), p["dst_rank"].get<int>()});
+  }
+  ASSERT_EQ(pairs.size(), 3u);
+  for (const auto& [key, set] : pairs)
+    EXPECT_EQ(set, (std::set<std::pair<int, int>>{{0, 1}, {1, 0}})) << key;
+  // The split's ranks (two processes) are one communicator, whose parent is the world.
+  std::set<std::string> split_keys;
+  for (const json& r : j["ranks"])
+    if (r["parent_communicator"] == "0x8e3c5b1f9a7d2640") split_keys.insert(r["communicator"].get<std::string>());
+  ASSERT_EQ(split_keys.size(), 1u);
+  EXPECT_TRUE(pairs.count(*split_keys.begin()));
+  RunResult text = RunProgram({P2PTRACE_CLI, "explain", Made("torchrun-world-split-lazy-v2.28.9.log")});
+  EXPECT_EQ(text.out.find("does not tie to a communicator"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("ncclCommSplit of 0x8e3c5b1f9a7d2640 (split 1), color 0"), std::string::npos) << text.out;
+}
+
+// Issue 13 point 7: the WARN lines of a full /dev/shm become a finding with its cause, the lines
+// as evidence and the fix; the failed return codes they explain add none of their own.
+TEST(Explain, NcclFailureLinesBecomeFindingsWithCauseEvidenceAndFix) {
+  json j = ExplainJson({Made("dev-shm-full-v2.28.9.log")});
+  const json* shm = nullptr;
+  for (const json& f : j["findings"])
+    if (f["id"] == "nccl-failure") {
+      EXPECT_EQ(shm, nullptr) << "one finding per cause: " << f.dump();
+      shm = &f;
+    }
+  ASSERT_NE(shm, nullptr) << j["findings"].dump();
+  EXPECT_EQ((*shm)["cause"], "shm-too-small");
+  EXPECT_EQ((*shm)["severity"], "error");
+  ASSERT_EQ((*shm)["evidence"].size(), 2u);
+  EXPECT_NE((*shm)["evidence"][0].get<std::string>().find(":9 "), std::string::npos) << (*shm)["evidence"][0];
+  EXPECT_NE((*shm)["evidence"][0].get<std::string>().find("No space left on device (28)"), std::string::npos);
+  std::string fix = (*shm)["fix"];
+  EXPECT_NE(fix.find("--shm-size"), std::string::npos) << fix;
+  EXPECT_NE(fix.find("--ipc=host"), std::string::npos) << fix;
+  EXPECT_NE(fix.find("NCCL_SHM_DISABLE"), std::string::npos) << fix;
+  ASSERT_EQ(j["failures"].size(), 1u);
+  RunResult text = RunProgram({P2PTRACE_CLI, "explain", Made("dev-shm-full-v2.28.9.log")});
+  EXPECT_NE(text.out.find("[shm-too-small] /dev/shm is full"), std::string::npos) << text.out;
+}
+
+// Issue 13 point 11: a paste without host:pid:tid, numbered by hand, with the user's notes after
+// the transport: accepted, tied where its Init lines allow, the notes kept out of the transport.
+TEST(Explain, PastesAsPeoplePasteThem) {
+  const std::string file = Made("pasted-numbered-with-notes.log");
+  json j = ExplainJson({file});
+  ASSERT_EQ(j["connections"].size(), 3u);
+  const json& c = j["connections"];
+  EXPECT_EQ(c[0]["line"], 5);
+  EXPECT_EQ(c[0]["transport"], "P2P/CUMEM");
+  EXPECT_EQ(c[0]["note"], "(all 256 connect lines are P2P/CUMEM)");
+  EXPECT_EQ(c[0]["comm"], "0x55d0c1a2b3c0");
+  EXPECT_EQ(c[1]["comm"], "0x55d0c1a2b3c0");
+  EXPECT_TRUE(c[1]["note"].is_null());
+  EXPECT_EQ(c[2]["transport"], "SHM/direct/direct");
+  EXPECT_EQ(c[2]["class"], "shm");
+  EXPECT_TRUE(c[2]["comm"].is_null());  // rank 1's Init line is not in the paste
+  for (const json& p : j["pairs"])
+    for (const json& t : p["transports"]) EXPECT_EQ(t.get<std::string>().find(' '), std::string::npos) << t;
+  EXPECT_EQ(j["nccl_version"], "2.28.9+cuda12.9");
+  RunResult text = RunProgram({P2PTRACE_CLI, "explain", file});
+  EXPECT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("no host:pid:tid prefix"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("left out of the transport"), std::string::npos) << text.out;
+  // The note appears once, in the notice, not in the pair's transports.
+  size_t first = text.out.find("all 256 connect lines");
+  ASSERT_NE(first, std::string::npos);
+  EXPECT_EQ(text.out.find("all 256 connect lines", first + 1), std::string::npos) << text.out;
 }
 
 // 2.28.9, vLLM, two processes with NCCL_P2P_DISABLE=1: SHM both ways, the refusal as a finding.

@@ -306,8 +306,9 @@ TEST(NcclLogComm, LazyLinesBeforeASecondCommunicatorStarted) {
   EXPECT_EQ(second->complete_line, 0u);
 }
 
-// Two communicators with rank 0 in one process, both alive when a lazy line arrives: ambiguous.
-TEST(NcclLogComm, AmbiguousLazyLineStaysUnattributed) {
+// Two communicators with rank 0 in one process, both alive when a lazy line arrives on a thread that
+// initialized neither, and nothing in the line tells them apart: the newest, and it says so.
+TEST(NcclLogComm, AmbiguousLazyLineGoesToTheNewestAndSaysSo) {
   const char* text =
       "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x1 - Init START\n"
       "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xa rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1000 commId 0x1 - Init COMPLETE\n"
@@ -316,8 +317,227 @@ TEST(NcclLogComm, AmbiguousLazyLineStaysUnattributed) {
       "h:1:7 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n";
   NcclLog log = ParseNcclLog(text);
   ASSERT_EQ(log.connections.size(), 1u);
-  EXPECT_EQ(log.connections[0].comm, "");
+  EXPECT_EQ(log.connections[0].comm, "0xb");
+  EXPECT_EQ(log.connections[0].attribution, p2ptrace::Attribution::kAmbiguous);
   EXPECT_EQ(log.ranks.size(), 2u);
+}
+
+// NCCL 2.28's exact lines (init.cc ncclCommInitRankFunc, transport/p2p.cc p2pSendSetup) for the cases
+// of issue 13: every connection of every communicator of a process is tied to its communicator.
+namespace comm_cases {
+
+std::string Init(const std::string& who, const std::string& comm, int rank, int nranks, int dev, const std::string& id,
+                 const std::string& stage) {
+  return who + " [" + std::to_string(dev) + "] NCCL INFO ncclCommInitRankConfig comm " + comm + " rank " +
+         std::to_string(rank) + " nranks " + std::to_string(nranks) + " cudaDev " + std::to_string(dev) + " nvmlDev " +
+         std::to_string(dev) + " busId " + std::to_string(dev + 1) + "000 commId " + id + " - Init " + stage + "\n";
+}
+// ncclCommSplit's START has no space before its dash; neither line prints a commId.
+std::string Split(const std::string& who, const std::string& comm, int rank, int nranks, int dev,
+                  const std::string& parent, int count, int color, const std::string& stage) {
+  return who + " [" + std::to_string(dev) + "] NCCL INFO ncclCommSplit comm " + comm + " rank " + std::to_string(rank) +
+         " nranks " + std::to_string(nranks) + " cudaDev " + std::to_string(dev) + " nvmlDev " + std::to_string(dev) +
+         " busId " + std::to_string(dev + 1) + "000 parent " + parent + " splitCount " + std::to_string(count) +
+         " color " + std::to_string(color) + " key " + std::to_string(rank) + (stage == "START" ? "- Init START" : " - Init COMPLETE") +
+         "\n";
+}
+std::string Via(const std::string& who, int ch, int index, int src, int sdev, int dst, int ddev) {
+  char b[160];
+  std::snprintf(b, sizeof b, " [%d] NCCL INFO Channel %02d/%01d : %d[%d] -> %d[%d] via P2P/CUMEM\n", sdev, ch, index, src,
+                sdev, dst, ddev);
+  return who + b;
+}
+
+// Every connection has a communicator, the logging rank's, and the pair it names is of that
+// communicator's ranks (as the log's Init lines place them).
+void ExpectAllTied(const NcclLog& log) {
+  for (const Connection& c : log.connections) {
+    const p2ptrace::RankIdentity* r = log.IdentityOf(c);
+    ASSERT_NE(r, nullptr) << "line " << c.line << " has no communicator";
+    EXPECT_EQ(r->rank, c.LoggingRank()) << "line " << c.line;
+    EXPECT_EQ(r->host, c.logger.host);
+    EXPECT_EQ(r->pid, c.logger.pid);
+    EXPECT_FALSE(r->comm_key.empty()) << "line " << c.line;
+  }
+}
+
+}  // namespace comm_cases
+
+// ncclCommSplit at init (NCCL_RUNTIME_CONNECT=0): the child's START (`key 0- Init START`) opens it on
+// the init thread; both processes' children share one key derived from the parent's commId.
+TEST(NcclLogComm, SplitChildrenAtInitShareTheirParentsKey) {
+  using namespace comm_cases;
+  std::string text;
+  text += Init("n:10:10", "0x1a0", 0, 2, 0, "0x5eed", "START") + Init("n:11:11", "0x2a0", 1, 2, 1, "0x5eed", "START");
+  text += Via("n:10:10", 0, 0, 0, 0, 1, 1) + Via("n:11:11", 0, 0, 1, 1, 0, 0);
+  text += Init("n:10:10", "0x1a0", 0, 2, 0, "0x5eed", "COMPLETE") + Init("n:11:11", "0x2a0", 1, 2, 1, "0x5eed", "COMPLETE");
+  text += Split("n:10:10", "0x1b0", 0, 2, 0, "0x1a0", 1, 0, "START") + Split("n:11:11", "0x2b0", 1, 2, 1, "0x2a0", 1, 0, "START");
+  text += Via("n:10:10", 0, 0, 0, 0, 1, 1) + Via("n:11:11", 0, 0, 1, 1, 0, 0);
+  text += Split("n:10:10", "0x1b0", 0, 2, 0, "0x1a0", 1, 0, "COMPLETE") + Split("n:11:11", "0x2b0", 1, 2, 1, "0x2a0", 1, 0, "COMPLETE");
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.ranks.size(), 4u);
+  ASSERT_EQ(log.connections.size(), 4u);
+  ExpectAllTied(log);
+  EXPECT_EQ(log.connections[2].comm, "0x1b0");
+  EXPECT_EQ(log.connections[3].comm, "0x2b0");
+  EXPECT_EQ(log.connections[2].attribution, p2ptrace::Attribution::kInit);
+  const p2ptrace::RankIdentity* child0 = log.FindRank("n", 10, "0x1b0");
+  const p2ptrace::RankIdentity* child1 = log.FindRank("n", 11, "0x2b0");
+  ASSERT_NE(child0, nullptr);
+  ASSERT_NE(child1, nullptr);
+  EXPECT_GT(child0->start_line, 0u);
+  EXPECT_EQ(child0->parent, "0x1a0");
+  EXPECT_EQ(child0->split_count, 1);
+  EXPECT_EQ(child0->comm_key, child1->comm_key);
+  EXPECT_NE(child0->comm_key, "0x5eed");
+  EXPECT_EQ(child0->comm_key.size(), 18u);  // commId's form: fits where a commId goes
+  EXPECT_EQ(child0->parent_key, "0x5eed");
+  EXPECT_EQ(child1->parent_key, "0x5eed");
+}
+
+// ncclCommSplit's Init lines by release (init.cc): 2.21–2.22 print a commId (derived from the
+// parent's hash and the color, shared by the child's ranks); 2.23 `parent %p color %d key %d- Init
+// START` with none; 2.24–2.28 add `splitCount %d`, 2.29+ call it `childCount %d`.
+TEST(NcclLogComm, SplitLinesOfEveryRelease) {
+  const char* parent = "h:1:1 [0] NCCL INFO ncclCommInitRank comm 0xp rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 commId 0xfeed - Init COMPLETE\n";
+  NcclLog v221 = ParseNcclLog(std::string(parent) +
+      "h:1:9 [0] NCCL INFO ncclCommSplit comm 0xc rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp color 1684518034 key 0 commId 0x5a16c3838ce6f1f8 - Init START\n");
+  ASSERT_EQ(v221.ranks.size(), 2u);
+  EXPECT_EQ(v221.ranks[1].comm_key, "0x5a16c3838ce6f1f8");
+  EXPECT_EQ(v221.ranks[1].parent, "0xp");
+  EXPECT_EQ(v221.ranks[1].color, 1684518034);
+  EXPECT_GT(v221.ranks[1].start_line, 0u);
+  // 2.23: no count; two splits of one color in a row are two communicators.
+  NcclLog v223 = ParseNcclLog(std::string(parent) +
+      "h:1:1 [0] NCCL INFO ncclCommSplit comm 0xc1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp color 0 key 0- Init START\n"
+      "h:1:1 [0] NCCL INFO ncclCommSplit comm 0xc2 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp color 0 key 0- Init START\n");
+  ASSERT_EQ(v223.ranks.size(), 3u);
+  EXPECT_EQ(v223.ranks[1].parent_key, "0xfeed");
+  EXPECT_FALSE(v223.ranks[1].comm_key.empty());
+  EXPECT_NE(v223.ranks[1].comm_key, v223.ranks[2].comm_key);
+  // 2.29: childCount; a different count or color is another communicator, the same is the same.
+  auto child = [&](const std::string& comm, int count, int color) {
+    return "h:1:1 [0] NCCL INFO ncclCommSplit comm " + comm + " rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1a000 parent 0xp childCount " +
+           std::to_string(count) + " color " + std::to_string(color) + " key 0- Init START\n";
+  };
+  NcclLog v229 = ParseNcclLog(std::string(parent) + child("0xd1", 1, 0) + child("0xd2", 2, 0) + child("0xd3", 2, 1));
+  ASSERT_EQ(v229.ranks.size(), 4u);
+  EXPECT_EQ(v229.ranks[1].split_count, 1);
+  std::set<std::string> keys{v229.ranks[1].comm_key, v229.ranks[2].comm_key, v229.ranks[3].comm_key};
+  EXPECT_EQ(keys.size(), 3u);
+  NcclLog other = ParseNcclLog(std::string(parent) + child("0xe9", 2, 1));  // another process, same split
+  EXPECT_EQ(other.ranks[1].comm_key, v229.ranks[3].comm_key);
+  // A split whose parent's Init line is not in the log: no key (it cannot be matched across processes).
+  NcclLog orphan = ParseNcclLog(child("0xf1", 1, 0));
+  ASSERT_EQ(orphan.ranks.size(), 1u);
+  EXPECT_EQ(orphan.ranks[0].comm_key, "");
+}
+
+// PyTorch's lazy init: each process group's communicator is created at its first collective, which
+// connects right after (on the same thread); world and subgroup have the same rank and nranks.
+TEST(NcclLogComm, LazyInitOfTwoGroupsWithTheSameRanks) {
+  using namespace comm_cases;
+  std::string text;
+  for (const char* id : {"0x1111", "0x2222"}) {
+    std::string c0 = std::string(id) == "0x1111" ? "0xa0" : "0xb0", c1 = std::string(id) == "0x1111" ? "0xa1" : "0xb1";
+    text += Init("n:10:10", c0, 0, 2, 0, id, "START") + Init("n:11:11", c1, 1, 2, 1, id, "START");
+    text += Init("n:10:10", c0, 0, 2, 0, id, "COMPLETE") + Init("n:11:11", c1, 1, 2, 1, id, "COMPLETE");
+    for (int ch = 0; ch < 2; ++ch) text += Via("n:11:11", ch, 0, 1, 1, 0, 0) + Via("n:10:10", ch, 0, 0, 0, 1, 1);
+  }
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 8u);
+  ExpectAllTied(log);
+  for (size_t i = 0; i < 8; ++i) {
+    const p2ptrace::RankIdentity* r = log.IdentityOf(log.connections[i]);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->comm_id, i < 4 ? "0x1111" : "0x2222") << "line " << log.connections[i].line;
+  }
+}
+
+// Eager init of the world, ncclCommSplit for a subgroup, then collectives long after (2.22+ lazy
+// connect, on the main thread): both directions of both communicators, the subgroup's too.
+TEST(NcclLogComm, EagerSplitThenLazyConnectAtTheFirstCollectives) {
+  using namespace comm_cases;
+  std::string text;
+  text += Init("n:10:10", "0xa0", 0, 2, 0, "0x77", "START") + Init("n:11:11", "0xa1", 1, 2, 1, "0x77", "START");
+  text += Init("n:10:10", "0xa0", 0, 2, 0, "0x77", "COMPLETE") + Init("n:11:11", "0xa1", 1, 2, 1, "0x77", "COMPLETE");
+  text += Split("n:10:10", "0xb0", 0, 2, 0, "0xa0", 1, 0, "START") + Split("n:11:11", "0xb1", 1, 2, 1, "0xa1", 1, 0, "START");
+  text += Split("n:10:10", "0xb0", 0, 2, 0, "0xa0", 1, 0, "COMPLETE") + Split("n:11:11", "0xb1", 1, 2, 1, "0xa1", 1, 0, "COMPLETE");
+  text += "user output: step 1\n";
+  // The first collective on the world, then one on the subgroup: the same lines again.
+  for (int comm = 0; comm < 2; ++comm)
+    for (int ch = 0; ch < 2; ++ch) text += Via("n:10:10", ch, 0, 0, 0, 1, 1) + Via("n:11:11", ch, 0, 1, 1, 0, 0);
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 8u);
+  ExpectAllTied(log);
+  // Each communicator holds both directions on both channels: a repeated line is the other one's.
+  std::map<std::string, std::set<std::tuple<int, int, int>>> per_key;
+  for (const Connection& c : log.connections)
+    per_key[log.IdentityOf(c)->comm_key].insert({c.channel, c.src_rank, c.dst_rank});
+  ASSERT_EQ(per_key.size(), 2u);
+  for (const auto& [key, conns] : per_key) EXPECT_EQ(conns.size(), 4u) << key;
+}
+
+// Several communicators created in one ncclGroupStart/End: NCCL runs each init on its own thread,
+// and their lines interleave.
+TEST(NcclLogComm, SeveralCommunicatorsInOneGroup) {
+  using namespace comm_cases;
+  std::string text;
+  text += Init("n:10:21", "0xa0", 0, 2, 0, "0x1", "START") + Init("n:10:22", "0xb0", 0, 2, 0, "0x2", "START");
+  text += Via("n:10:22", 0, 0, 0, 0, 1, 2) + Via("n:10:21", 0, 0, 0, 0, 1, 1);
+  text += Init("n:10:22", "0xb0", 0, 2, 0, "0x2", "COMPLETE") + Init("n:10:21", "0xa0", 0, 2, 0, "0x1", "COMPLETE");
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 2u);
+  ExpectAllTied(log);
+  EXPECT_EQ(log.connections[0].comm, "0xb0");
+  EXPECT_EQ(log.connections[1].comm, "0xa0");
+}
+
+// A communicator destroyed and created again (the allocator may hand out the same pointer): lines
+// before the destroy are the first one's, lazy lines after it the second one's.
+TEST(NcclLogComm, DestroyedAndCreatedAgain) {
+  using namespace comm_cases;
+  std::string text;
+  text += Init("n:10:10", "0xa0", 0, 2, 0, "0x1", "START") + Init("n:10:10", "0xa0", 0, 2, 0, "0x1", "COMPLETE");
+  text += Via("n:10:10", 0, 0, 0, 0, 1, 1);
+  text += "n:10:10 [0] NCCL INFO comm 0xa0 rank 0 nranks 2 cudaDev 0 busId 1000 - Destroy COMPLETE\n";
+  text += Init("n:10:10", "0xc0", 0, 2, 0, "0x2", "START") + Init("n:10:10", "0xc0", 0, 2, 0, "0x2", "COMPLETE");
+  text += Via("n:10:10", 0, 0, 0, 0, 1, 1);
+  text += "n:10:10 [0] NCCL INFO comm 0xc0 rank 0 nranks 2 cudaDev 0 busId 1000 - Destroy COMPLETE\n";
+  text += Init("n:10:10", "0xa0", 0, 2, 0, "0x3", "START") + Init("n:10:10", "0xa0", 0, 2, 0, "0x3", "COMPLETE");
+  text += Via("n:10:10", 0, 0, 0, 0, 1, 1);
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 3u);
+  ExpectAllTied(log);
+  const char* want[] = {"0x1", "0x2", "0x3"};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(log.IdentityOf(log.connections[i])->comm_id, want[i]) << i;
+    EXPECT_EQ(log.connections[i].attribution, p2ptrace::Attribution::kLazy) << i;
+  }
+}
+
+// Lazy connect at the first collective long after init, printed after another communicator's Init
+// lines: the rank in the line, and the peer's device (its Init line is in the merged log) decide.
+TEST(NcclLogComm, LazyLinesAfterAnotherCommunicatorsInit) {
+  using namespace comm_cases;
+  std::string text;
+  // World of 4 (pids 10..13 on GPUs 0..3); process 11 is also rank 0 of a subgroup {1, 2} and
+  // process 12 is rank 1 of it; process 10 is rank 0 of the world and of a subgroup {0, 3}.
+  for (int r = 0; r < 4; ++r) text += Init("n:" + std::to_string(10 + r) + ":1", "0xw" + std::to_string(r), r, 4, r, "0xaaa", "COMPLETE");
+  text += Init("n:11:1", "0xs1", 0, 2, 1, "0xbbb", "COMPLETE") + Init("n:12:1", "0xs2", 1, 2, 2, "0xbbb", "COMPLETE");
+  text += Init("n:10:1", "0xt0", 0, 2, 0, "0xccc", "COMPLETE") + Init("n:13:1", "0xt3", 1, 2, 3, "0xccc", "COMPLETE");
+  text += Via("n:10:1", 0, 0, 0, 0, 1, 1);  // world: 0 -> 1 is GPU0 -> GPU1
+  text += Via("n:10:1", 0, 0, 0, 0, 1, 3);  // subgroup {0, 3}: 0 -> 1 is GPU0 -> GPU3
+  text += Via("n:11:1", 0, 0, 0, 1, 1, 2);  // subgroup {1, 2}: rank 0 is world rank 1
+  text += Via("n:12:1", 0, 0, 2, 2, 3, 3);  // world: rank 2
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 4u);
+  ExpectAllTied(log);
+  EXPECT_EQ(log.IdentityOf(log.connections[0])->comm_id, "0xaaa");
+  EXPECT_EQ(log.IdentityOf(log.connections[1])->comm_id, "0xccc");
+  EXPECT_EQ(log.IdentityOf(log.connections[2])->comm_id, "0xbbb");
+  EXPECT_EQ(log.IdentityOf(log.connections[3])->comm_id, "0xaaa");
+  for (const Connection& c : log.connections) EXPECT_EQ(c.attribution, p2ptrace::Attribution::kLazy) << c.line;
 }
 
 // Two hosts, same pid, same comm pointer value, interleaved line by line.
@@ -448,6 +668,66 @@ TEST(NcclLogGrammar, PastedLinesWithoutTheHostPrefix) {
   EXPECT_EQ(log.refusals[0].kind, "nvml-p2p-disabled");
   EXPECT_EQ(log.nccl_lines, 2u);
   EXPECT_EQ(log.lines_skipped, 1u);  // a bare ring-order line is not taken without a prefix
+}
+
+// Issue 13 point 11: pastes keep NCCL's messages behind numbers or tags of the user's, with the
+// host:pid:tid gone; what they can tie (ranks, a paste's own Init lines) is tied.
+TEST(NcclLogGrammar, PastedLinesNumberedByHand) {
+  const char* text =
+      "1: NCCL INFO ncclCommInitRank comm 0x7f00 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xabc - Init START\n"
+      "2: NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n"
+      "[3] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n"
+      "[rank1]: NCCL INFO Channel 01/0 : 1[1] -> 0[0] via P2P/CUMEM/read\n"
+      "  12 | NCCL WARN Error: failed to extend /dev/shm/nccl-x to 9637892 bytes, error: No space left on device (28)\n"
+      "We saw NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM in the log\n";  // prose, not a line of NCCL's
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 3u);
+  EXPECT_EQ(log.connections[0].line, 2u);
+  EXPECT_EQ(log.connections[1].transport, "P2P/CUMEM/read");
+  EXPECT_EQ(log.connections[2].line, 4u);
+  // The paste's own Init line ties rank 0's line; rank 1's Init line is not in it.
+  EXPECT_EQ(log.connections[0].comm, "0x7f00");
+  EXPECT_EQ(log.connections[1].comm, "");
+  EXPECT_EQ(log.connections[1].attribution, p2ptrace::Attribution::kNone);
+  ASSERT_EQ(log.ranks.size(), 1u);
+  ASSERT_EQ(log.warnings.size(), 1u);
+  EXPECT_EQ(log.nccl_lines, 5u);
+}
+
+// What follows NCCL's transport in a pasted line is the user's, not NCCL's: cut by the grammar of
+// NCCL's format strings, kept as the connection's note.
+TEST(NcclLogGrammar, TransportIsNcclsTokenAndTrailingNotesAreCut) {
+  struct Case {
+    std::string after_via, transport, note;
+  } cases[] = {
+      {"P2P/CUMEM (all 256 connect lines are P2P/CUMEM)", "P2P/CUMEM", "(all 256 connect lines are P2P/CUMEM)"},
+      {"P2P/CUMEM/read  <- NVLink", "P2P/CUMEM/read", "<- NVLink"},
+      {"P2P/direct pointer/read why not IPC?", "P2P/direct pointer/read", "why not IPC?"},
+      {"P2P/IPC/CE", "P2P/IPC/CE", ""},
+      {"P2P/indirect/4[89000]/read (through GPU4)", "P2P/indirect/4[89000]/read", "(through GPU4)"},
+      {"P2P/common device", "P2P/common device", ""},
+      {"P2P/MNNVL/read", "P2P/MNNVL/read", ""},
+      {"SHM/direct/direct # slow!", "SHM/direct/direct", "# slow!"},
+      {"SHM/CE/direct", "SHM/CE/direct", ""},
+      {"SHM/direct", "SHM/direct", ""},
+      {"direct shared memory (old NCCL)", "direct shared memory", "(old NCCL)"},
+      {"NET/IB/0/GDRDMA", "NET/IB/0/GDRDMA", ""},
+      {"NET/IB/1/GDRDMA(PCI)/Shared -- GH200", "NET/IB/1/GDRDMA(PCI)/Shared", "-- GH200"},
+      {"NET/IBext_v8/5(2)/GDRDMA", "NET/IBext_v8/5(2)/GDRDMA", ""},
+      {"NET/AWS Libfabric/3/GDRDMA (EFA)", "NET/AWS Libfabric/3/GDRDMA", "(EFA)"},
+      {"NET/Socket/0 that is TCP", "NET/Socket/0", "that is TCP"},
+      {"NET/IB/0/GDRDMA/GDCopy", "NET/IB/0/GDRDMA/GDCopy", ""},
+      {"NET/IB/0/GDRDMA/flush=C2c", "NET/IB/0/GDRDMA/flush=C2c", ""},  // 2.31's receive side
+      {"NET/IB/0/GDRDMA/Shared/flush=None", "NET/IB/0/GDRDMA/Shared/flush=None", ""},
+      {"P2P/FUTURE/fast", "P2P/FUTURE/fast", ""},  // a form NCCL may add: kept whole
+      {"P2P/FUTURE/fast (note)", "P2P/FUTURE/fast", "(note)"},
+  };
+  for (const Case& c : cases) {
+    Connection conn = OneConnection("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via " + c.after_via);
+    EXPECT_EQ(conn.transport, c.transport) << c.after_via;
+    EXPECT_EQ(conn.note, c.note) << c.after_via;
+    EXPECT_EQ(conn.transport_class, p2ptrace::ClassifyNcclTransport(c.transport)) << c.after_via;
+  }
 }
 
 TEST(NcclLogGrammar, IdentityLinesOfEveryRelease) {

@@ -103,11 +103,27 @@ TEST(Predict, DefaultP2pLevelByVersionVendorAndGpuCount) {
     EXPECT_TRUE(p.assumptions.empty() || r.vendor == CpuVendor::kUnknown || (r.vendor == CpuVendor::kIntel && !r.bdw))
         << r.version;
   }
-  // 2.30.7 counts the node's GPUs, not the communicator's.
+  // Every release counts the communicator's GPUs on the node, not the node's (paths.cc counts the
+  // nodes of the communicator's topology): 2 GPUs of a 4-GPU AMD node use P2P across sockets, in
+  // 2.27, 2.30.7 and 2.31 (the dev branch) alike.
   NodeFacts f = With(Node(4, "SYS"), "2.27.5", CpuVendor::kAmd);
   f.communicator = {0, 1};
+  for (NcclVersion v : {NcclVersion{2, 27, 5}, NcclVersion{2, 30, 7}, NcclVersion{2, 31, 0}}) {
+    f.nccl_version = v;
+    Prediction p = Predict(f);
+    EXPECT_EQ(Class(p, 0, 1), "pcie_p2p") << v.major << "." << v.minor << "." << v.patch;
+    EXPECT_EQ(p.gpu_count, 2);
+  }
+  // From 2.30.3 ranks may share a GPU (NCCL_MULTI_RANK_GPU_ENABLE=1): paths.cc counts devices
+  // (nodes[DEV]), so 4 ranks on GPUs 0 and 1 are still "2 GPUs"; before, it counted one per rank.
+  f.communicator = {0, 0, 1, 1};
+  f.nccl_version = NcclVersion{2, 31, 0};
   EXPECT_EQ(Class(Predict(f), 0, 1), "pcie_p2p");
-  f.nccl_version = NcclVersion{2, 30, 7};
+  f.nccl_version = NcclVersion{2, 30, 2};
+  EXPECT_EQ(Class(Predict(f), 0, 1), "shm");
+  // More than 2 GPUs in the communicator: PXB, so SYS is beyond it.
+  f.communicator = {0, 1, 2};
+  f.nccl_version = NcclVersion{2, 31, 0};
   EXPECT_EQ(Class(Predict(f), 0, 1), "shm");
 }
 
