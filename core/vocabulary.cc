@@ -40,13 +40,6 @@ std::string_view NcclApiName(int api) {
   return api >= 0 && api < static_cast<int>(kNcclApis.size()) ? kNcclApis[api] : "unknown";
 }
 
-std::string_view NcclResultName(int result) {
-  static constexpr std::string_view kNames[] = {"ncclSuccess",        "ncclUnhandledCudaError", "ncclSystemError",
-                                                "ncclInternalError",  "ncclInvalidArgument",    "ncclInvalidUsage",
-                                                "ncclRemoteError",    "ncclInProgress"};
-  return result >= 0 && result < static_cast<int>(std::size(kNames)) ? kNames[result] : "";
-}
-
 std::string_view TransportName(int t) {
   return t >= 0 && t < static_cast<int>(kTransports.size()) ? kTransports[t] : "unknown";
 }

@@ -18,8 +18,5 @@ bool IsDirect(int transport);
 std::string_view ApiName(int api);
 // "ncclAllReduce", "ncclCommInitRank", …; "unknown" for values it does not know.
 std::string_view NcclApiName(int api);
-// ncclResult_t by name (nccl.h): "ncclSystemError" for 2; "ncclResult 42" is not a name, so "" for
-// values it does not know.
-std::string_view NcclResultName(int result);
 
 }  // namespace p2ptrace

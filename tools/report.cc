@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/causes.h"
+#include "core/nccl_failures.h"
 #include "core/node_probe.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
@@ -217,6 +218,8 @@ uint64_t ParsePointer(const std::string& text) { return std::strtoull(text.c_str
 
 // Ranks of one communicator share commId (NCCL ≥ 2.16); without it, one process holds them all.
 std::string CommKey(const RankIdentity& id) {
+  // The grammar's key (commId, or a split's key derived from its parent's), else one process's.
+  if (!id.comm_key.empty()) return id.comm_key;
   return id.comm_id.empty() ? fmt::format("{}:{}:{}", id.host, id.pid, id.nranks) : id.comm_id;
 }
 
@@ -292,6 +295,8 @@ struct ReportBuilder::State {
     std::vector<std::string> processes;  // "node0 pid 4711" of rank-less processes (a few)
   };
   std::map<std::pair<int, int>, NcclFailure> nccl_failures;
+  // Why NCCL failed, from its WARN lines (core/nccl_failures.h), one per cause over every log.
+  std::vector<p2ptrace::NcclFailure> nccl_causes;
   // Per host, from the environment of a process whose log is missing: a setting that takes P2P
   // away (the refusal kind, the evidence), standing in for NCCL's `… set by environment` line.
   std::map<std::string, std::pair<std::string, std::string>> env_refusal;
@@ -602,7 +607,7 @@ void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
   }
   for (const Connection& c : f.log.connections) {
     if (c.dst_rank < 0) continue;  // CollNet lines name no peer
-    const RankIdentity* me = f.log.FindRank(c.logger.host, c.logger.pid, c.comm);
+    const RankIdentity* me = f.log.IdentityOf(c);
     if (me == nullptr) continue;
     State::NcclConn& nc = s_->nccl_conns[{CommKey(*me), c.src_rank, c.dst_rank, c.transport_class}];
     nc.transports.insert(c.transport);
@@ -611,6 +616,18 @@ void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
     s_->logged.insert({ShortHost(c.logger.host), c.logger.pid});
   }
   for (const Refusal& r : f.log.refusals) s_->first_refusal.try_emplace(r.logger.host, r);
+  // One log at a time (one per process): a cause seen in several logs is one, its lines counted.
+  for (p2ptrace::NcclFailure& nf : DiagnoseNcclFailures({NamedNcclLog{f.path, &f.log}})) {
+    auto same = std::find_if(s_->nccl_causes.begin(), s_->nccl_causes.end(),
+                             [&](const p2ptrace::NcclFailure& x) { return x.cause == nf.cause; });
+    if (same == s_->nccl_causes.end()) {
+      s_->nccl_causes.push_back(std::move(nf));
+      continue;
+    }
+    same->lines += nf.lines;
+    for (std::string& e : nf.evidence)
+      if (same->evidence.size() < kMaxNcclFailureEvidence) same->evidence.push_back(std::move(e));
+  }
 }
 
 // NCCL's pairs: connections resolved to GPUs, the class each should have had, and the ncclSend
@@ -890,6 +907,21 @@ Report ReportBuilder::Finish() {
       f.fix = c.fix;
     }
   for (auto& [id, f] : by_cause) rep.findings.push_back(std::move(f));
+  // Why NCCL failed, in its own words: one finding per cause.
+  std::vector<std::string> nccl_causes;
+  for (const p2ptrace::NcclFailure& nf : s.nccl_causes) {
+    const CauseInfo* info = FindCause(nf.cause);
+    Finding f;
+    f.id = "nccl-failure";
+    f.cause = nf.cause;
+    f.severity = info ? std::string(SeverityName(info->severity)) : "error";
+    f.title = fmt::format("{}: {}", nf.cause, nf.meaning);
+    f.evidence = nf.evidence;
+    if (nf.lines > nf.evidence.size()) f.evidence.push_back(fmt::format("… {} more line(s)", nf.lines - nf.evidence.size()));
+    f.fix = info ? std::string(info->fix) : "";
+    nccl_causes.push_back(nf.cause);
+    rep.findings.push_back(std::move(f));
+  }
   // NCCL calls that failed: the symptom, with who and how; NCCL's WARN lines say why.
   if (!s.nccl_failures.empty()) {
     Finding f;
@@ -907,9 +939,11 @@ Report ReportBuilder::Finish() {
                                        nf.calls == 1 ? "" : "s"));
     }
     f.title = fmt::format("NCCL calls failed: {}", fmt::join(what, "; "));
-    f.fix = "NCCL's WARN lines say why (the findings they explain are listed with this one; the whole text is in "
-            "the tapped nccl.<host>.<pid>.log files of the trace directory); rerun with NCCL_DEBUG=WARN to see them "
-            "on the job's output";
+    f.fix = !nccl_causes.empty()
+                ? fmt::format("see why in the nccl-failure finding{} ({}): NCCL's own WARN lines",
+                              nccl_causes.size() == 1 ? "" : "s", fmt::join(nccl_causes, ", "))
+                : "NCCL printed no WARN line p2ptrace could read (the tapped nccl.<host>.<pid>.log files of the trace "
+                  "directory hold what it printed); rerun with NCCL_DEBUG=WARN to see its reasons on the job's output";
     rep.findings.push_back(std::move(f));
   }
   return std::move(rep);

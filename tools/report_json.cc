@@ -104,6 +104,7 @@ json PreflightJson(const Report::Preflight& pf) {
 json FindingJson(const Finding& f) {
   json o{{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence}, {"fix", f.fix}};
   if (!f.title.empty()) o["title"] = f.title;
+  if (!f.cause.empty()) o["cause"] = f.cause;
   return o;
 }
 

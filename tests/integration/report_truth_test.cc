@@ -239,6 +239,10 @@ TEST(Failures, NcclInitFailureIsAFindingNotStaticLinking) {
   EXPECT_EQ((*f)["severity"], "error");
   EXPECT_TRUE(AnyContains((*f)["evidence"], "ncclCommInitRank returned ncclUnhandledCudaError (1)")) << f->dump();
   EXPECT_FALSE((*f)["fix"].get<std::string>().empty());
+  // NCCL's WARN (a CUDA failure: no driver here) explains it.
+  const json* why = FindFinding(j, "nccl-failure");
+  ASSERT_NE(why, nullptr) << j["findings"].dump();
+  EXPECT_TRUE(AnyContains((*why)["evidence"], "Cuda failure")) << why->dump();
 }
 
 // /dev/shm too small for NCCL's SHM segments (Docker's default 64 MB, here 6 MB): the allreduce that
@@ -262,6 +266,13 @@ TEST(Failures, FullDevShmFailsAnOperationAndSaysSo) {
   ASSERT_NE(f, nullptr) << j["findings"].dump();
   EXPECT_EQ((*f)["severity"], "error");
   EXPECT_TRUE(AnyContains((*f)["evidence"], "returned ncclSystemError (2) on rank")) << f->dump();
+  // Why, from NCCL's WARN line in the tapped log: the cause, the line, the fix.
+  const json* why = FindFinding(j, "nccl-failure");
+  ASSERT_NE(why, nullptr) << j["findings"].dump();
+  EXPECT_EQ((*why)["cause"], "shm-too-small") << why->dump();
+  EXPECT_TRUE(AnyContains((*why)["evidence"], "No space left on device")) << why->dump();
+  EXPECT_NE((*why)["fix"].get<std::string>().find("shm-size"), std::string::npos) << why->dump();
+  EXPECT_NE((*f)["fix"].get<std::string>().find("shm-too-small"), std::string::npos) << f->dump();
 }
 
 }  // namespace
