@@ -300,3 +300,44 @@ TEST(Links, NvlinkDownIsOnThePair) {
 }
 
 }  // namespace
+
+namespace {
+
+// A process in six communicators (world, eager split, lazy group, split destroyed and re-made, two
+// made in one group; examples of PyTorch's new_group): every connection NCCL printed is on a pair
+// of the report, both directions, none lost for want of its communicator.
+TEST(Communicators, EveryConnectionOfEveryCommunicatorIsOnAPair) {
+  std::string dir = TempDir() + "/comms", rendezvous = dir + "-id";
+  std::filesystem::create_directories(rendezvous);
+  Env env = SimEnv(Topology("demo-8gpu.json"));
+  env["P2PSIM_NCCL_DIR"] = rendezvous;
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", P2PSIM, "launch", "--topology",
+                            Topology("demo-8gpu.json"), "--hosts", "node0:2", "--", NCCL_COMMS_WORKLOAD, rendezvous},
+                           env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> argv{P2PTRACE_CLI, "explain", "--json"};
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("nccl.", 0) == 0) argv.push_back(e.path().string());
+  ASSERT_EQ(argv.size(), 5u) << "one tapped log per rank";
+  RunResult ex = RunProgram(argv);
+  ASSERT_EQ(ex.exit_code, 0) << ex.err;
+  json e = json::parse(ex.out);
+  size_t printed = 0;
+  std::set<std::string> communicators;
+  for (const json& c : e["connections"])
+    if (c["dst_rank"].get<int>() >= 0) ++printed, communicators.insert(c["communicator"].get<std::string>());
+  EXPECT_EQ(communicators.size(), 6u);
+  json j = ReportJson(dir);
+  int channels = 0;
+  std::set<std::pair<int, int>> pairs;
+  for (const json& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    channels += p["channels"].get<int>();
+    pairs.insert({p["src"]["gpu"].get<int>(), p["dst"]["gpu"].get<int>()});
+    EXPECT_EQ(p["transport"], "nvlink") << p.dump();
+  }
+  EXPECT_EQ(pairs, (std::set<std::pair<int, int>>{{0, 1}, {1, 0}}));
+  EXPECT_EQ(static_cast<size_t>(channels), printed) << "connections lost: " << j["pairs"].dump();
+}
+
+}  // namespace
