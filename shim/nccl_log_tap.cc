@@ -316,11 +316,13 @@ bool CopyField(char (&field)[N], const std::string& text) {
 }
 
 void EmitConnection(const NcclLog& log, const Connection& c) {
-  const RankIdentity* rank = log.FindRank(c.logger.host, c.logger.pid, c.comm);
+  // The communicator the grammar tied the line to (a lazy line names none), keyed as the report
+  // keys it: commId, or a split's key derived from its parent's.
+  const RankIdentity* rank = log.IdentityOf(c);
   TraceWriter::Emit<p2ptrace_nccl_conn_record>(
       P2PTRACE_RECORD_NCCL_CONN, TraceWriter::NextSeq(), [&](p2ptrace_nccl_conn_record& r) {
-        CopyField(r.comm, c.comm);
-        if (rank != nullptr) CopyField(r.comm_id, rank->comm_id);
+        CopyField(r.comm, !c.comm.empty() || rank == nullptr ? c.comm : rank->comm);
+        if (rank != nullptr) CopyField(r.comm_id, !rank->comm_key.empty() ? rank->comm_key : rank->comm_id);
         CopyField(r.keyword, c.keyword);
         r.channel = c.channel;
         r.conn_index = c.conn_index;
@@ -400,7 +402,10 @@ void ReadLogLocked(LogReader* r, bool may_open, bool at_exit) {
   for (size_t i = r->connections_seen; i < log.connections.size(); ++i) {
     const Connection& c = log.connections[i];
     if (c.logger.pid >= 0 && c.logger.pid != pid) continue;  // another process sharing the user's file
-    std::string key = c.comm + '\t' + c.keyword + '\t' + std::to_string(c.channel) + '\t' +
+    // A lazy line names no communicator: the one it was tied to tells two communicators' alike lines apart.
+    const RankIdentity* id = log.IdentityOf(c);
+    std::string comm = id != nullptr ? id->comm + '@' + std::to_string(id->FirstLine()) : c.comm;
+    std::string key = comm + '\t' + c.keyword + '\t' + std::to_string(c.channel) + '\t' +
                       std::to_string(c.conn_index) + '\t' + std::to_string(c.src_rank) + '\t' +
                       std::to_string(c.dst_rank) + '\t' + c.direction + '\t' + c.transport;
     if (r->emitted.insert(key).second) EmitConnection(log, c);

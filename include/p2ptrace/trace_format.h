@@ -294,8 +294,11 @@ enum p2ptrace_nccl_conn_flag { P2PTRACE_NCCL_CONN_CUT = 1u << 0 /* `transport` w
 typedef struct p2ptrace_nccl_conn_record {
   p2ptrace_record_header h;  /* time_ns: when the shim read the line, not when NCCL wrote it */
   char comm[24];       /* the logging rank's ncclComm as NCCL prints it ("0x7f9e54001060"), the same value
-                          as p2ptrace_nccl_comm_record.comm; "" when the log did not say */
-  char comm_id[24];    /* the communicator's id shared by its ranks (`commId 0x…`, NCCL >= 2.16); "" if none */
+                          as p2ptrace_nccl_comm_record.comm; for a line that names none (lazy connect),
+                          that of the communicator the grammar tied it to; "" when not known */
+  char comm_id[24];    /* the communicator's id shared by its ranks (`commId 0x…`, NCCL >= 2.16; a split's
+                          child without one: a key of the same form derived from its parent's, shared by
+                          its ranks, core/nccl_log.h RankIdentity::comm_key); "" if none */
   char keyword[8];     /* "Channel", "Ring" (<= 2.6), "CollNet", "Coll" as printed */
   int32_t channel;
   int32_t conn_index;  /* the N of "Channel 00/N"; -1 when the format prints none */

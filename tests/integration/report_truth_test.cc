@@ -338,6 +338,17 @@ TEST(Communicators, EveryConnectionOfEveryCommunicatorIsOnAPair) {
   }
   EXPECT_EQ(pairs, (std::set<std::pair<int, int>>{{0, 1}, {1, 0}}));
   EXPECT_EQ(static_cast<size_t>(channels), printed) << "connections lost: " << j["pairs"].dump();
+  // The same from the connection records of the traces alone (the logs not copied off the node):
+  // the shim ties each line to its communicator as the report would.
+  for (size_t i = 3; i < argv.size(); ++i) std::filesystem::remove(argv[i]);
+  json t = ReportJson(dir);
+  int from_traces = 0;
+  for (const json& p : t["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    from_traces += p["channels"].get<int>();
+    EXPECT_EQ(p["nccl_from"], "trace");
+  }
+  EXPECT_EQ(from_traces, channels) << t["pairs"].dump();
 }
 
 }  // namespace
