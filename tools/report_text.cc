@@ -118,7 +118,9 @@ std::string RateText(const PairEntry& e) {
   const char* slow = !nccl && e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
   std::string basis = e.RateBasis() == "group" ? " (group)" : e.RateBasis() == "own events and group" ? " (own events and group)" : "";
   std::string covered = e.timed_calls < e.calls ? fmt::format(" ({} of {} calls timed)", e.timed_calls, e.calls) : "";
-  return fmt::format("{:.1f} GB/s{}{}{}{}", e.Gbps(), basis, expect, slow, covered);
+  // A latency-bound rate (a sweep's first, small calls) keeps its digits rather than show 0.0.
+  std::string rate = e.Gbps() >= 0.1 ? fmt::format("{:.1f}", e.Gbps()) : fmt::format("{:.2g}", e.Gbps());
+  return fmt::format("{} GB/s{}{}{}{}", rate, basis, expect, slow, covered);
 }
 
 // The matrix cells of one host, in the layout of `nvidia-smi topo -m`.
