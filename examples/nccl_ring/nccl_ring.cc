@@ -22,9 +22,10 @@
 //   -o LIST   operations, comma-separated, in order (default allreduce,broadcast,allgather,
 //             reducescatter,sendrecv): allreduce broadcast reduce allgather reducescatter
 //             alltoall (ncclAlltoAll) alltoallp2p (the same with grouped ncclSend/ncclRecv, as
-//             nccl-tests does before NCCL 2.28) gather scatter (grouped ncclSend/ncclRecv to and
-//             from root 0, as nccl-tests does before NCCL 2.28) sendrecv (ring: send to the next
-//             rank, receive from the previous one)
+//             nccl-tests does before NCCL 2.28) gather scatter (ncclGather/ncclScatter to and from
+//             root 0, NCCL 2.28's) gatherp2p scatterp2p (the same with grouped ncclSend/ncclRecv,
+//             as nccl-tests does before NCCL 2.28) sendrecv (ring: send to the next rank, receive
+//             from the previous one)
 //   -b BYTES -e BYTES -f FACTOR   sizes as nccl-tests counts them (its "size" column), from -b to
 //             -e, times FACTOR each step (default 2); K, M, G suffixes
 //   -n N      iterations per size (each one timed; the line shows the mean)
@@ -276,7 +277,20 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     p->check = [part, op](const Member& m, const std::vector<float>& got) {
       return Check(m.gpu->rank, op, got, [&](size_t j) { return float(int(j / part) * 1000 + m.rank * 10 + int(j % part % 10)); });
     };
-  } else if (op == "gather") {
+  } else if (op == "gather" || op == "scatter") {  // NCCL 2.28's, as nccl-tests calls them from 2.28 on
+    bool gather = op == "gather";
+    *p = gather ? OpPlan{part, part * N, part, n, (n - 1) / n} : OpPlan{part * N, part, part, n, (n - 1) / n};
+    p->input = value_input(gather ? part : part * N);
+    p->issue = [part, gather](const Member& m, const float* s, float* r) {
+      if (gather) NCCL_OK(ncclGather(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+      else NCCL_OK(ncclScatter(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+    };
+    p->check = [part, gather, op](const Member& m, const std::vector<float>& got) {
+      if (!gather) return Check(m.gpu->rank, op, got, [&](size_t i) { return Value(0, size_t(m.rank) * part + i); });
+      if (m.rank != 0) return true;
+      return Check(m.gpu->rank, op, got, [&](size_t j) { return Value(int(j / part), j % part); });
+    };
+  } else if (op == "gatherp2p") {
     *p = OpPlan{part, part * N, part, n, (n - 1) / n, true};
     p->input = value_input(part);
     p->issue = [part](const Member& m, const float* s, float* r) {
@@ -287,9 +301,9 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     };
     p->check = [part](const Member& m, const std::vector<float>& got) {
       if (m.rank != 0) return true;
-      return Check(m.gpu->rank, "gather", got, [&](size_t j) { return Value(int(j / part), j % part); });
+      return Check(m.gpu->rank, "gatherp2p", got, [&](size_t j) { return Value(int(j / part), j % part); });
     };
-  } else if (op == "scatter") {
+  } else if (op == "scatterp2p") {
     *p = OpPlan{part * N, part, part, n, (n - 1) / n, true};
     p->input = value_input(part * N);  // only the root's is sent: block b of it to rank b
     p->issue = [part](const Member& m, const float* s, float* r) {
@@ -299,7 +313,7 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
       NCCL_OK(ncclRecv(r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
     };
     p->check = [part](const Member& m, const std::vector<float>& got) {
-      return Check(m.gpu->rank, "scatter", got, [&](size_t i) { return Value(0, size_t(m.rank) * part + i); });
+      return Check(m.gpu->rank, "scatterp2p", got, [&](size_t i) { return Value(0, size_t(m.rank) * part + i); });
     };
   } else if (op == "sendrecv") {
     *p = OpPlan{whole, whole, whole, 1, 1, true};

@@ -463,6 +463,16 @@ P2PTRACE_OP_HOOK ncclResult_t ncclAlltoAll(decltype(&::ncclAlltoAll) real, const
                           ncclComm_t comm, cudaStream_t s) {
   return Op(P2PTRACE_NCCL_AlltoAll, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, comm, s);
 }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+P2PTRACE_OP_HOOK ncclResult_t ncclGather(decltype(&::ncclGather) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+                                         int root, ncclComm_t comm, cudaStream_t s) {
+  return Op(P2PTRACE_NCCL_Gather, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
+}
+P2PTRACE_OP_HOOK ncclResult_t ncclScatter(decltype(&::ncclScatter) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+                                          int root, ncclComm_t comm, cudaStream_t s) {
+  return Op(P2PTRACE_NCCL_Scatter, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
+}
+#endif
 P2PTRACE_OP_HOOK ncclResult_t ncclSend(decltype(&::ncclSend) real, const void* sb, size_t n, ncclDataType_t t, int peer,
                       ncclComm_t comm, cudaStream_t s) {
   return Op(P2PTRACE_NCCL_Send, comm, s, n * TypeSize(t), peer, real, sb, n, t, peer, comm, s);

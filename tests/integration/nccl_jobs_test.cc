@@ -94,8 +94,9 @@ std::vector<Printed> ProgramLines(const std::string& out) {
   return lines;
 }
 
-// The operations nccl_ring can run, all of them (gather and scatter as grouped send/recv).
-const char* kAllOps = "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,alltoallp2p,gather,scatter,sendrecv";
+// The operations nccl_ring can run, all of them.
+const char* kAllOps =
+    "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,alltoallp2p,gather,scatter,gatherp2p,scatterp2p,sendrecv";
 
 // ---- the examples: every shape runs on the simulated node, and the shim changes nothing -----------
 
@@ -373,7 +374,8 @@ TEST_P(NcclJobBytes, AsNcclTestsCountsThem) {
   ASSERT_FALSE(j.is_discarded());
   const std::map<std::string, std::string> kOps = {
       {"allreduce", "ncclAllReduce"}, {"broadcast", "ncclBroadcast"},         {"reduce", "ncclReduce"},
-      {"allgather", "ncclAllGather"}, {"reducescatter", "ncclReduceScatter"}, {"alltoall", "ncclAlltoAll"}};
+      {"allgather", "ncclAllGather"}, {"reducescatter", "ncclReduceScatter"}, {"alltoall", "ncclAlltoAll"},
+      {"gather", "ncclGather"},       {"scatter", "ncclScatter"}};
   int iters = 2, checked = 0;
   for (const auto& [name, api] : kOps) {
     auto p = printed.find(name);
@@ -402,7 +404,7 @@ TEST_P(NcclJobBytes, AsNcclTestsCountsThem) {
       EXPECT_NEAR(o["algbw_gbps"].get<double>(), a2a->second.algbw, 0.01 * a2a->second.algbw + 0.01) << o.dump();
       ++checked;
     }
-  EXPECT_EQ(checked, 7);
+  EXPECT_EQ(checked, 9);
   // The text says the same figures.
   RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
   EXPECT_NE(text.out.find("ncclAlltoAll"), std::string::npos);
@@ -411,8 +413,8 @@ TEST_P(NcclJobBytes, AsNcclTestsCountsThem) {
 INSTANTIATE_TEST_SUITE_P(
     Sim, NcclJobBytes,
     ::testing::Values(
-        RanksCase{"g4", "node0:1", {"-g", "4", "-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 1, 4},
-        RanksCase{"p8", "node0:8", {"-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 8, 8}),
+        RanksCase{"g4", "node0:1", {"-g", "4", "-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,gather,scatter,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 1, 4},
+        RanksCase{"p8", "node0:8", {"-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,gather,scatter,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 8, 8}),
     [](const ::testing::TestParamInfo<RanksCase>& i) { return std::string(i.param.name); });
 
 }  // namespace

@@ -1078,14 +1078,14 @@ bool Reducible(ncclDataType_t t, ncclRedOp_t op) {
 // ---------------------------------------------------------------------------------------------
 // Operations and groups
 
-enum class OpKind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kSend, kRecv };
+enum class OpKind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter, kSend, kRecv };
 
 struct Op {
   OpKind kind;
   Comm* comm;
   const void* send;
   void* recv;
-  size_t count;  // NCCL's count argument (per rank for AllGather/ReduceScatter/AlltoAll)
+  size_t count;  // NCCL's count argument (per rank for AllGather/ReduceScatter/AlltoAll/Gather/Scatter)
   ncclDataType_t type;
   ncclRedOp_t red;
   int root_or_peer;
@@ -1111,6 +1111,8 @@ std::pair<const void*, size_t> Contribution(const Op& op) {
   size_t sz = TypeSize(op.type), n = size_t(op.comm->nranks);
   switch (op.kind) {
     case OpKind::kBroadcast: return {op.comm->rank == op.root_or_peer ? op.send : nullptr, op.comm->rank == op.root_or_peer ? op.count * sz : 0};
+    case OpKind::kScatter:  // only the root's n blocks
+      return {op.comm->rank == op.root_or_peer ? op.send : nullptr, op.comm->rank == op.root_or_peer ? op.count * n * sz : 0};
     case OpKind::kReduceScatter:
     case OpKind::kAlltoAll: return {op.send, op.count * n * sz};
     default: return {op.send, op.count * sz};
@@ -1200,6 +1202,12 @@ ncclResult_t Complete(Op& op) {
       for (int r = 0; r < c.nranks; ++r)
         if (ncclResult_t res = CopyBlock(op, r, size_t(c.rank), bytes, static_cast<char*>(op.recv) + r * bytes); res != ncclSuccess) return res;
       return ncclSuccess;
+    case OpKind::kGather:  // rank r's block at recv + r × count, on the root only
+      if (c.rank != op.root_or_peer) return ncclSuccess;
+      for (int r = 0; r < c.nranks; ++r)
+        if (ncclResult_t res = CopyBlock(op, r, 0, bytes, static_cast<char*>(op.recv) + r * bytes); res != ncclSuccess) return res;
+      return ncclSuccess;
+    case OpKind::kScatter: return CopyBlock(op, op.root_or_peer, size_t(c.rank), bytes, op.recv);
   }
   return ncclSuccess;
 }
@@ -1219,7 +1227,9 @@ double OpSeconds(Op& op) {
       case OpKind::kAllReduce: bus = bytes * 2 * (n - 1) / n; break;
       case OpKind::kAllGather:
       case OpKind::kReduceScatter:
-      case OpKind::kAlltoAll: bus = bytes * n * (n - 1) / n; break;
+      case OpKind::kAlltoAll:
+      case OpKind::kGather:
+      case OpKind::kScatter: bus = bytes * n * (n - 1) / n; break;
       default: break;
     }
   }
@@ -1692,6 +1702,16 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclComm_t comm, cudaStream_t stream) {
   return Enqueue(MakeOp(OpKind::kAlltoAll, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, 0, stream));
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kGather, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, root, stream));
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kScatter, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, root, stream));
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
