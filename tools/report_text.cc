@@ -100,6 +100,9 @@ std::string PairName(const PairEntry& e) {
 }
 
 // "312.4 GB/s (nvlink: 20-370 expected)" — measured against what the class should deliver.
+// A latency-bound rate (a sweep's first, small calls) keeps its digits rather than show 0.0.
+std::string RateNumber(double gbps) { return gbps >= 0.1 ? fmt::format("{:.1f}", gbps) : fmt::format("{:.2g}", gbps); }
+
 // A pair's rate, only as measured, and how: "(group)" when an NCCL send was timed with its group;
 // how many of its calls the figure covers when not all.
 std::string RateText(const PairEntry& e) {
@@ -118,9 +121,7 @@ std::string RateText(const PairEntry& e) {
   const char* slow = !nccl && e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
   std::string basis = e.RateBasis() == "group" ? " (group)" : e.RateBasis() == "own events and group" ? " (own events and group)" : "";
   std::string covered = e.timed_calls < e.calls ? fmt::format(" ({} of {} calls timed)", e.timed_calls, e.calls) : "";
-  // A latency-bound rate (a sweep's first, small calls) keeps its digits rather than show 0.0.
-  std::string rate = e.Gbps() >= 0.1 ? fmt::format("{:.1f}", e.Gbps()) : fmt::format("{:.2g}", e.Gbps());
-  return fmt::format("{} GB/s{}{}{}{}", rate, basis, expect, slow, covered);
+  return fmt::format("{} GB/s{}{}{}{}", RateNumber(e.Gbps()), basis, expect, slow, covered);
 }
 
 // The matrix cells of one host, in the layout of `nvidia-smi topo -m`.
@@ -379,8 +380,8 @@ std::string RenderText(const Report& rep, bool color) {
       std::vector<std::string> ids;
       for (const Cause& c : e.causes) ids.push_back("[" + c.id + "]");
       std::string cost = e.lost_seconds >= 0
-                             ? fmt::format("{} timed at {:.1f} GB/s vs {:.1f} GB/s ({}): {} lost", BytesText(e.timed_bytes),
-                                           e.Gbps(), e.best_gbps, e.best_basis, Duration(e.lost_seconds))
+                             ? fmt::format("{} timed at {} GB/s vs {:.1f} GB/s ({}): {} lost", BytesText(e.timed_bytes),
+                                           RateNumber(e.Gbps()), e.best_gbps, e.best_basis, Duration(e.lost_seconds))
                              : std::string(e.bytes ? "not timed: cost unknown" : "no bytes attributed: cost unknown");
       out += fmt::format("  {}  ", PairName(e));
       out.Painted(e.transport, TransportName(e.transport));
