@@ -346,10 +346,14 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         json args{{"op", NcclApiName(o->api)}, {"bytes", o->bytes}, {"timed", duration > 0},
                   {"comm", fmt::format("{:016x}", comm.hash)}, {"nranks", comm.nranks}, {"seq", o->h.seq}};
         if (o->peer >= 0) args["peer"] = o->peer;
-        double gbps = duration ? static_cast<double>(o->bytes) / static_cast<double>(duration) : 0;
-        if (duration) args["gbps"] = gbps;
+        // Inside a group the duration is the group's on this stream, shared by all its operations:
+        // the slice spans it, but no rate of this one operation follows from it.
+        bool grouped = (o->flags & P2PTRACE_NCCL_IN_GROUP) != 0;
+        if (duration) args["timing"] = grouped ? "its group's duration (shared by the group's operations on this stream)" : "own events";
+        double gbps = duration && !grouped ? static_cast<double>(o->bytes) / static_cast<double>(duration) : 0;
+        if (gbps > 0) args["gbps"] = gbps;
         slice(label, pid, on, "p2ptrace.nccl", begin, end, args, flow);
-        if (duration) {
+        if (gbps > 0) {
           counter(label, pid, on, begin, gbps);
           counter(label, pid, on, end, 0);
         }
