@@ -200,32 +200,65 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
     }
     const Trace& t = *first;
     const p2ptrace_file_header& h = t.header;
-    int64_t pid = h.rank >= 0 ? h.rank + 1 : 0;
-    if (pid == 0 || !pids.insert(pid).second) pid = 1000000 + static_cast<int64_t>(index);  // unranked, or a fork
-    pids.insert(pid);
-    std::string gpu;
-    if (!comms.empty() && comms.begin()->second.device >= 0) gpu = " " + gpu_name(t, comms.begin()->second.device);
-    else if (h.device_count == 1) gpu = " " + gpu_name(t, 0);
-    std::string name = h.rank >= 0 ? fmt::format("rank {} · {}{} (pid {})", h.rank, t.Host(), gpu, h.pid)
+    // One timeline process per NCCL rank: a process that drives several GPUs (nccl-tests' -g,
+    // ncclCommInitAll) holds several ranks, each on its own GPU. A GPU's rank is its rank in the
+    // largest communicator of this process that uses it (the world, not a split of it).
+    std::map<int, CommView> rank_of_device;  // CUDA device -> that communicator's view
+    for (const auto& [ptr, view] : comms) {
+      if (view.device < 0) continue;
+      auto [it, added] = rank_of_device.try_emplace(view.device, view);
+      if (!added && view.nranks > it->second.nranks) it->second = view;
+    }
+    struct Lane {
+      int64_t pid = 0;
+      std::map<std::string, std::pair<int64_t, uint64_t>> tracks;  // label -> (tid, slices seen)
+    };
+    std::map<int, Lane> lanes;  // CUDA device (-1: the process as a whole) -> its timeline process
+    auto name_lane = [&](int key, int device, int rank, int64_t wanted, int64_t fallback) {
+      Lane& lane = lanes[key];
+      lane.pid = wanted > 0 && pids.insert(wanted).second ? wanted : fallback;
+      pids.insert(lane.pid);
+      std::string gpu = device >= 0 ? " " + gpu_name(t, device) : "";
+      std::string name = rank >= 0 ? fmt::format("rank {} · {}{} (pid {})", rank, t.Host(), gpu, h.pid)
                                    : fmt::format("{}{} pid {}", t.Host(), gpu, h.pid);
-    w.Metadata(pid, 0, "process_name", {{"name", name}});
-    w.Metadata(pid, 0, "process_sort_index", {{"sort_index", h.rank >= 0 ? h.rank : pid}});
+      w.Metadata(lane.pid, 0, "process_name", {{"name", name}});
+      w.Metadata(lane.pid, 0, "process_sort_index", {{"sort_index", rank >= 0 ? rank : lane.pid}});
+    };
+    if (rank_of_device.size() > 1) {
+      for (const auto& [device, view] : rank_of_device)
+        name_lane(device, device, view.rank, view.rank + 1,
+                  2000000 + static_cast<int64_t>(index) * P2PTRACE_MAX_DEVICES + device);  // a rank seen twice: a fork
+    } else {
+      int device = !comms.empty() && comms.begin()->second.device >= 0 ? comms.begin()->second.device
+                   : h.device_count == 1                                 ? 0
+                                                                         : -1;
+      int rank = h.rank >= 0 ? h.rank : rank_of_device.size() == 1 ? rank_of_device.begin()->second.rank : -1;
+      // Every event of the process goes there.
+      name_lane(-1, device, rank, rank >= 0 ? rank + 1 : 0, 1000000 + static_cast<int64_t>(index));  // unranked, or a fork
+    }
+    // The timeline process of an event on `device` (a copy's source GPU, an operation's
+    // communicator's GPU): its GPU's, else the process's first.
+    auto lane_of = [&](int device) -> Lane& {
+      if (auto it = lanes.find(device); it != lanes.end()) return it->second;
+      if (auto it = lanes.find(-1); it != lanes.end()) return it->second;
+      return lanes.begin()->second;
+    };
     // In integers: a double holds an epoch in ns only to ~256 ns.
     auto us = [&](uint64_t mono) {
       int64_t ns = static_cast<int64_t>(h.start_realtime_ns - t0) + static_cast<int64_t>(mono - h.start_monotonic_ns);
       return static_cast<double>(ns) / 1000.0;
     };
-    std::map<std::string, std::pair<int64_t, uint64_t>> tracks;  // label -> (tid, slices seen)
-    auto track = [&](const std::string& label) -> std::pair<int64_t, uint64_t>& {
-      auto [it, added] = tracks.try_emplace(label, static_cast<int64_t>(tracks.size()) + 1, 0);
+    using Track = std::pair<int64_t, uint64_t>;
+    auto track = [&](Lane& lane, const std::string& label) -> Track& {
+      auto [it, added] = lane.tracks.try_emplace(label, static_cast<int64_t>(lane.tracks.size()) + 1, 0);
       if (added) {
-        w.Metadata(pid, it->second.first, "thread_name", {{"name", label}});
-        w.Metadata(pid, it->second.first, "thread_sort_index", {{"sort_index", it->second.first}});
+        w.Metadata(lane.pid, it->second.first, "thread_name", {{"name", label}});
+        w.Metadata(lane.pid, it->second.first, "thread_sort_index", {{"sort_index", it->second.first}});
       }
       return it->second;
     };
-    auto slice = [&](const std::string& label, int64_t on, const char* cat, double begin, double end, const json& args,
-                     const std::string& flow) {
+    auto slice = [&](const std::string& label, int64_t pid, int64_t on, const char* cat, double begin, double end,
+                     const json& args, const std::string& flow) {
       std::string id = fmt::format("0x{:x}", ++slice_id);
       w.Event(fmt::format(R"({{"ph":"b","cat":"{}","id":"{}","pid":{},"tid":{},"ts":{},"name":{},"args":{}{}}})", cat, id,
                           pid, on, Us(begin), Quote(label), JsonText(args), flow));
@@ -233,15 +266,19 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
                           Us(end), Quote(label)));
       ++stats.slices;
     };
-    auto counter = [&](const std::string& label, int64_t on, double at, double gbps) {
+    auto counter = [&](const std::string& label, int64_t pid, int64_t on, double at, double gbps) {
       w.Event(fmt::format(R"({{"ph":"C","pid":{},"tid":{},"ts":{},"name":{},"args":{{"GB/s":{:.3f}}}}})", pid, on, Us(at),
                           Quote(label), gbps));
       ++stats.counters;
     };
     std::map<Link, uint64_t> ordinal;  // sends/recvs seen so far per direction
-    using Track = std::pair<int64_t, uint64_t>;
-    std::map<std::tuple<int, int, int>, std::pair<std::string, Track*>> copy_tracks;  // (src, dst, path)
-    std::map<std::tuple<int, uint64_t, int, int>, std::pair<std::string, Track*>> nccl_tracks;  // (api|-1, comm, link)
+    struct Cached {
+      std::string label;
+      int64_t pid = 0;
+      Track* track = nullptr;
+    };
+    std::map<std::tuple<int, int, int>, Cached> copy_tracks;  // (src, dst, path)
+    std::map<std::tuple<int, uint64_t, int, int, int>, Cached> nccl_tracks;  // (api|-1, comm, link, device)
     auto emit = [&](const TraceRecord& r) {
       if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
         auto d = timed.find(c->h.seq);
@@ -249,21 +286,24 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         // A label per (devices, path), formatted once per file: most records are thinned away.
         auto [cached, added] = copy_tracks.try_emplace({c->src_device, c->dst_device, c->transport});
         if (added) {
-          cached->second.first = fmt::format("{} -> {} {}", gpu_name(t, c->src_device),
+          cached->second.label = fmt::format("{} -> {} {}", gpu_name(t, c->src_device),
                                              gpu_name(t, c->dst_device), TransportName(c->transport));
-          cached->second.second = &track(cached->second.first);
+          Lane& lane = lane_of(c->src_device);
+          cached->second.pid = lane.pid;
+          cached->second.track = &track(lane, cached->second.label);
         }
-        const std::string& label = cached->second.first;
-        auto& [on, seen] = *cached->second.second;
+        const std::string& label = cached->second.label;
+        int64_t pid = cached->second.pid;
+        auto& [on, seen] = *cached->second.track;
         if (seen++ % stats.stride != 0) return;
         double begin = us(c->h.time_ns), end = us(c->h.time_ns + d->second);
         double gbps = d->second ? static_cast<double>(c->bytes) / static_cast<double>(d->second) : 0;
-        slice(label, on, "p2ptrace.copy", begin, end,
+        slice(label, pid, on, "p2ptrace.copy", begin, end,
               {{"api", ApiName(c->api)}, {"bytes", c->bytes}, {"gbps", gbps}, {"transport", TransportName(c->transport)},
                {"seq", c->h.seq}},
               "");
-        counter(label, on, begin, gbps);
-        counter(label, on, end, 0);
+        counter(label, pid, on, begin, gbps);
+        counter(label, pid, on, end, 0);
       } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
         if (o->result != 0) return;
         auto cv = comms.find(o->comm);
@@ -275,16 +315,19 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         auto d = timed.find(o->h.seq);
         uint64_t duration = d == timed.end() ? 0 : d->second;  // calls inside a group are not timed
         auto [cached, added] = nccl_tracks.try_emplace(
-            send || recv ? std::make_tuple(-1, comm.hash, std::get<1>(link), std::get<2>(link))
-                         : std::make_tuple(int{o->api}, comm.hash, 0, 0));
+            send || recv ? std::make_tuple(-1, comm.hash, std::get<1>(link), std::get<2>(link), comm.device)
+                         : std::make_tuple(int{o->api}, comm.hash, 0, 0, comm.device));
         if (added) {
-          cached->second.first = send || recv
+          cached->second.label = send || recv
                                      ? fmt::format("NCCL rank {} -> rank {}", std::get<1>(link), std::get<2>(link))
                                      : fmt::format("NCCL {} comm {:08x}", NcclApiName(o->api), comm.hash >> 32);
-          cached->second.second = &track(cached->second.first);
+          Lane& lane = lane_of(comm.device);
+          cached->second.pid = lane.pid;
+          cached->second.track = &track(lane, cached->second.label);
         }
-        const std::string& label = cached->second.first;
-        auto& [on, seen] = *cached->second.second;
+        const std::string& label = cached->second.label;
+        int64_t pid = cached->second.pid;
+        auto& [on, seen] = *cached->second.track;
         // Sends and recvs sample by their ordinal, the same on both ends; the rest by track order.
         if ((send || recv ? k : seen) % stats.stride != 0) {
           ++seen;
@@ -303,12 +346,16 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         json args{{"op", NcclApiName(o->api)}, {"bytes", o->bytes}, {"timed", duration > 0},
                   {"comm", fmt::format("{:016x}", comm.hash)}, {"nranks", comm.nranks}, {"seq", o->h.seq}};
         if (o->peer >= 0) args["peer"] = o->peer;
-        double gbps = duration ? static_cast<double>(o->bytes) / static_cast<double>(duration) : 0;
-        if (duration) args["gbps"] = gbps;
-        slice(label, on, "p2ptrace.nccl", begin, end, args, flow);
-        if (duration) {
-          counter(label, on, begin, gbps);
-          counter(label, on, end, 0);
+        // Inside a group the duration is the group's on this stream, shared by all its operations:
+        // the slice spans it, but no rate of this one operation follows from it.
+        bool grouped = (o->flags & P2PTRACE_NCCL_IN_GROUP) != 0;
+        if (duration) args["timing"] = grouped ? "its group's duration (shared by the group's operations on this stream)" : "own events";
+        double gbps = duration && !grouped ? static_cast<double>(o->bytes) / static_cast<double>(duration) : 0;
+        if (gbps > 0) args["gbps"] = gbps;
+        slice(label, pid, on, "p2ptrace.nccl", begin, end, args, flow);
+        if (gbps > 0) {
+          counter(label, pid, on, begin, gbps);
+          counter(label, pid, on, end, 0);
         }
       }
     };

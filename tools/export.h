@@ -1,5 +1,6 @@
 // `p2ptrace export DIR --perfetto OUT`: the job as Chrome trace-event JSON, which Perfetto UI (and
-// chrome://tracing) opens. A process per rank, named with host, rank and GPU; a track per peer pair
+// chrome://tracing) opens. A process per rank, named with host, rank and GPU (a process that drives
+// several GPUs gets one per rank: its ranks in its largest communicator); a track per peer pair
 // holding async slices (b/e) for every timed copy and every NCCL call (zero-length when untimed); flows from each ncclSend to
 // the matching ncclRecv on the peer; GB/s counters per pair; and a "p2ptrace job" process whose
 // instant events carry the pair matrix per host and the findings with their causes and fixes.

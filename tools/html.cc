@@ -56,6 +56,12 @@ std::string PairLabel(const PairEntry& e) {
 }
 
 std::string Gb(double v) { return v > 0 ? fmt::format("{:.1f} GB/s", v) : "not timed"; }
+// A pair's rate as the text report says it: how it was measured, or why there is none.
+std::string PairRate(const PairEntry& e) {
+  if (e.Gbps() <= 0) return e.shared_calls > 0 ? "no per-pair rate (timed only in groups that also sent to other peers)" : "not timed";
+  std::string rate = e.Gbps() >= 0.1 ? fmt::format("{:.1f} GB/s", e.Gbps()) : fmt::format("{:.2g} GB/s", e.Gbps());
+  return e.RateBasis() == "own events" ? rate : rate + " (" + e.RateBasis() + ")";
+}
 
 std::string ByteText(uint64_t b) {
   if (b >= (1ull << 30)) return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1ull << 30));
@@ -257,7 +263,7 @@ std::string RenderHtml(const Report& rep) {
     for (const Cause& c : e.causes) causes.push_back(CauseJson(c));
     json p{{"label", PairLabel(e)}, {"source", e.source}, {"transport", TransportName(e.transport)},
            {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"nccl_transports", e.nccl_transports},
-           {"rate", Gb(e.Gbps())}, {"causes", std::move(causes)}};
+           {"rate", PairRate(e)}, {"causes", std::move(causes)}};
     p["expected_range"] = e.expected_gbps_high > 0 ? fmt::format("{:.0f}-{:.0f} GB/s", e.expected_gbps_low, e.expected_gbps_high) : "";
     p["lost"] = e.lost_seconds > 0 ? fmt::format("{:.3g} s", e.lost_seconds) : "";
     if (i) pairs_data += ',';
@@ -364,7 +370,7 @@ std::string RenderHtml(const Report& rep) {
         out += fmt::format("<tr><td>{} → {}</td><td>{} → {}</td><td class=\"t-{}\">{}</td><td>{}</td><td>{}</td></tr>\n",
                            Escape(hp.first), Escape(hp.second), Escape(GpuName(e.src)), Escape(GpuName(e.dst)), TransportName(e.transport),
                            TransportName(e.transport), Escape(fmt::format("{}", fmt::join(e.nccl_transports, ", "))),
-                           Gb(e.Gbps()));
+                           Escape(PairRate(e)));
       }
     out += "</table>\n";
     if (rows > 200) out += fmt::format("<p class=\"meta\">… {} more rows</p>\n", rows - 200);
@@ -408,7 +414,7 @@ std::string RenderHtml(const Report& rep) {
                               Escape(fmt::format("{}", fmt::join(c.evidence, "; "))), Escape(c.fix));
       out += fmt::format("<tr><td>{}</td><td class=\"t-{}\">{} instead of {}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
                          Escape(PairLabel(e)), TransportName(e.transport), TransportName(e.transport),
-                         TransportName(e.expected), Gb(e.Gbps()),
+                         TransportName(e.expected), Escape(PairRate(e)),
                          e.lost_seconds >= 0 ? fmt::format("{:.3g} s", e.lost_seconds) : "?", causes);
     }
     out += "</table>\n";

@@ -17,6 +17,7 @@
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
 #include "tools/json_text.h"
+#include "tools/nccl_bw.h"
 #include "tools/trace_fold.h"
 
 namespace p2ptrace::cli {
@@ -225,21 +226,21 @@ std::string CommKey(const RankIdentity& id) {
 
 }  // namespace
 
-// nccl-tests' conventions: the size of an allgather/reducescatter is the full buffer (count × ranks);
-// busbw scales algbw by what each link carries.
+// Bytes and timed bytes are nccl-tests' sizes already (AddNcclOps): algbw = S / t.
 double NcclOpSummary::AlgBw() const {
   if (timed_ns == 0) return -1;
-  double size = static_cast<double>(timed_bytes);
-  if (op == "ncclAllGather" || op == "ncclReduceScatter") size *= std::max(nranks, 1);
-  return size / static_cast<double>(timed_ns);
+  return static_cast<double>(timed_bytes) / static_cast<double>(timed_ns);
 }
 
 double NcclOpSummary::BusBw() const {
-  double alg = AlgBw(), n = std::max(nranks, 1);
-  if (alg < 0) return -1;
-  if (op == "ncclAllReduce") return alg * 2 * (n - 1) / n;
-  if (op == "ncclAllGather" || op == "ncclReduceScatter" || op == "ncclAlltoAll") return alg * (n - 1) / n;
-  return alg;
+  double alg = AlgBw();
+  return alg < 0 ? -1 : alg * NcclBusFactor(api, nranks);
+}
+
+std::string PairEntry::RateBasis() const {
+  if (timed_calls == 0) return "";
+  if (group_timed_calls == 0) return "own events";
+  return group_timed_calls == timed_calls ? "group" : "own events and group";
 }
 
 struct ReportBuilder::State {
@@ -255,7 +256,7 @@ struct ReportBuilder::State {
     bool from_log = false, from_trace = false;
   };
   struct P2pOps {
-    uint64_t calls = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+    uint64_t calls = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0, group_calls = 0, shared_calls = 0;
   };
 
   Report rep;
@@ -363,9 +364,32 @@ void ReportBuilder::AbandonTrace() { s_->fold = TraceFold{}; }
 void ReportBuilder::EndTrace(const Trace& t) {
   TraceFold f = std::move(s_->fold);
   s_->fold = TraceFold{};
+  f.Finish();
   const p2ptrace_file_header& h = t.header;
   ProcessInfo p;
   p.rank = h.rank;
+  // NCCL's ranks: every communicator's, and the job's from the largest communicator (the world;
+  // of equal ones the lowest hash, so that a re-created world gives the same answer).
+  const TraceFold::CommSeen* world = nullptr;
+  for (const auto& [ptr, c] : f.comm) {
+    if (c.rank < 0) continue;
+    p.nccl_ranks.push_back({fmt::format("{:016x}", c.id_hash), c.rank, c.nranks, c.device,
+                            c.device >= 0 ? t.BusId(c.device) : "", -1});
+    if (world == nullptr || std::tie(c.nranks, world->id_hash) > std::tie(world->nranks, c.id_hash)) world = &c;
+  }
+  std::sort(p.nccl_ranks.begin(), p.nccl_ranks.end(),
+            [](const NcclRank& a, const NcclRank& b) { return std::tie(a.comm, a.rank) < std::tie(b.comm, b.rank); });
+  p.nccl_ranks.erase(std::unique(p.nccl_ranks.begin(), p.nccl_ranks.end(),
+                                 [](const NcclRank& a, const NcclRank& b) { return a.comm == b.comm && a.rank == b.rank; }),
+                     p.nccl_ranks.end());
+  if (world != nullptr) {
+    p.rank_comm = fmt::format("{:016x}", world->id_hash);
+    for (const NcclRank& r : p.nccl_ranks)
+      if (r.comm == p.rank_comm) p.ranks.push_back(r.rank);
+    p.rank = p.ranks.size() == 1 ? p.ranks[0] : -1;
+  } else if (h.rank >= 0) {
+    p.ranks.push_back(h.rank);
+  }
   p.pid = h.pid;
   p.host = t.Host();
   p.file = t.path;
@@ -578,14 +602,24 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
     if (s.op.empty()) {
       s.comm = fmt::format("{:016x}", hash);
       s.op = std::string(NcclApiName(k.second));
+      s.api = k.second;
     }
-    s.nranks = std::max(s.nranks, ci != f.comm.end() ? ci->second.nranks : 0);
-    s.ranks.insert(t.header.rank);
+    int nranks = ci != f.comm.end() ? ci->second.nranks : 0;
+    s.nranks = std::max(s.nranks, nranks);
+    if (ci != f.comm.end() && ci->second.rank >= 0) s.ranks.insert(ci->second.rank);  // NCCL's rank
+    else s.ranks.insert(t.header.rank);
+    // The trace holds NCCL's count × type size; nccl-tests' size S is n of them for the operations
+    // whose count is one rank's block (tools/nccl_bw.h).
+    auto size = [&](uint64_t count_bytes) {
+      return static_cast<uint64_t>(NcclTestsSize(k.second, count_bytes, nranks));
+    };
     s.calls += a.calls;
     s.errors += a.errors;
-    s.bytes += a.bytes;
+    s.bytes += size(a.bytes);
     s.timed_calls += a.timed_calls;
-    s.timed_bytes += a.timed_bytes;
+    s.group_timed_calls += a.group_calls;
+    s.timings += a.timings;
+    s.timed_bytes += size(a.timed_bytes);
     s.timed_ns += a.timed_ns;
   }
   for (const auto& [k, a] : f.sends) {
@@ -595,6 +629,8 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
     p.timed_calls += a.timed_calls;
     p.timed_bytes += a.timed_bytes;
     p.timed_ns += a.timed_ns;
+    p.group_calls += a.group_calls;
+    p.shared_calls += a.shared_calls;
   }
 }
 
@@ -668,6 +704,8 @@ void ReportBuilder::State::FinishNcclPairs() {
     pe.timed_calls += p.timed_calls;
     pe.timed_bytes += p.timed_bytes;
     pe.timed_ns += p.timed_ns;
+    pe.group_timed_calls += p.group_calls;
+    pe.shared_calls += p.shared_calls;
   }
   for (auto it = pairs.begin(); it != pairs.end(); it = pairs.erase(it)) {
     PairEntry& e = it->second;
@@ -730,8 +768,10 @@ void ReportBuilder::State::FinishCosts() {
     } else {
       continue;
     }
-    // bytes / (GB/s × 1e9) seconds on each path.
-    e.lost_seconds = std::max(0.0, static_cast<double>(e.bytes) * 1e-9 * (1 / e.Gbps() - 1 / e.best_gbps));
+    // The timed calls' measured time less what their bytes would take at `best`: what was measured
+    // lost, never more than was measured (untimed bytes are not extrapolated).
+    e.lost_seconds =
+        std::max(0.0, static_cast<double>(e.timed_ns) * 1e-9 - static_cast<double>(e.timed_bytes) * 1e-9 / e.best_gbps);
     rep.lost_seconds += e.lost_seconds;
   }
 }
@@ -876,6 +916,9 @@ Report ReportBuilder::Finish() {
     p.gpus.clear();
     for (const std::string& bus : p.bus_ids) p.gpus.push_back(s.Ref(p.host, NormalizeBusId(bus)).gpu);
   }
+  for (ProcessInfo& p : rep.processes)
+    for (NcclRank& r : p.nccl_ranks)
+      if (!r.bus_id.empty()) r.gpu = s.Ref(p.host, NormalizeBusId(r.bus_id)).gpu;
   s.FinishTraceConns();
   s.FinishNcclPairs();
   s.FinishCallSites();

@@ -61,6 +61,10 @@ struct PairEntry {
   std::string link;
   bool fallback = false;
   uint64_t calls = 0, bytes = 0, errors = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+  // How the timed calls were measured: an NCCL send timed inside ncclGroupStart … ncclGroupEnd has
+  // its group's duration (the group sent to this peer alone); `shared_calls` were timed only in
+  // groups that also sent to other peers, which gives no time of this pair's own.
+  uint64_t group_timed_calls = 0, shared_calls = 0;
   std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
   std::set<int> dst_ranks;  // an NCCL pair's receiving ranks; empty for a CUDA pair
   std::vector<Cause> causes;
@@ -72,19 +76,30 @@ struct PairEntry {
   double best_gbps = -1;
   std::string best_basis;
   double lost_seconds = -1;
+  // The timed calls' bytes over their measured time; -1 when nothing was timed.
   double Gbps() const { return timed_ns ? static_cast<double>(timed_bytes) / static_cast<double>(timed_ns) : -1; }
-  // All bytes at the measured rate; -1 when nothing was timed.
-  double Seconds() const { return timed_bytes ? static_cast<double>(bytes) * 1e-9 / Gbps() : -1; }
+  // The measured time of the timed calls (never bytes extrapolated at a rate: a sweep's first,
+  // small calls are latency); -1 when nothing was timed.
+  double Seconds() const { return timed_calls ? static_cast<double>(timed_ns) * 1e-9 : -1; }
+  // How the rate was measured: "own events" (events around each call: CUDA copies, NCCL calls
+  // outside a group), "group" (the group's duration with this pair's bytes in it), "own events and
+  // group"; "" when not timed.
+  std::string RateBasis() const;
 };
 
-// One NCCL operation kind of one communicator, over all its ranks (nccl-tests' algbw/busbw).
+// One NCCL operation kind of one communicator, over all its ranks, by nccl-tests' definitions
+// (tools/nccl_bw.h): `bytes` and `timed_bytes` are the calls' sizes S (the whole buffer of an
+// allgather, reducescatter or alltoall, not NCCL's count), algbw = S / time, busbw its factor.
 struct NcclOpSummary {
   std::string comm;  // FNV hash of the ncclUniqueId, shared by the communicator's ranks
   int nranks = 0;
   std::string op;    // "ncclAllReduce", …
+  int api = 0;       // p2ptrace_nccl_api
   uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+  uint64_t group_timed_calls = 0;  // of timed_calls: timed as their group (one duration for the group's calls of this kind)
+  uint64_t timings = 0;            // durations measured: a group's calls of one kind share one
   std::set<int> ranks;
-  double AlgBw() const;  // GB/s over the timed calls, nccl-tests' size convention; -1 untimed
+  double AlgBw() const;  // GB/s over the timed calls; -1 untimed
   double BusBw() const;
 };
 
@@ -106,8 +121,24 @@ struct CallSiteSummary {
   int processes = 0;
 };
 
+// One NCCL rank a process held: a process holds one per communicator it is in, several of one
+// communicator when it drives several GPUs (nccl-tests' -g, ncclCommInitAll).
+struct NcclRank {
+  std::string comm;  // the communicator's hash, as NcclOpSummary::comm
+  int rank = -1, nranks = 0, cuda_device = -1;
+  std::string bus_id;
+  int gpu = -1;  // as GpuRef::gpu
+};
+
 struct ProcessInfo {
+  // The launcher's RANK, or the process's one NCCL rank in its largest communicator when NCCL said
+  // it; -1 for a process that holds several (see `ranks`) or none.
   int rank = -1, pid = 0;
+  // The job's ranks in this process: its ranks in its largest communicator (the world: one per
+  // GPU it drives) when NCCL said them, else the launcher's RANK; empty when neither.
+  std::vector<int> ranks;
+  std::string rank_comm;             // the communicator `ranks` are of; "" when they are the launcher's
+  std::vector<NcclRank> nccl_ranks;  // every communicator's rank it held, by communicator then rank
   std::string host, file, state;  // state: running|exited|fatal signal N
   std::string exe;                 // the program, as the trace names it (/proc/self/exe)
   int fatal_signal = 0;            // the signal that reached the shim's handler; 0 when none did

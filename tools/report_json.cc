@@ -17,8 +17,25 @@ using nlohmann::json;
 
 namespace {
 
-json RankJson(const ProcessInfo& p) {
-  json r{{"rank", p.rank >= 0 ? json(p.rank) : json(nullptr)}, {"host", p.host}, {"pid", p.pid},
+// One element of "ranks": a rank of the job, or a process that holds none. A process that drives
+// several GPUs holds several ranks (its ranks in its largest communicator), one element each, with
+// that rank's GPU.
+struct RankRow {
+  const ProcessInfo* p;
+  int rank = -1;  // p->ranks[i], or -1 for a process without one
+};
+std::vector<RankRow> RankRows(const Report& rep) {
+  std::vector<RankRow> rows;
+  for (const ProcessInfo& p : rep.processes) {
+    if (p.ranks.empty()) rows.push_back({&p, -1});
+    for (int r : p.ranks) rows.push_back({&p, r});
+  }
+  return rows;
+}
+
+json RankJson(const RankRow& row) {
+  const ProcessInfo& p = *row.p;
+  json r{{"rank", row.rank >= 0 ? json(row.rank) : json(nullptr)}, {"host", p.host}, {"pid", p.pid},
          {"bus_ids", p.bus_ids}, {"state", p.state}, {"file", p.file},
          {"cuda_runtime_version", p.runtime_version}, {"cuda_driver_version", p.driver_version}};
   r["nccl_log"] = p.nccl_log;
@@ -35,6 +52,23 @@ json RankJson(const ProcessInfo& p) {
   json gpus = json::array();
   for (int g : p.gpus) gpus.push_back(g >= 0 ? json(g) : json(nullptr));
   r["gpus"] = gpus;
+  r["cuda_device"] = p.bus_ids.size() == 1 ? json(0) : json(nullptr);
+  r["ranks_in_process"] = p.ranks.size();
+  // NCCL's ranks on this rank's GPU, one per communicator (the world, its splits); for a process
+  // without a rank, all it held.
+  int device = -1;
+  for (const NcclRank& n : p.nccl_ranks)
+    if (n.comm == p.rank_comm && n.rank == row.rank) {
+      device = n.cuda_device;
+      r["gpu"] = n.gpu >= 0 ? json(n.gpu) : json(nullptr);
+      r["bus_id"] = n.bus_id.empty() ? json(nullptr) : json(n.bus_id);
+      r["cuda_device"] = n.cuda_device >= 0 ? json(n.cuda_device) : json(nullptr);
+    }
+  json comms = json::array();
+  for (const NcclRank& n : p.nccl_ranks)
+    if (row.rank < 0 || (device >= 0 ? n.cuda_device == device : n.rank == row.rank))
+      comms.push_back({{"comm", n.comm}, {"rank", n.rank}, {"nranks", n.nranks}});
+  r["nccl_ranks"] = std::move(comms);
   return r;
 }
 
@@ -61,6 +95,9 @@ json PairJson(const PairEntry& e) {
          {"timed_bytes", e.timed_bytes}};
   p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
   p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
+  p["rate_basis"] = e.RateBasis().empty() ? json(nullptr) : json(e.RateBasis());
+  p["group_timed_calls"] = e.group_timed_calls;
+  p["shared_group_calls"] = e.shared_calls;
   p["channels"] = e.channels;
   p["link"] = e.link.empty() ? json(nullptr) : json(e.link);
   p["nccl_from"] = e.nccl_from.empty() ? json(nullptr) : json(e.nccl_from);
@@ -77,7 +114,8 @@ json PairJson(const PairEntry& e) {
 
 json NcclOpJson(const NcclOpSummary& s) {
   json o{{"comm", s.comm}, {"nranks", s.nranks}, {"op", s.op}, {"calls", s.calls}, {"errors", s.errors},
-         {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks}};
+         {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks},
+         {"group_timed_calls", s.group_timed_calls}, {"timings", s.timings}};
   o["seconds"] = s.timed_calls ? json(static_cast<double>(s.timed_ns) * 1e-9 / static_cast<double>(s.timed_calls))
                                : json(nullptr);
   o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
@@ -193,7 +231,7 @@ json JobJson(const Report& rep) {
 json RenderJson(const Report& rep) {
   json j;
   j["version"] = 1;
-  j["ranks"] = ArrayOf(rep.processes, RankJson);
+  j["ranks"] = ArrayOf(RankRows(rep), RankJson);
   j["pairs"] = ArrayOf(rep.pairs, PairJson);
   j["nccl_ops"] = ArrayOf(rep.nccl_ops, NcclOpJson);
   j["call_sites"] = ArrayOf(rep.call_sites, CallSiteJson);
@@ -226,7 +264,7 @@ void WriteJson(const Report& rep, std::ostream& out) {
   out << ",\n  \"preflight\": ";
   PutArray(out, rep.preflight, PreflightJson);
   out << ",\n  \"ranks\": ";
-  PutArray(out, rep.processes, RankJson);
+  PutArray(out, RankRows(rep), RankJson);
   out << ",\n  \"version\": 1\n}";
 }
 

@@ -100,18 +100,28 @@ std::string PairName(const PairEntry& e) {
 }
 
 // "312.4 GB/s (nvlink: 20-370 expected)" — measured against what the class should deliver.
+// A latency-bound rate (a sweep's first, small calls) keeps its digits rather than show 0.0.
+std::string RateNumber(double gbps) { return gbps >= 0.1 ? fmt::format("{:.1f}", gbps) : fmt::format("{:.2g}", gbps); }
+
+// A pair's rate, only as measured, and how: "(group)" when an NCCL send was timed with its group;
+// how many of its calls the figure covers when not all.
 std::string RateText(const PairEntry& e) {
-  if (e.Gbps() <= 0) return e.source == "nccl" && e.bytes == 0 ? "no send/recv to measure" : "not timed";
+  if (e.Gbps() <= 0) {
+    if (e.shared_calls > 0)
+      return "no per-pair rate: its sends were timed only in groups that also sent to other peers";
+    return e.source == "nccl" && e.bytes == 0 ? "no send/recv to measure" : "not timed";
+  }
   std::string expect = e.expected_gbps_high <= 0 ? ""
                        : e.expected_gbps_low == e.expected_gbps_high
                            ? fmt::format(" [~{:.0f}]", e.expected_gbps_high)
                            : fmt::format(" [{:.0f}-{:.0f}]", e.expected_gbps_low, e.expected_gbps_high);
-  // NCCL's send/recv are timed as their group: every pair of a ring shows the rate its slowest link
-  // set, so a group-timed pair is labelled so and never judged SLOW on that rate.
-  bool group_timed = e.source == "nccl";
-  const char* slow =
-      !group_timed && e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
-  return fmt::format("{:.1f} GB/s{}{}{}", e.Gbps(), group_timed ? " (group)" : "", expect, slow);
+  // NCCL's send/recv rates include NCCL's own protocol, and a group's duration is set by its
+  // slowest link: never judged SLOW on that rate.
+  bool nccl = e.source == "nccl";
+  const char* slow = !nccl && e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
+  std::string basis = e.RateBasis() == "group" ? " (group)" : e.RateBasis() == "own events and group" ? " (own events and group)" : "";
+  std::string covered = e.timed_calls < e.calls ? fmt::format(" ({} of {} calls timed)", e.timed_calls, e.calls) : "";
+  return fmt::format("{} GB/s{}{}{}{}", RateNumber(e.Gbps()), basis, expect, slow, covered);
 }
 
 // The matrix cells of one host, in the layout of `nvidia-smi topo -m`.
@@ -192,7 +202,7 @@ std::string RenderText(const Report& rep, bool color) {
   int rt = 0, drv = 0;
   for (const ProcessInfo& p : rep.processes) {
     hosts.insert(p.host);
-    if (p.rank >= 0) ranks.insert(p.rank);
+    ranks.insert(p.ranks.begin(), p.ranks.end());  // NCCL's ranks: a process may hold several
     if (!p.job_id.empty()) job_ids.insert(p.job_id);
     rt = std::max(rt, p.runtime_version);
     drv = std::max(drv, p.driver_version);
@@ -296,8 +306,8 @@ std::string RenderText(const Report& rep, bool color) {
   if (!groups.empty())
     out += "\nLegend: NVL nvlink, PCI pcie_p2p, P2P direct (link unknown), HST host-staged, SHM NCCL via host memory,\n"
            "NET NCCL via the network, . none, * several paths (the cell shows the one that moved most bytes);\n"
-           "[low-high]: the GB/s the path used should give (one direction); (group): NCCL send/recv timed as their\n"
-           "group, whose slowest link sets the rate\n";
+           "time: the timed calls' measured time; [low-high]: the GB/s the path used should give (one direction);\n"
+           "(group): an NCCL send timed as its group (the group's duration, this pair's bytes; its slowest link sets the rate)\n";
 
   // Cross-host pairs, grouped by host pair.
   std::map<std::pair<std::string, std::string>, std::vector<const PairEntry*>> cross;
@@ -360,8 +370,8 @@ std::string RenderText(const Report& rep, bool color) {
   std::stable_sort(fallbacks.begin(), fallbacks.end(),
                    [](const PairEntry* a, const PairEntry* b) { return a->lost_seconds > b->lost_seconds; });
   if (!fallbacks.empty()) {
-    out += fmt::format("\nfallbacks: {} pair{}, {} lost in total (bytes on the fallback path × (1/achieved − "
-                       "1/expected-best GB/s))\n",
+    out += fmt::format("\nfallbacks: {} pair{}, {} lost in total (the timed calls on the fallback path: their "
+                       "measured time − their bytes at the expected-best GB/s)\n",
                        fallbacks.size(), fallbacks.size() == 1 ? "" : "s", Duration(rep.lost_seconds));
     constexpr size_t kFallbacksShown = 20;
     std::set<std::string> fixes_shown;
@@ -370,8 +380,8 @@ std::string RenderText(const Report& rep, bool color) {
       std::vector<std::string> ids;
       for (const Cause& c : e.causes) ids.push_back("[" + c.id + "]");
       std::string cost = e.lost_seconds >= 0
-                             ? fmt::format("{} at {:.1f} GB/s vs {:.1f} GB/s ({}): {} lost", BytesText(e.bytes), e.Gbps(),
-                                           e.best_gbps, e.best_basis, Duration(e.lost_seconds))
+                             ? fmt::format("{} timed at {} GB/s vs {:.1f} GB/s ({}): {} lost", BytesText(e.timed_bytes),
+                                           RateNumber(e.Gbps()), e.best_gbps, e.best_basis, Duration(e.lost_seconds))
                              : std::string(e.bytes ? "not timed: cost unknown" : "no bytes attributed: cost unknown");
       out += fmt::format("  {}  ", PairName(e));
       out.Painted(e.transport, TransportName(e.transport));

@@ -10,9 +10,40 @@
 namespace p2ptrace::cli {
 
 void TraceFold::Timed(const Pending& p, uint64_t ns) {
-  auto add = [&](Ops& o) { ++o.timed_calls, o.timed_bytes += p.bytes, o.timed_ns += ns; };
+  auto add = [&](Ops& o) { ++o.timed_calls, ++o.timings, o.timed_bytes += p.bytes, o.timed_ns += ns; };
   add(ops[{p.comm, p.api}]);
   if (p.api == P2PTRACE_NCCL_Send && p.peer >= 0) add(sends[{p.comm, p.peer}]);
+}
+
+// One stream's timed group: per (communicator, kind) its calls and bytes over the group's
+// duration once; per send pair, that duration only when the group sent to no other peer.
+void TraceFold::TimedGroup(const Group& g) {
+  std::map<std::pair<uint64_t, int>, std::pair<uint64_t, uint64_t>> kinds;  // (comm, api) -> calls, bytes
+  std::map<std::pair<uint64_t, int>, std::pair<uint64_t, uint64_t>> peers;  // (comm, peer) -> sends, bytes
+  for (const Pending& p : g.ops) {
+    auto& k = kinds[{p.comm, p.api}];
+    ++k.first, k.second += p.bytes;
+    if (p.api == P2PTRACE_NCCL_Send && p.peer >= 0) {
+      auto& q = peers[{p.comm, p.peer}];
+      ++q.first, q.second += p.bytes;
+    }
+  }
+  for (const auto& [key, k] : kinds) {
+    Ops& o = ops[key];
+    o.timed_calls += k.first, o.group_calls += k.first, o.timed_bytes += k.second, o.timed_ns += g.ns, ++o.timings;
+  }
+  for (const auto& [key, q] : peers) {
+    Ops& o = sends[key];
+    if (peers.size() == 1)
+      o.timed_calls += q.first, o.group_calls += q.first, o.timed_bytes += q.second, o.timed_ns += g.ns, ++o.timings;
+    else o.shared_calls += q.first;
+  }
+}
+
+void TraceFold::Finish() {
+  for (const auto& [seq, g] : groups)
+    if (g.timed) TimedGroup(g);
+  groups.clear();
 }
 
 TraceFold::SiteUse* TraceFold::Site(uint32_t id) {
@@ -68,7 +99,15 @@ void TraceFold::Add(const TraceRecord& r) {
       ++s.calls;
       s.bytes += o->bytes;
     }
+    if ((o->flags & P2PTRACE_NCCL_TIMED) == 0) return;  // no TIMING record follows
     Pending p{o->comm, o->api, o->peer, o->bytes};
+    if (o->flags & P2PTRACE_NCCL_IN_GROUP) {
+      if (groups.size() >= kMaxPending) groups.clear();
+      Group& g = groups[o->h.seq];
+      g.ops.push_back(p);
+      if (auto e = timings.find(o->h.seq); e != timings.end()) g.ns = e->second, g.timed = true;
+      return;
+    }
     if (auto e = timings.find(o->h.seq); e != timings.end()) {
       Timed(p, e->second);
     } else {
@@ -76,6 +115,7 @@ void TraceFold::Add(const TraceRecord& r) {
       if (!pending.try_emplace(o->h.seq, p).second) pending_more.emplace(o->h.seq, p);
     }
   } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body); t && t->src_device < 0) {
+    if (auto g = groups.find(t->h.seq); g != groups.end()) g->second.ns = t->duration_ns, g->second.timed = true;
     if (auto it = pending.find(t->h.seq); it != pending.end()) {
       Timed(it->second, t->duration_ns);
       pending.erase(it);

@@ -26,8 +26,16 @@ struct PeerFacts {
 };
 
 struct TraceFold {
+  // An operation's TIMING record measures it alone only outside a group. Inside ncclGroupStart …
+  // ncclGroupEnd the shim times the group, one event pair per stream, and every operation of that
+  // stream shares its seq (trace_format.h): the duration is then the group's, counted once for the
+  // operations of one kind in it, and a send's pair gets it only when the group sent to that peer
+  // alone; otherwise no rate of the pair can be told from it (`shared_calls`).
   struct Ops {
     uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+    uint64_t group_calls = 0;   // of timed_calls: timed as their group's (the group's duration, its bytes)
+    uint64_t shared_calls = 0;  // sends timed only in groups that also sent to other peers: no per-pair time
+    uint64_t timings = 0;       // durations measured (a group's calls of one kind share one)
   };
   struct Pending {  // a timed NCCL operation whose TIMING record has not come yet
     uint64_t comm;
@@ -42,12 +50,20 @@ struct TraceFold {
   std::unordered_map<uint64_t, CommSeen> comm;  // comm pointer -> what its init said
   std::map<std::pair<uint64_t, int>, Ops> ops;                  // (comm pointer, api)
   std::map<std::pair<uint64_t, int>, Ops> sends;                // (comm pointer, peer): ncclSend
-  // seq is counted per thread, so two operations of one process may share one: a timing applies to
-  // every operation with its seq (before or after it in the file), as a whole-file join would.
-  // Flat tables: one entry per timed operation of the file, and no allocation per record.
+  // A timed operation outside a group has a seq of its own; its timing may come before or after it
+  // in the file (the resolver thread writes TIMING records into its own chunk). Flat tables: one
+  // entry per timed operation of the file, and no allocation per record.
   absl::flat_hash_map<uint32_t, Pending> pending;            // op seq -> awaiting its timing
-  std::unordered_multimap<uint32_t, Pending> pending_more;   // another op with a seq already pending
+  std::unordered_multimap<uint32_t, Pending> pending_more;   // another op with a seq already pending (a damaged file)
   absl::flat_hash_map<uint32_t, uint64_t> timings;           // seq -> measured duration, as read
+  // Timed groups by their seq (one per stream and group): which operations, and the duration once
+  // read. Applied in Finish, when every operation of each group has been read.
+  struct Group {
+    std::vector<Pending> ops;
+    uint64_t ns = 0;
+    bool timed = false;
+  };
+  absl::flat_hash_map<uint32_t, Group> groups;
   // What the records naming each call site (P2PTRACE_STACKS) did, by the file's site id.
   struct SiteUse {
     uint64_t copies = 0, bytes = 0, host_staged_bytes = 0, errors = 0, nccl_ops = 0, nccl_bytes = 0, nccl_errors = 0;
@@ -63,6 +79,9 @@ struct TraceFold {
   static constexpr size_t kMaxPending = 1 << 20;  // past it, forgotten rather than accumulated
 
   void Timed(const Pending& p, uint64_t ns);
+  void TimedGroup(const Group& g);
+  // After the file's last record: the groups' timings to their operations.
+  void Finish();
 
   SiteUse* Site(uint32_t id);  // nullptr for no site, or past kMaxSites
 

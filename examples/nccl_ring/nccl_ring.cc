@@ -1,20 +1,52 @@
-// nccl_ring: one process per rank, as torchrun or `p2psim launch` starts them (RANK, WORLD_SIZE,
-// LOCAL_RANK). Rank 0 creates the NCCL unique id and shares it through a file in a directory that
-// must be fresh for each job (argv[1], else $NCCL_RING_DIR); the others poll for it. Then
-// allreduce, broadcast, allgather, reducescatter and a send/recv ring, each checked against the
-// values the host computes, with one line per operation: size, time (cudaEvents), and algbw/busbw
-// as nccl-tests computes them. Exits nonzero on a wrong result or a failed call.
-//   nccl_ring [ID_DIR] [COUNT]     COUNT floats per rank (default 1048576)
+// nccl_ring: a real NCCL job, shaped like the programs people run. By default one process per
+// rank, as torchrun or `p2psim launch` starts them (RANK, WORLD_SIZE, LOCAL_RANK): allreduce,
+// broadcast, allgather, reducescatter and a send/recv ring. Options give the other shapes:
+// nccl-tests' single-process multi-GPU (-g), one thread per GPU (-t), more operations (-o), size
+// sweeps (-b/-e/-f), iterations (-n), a sub-communicator (-s, like PyTorch's new_group) and
+// communicators destroyed and re-created (-r). Every result is checked against what the host
+// computes; one line per operation and size: size, mean time (cudaEvents on each GPU's stream, the
+// slowest GPU of the thread), and algbw/busbw by nccl-tests' definitions (its doc/PERFORMANCE.md).
+// Exits nonzero on a wrong result or a failed call.
+//
+//   nccl_ring [options] [ID_DIR] [COUNT]
+//     ID_DIR  where rank 0 publishes the NCCL unique id (fresh for each job; else $NCCL_RING_DIR, else .)
+//     COUNT   NCCL's count argument of every operation, in floats (default 1048576), when -b is not
+//             given: the whole buffer of allreduce, broadcast, reduce, sendrecv; one rank's block of
+//             the others
+//   -g N      GPUs per thread: one thread drives N GPUs, each operation issued for all of them
+//             between ncclGroupStart and ncclGroupEnd (nccl-tests' -g)
+//   -t N      threads per process, each with its own GPUs (nccl-tests' -t)
+//   -i MODE   how communicators are made: rank (ncclCommInitRank; the default for -g 1), group
+//             (ncclGroupStart, ncclCommInitRank per GPU, ncclGroupEnd; the default for -g > 1),
+//             all (ncclCommInitAll: one process, one thread)
+//   -o LIST   operations, comma-separated, in order (default allreduce,broadcast,allgather,
+//             reducescatter,sendrecv): allreduce broadcast reduce allgather reducescatter
+//             alltoall (ncclAlltoAll) alltoallp2p (the same with grouped ncclSend/ncclRecv, as
+//             nccl-tests does before NCCL 2.28) gather scatter (ncclGather/ncclScatter to and from
+//             root 0, NCCL 2.28's) gatherp2p scatterp2p (the same with grouped ncclSend/ncclRecv,
+//             as nccl-tests does before NCCL 2.28) sendrecv (ring: send to the next rank, receive
+//             from the previous one)
+//   -b BYTES -e BYTES -f FACTOR   sizes as nccl-tests counts them (its "size" column), from -b to
+//             -e, times FACTOR each step (default 2); K, M, G suffixes
+//   -n N      iterations per size (each one timed; the line shows the mean)
+//   -s        then the same operations on sub-communicators: ncclCommSplit(color = rank % 2, key = rank)
+//   -r N      then destroy every communicator and create it again, N times, running the operations each time
+// World rank of a GPU: (process × threads + thread) × GPUs + i; its device: LOCAL_RANK × threads ×
+// GPUs + thread × GPUs + i (nccl-tests' numbering).
 // Runs unchanged with the real NCCL on a GPU node and with the simulated one (tests/sim).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
+#include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,10 +76,47 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-// Rank 0 publishes the id atomically (write, then rename); the others wait for it.
-ncclUniqueId ShareId(int rank, const std::string& dir) {
+[[noreturn]] void Usage(const char* why) {
+  std::fprintf(stderr, "nccl_ring: %s\nusage: nccl_ring [-g N] [-t N] [-i rank|group|all] [-o LIST] [-b BYTES] "
+                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [ID_DIR] [COUNT]\n", why);
+  std::exit(2);
+}
+
+size_t ParseBytes(const char* s) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || v < 0) Usage("a size must be a number of bytes");
+  switch (*end) {
+    case 'K': case 'k': v *= 1024; break;
+    case 'M': case 'm': v *= 1024 * 1024; break;
+    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    case '\0': break;
+    default: Usage("a size's suffix is K, M or G");
+  }
+  return static_cast<size_t>(v);
+}
+
+struct Options {
+  int gpus = 1, threads = 1, iters = 1, recreate = 0;
+  std::string init;  // rank | group | all
+  std::vector<std::string> ops{"allreduce", "broadcast", "allgather", "reducescatter", "sendrecv"};
+  size_t min_bytes = 0, max_bytes = 0;
+  double factor = 2;
+  bool split = false;
+  std::string dir;
+  // The job as started: this process's place in it.
+  int proc = 0, nprocs = 1, local_rank = 0;
+  int WorldSize() const { return nprocs * threads * gpus; }
+};
+
+Options g_opt;
+std::mutex g_print_mu;
+
+// Rank 0 publishes the id atomically (write, then rename); the others (other processes and other
+// threads alike) wait for it. Generation g > 0 (a re-created communicator) uses a file of its own.
+ncclUniqueId ShareId(int rank, int generation) {
   ncclUniqueId id;
-  std::string path = dir + "/nccl_ring.id";
+  std::string path = g_opt.dir + "/nccl_ring.id" + (generation > 0 ? "." + std::to_string(generation) : "");
   if (rank == 0) {
     NCCL_OK(ncclGetUniqueId(&id));
     std::string tmp = path + ".tmp";
@@ -70,173 +139,408 @@ ncclUniqueId ShareId(int rank, const std::string& dir) {
   }
 }
 
-struct Job {
-  int rank = 0, nranks = 1;
-  size_t count = 0;
-  ncclComm_t comm = nullptr;
+// One GPU a thread drives: its world rank, device, stream and timing events.
+struct Gpu {
+  int rank = 0, dev = 0;
+  ncclComm_t comm = nullptr;  // the world communicator
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
 };
 
-// Runs `op` between two events on the job's stream; returns the elapsed seconds.
-double Timed(Job& job, const std::function<void()>& op) {
-  CUDA_OK(cudaEventRecord(job.start, job.stream));
-  op();
-  CUDA_OK(cudaEventRecord(job.stop, job.stream));
-  CUDA_OK(cudaStreamSynchronize(job.stream));
-  float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, job.start, job.stop));
-  return ms / 1e3;
-}
+// A GPU's place in the communicator an operation runs on (the world, or a split of it).
+struct Member {
+  Gpu* gpu;
+  ncclComm_t comm;
+  int rank, nranks;
+};
 
-// nccl-tests' reporting: algbw = bytes / time, busbw = algbw × the operation's factor.
-void Report(const Job& job, const char* name, size_t bytes, double seconds, double factor) {
-  double algbw = seconds > 0 ? double(bytes) / seconds / 1e9 : 0;
-  std::printf("%-14s size %10zu B  time %10.2f us  algbw %8.2f GB/s  busbw %8.2f GB/s\n", name, bytes, seconds * 1e6,
-              algbw, algbw * factor);
-  (void)job;
-}
-
-float* DeviceBuffer(size_t n) {
+float* DeviceBuffer(int dev, size_t n) {
+  CUDA_OK(cudaSetDevice(dev));
   void* p = nullptr;
-  CUDA_OK(cudaMalloc(&p, n * sizeof(float)));
+  CUDA_OK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
   return static_cast<float*>(p);
 }
 
-void Upload(float* d, const std::vector<float>& h) {
+void Upload(int dev, float* d, const std::vector<float>& h) {
+  CUDA_OK(cudaSetDevice(dev));
   CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-std::vector<float> Download(const float* d, size_t n) {
+std::vector<float> Download(int dev, const float* d, size_t n) {
+  CUDA_OK(cudaSetDevice(dev));
   std::vector<float> h(n);
   CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
   return h;
 }
 
 // Compares and says where the first difference is; true when equal.
-bool Check(const Job& job, const char* name, const std::vector<float>& got, const std::function<float(size_t)>& want) {
+bool Check(int rank, const std::string& name, const std::vector<float>& got, const std::function<float(size_t)>& want) {
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] != want(i)) {
-      std::fprintf(stderr, "nccl_ring: rank %d: %s: element %zu is %g, expected %g\n", job.rank, name, i, double(got[i]),
-                   double(want(i)));
+      std::fprintf(stderr, "nccl_ring: rank %d: %s: element %zu is %g, expected %g\n", rank, name.c_str(), i,
+                   double(got[i]), double(want(i)));
       return false;
     }
   }
   return true;
 }
 
-bool AllReduce(Job& job) {
-  size_t n = job.count;
-  int N = job.nranks;
-  std::vector<float> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = float(job.rank + 1 + int(i % 7));
-  float *send = DeviceBuffer(n), *recv = DeviceBuffer(n);
-  Upload(send, h);
-  double s = Timed(job, [&] { NCCL_OK(ncclAllReduce(send, recv, n, ncclFloat32, ncclSum, job.comm, job.stream)); });
-  Report(job, "allreduce", n * sizeof(float), s, 2.0 * (N - 1) / N);
-  bool ok = Check(job, "allreduce", Download(recv, n), [&](size_t i) { return float(N * (N + 1) / 2 + N * int(i % 7)); });
-  CUDA_OK(cudaFree(send));
-  CUDA_OK(cudaFree(recv));
+// What one rank contributes (small integers: sums stay exact in float).
+float Value(int rank, size_t i) { return float(rank + 1 + int(i % 7)); }
+
+// One operation at one size, on every member of this thread: buffers per member, the issuing of
+// the NCCL calls, what each member must hold afterwards, and nccl-tests' figures for it.
+struct OpPlan {
+  size_t send = 0, recv = 0;   // floats per member
+  size_t param = 0;            // the count argument nccl-tests passes (its getBw's `count`)
+  double alg_factor = 1;       // algbw = param × 4 × alg_factor / time
+  double bus_factor = 1;       // busbw = algbw × bus_factor
+  bool p2p = false;            // grouped send/recv: a group of its own inside the thread's group
+  std::function<std::vector<float>(const Member&)> input;
+  std::function<void(const Member&, const float*, float*)> issue;
+  std::function<bool(const Member&, const std::vector<float>&)> check;  // the member's receive buffer
+};
+
+// Whole-buffer operations take `count` as their count, the rest as the block of one rank.
+bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
+  size_t whole = count, part = count;
+  double n = N;
+  auto value_input = [](size_t n_floats) {
+    return [n_floats](const Member& m) {
+      std::vector<float> h(n_floats);
+      for (size_t i = 0; i < n_floats; ++i) h[i] = Value(m.rank, i);
+      return h;
+    };
+  };
+  if (op == "allreduce") {
+    *p = OpPlan{whole, whole, whole, 1, 2 * (n - 1) / n};
+    p->input = value_input(whole);
+    p->issue = [p](const Member& m, const float* s, float* r) {
+      NCCL_OK(ncclAllReduce(s, r, p->param, ncclFloat32, ncclSum, m.comm, m.gpu->stream));
+    };
+    p->check = [N](const Member& m, const std::vector<float>& got) {
+      return Check(m.gpu->rank, "allreduce", got, [&](size_t i) { return float(N * (N + 1) / 2 + N * int(i % 7)); });
+    };
+  } else if (op == "broadcast" || op == "reduce") {
+    bool bcast = op == "broadcast";
+    *p = OpPlan{whole, whole, whole, 1, 1};
+    p->input = value_input(whole);
+    p->issue = [p, bcast](const Member& m, const float* s, float* r) {
+      if (bcast) NCCL_OK(ncclBroadcast(s, r, p->param, ncclFloat32, 0, m.comm, m.gpu->stream));
+      else NCCL_OK(ncclReduce(s, r, p->param, ncclFloat32, ncclSum, 0, m.comm, m.gpu->stream));
+    };
+    p->check = [N, bcast, op](const Member& m, const std::vector<float>& got) {
+      if (bcast) return Check(m.gpu->rank, op, got, [](size_t i) { return Value(0, i); });
+      if (m.rank != 0) return true;  // only the root's buffer is defined
+      return Check(m.gpu->rank, op, got, [&](size_t i) { return float(N * (N + 1) / 2 + N * int(i % 7)); });
+    };
+  } else if (op == "allgather") {
+    *p = OpPlan{part, part * N, part, n, (n - 1) / n};
+    p->input = value_input(part);
+    p->issue = [p](const Member& m, const float* s, float* r) {
+      NCCL_OK(ncclAllGather(s, r, p->param, ncclFloat32, m.comm, m.gpu->stream));
+    };
+    p->check = [part](const Member& m, const std::vector<float>& got) {
+      return Check(m.gpu->rank, "allgather", got, [&](size_t j) { return Value(int(j / part), j % part); });
+    };
+  } else if (op == "reducescatter") {
+    *p = OpPlan{part * N, part, part, n, (n - 1) / n};
+    p->input = value_input(part * N);
+    p->issue = [p](const Member& m, const float* s, float* r) {
+      NCCL_OK(ncclReduceScatter(s, r, p->param, ncclFloat32, ncclSum, m.comm, m.gpu->stream));
+    };
+    p->check = [N, part](const Member& m, const std::vector<float>& got) {
+      return Check(m.gpu->rank, "reducescatter", got, [&](size_t i) {
+        size_t j = size_t(m.rank) * part + i;
+        return float(N * (N + 1) / 2 + N * int(j % 7));
+      });
+    };
+  } else if (op == "alltoall" || op == "alltoallp2p") {
+    bool p2p = op == "alltoallp2p";
+    *p = OpPlan{part * N, part * N, part, n, (n - 1) / n, p2p};
+    // Block b of rank r's send buffer goes to rank b: element i of it is r·1000 + b·10 + i % 10.
+    p->input = [part, N](const Member& m) {
+      std::vector<float> h(part * N);
+      for (size_t j = 0; j < h.size(); ++j) h[j] = float(m.rank * 1000 + int(j / part) * 10 + int(j % part % 10));
+      return h;
+    };
+    p->issue = [p, p2p, part](const Member& m, const float* s, float* r) {
+      if (!p2p) {
+        NCCL_OK(ncclAlltoAll(s, r, p->param, ncclFloat32, m.comm, m.gpu->stream));
+        return;
+      }
+      for (int peer = 0; peer < m.nranks; ++peer) {
+        NCCL_OK(ncclSend(s + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+        NCCL_OK(ncclRecv(r + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+      }
+    };
+    p->check = [part, op](const Member& m, const std::vector<float>& got) {
+      return Check(m.gpu->rank, op, got, [&](size_t j) { return float(int(j / part) * 1000 + m.rank * 10 + int(j % part % 10)); });
+    };
+  } else if (op == "gather" || op == "scatter") {  // NCCL 2.28's, as nccl-tests calls them from 2.28 on
+    bool gather = op == "gather";
+    *p = gather ? OpPlan{part, part * N, part, n, (n - 1) / n} : OpPlan{part * N, part, part, n, (n - 1) / n};
+    p->input = value_input(gather ? part : part * N);
+    p->issue = [part, gather](const Member& m, const float* s, float* r) {
+      if (gather) NCCL_OK(ncclGather(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+      else NCCL_OK(ncclScatter(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+    };
+    p->check = [part, gather, op](const Member& m, const std::vector<float>& got) {
+      if (!gather) return Check(m.gpu->rank, op, got, [&](size_t i) { return Value(0, size_t(m.rank) * part + i); });
+      if (m.rank != 0) return true;
+      return Check(m.gpu->rank, op, got, [&](size_t j) { return Value(int(j / part), j % part); });
+    };
+  } else if (op == "gatherp2p") {
+    *p = OpPlan{part, part * N, part, n, (n - 1) / n, true};
+    p->input = value_input(part);
+    p->issue = [part](const Member& m, const float* s, float* r) {
+      NCCL_OK(ncclSend(s, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+      if (m.rank == 0)
+        for (int peer = 0; peer < m.nranks; ++peer)
+          NCCL_OK(ncclRecv(r + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+    };
+    p->check = [part](const Member& m, const std::vector<float>& got) {
+      if (m.rank != 0) return true;
+      return Check(m.gpu->rank, "gatherp2p", got, [&](size_t j) { return Value(int(j / part), j % part); });
+    };
+  } else if (op == "scatterp2p") {
+    *p = OpPlan{part * N, part, part, n, (n - 1) / n, true};
+    p->input = value_input(part * N);  // only the root's is sent: block b of it to rank b
+    p->issue = [part](const Member& m, const float* s, float* r) {
+      if (m.rank == 0)
+        for (int peer = 0; peer < m.nranks; ++peer)
+          NCCL_OK(ncclSend(s + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+      NCCL_OK(ncclRecv(r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+    };
+    p->check = [part](const Member& m, const std::vector<float>& got) {
+      return Check(m.gpu->rank, "scatterp2p", got, [&](size_t i) { return Value(0, size_t(m.rank) * part + i); });
+    };
+  } else if (op == "sendrecv") {
+    *p = OpPlan{whole, whole, whole, 1, 1, true};
+    p->input = value_input(whole);
+    p->issue = [whole](const Member& m, const float* s, float* r) {
+      int next = (m.rank + 1) % m.nranks, prev = (m.rank + m.nranks - 1) % m.nranks;
+      NCCL_OK(ncclSend(s, whole, ncclFloat32, next, m.comm, m.gpu->stream));
+      NCCL_OK(ncclRecv(r, whole, ncclFloat32, prev, m.comm, m.gpu->stream));
+    };
+    p->check = [](const Member& m, const std::vector<float>& got) {
+      int prev = (m.rank + m.nranks - 1) % m.nranks;
+      return Check(m.gpu->rank, "sendrecv", got, [&](size_t i) { return Value(prev, i); });
+    };
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Runs `op` at `bytes` on the members (every GPU of this thread, one communicator each), g_opt.iters
+// times; prints one line; true when every member's result is right.
+// `size` is a size in nccl-tests' sense (bytes), or 0: then `count` is NCCL's count argument.
+bool RunOp(const std::string& op, const std::string& label, std::vector<Member>& members, size_t size, size_t count) {
+  int N = members.front().nranks;
+  OpPlan plan;
+  bool whole = op == "allreduce" || op == "broadcast" || op == "reduce" || op == "sendrecv";
+  if (size > 0) count = whole ? size / sizeof(float) : size / sizeof(float) / size_t(N);
+  Plan(op, N, count, &plan);
+  if (plan.send == 0 && plan.recv == 0) return true;  // too small to split over the ranks
+  size_t m_count = members.size();
+  std::vector<float*> send(m_count), recv(m_count);
+  for (size_t k = 0; k < m_count; ++k) {
+    int dev = members[k].gpu->dev;
+    send[k] = DeviceBuffer(dev, plan.send);
+    recv[k] = DeviceBuffer(dev, plan.recv);
+    Upload(dev, send[k], plan.input(members[k]));
+  }
+  double total = 0;
+  for (int it = 0; it < g_opt.iters; ++it) {
+    for (Member& m : members) CUDA_OK(cudaEventRecord(m.gpu->start, m.gpu->stream));
+    // nccl-tests: one group around the thread's GPUs; send/recv forms in a group of their own.
+    if (m_count > 1) NCCL_OK(ncclGroupStart());
+    for (size_t k = 0; k < m_count; ++k) {
+      CUDA_OK(cudaSetDevice(members[k].gpu->dev));
+      if (plan.p2p) NCCL_OK(ncclGroupStart());
+      plan.issue(members[k], send[k], recv[k]);
+      if (plan.p2p) NCCL_OK(ncclGroupEnd());
+    }
+    if (m_count > 1) NCCL_OK(ncclGroupEnd());
+    double slowest = 0;
+    for (Member& m : members) {
+      CUDA_OK(cudaEventRecord(m.gpu->stop, m.gpu->stream));
+      CUDA_OK(cudaStreamSynchronize(m.gpu->stream));
+      float ms = 0;
+      CUDA_OK(cudaEventElapsedTime(&ms, m.gpu->start, m.gpu->stop));
+      slowest = std::max(slowest, ms / 1e3);
+    }
+    total += slowest;
+  }
+  double seconds = total / g_opt.iters;
+  bool ok = true;
+  for (size_t k = 0; k < m_count; ++k) {
+    ok = plan.check(members[k], Download(members[k].gpu->dev, recv[k], plan.recv)) && ok;
+    CUDA_OK(cudaSetDevice(members[k].gpu->dev));
+    CUDA_OK(cudaFree(send[k]));
+    CUDA_OK(cudaFree(recv[k]));
+  }
+  // nccl-tests' figures: size = the larger buffer; algbw = count × type size × factor / time.
+  size = std::max(plan.send, plan.recv) * sizeof(float);
+  double algbw = seconds > 0 ? double(plan.param * sizeof(float)) * plan.alg_factor / seconds / 1e9 : 0;
+  std::lock_guard<std::mutex> lock(g_print_mu);
+  std::printf("%-14s size %10zu B  time %10.2f us  algbw %8.2f GB/s  busbw %8.2f GB/s\n", label.c_str(), size,
+              seconds * 1e6, algbw, algbw * plan.bus_factor);
+  std::fflush(stdout);
   return ok;
 }
 
-bool Broadcast(Job& job) {
-  size_t n = job.count;
-  std::vector<float> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = job.rank == 0 ? float(100 + i % 13) : -1.0f;
-  float* buf = DeviceBuffer(n);
-  Upload(buf, h);
-  double s = Timed(job, [&] { NCCL_OK(ncclBroadcast(buf, buf, n, ncclFloat32, 0, job.comm, job.stream)); });
-  Report(job, "broadcast", n * sizeof(float), s, 1.0);
-  bool ok = Check(job, "broadcast", Download(buf, n), [](size_t i) { return float(100 + i % 13); });
-  CUDA_OK(cudaFree(buf));
+// The sizes to run: -b … -e by -f; else one run with COUNT as every operation's count (0).
+std::vector<size_t> Sizes() {
+  if (g_opt.min_bytes == 0) return {0};
+  std::vector<size_t> sizes;
+  for (double b = double(g_opt.min_bytes); b <= double(std::max(g_opt.max_bytes, g_opt.min_bytes)) * 1.0000001;
+       b = g_opt.factor > 1 ? b * g_opt.factor : b + 1e300)
+    sizes.push_back(size_t(b));
+  return sizes;
+}
+
+bool RunAll(std::vector<Member>& members, const std::string& suffix, size_t count) {
+  bool ok = true;
+  for (size_t size : Sizes())
+    for (const std::string& op : g_opt.ops) ok = RunOp(op, op + suffix, members, size, count) && ok;
   return ok;
 }
 
-bool AllGather(Job& job) {
-  size_t n = job.count;
-  int N = job.nranks;
-  std::vector<float> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = float(job.rank * 1000 + int(i % 11));
-  float *send = DeviceBuffer(n), *recv = DeviceBuffer(n * N);
-  Upload(send, h);
-  double s = Timed(job, [&] { NCCL_OK(ncclAllGather(send, recv, n, ncclFloat32, job.comm, job.stream)); });
-  Report(job, "allgather", n * N * sizeof(float), s, double(N - 1) / N);
-  bool ok = Check(job, "allgather", Download(recv, n * N), [&](size_t j) { return float(int(j / n) * 1000 + int(j % n % 11)); });
-  CUDA_OK(cudaFree(send));
-  CUDA_OK(cudaFree(recv));
+// Communicators for this thread's GPUs: ncclCommInitAll, or ncclCommInitRank per GPU (in a group
+// when one thread holds several).
+void InitComms(std::vector<Gpu>& gpus, int generation) {
+  if (g_opt.init == "all") {
+    std::vector<ncclComm_t> comms(gpus.size());
+    std::vector<int> devs;
+    for (const Gpu& g : gpus) devs.push_back(g.dev);
+    NCCL_OK(ncclCommInitAll(comms.data(), int(gpus.size()), devs.data()));
+    for (size_t i = 0; i < gpus.size(); ++i) gpus[i].comm = comms[i];
+    return;
+  }
+  ncclUniqueId id = ShareId(gpus.front().rank, generation);
+  bool group = g_opt.init == "group";
+  if (group) NCCL_OK(ncclGroupStart());
+  for (Gpu& g : gpus) {
+    CUDA_OK(cudaSetDevice(g.dev));
+    NCCL_OK(ncclCommInitRank(&g.comm, g_opt.WorldSize(), id, g.rank));
+  }
+  if (group) NCCL_OK(ncclGroupEnd());
+}
+
+// One thread: its GPUs, their communicators, every operation, then the split and re-creations.
+bool Worker(int thread, size_t count) {
+  std::vector<Gpu> gpus(g_opt.gpus);
+  for (int i = 0; i < g_opt.gpus; ++i) {
+    Gpu& g = gpus[i];
+    g.rank = (g_opt.proc * g_opt.threads + thread) * g_opt.gpus + i;
+    g.dev = g_opt.local_rank * g_opt.threads * g_opt.gpus + thread * g_opt.gpus + i;
+    CUDA_OK(cudaSetDevice(g.dev));
+    CUDA_OK(cudaStreamCreate(&g.stream));
+    CUDA_OK(cudaEventCreate(&g.start));
+    CUDA_OK(cudaEventCreate(&g.stop));
+  }
+  bool ok = true;
+  for (int generation = 0; generation <= g_opt.recreate; ++generation) {
+    InitComms(gpus, generation);
+    {
+      std::lock_guard<std::mutex> lock(g_print_mu);
+      if (gpus.size() == 1)
+        std::printf("rank %d of %d on device %d: %zu floats per rank\n", gpus[0].rank, g_opt.WorldSize(), gpus[0].dev, count);
+      else
+        std::printf("ranks %d-%d of %d on devices %d-%d: %zu floats per rank\n", gpus.front().rank, gpus.back().rank,
+                    g_opt.WorldSize(), gpus.front().dev, gpus.back().dev, count);
+      std::fflush(stdout);
+    }
+    std::vector<Member> world;
+    for (Gpu& g : gpus) world.push_back(Member{&g, g.comm, g.rank, g_opt.WorldSize()});
+    ok = RunAll(world, "", count) && ok;
+    if (g_opt.split) {
+      // Like PyTorch's new_group: every rank of the parent takes part (in one group when this
+      // thread holds several of them).
+      std::vector<ncclComm_t> subs(gpus.size(), nullptr);
+      if (gpus.size() > 1) NCCL_OK(ncclGroupStart());
+      for (size_t i = 0; i < gpus.size(); ++i) {
+        CUDA_OK(cudaSetDevice(gpus[i].dev));
+        NCCL_OK(ncclCommSplit(gpus[i].comm, gpus[i].rank % 2, gpus[i].rank, &subs[i], nullptr));
+      }
+      if (gpus.size() > 1) NCCL_OK(ncclGroupEnd());
+      std::vector<Member> sub;
+      for (size_t i = 0; i < gpus.size(); ++i) {
+        Member m{&gpus[i], subs[i], 0, 0};
+        NCCL_OK(ncclCommUserRank(subs[i], &m.rank));
+        NCCL_OK(ncclCommCount(subs[i], &m.nranks));
+        sub.push_back(m);
+      }
+      ok = RunAll(sub, "/split", count) && ok;
+      for (ncclComm_t c : subs) NCCL_OK(ncclCommDestroy(c));
+    }
+    for (Gpu& g : gpus) {
+      NCCL_OK(ncclCommDestroy(g.comm));
+      g.comm = nullptr;
+    }
+  }
+  for (Gpu& g : gpus) {
+    CUDA_OK(cudaSetDevice(g.dev));
+    CUDA_OK(cudaEventDestroy(g.start));
+    CUDA_OK(cudaEventDestroy(g.stop));
+    CUDA_OK(cudaStreamDestroy(g.stream));
+  }
   return ok;
 }
 
-bool ReduceScatter(Job& job) {
-  size_t n = job.count;
-  int N = job.nranks;
-  std::vector<float> h(n * N);
-  for (size_t j = 0; j < n * N; ++j) h[j] = float(job.rank + int(j % 5));
-  float *send = DeviceBuffer(n * N), *recv = DeviceBuffer(n);
-  Upload(send, h);
-  double s = Timed(job, [&] { NCCL_OK(ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, job.comm, job.stream)); });
-  Report(job, "reducescatter", n * N * sizeof(float), s, double(N - 1) / N);
-  bool ok = Check(job, "reducescatter", Download(recv, n), [&](size_t i) {
-    size_t j = size_t(job.rank) * n + i;
-    return float(N * (N - 1) / 2 + N * int(j % 5));
-  });
-  CUDA_OK(cudaFree(send));
-  CUDA_OK(cudaFree(recv));
-  return ok;
-}
-
-// Every rank sends to the next and receives from the previous one, in one group.
-bool SendRecvRing(Job& job) {
-  size_t n = job.count;
-  int N = job.nranks, next = (job.rank + 1) % N, prev = (job.rank + N - 1) % N;
-  std::vector<float> h(n);
-  for (size_t i = 0; i < n; ++i) h[i] = float(job.rank * 7 + int(i % 3));
-  float *send = DeviceBuffer(n), *recv = DeviceBuffer(n);
-  Upload(send, h);
-  double s = Timed(job, [&] {
-    NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclSend(send, n, ncclFloat32, next, job.comm, job.stream));
-    NCCL_OK(ncclRecv(recv, n, ncclFloat32, prev, job.comm, job.stream));
-    NCCL_OK(ncclGroupEnd());
-  });
-  Report(job, "sendrecv", n * sizeof(float), s, 1.0);
-  bool ok = Check(job, "sendrecv", Download(recv, n), [&](size_t i) { return float(prev * 7 + int(i % 3)); });
-  CUDA_OK(cudaFree(send));
-  CUDA_OK(cudaFree(recv));
-  return ok;
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Job job;
-  job.rank = EnvInt("RANK", 0);
-  job.nranks = EnvInt("WORLD_SIZE", 1);
-  int local_rank = EnvInt("LOCAL_RANK", 0);
+  int c;
+  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:")) != -1) {
+    switch (c) {
+      case 'g': g_opt.gpus = std::atoi(optarg); break;
+      case 't': g_opt.threads = std::atoi(optarg); break;
+      case 'i': g_opt.init = optarg; break;
+      case 'o': g_opt.ops = SplitList(optarg); break;
+      case 'b': g_opt.min_bytes = ParseBytes(optarg); break;
+      case 'e': g_opt.max_bytes = ParseBytes(optarg); break;
+      case 'f': g_opt.factor = std::atof(optarg); break;
+      case 'n': g_opt.iters = std::atoi(optarg); break;
+      case 's': g_opt.split = true; break;
+      case 'r': g_opt.recreate = std::atoi(optarg); break;
+      default: Usage("unknown option");
+    }
+  }
+  if (g_opt.gpus < 1 || g_opt.threads < 1 || g_opt.iters < 1 || g_opt.recreate < 0) Usage("-g, -t and -n take a positive number");
+  OpPlan probe;
+  for (const std::string& op : g_opt.ops)
+    if (!Plan(op, 1, 1, &probe)) Usage(("unknown operation " + op).c_str());
+  if (g_opt.init.empty()) g_opt.init = g_opt.gpus > 1 ? "group" : "rank";
+  if (g_opt.init != "rank" && g_opt.init != "group" && g_opt.init != "all") Usage("-i is rank, group or all");
+  g_opt.proc = EnvInt("RANK", 0);
+  g_opt.nprocs = EnvInt("WORLD_SIZE", 1);
+  g_opt.local_rank = EnvInt("LOCAL_RANK", 0);
+  if (g_opt.init == "all" && (g_opt.nprocs != 1 || g_opt.threads != 1)) Usage("-i all needs one process and one thread");
   const char* dir_env = std::getenv("NCCL_RING_DIR");
-  std::string dir = argc > 1 ? argv[1] : dir_env != nullptr ? dir_env : ".";
-  job.count = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : (1u << 20);
+  g_opt.dir = optind < argc ? argv[optind] : dir_env != nullptr ? dir_env : ".";
+  size_t count = optind + 1 < argc ? std::strtoull(argv[optind + 1], nullptr, 0) : (1u << 20);
 
-  CUDA_OK(cudaSetDevice(local_rank));
-  ncclUniqueId id = ShareId(job.rank, dir);
-  NCCL_OK(ncclCommInitRank(&job.comm, job.nranks, id, job.rank));
-  CUDA_OK(cudaStreamCreate(&job.stream));
-  CUDA_OK(cudaEventCreate(&job.start));
-  CUDA_OK(cudaEventCreate(&job.stop));
-  std::printf("rank %d of %d on device %d: %zu floats per rank\n", job.rank, job.nranks, local_rank, job.count);
-  std::fflush(stdout);
-
-  bool ok = AllReduce(job);
-  ok = Broadcast(job) && ok;
-  ok = AllGather(job) && ok;
-  ok = ReduceScatter(job) && ok;
-  ok = SendRecvRing(job) && ok;
-
-  NCCL_OK(ncclCommDestroy(job.comm));
-  CUDA_OK(cudaEventDestroy(job.start));
-  CUDA_OK(cudaEventDestroy(job.stop));
-  CUDA_OK(cudaStreamDestroy(job.stream));
+  bool ok = true;
+  if (g_opt.threads == 1) {
+    ok = Worker(0, count);
+  } else {
+    std::vector<std::thread> threads;
+    std::vector<char> results(g_opt.threads, 0);
+    for (int t = 0; t < g_opt.threads; ++t) threads.emplace_back([&, t] { results[t] = Worker(t, count); });
+    for (std::thread& t : threads) t.join();
+    ok = std::all_of(results.begin(), results.end(), [](char r) { return r != 0; });
+  }
   std::printf("%s\n", ok ? "all results correct" : "WRONG RESULTS");
   return ok ? 0 : 1;
 }

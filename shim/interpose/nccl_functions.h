@@ -44,4 +44,18 @@
   X(ncclSend, (const void* sb, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s),      \
     (sb, n, t, peer, comm, s))                                                                              \
   X(ncclRecv, (void* rb, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s),            \
-    (rb, n, t, peer, comm, s))
+    (rb, n, t, peer, comm, s))                                                                              \
+  P2PTRACE_NCCL_FUNCTIONS_2_28(X)
+
+// NCCL 2.28's collectives with a root (nccl-tests' gather and scatter call them from 2.28 on).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define P2PTRACE_NCCL_FUNCTIONS_2_28(X)                                                                     \
+  X(ncclGather,                                                                                             \
+    (const void* sb, void* rb, size_t n, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t s),      \
+    (sb, rb, n, t, root, comm, s))                                                                          \
+  X(ncclScatter,                                                                                            \
+    (const void* sb, void* rb, size_t n, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t s),      \
+    (sb, rb, n, t, root, comm, s))
+#else
+#define P2PTRACE_NCCL_FUNCTIONS_2_28(X)
+#endif

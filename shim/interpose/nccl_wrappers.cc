@@ -155,9 +155,30 @@ bool NcclCalled() { return g_first_call_done.load(std::memory_order_acquire); }
 int LoadedNcclVersion() { return g_nccl_version.load(std::memory_order_relaxed); }
 
 namespace {
+// A communicator made inside ncclGroupStart … ncclGroupEnd (several ranks of one process, a
+// grouped ncclCommSplit) is initialised only at the outermost ncclGroupEnd: NCCL cannot say its
+// rank and size before that. Its record waits until then (more than the table holds: recorded at
+// once, as before).
+struct GroupComm {
+  uint8_t api;
+  ncclComm_t comm;
+  uint64_t id_hash;
+};
+constexpr int kGroupComms = 64;
+thread_local GroupComm t_group_comms[kGroupComms] __attribute__((tls_model("initial-exec")));
+constinit thread_local int t_group_comm_count __attribute__((tls_model("initial-exec"))) = 0;
 
 void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) {
   if (!TraceWriter::Ready()) return;
+  if (t_group_depth > 0 && r == ncclSuccess && comm != nullptr && api <= P2PTRACE_NCCL_CommSplit &&
+      t_group_comm_count < kGroupComms) {
+    {
+      std::lock_guard<std::mutex> lock(g_comms_mu);
+      Comms()[comm] = id_hash;  // the group's operations and splits may name it before its end
+    }
+    t_group_comms[t_group_comm_count++] = GroupComm{api, comm, id_hash};
+    return;
+  }
   // Again here: a forked child's trace opens after the process's first call.
   if (int v = g_nccl_version.load(std::memory_order_relaxed)) TraceWriter::header()->nccl_version = v;
   p2ptrace_nccl_comm_record rec{};
@@ -250,8 +271,13 @@ GroupStream* GroupEntry(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
   return &g;
 }
 
-// After the outermost ncclGroupEnd: end every pair of the group (returned to the pool if it failed).
+// After the outermost ncclGroupEnd: the group's communicators recorded (rank and size known now,
+// or the group's failure), every timing pair of the group ended (returned to the pool if it failed).
 void EndGroup(ncclResult_t r) {
+  int comms = t_group_comm_count;
+  t_group_comm_count = 0;
+  for (int i = 0; i < comms; ++i)
+    RecordComm(t_group_comms[i].api, r == ncclSuccess ? t_group_comms[i].comm : nullptr, t_group_comms[i].id_hash, r);
   for (int i = 0; i < t_group_streams; ++i) {
     GroupStream& g = t_group[i];
     if (g.timed) {
@@ -397,7 +423,7 @@ ncclResult_t ncclCommAbort(decltype(&::ncclCommAbort) real, ncclComm_t comm) {
 }
 ncclResult_t ncclGroupStart(decltype(&::ncclGroupStart) real) {
   ncclResult_t r = real();
-  if (r == ncclSuccess && t_group_depth++ == 0) t_group_streams = 0;
+  if (r == ncclSuccess && t_group_depth++ == 0) t_group_streams = t_group_comm_count = 0;
   return r;
 }
 ncclResult_t ncclGroupEnd(decltype(&::ncclGroupEnd) real) {
@@ -437,6 +463,16 @@ P2PTRACE_OP_HOOK ncclResult_t ncclAlltoAll(decltype(&::ncclAlltoAll) real, const
                           ncclComm_t comm, cudaStream_t s) {
   return Op(P2PTRACE_NCCL_AlltoAll, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, comm, s);
 }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+P2PTRACE_OP_HOOK ncclResult_t ncclGather(decltype(&::ncclGather) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+                                         int root, ncclComm_t comm, cudaStream_t s) {
+  return Op(P2PTRACE_NCCL_Gather, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
+}
+P2PTRACE_OP_HOOK ncclResult_t ncclScatter(decltype(&::ncclScatter) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
+                                          int root, ncclComm_t comm, cudaStream_t s) {
+  return Op(P2PTRACE_NCCL_Scatter, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
+}
+#endif
 P2PTRACE_OP_HOOK ncclResult_t ncclSend(decltype(&::ncclSend) real, const void* sb, size_t n, ncclDataType_t t, int peer,
                       ncclComm_t comm, cudaStream_t s) {
   return Op(P2PTRACE_NCCL_Send, comm, s, n * TypeSize(t), peer, real, sb, n, t, peer, comm, s);

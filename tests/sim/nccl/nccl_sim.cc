@@ -1078,14 +1078,14 @@ bool Reducible(ncclDataType_t t, ncclRedOp_t op) {
 // ---------------------------------------------------------------------------------------------
 // Operations and groups
 
-enum class OpKind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kSend, kRecv };
+enum class OpKind { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kGather, kScatter, kSend, kRecv };
 
 struct Op {
   OpKind kind;
   Comm* comm;
   const void* send;
   void* recv;
-  size_t count;  // NCCL's count argument (per rank for AllGather/ReduceScatter/AlltoAll)
+  size_t count;  // NCCL's count argument (per rank for AllGather/ReduceScatter/AlltoAll/Gather/Scatter)
   ncclDataType_t type;
   ncclRedOp_t red;
   int root_or_peer;
@@ -1111,6 +1111,8 @@ std::pair<const void*, size_t> Contribution(const Op& op) {
   size_t sz = TypeSize(op.type), n = size_t(op.comm->nranks);
   switch (op.kind) {
     case OpKind::kBroadcast: return {op.comm->rank == op.root_or_peer ? op.send : nullptr, op.comm->rank == op.root_or_peer ? op.count * sz : 0};
+    case OpKind::kScatter:  // only the root's n blocks
+      return {op.comm->rank == op.root_or_peer ? op.send : nullptr, op.comm->rank == op.root_or_peer ? op.count * n * sz : 0};
     case OpKind::kReduceScatter:
     case OpKind::kAlltoAll: return {op.send, op.count * n * sz};
     default: return {op.send, op.count * sz};
@@ -1200,6 +1202,12 @@ ncclResult_t Complete(Op& op) {
       for (int r = 0; r < c.nranks; ++r)
         if (ncclResult_t res = CopyBlock(op, r, size_t(c.rank), bytes, static_cast<char*>(op.recv) + r * bytes); res != ncclSuccess) return res;
       return ncclSuccess;
+    case OpKind::kGather:  // rank r's block at recv + r × count, on the root only
+      if (c.rank != op.root_or_peer) return ncclSuccess;
+      for (int r = 0; r < c.nranks; ++r)
+        if (ncclResult_t res = CopyBlock(op, r, 0, bytes, static_cast<char*>(op.recv) + r * bytes); res != ncclSuccess) return res;
+      return ncclSuccess;
+    case OpKind::kScatter: return CopyBlock(op, op.root_or_peer, size_t(c.rank), bytes, op.recv);
   }
   return ncclSuccess;
 }
@@ -1219,7 +1227,9 @@ double OpSeconds(Op& op) {
       case OpKind::kAllReduce: bus = bytes * 2 * (n - 1) / n; break;
       case OpKind::kAllGather:
       case OpKind::kReduceScatter:
-      case OpKind::kAlltoAll: bus = bytes * n * (n - 1) / n; break;
+      case OpKind::kAlltoAll:
+      case OpKind::kGather:
+      case OpKind::kScatter: bus = bytes * n * (n - 1) / n; break;
       default: break;
     }
   }
@@ -1467,6 +1477,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks
 }
 
 namespace {
+ncclResult_t FinishPendingSplits();  // below, with ncclCommSplit
+
 ncclResult_t GroupStart() {
   ++t_group_depth;
   return ncclSuccess;
@@ -1478,7 +1490,8 @@ ncclResult_t GroupEnd() {
     return ncclInvalidUsage;
   }
   if (--t_group_depth > 0) return ncclSuccess;
-  ncclResult_t r = FinishPendingInits();
+  ncclResult_t r = FinishPendingSplits();
+  if (ncclResult_t i = FinishPendingInits(); r == ncclSuccess) r = i;
   std::vector<Op> ops;
   ops.swap(t_ops);
   if (r != ncclSuccess) return r;
@@ -1506,49 +1519,115 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
   return result != ncclSuccess ? result : end;
 }
 
-NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
-  (void)config;
-  Comm* c = C(comm);
-  if (!Valid(c) || newcomm == nullptr) return ncclInvalidArgument;
-  // Every rank publishes (color, key); ranks of one color form the child, ordered by (key, rank).
-  uint32_t seq = c->split_seq++;
+// ncclCommSplit in two halves, like init, so that one thread can split several communicators in
+// one group (nccl-tests' and PyTorch's single-process multi-GPU splits): SplitBegin publishes this
+// rank's (color, key) and arrives at the parent's barrier; SplitFinish waits, reads everyone's,
+// meets again and starts the child's init (finished with the group's other inits).
+namespace {
+struct PendingSplit {
+  Comm* parent;
+  Comm* child;  // null for NCCL_SPLIT_NOCOLOR
+  int color, key;
+  uint32_t seq, gen;
+  std::string base;
+};
+thread_local std::vector<PendingSplit> t_pending_splits;
+
+ncclResult_t SplitBegin(Comm* c, int color, int key, PendingSplit* s) {
+  s->parent = c;
+  s->color = color;
+  s->key = key;
+  s->seq = c->split_seq++;
+  s->base = c->dir + "/split" + std::to_string(s->seq) + ".";
   int mine[2] = {color, key};
-  std::string base = c->dir + "/split" + std::to_string(seq) + ".";
-  if (!PublishFile(base + std::to_string(c->rank), mine, sizeof mine)) return ncclSystemError;
-  if (ncclResult_t r = BarrierRound({c}); r != ncclSuccess) return r;
+  if (!PublishFile(s->base + std::to_string(c->rank), mine, sizeof mine)) return ncclSystemError;
+  s->gen = c->sync.Arrive(c->nranks);
+  return ncclSuccess;
+}
+
+ncclResult_t WaitParent(Comm* c, uint32_t gen) {
+  if (c->sync.Wait(gen, Deadline())) return ncclSuccess;
+  WARN("p2psim: ncclCommSplit of comm %p (rank %d of %d): the other ranks did not arrive", static_cast<void*>(c), c->rank,
+       c->nranks);
+  return ncclSystemError;
+}
+
+// Every rank's (color, key) read; the child's rank among its color, ordered by (key, parent rank).
+ncclResult_t SplitMembers(PendingSplit& s, int* nmembers, int* rank) {
+  Comm* c = s.parent;
   std::vector<std::pair<int, int>> members;  // (key, parent rank) of my color
   for (int r = 0; r < c->nranks; ++r) {
     Mapped m;
     int theirs[2];
-    if (!m.Open(base + std::to_string(r)) || m.size != sizeof theirs) return ncclSystemError;
+    if (!m.Open(s.base + std::to_string(r)) || m.size != sizeof theirs) return ncclSystemError;
     std::memcpy(theirs, m.data, sizeof theirs);
-    if (color != NCCL_SPLIT_NOCOLOR && theirs[0] == color) members.push_back({theirs[1], r});
-  }
-  if (ncclResult_t r = BarrierRound({c}); r != ncclSuccess) return r;
-  unlink((base + std::to_string(c->rank)).c_str());
-  if (color == NCCL_SPLIT_NOCOLOR) {
-    *newcomm = nullptr;
-    return ncclSuccess;
+    if (s.color != NCCL_SPLIT_NOCOLOR && theirs[0] == s.color) members.push_back({theirs[1], r});
   }
   std::sort(members.begin(), members.end());
-  int rank = int(std::find_if(members.begin(), members.end(), [&](auto& m) { return m.second == c->rank; }) - members.begin());
-  std::string token = c->dir.substr(c->dir.rfind("p2psim-nccl-") + 12) + "-s" + std::to_string(seq) + "c" + std::to_string(color);
-  auto* child = new Comm();
+  *nmembers = int(members.size());
+  *rank = int(std::find_if(members.begin(), members.end(), [&](auto& m) { return m.second == c->rank; }) - members.begin());
+  return ncclSuccess;
+}
+
+ncclResult_t SplitChildBegin(PendingSplit& s, int nmembers, int rank) {
+  Comm* c = s.parent;
+  std::string token = c->dir.substr(c->dir.rfind("p2psim-nccl-") + 12) + "-s" + std::to_string(s.seq) + "c" + std::to_string(s.color);
+  Comm* child = s.child;
   child->api = "ncclCommSplit";
   child->parent = c;
-  child->color = color;
-  child->key = key;
-  child->split_count = int(seq);
-  if (ncclResult_t r = InitBegin(*child, token, int(members.size()), rank); r != ncclSuccess) {
-    delete child;
-    return r;
+  child->color = s.color;
+  child->key = s.key;
+  child->split_count = int(s.seq);
+  int saved = CurrentCudaDev();
+  CudaSetDevice(c->me.cuda_dev);  // the child lives on the parent's device, whichever is current now
+  ncclResult_t r = InitBegin(*child, token, nmembers, rank);
+  CudaSetDevice(saved);
+  return r;
+}
+
+// At ncclGroupEnd: the group's splits, each phase for all of them before the next.
+ncclResult_t FinishPendingSplits() {
+  std::vector<PendingSplit> splits;
+  splits.swap(t_pending_splits);
+  std::vector<std::pair<int, int>> shape(splits.size());
+  std::vector<uint32_t> gens(splits.size());
+  ncclResult_t result = ncclSuccess;
+  for (size_t i = 0; i < splits.size() && result == ncclSuccess; ++i) result = WaitParent(splits[i].parent, splits[i].gen);
+  for (size_t i = 0; i < splits.size() && result == ncclSuccess; ++i) {
+    result = SplitMembers(splits[i], &shape[i].first, &shape[i].second);
+    gens[i] = splits[i].parent->sync.Arrive(splits[i].parent->nranks);
   }
-  {
+  for (size_t i = 0; i < splits.size() && result == ncclSuccess; ++i) result = WaitParent(splits[i].parent, gens[i]);
+  for (size_t i = 0; i < splits.size(); ++i) {
+    unlink((splits[i].base + std::to_string(splits[i].parent->rank)).c_str());
+    if (splits[i].child == nullptr) continue;
+    if (result == ncclSuccess) result = SplitChildBegin(splits[i], shape[i].first, shape[i].second);
+    if (result == ncclSuccess) t_pending_inits.push_back(splits[i].child);
+    else SetError(splits[i].child, result, "p2psim: ncclCommSplit failed");
+  }
+  return result;
+}
+}  // namespace
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  (void)config;
+  Comm* c = C(comm);
+  if (!Valid(c) || newcomm == nullptr) return ncclInvalidArgument;
+  PendingSplit s{};
+  if (ncclResult_t r = SplitBegin(c, color, key, &s); r != ncclSuccess) return r;
+  // As NCCL does, the new communicator's handle is returned at once; inside a group it is ready
+  // after ncclGroupEnd.
+  if (color != NCCL_SPLIT_NOCOLOR) {
+    s.child = new Comm();
     std::lock_guard<std::mutex> lock(g_comms_mu);
-    g_comms.insert(child);
+    g_comms.insert(s.child);
   }
-  *newcomm = reinterpret_cast<ncclComm_t>(child);
-  return InitFinish(*child);
+  *newcomm = reinterpret_cast<ncclComm_t>(s.child);
+  t_pending_splits.push_back(s);
+  if (t_group_depth > 0) return ncclSuccess;
+  ncclResult_t r = FinishPendingSplits();
+  if (r != ncclSuccess) return r;
+  return FinishPendingInits();
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
@@ -1623,6 +1702,16 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, 
 NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
          ncclComm_t comm, cudaStream_t stream) {
   return Enqueue(MakeOp(OpKind::kAlltoAll, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, 0, stream));
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kGather, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, root, stream));
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream) {
+  return Enqueue(MakeOp(OpKind::kScatter, C(comm), sendbuff, recvbuff, count, datatype, ncclSum, root, stream));
 }
 
 NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,

@@ -1,0 +1,420 @@
+// NCCL jobs shaped like the ones people run (issue 13, points 4-6): nccl-tests' single-process
+// multi-GPU (-g), one thread per GPU (-t), alltoall, gather/scatter and send/recv in groups, a
+// split, communicators destroyed and re-created — examples/nccl_ring on the simulated node, bare and
+// under `p2ptrace run`, judged by what the program itself printed (nccl-tests' figures), by the
+// traces' own timing records, and by `report --json` and `export --perfetto`.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/trace_reader.h"
+#include "p2ptrace/trace_format.h"
+#include "tests/support/subprocess.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using p2ptrace::testing::Env;
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+
+const std::string kDemo = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+
+Env SimEnv(const std::string& rendezvous) {
+  fs::create_directories(rendezvous);
+  return {{"P2PSIM_NCCL_TIMEOUT", "30"}, {"P2PSIM_NCCL_DIR", rendezvous}, {"NCCL_DEBUG", std::nullopt},
+          {"NCCL_DEBUG_FILE", std::nullopt}, {"NCCL_DEBUG_SUBSYS", std::nullopt}, {"P2PTRACE_NCCL_TAP", std::nullopt},
+          {"P2PTRACE_NCCL_TAP_FILE", std::nullopt}, {"P2PTRACE_NCCL_FORWARD", std::nullopt},
+          {"P2PTRACE_NCCL_LOG", std::nullopt}, {"P2PTRACE_SAMPLE", std::nullopt}, {"P2PTRACE_DIR", std::nullopt},
+          {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"LD_PRELOAD", std::nullopt}, {"NO_COLOR", "1"}};
+}
+
+// nccl_ring with `args` on `hosts` of the demo node, in a directory of its own; under `p2ptrace
+// run` (traces in DIR/trace) when `traced`.
+RunResult Job(const std::string& dir, const std::string& hosts, const std::vector<std::string>& args, bool traced,
+              Env extra = {}) {
+  fs::create_directories(dir + "/id");
+  Env env = SimEnv(dir + "/rendezvous");
+  for (const auto& [k, v] : extra) env[k] = v;
+  std::vector<std::string> cmd;
+  if (traced) cmd = {P2PTRACE_CLI, "run", "--dir", dir + "/trace", "--"};
+  for (const std::string& a : {std::string(P2PSIM), std::string("launch"), std::string("--topology"), kDemo,
+                               std::string("--hosts"), hosts, std::string("--"), std::string(NCCL_RING)})
+    cmd.push_back(a);
+  cmd.insert(cmd.end(), args.begin(), args.end());
+  cmd.push_back(dir + "/id");
+  return RunProgram(cmd, env);
+}
+
+json ReportJson(const std::string& dir) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir, "--json"}, {{"NO_COLOR", "1"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return json::parse(r.out, nullptr, false);
+}
+
+std::vector<p2ptrace::Trace> ReadDir(const std::string& dir) {
+  std::vector<p2ptrace::Trace> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".p2ptrace") continue;
+    auto t = p2ptrace::ReadTrace(e.path().string());
+    if (!t.ok()) ADD_FAILURE() << t.error().message;
+    else out.push_back(std::move(t.value()));
+  }
+  return out;
+}
+
+// The program's own figures, one per line it printed: "allreduce size 1048576 B time … algbw … busbw …".
+struct Printed {
+  std::string op;
+  uint64_t size;
+  double us, algbw, busbw;
+};
+std::vector<Printed> ProgramLines(const std::string& out) {
+  static const std::regex kLine(R"((\S+)\s+size\s+(\d+) B\s+time\s+([0-9.]+) us\s+algbw\s+([0-9.]+) GB/s\s+busbw\s+([0-9.]+) GB/s)");
+  std::vector<Printed> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, kLine))
+      lines.push_back({m[1], std::stoull(m[2]), std::stod(m[3]), std::stod(m[4]), std::stod(m[5])});
+  }
+  return lines;
+}
+
+// The operations nccl_ring can run, all of them.
+const char* kAllOps =
+    "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,alltoallp2p,gather,scatter,gatherp2p,scatterp2p,sendrecv";
+
+// ---- the examples: every shape runs on the simulated node, and the shim changes nothing -----------
+
+struct Shape {
+  const char* name;
+  const char* hosts;
+  std::vector<std::string> args;
+  // The simulated clock of one thread's streams is its own; threads of one process share the host
+  // clock, so what one waits for another varies from run to run: only their sizes are compared.
+  bool same_times = true;
+};
+
+class NcclJobShape : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(NcclJobShape, RunsCorrectlyAndTheShimChangesNothing) {
+  const Shape& s = GetParam();
+  std::string dir = TempDir() + "/shape-" + s.name;
+  RunResult bare = Job(dir + "/bare", s.hosts, s.args, false);
+  ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
+  EXPECT_NE(bare.out.find("all results correct"), std::string::npos) << bare.out;
+  EXPECT_EQ(bare.err.find("not simulated"), std::string::npos) << bare.err;  // nothing the sim lacks
+  RunResult traced = Job(dir + "/traced", s.hosts, s.args, true);
+  ASSERT_EQ(traced.exit_code, 0) << traced.out << traced.err;
+  // The program's lines (results, and times measured on the simulated clock) are the bare run's.
+  // Ranks and threads print in whatever order they finish: compared as sets of lines.
+  std::vector<Printed> a = ProgramLines(bare.out), b = ProgramLines(traced.out);
+  auto order = [&](const Printed& x, const Printed& y) {
+    return s.same_times ? std::tie(x.op, x.size, x.us) < std::tie(y.op, y.size, y.us) : std::tie(x.op, x.size) < std::tie(y.op, y.size);
+  };
+  std::sort(a.begin(), a.end(), order);
+  std::sort(b.begin(), b.end(), order);
+  ASSERT_FALSE(a.empty()) << bare.out;
+  ASSERT_EQ(a.size(), b.size()) << traced.out;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].op, b[i].op);
+    EXPECT_EQ(a[i].size, b[i].size);
+    if (s.same_times) {
+      EXPECT_DOUBLE_EQ(a[i].us, b[i].us) << a[i].op;
+    }
+  }
+  EXPECT_NE(traced.out.find("all results correct"), std::string::npos) << traced.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sim, NcclJobShape,
+    ::testing::Values(
+        // nccl-tests' single process, 8 GPUs: communicators made in one group, every operation,
+        // a size sweep, iterations, a split and a re-created communicator.
+        Shape{"g8", "node0:1", {"-g", "8", "-o", kAllOps, "-b", "8K", "-e", "64K", "-f", "8", "-n", "2", "-s", "-r", "1"}},
+        Shape{"initall", "node0:1", {"-g", "4", "-i", "all", "-o", kAllOps, "-b", "16K", "-e", "16K"}},
+        // one thread per GPU, and threads of two GPUs each in two processes
+        Shape{"t4", "node0:1", {"-t", "4", "-o", kAllOps, "-b", "16K", "-e", "16K", "-s"}, false},
+        Shape{"p2t2g2", "node0:2", {"-t", "2", "-g", "2", "-o", kAllOps, "-b", "32K", "-e", "32K", "-s", "-r", "1"}, false},
+        // one process per GPU, as torchrun: the split and the re-creation
+        Shape{"p4", "node0:4", {"-o", kAllOps, "-b", "16K", "-e", "16K", "-s", "-r", "1"}}),
+    [](const ::testing::TestParamInfo<Shape>& i) { return std::string(i.param.name); });
+
+// ---- point 6: the ranks are NCCL's, each with its GPU, and each has its own timeline -----------
+
+// The export's process names ("rank 3 · node0 GPU3 (pid 77)") by timeline pid, and how many NCCL
+// slices each timeline process holds.
+struct Timeline {
+  std::map<int64_t, std::string> names;
+  std::map<int64_t, int> nccl_slices;
+};
+Timeline Export(const std::string& trace_dir, const std::string& out) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "export", trace_dir, "--perfetto", out}, {{"NO_COLOR", "1"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(out);
+  json j = json::parse(in, nullptr, false);
+  Timeline t;
+  if (j.is_discarded()) {
+    ADD_FAILURE() << out << " is not JSON";
+    return t;
+  }
+  for (const json& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") t.names[e["pid"].get<int64_t>()] = e["args"]["name"];
+    if (e["ph"] == "b" && e["cat"] == "p2ptrace.nccl") ++t.nccl_slices[e["pid"].get<int64_t>()];
+  }
+  return t;
+}
+
+struct RanksCase {
+  const char* name;
+  const char* hosts;
+  std::vector<std::string> args;
+  int processes, ranks;
+};
+
+class NcclJobRanks : public ::testing::TestWithParam<RanksCase> {};
+
+TEST_P(NcclJobRanks, EveryNcclRankWithItsGpuAndTimeline) {
+  const RanksCase& c = GetParam();
+  std::string dir = TempDir() + "/ranks-" + c.name;
+  RunResult r = Job(dir, c.hosts, c.args, true);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // The header counts NCCL's ranks, not processes or launcher ranks.
+  std::string header = "job trace: " + std::to_string(c.ranks) + " ranks (" + std::to_string(c.processes) +
+                       (c.processes == 1 ? " process)" : " processes)");
+  EXPECT_NE(r.out.find(header), std::string::npos) << r.out.substr(0, 2000);
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  std::set<int> ranks, gpus, pids;
+  std::set<std::string> buses;
+  for (const json& rank : j["ranks"]) {
+    if (rank["nccl_version"].is_null()) continue;  // the launcher
+    ASSERT_TRUE(rank["rank"].is_number()) << rank.dump();
+    EXPECT_TRUE(ranks.insert(rank["rank"].get<int>()).second) << "rank twice: " << j["ranks"].dump();
+    ASSERT_TRUE(rank["gpu"].is_number()) << rank.dump();
+    gpus.insert(rank["gpu"].get<int>());
+    ASSERT_TRUE(rank["bus_id"].is_string()) << rank.dump();
+    buses.insert(rank["bus_id"].get<std::string>());
+    pids.insert(rank["pid"].get<int>());
+    // nccl_ring's numbering: rank (process × threads + thread) × GPUs + i on device LOCAL_RANK ×
+    // threads × GPUs + thread × GPUs + i: on one host's node0, rank r is on CUDA device r.
+    EXPECT_EQ(rank["cuda_device"], rank["rank"]) << rank.dump();
+    EXPECT_EQ(rank["ranks_in_process"], c.ranks / c.processes) << rank.dump();
+    EXPECT_FALSE(rank["nccl_ranks"].empty()) << rank.dump();
+  }
+  std::set<int> want;
+  for (int i = 0; i < c.ranks; ++i) want.insert(i);
+  EXPECT_EQ(ranks, want) << j["ranks"].dump();
+  EXPECT_EQ(gpus.size(), static_cast<size_t>(c.ranks)) << j["ranks"].dump();
+  EXPECT_EQ(buses.size(), static_cast<size_t>(c.ranks));
+  EXPECT_EQ(pids.size(), static_cast<size_t>(c.processes));
+  // Every NCCL operation counts each rank that called it.
+  for (const json& o : j["nccl_ops"])
+    if (o["nranks"] == c.ranks) {
+      EXPECT_EQ(o["ranks"].size(), static_cast<size_t>(c.ranks)) << o.dump();
+    }
+  // The timeline: a process per rank, named with its rank and GPU, each holding its own NCCL calls.
+  Timeline t = Export(dir + "/trace", dir + "/timeline.json");
+  std::set<int> named;
+  for (const auto& [pid, name] : t.names) {
+    std::smatch m;
+    static const std::regex kRank(R"(^rank (\d+) · node0 GPU(\d+) \(pid \d+\)$)");
+    if (!std::regex_match(name, m, kRank)) continue;
+    named.insert(std::stoi(m[1]));
+    EXPECT_GT(t.nccl_slices[pid], 0) << name;
+  }
+  EXPECT_EQ(named, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sim, NcclJobRanks,
+    ::testing::Values(RanksCase{"g8", "node0:1", {"-g", "8", "-o", "allreduce,sendrecv", "-s"}, 1, 8},
+                      RanksCase{"initall", "node0:1", {"-g", "4", "-i", "all", "-o", "allreduce,alltoall"}, 1, 4},
+                      RanksCase{"t4", "node0:1", {"-t", "4", "-o", "allreduce,sendrecv"}, 1, 4},
+                      // two processes of four ranks: the launcher's RANK (0, 1) is not NCCL's rank
+                      RanksCase{"p2g4", "node0:2", {"-g", "4", "-o", "allreduce,sendrecv", "-s"}, 2, 8}),
+    [](const ::testing::TestParamInfo<RanksCase>& i) { return std::string(i.param.name); });
+
+// ---- point 4: every time and rate the report prints was measured -------------------------------
+
+// Per process: the sum of its NCCL timing records (what its operations' times may add up to).
+std::map<int, double> TimedSecondsByPid(const std::string& trace_dir) {
+  std::map<int, double> by_pid;
+  for (const p2ptrace::Trace& t : ReadDir(trace_dir))
+    for (const p2ptrace::TraceRecord& rec : t.records)
+      if (const auto* tr = std::get_if<p2ptrace_timing_record>(&rec.body); tr && tr->src_device < 0)
+        by_pid[t.header.pid] += static_cast<double>(tr->duration_ns) * 1e-9;
+  return by_pid;
+}
+
+struct RatesCase {
+  const char* name;
+  const char* hosts;
+  std::vector<std::string> args;
+  const char* sample;  // P2PTRACE_SAMPLE; nullptr for the default
+};
+
+class NcclJobRates : public ::testing::TestWithParam<RatesCase> {};
+
+TEST_P(NcclJobRates, NoTimeBeyondItsTimingRecordsAndEveryRateSaysHow) {
+  const RatesCase& c = GetParam();
+  std::string dir = TempDir() + "/rates-" + c.name;
+  Env env;
+  if (c.sample) env["P2PTRACE_SAMPLE"] = c.sample;
+  RunResult r = Job(dir, c.hosts, c.args, true, env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  std::map<int, double> timed = TimedSecondsByPid(dir + "/trace");
+  std::map<int, double> life;
+  for (const json& rank : j["ranks"])
+    if (rank["seconds"].is_number()) life[rank["pid"].get<int>()] = rank["seconds"].get<double>();
+  // Each process's pairs: which pid holds a pair's source rank.
+  std::map<int, int> pid_of_rank;
+  for (const json& rank : j["ranks"])
+    if (rank["rank"].is_number()) pid_of_rank[rank["rank"].get<int>()] = rank["pid"].get<int>();
+  std::map<int, double> pair_seconds;  // by pid
+  int rated = 0, group_rated = 0, unrated_shared = 0;
+  double lost = 0;
+  for (const json& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ASSERT_TRUE(p["src"]["rank"].is_number()) << p.dump();
+    int pid = pid_of_rank.at(p["src"]["rank"].get<int>());
+    if (!p["seconds"].is_null()) {
+      double s = p["seconds"].get<double>();
+      pair_seconds[pid] += s;
+      EXPECT_LE(s, timed[pid] * (1 + 1e-9)) << "more than the process's timing records: " << p.dump();
+      EXPECT_LE(s, life[pid]) << "longer than the process lived: " << p.dump();
+    }
+    if (!p["gbps"].is_null()) {
+      ++rated;
+      ASSERT_TRUE(p["rate_basis"].is_string()) << p.dump();
+      EXPECT_TRUE(p["rate_basis"] == "own events" || p["rate_basis"] == "group" || p["rate_basis"] == "own events and group")
+          << p.dump();
+      group_rated += p["rate_basis"] == "group";
+      EXPECT_GT(p["timed_calls"].get<uint64_t>(), 0u) << p.dump();
+      // The rate is the timed calls' bytes over their time, no more.
+      EXPECT_NEAR(p["gbps"].get<double>(), p["timed_bytes"].get<double>() / p["seconds"].get<double>() / 1e9,
+                  1e-6 * p["gbps"].get<double>())
+          << p.dump();
+    } else {
+      EXPECT_TRUE(p["rate_basis"].is_null()) << p.dump();
+      EXPECT_TRUE(p["seconds"].is_null()) << p.dump();
+      unrated_shared += p["shared_group_calls"].get<uint64_t>() > 0;
+    }
+    if (p["lost_seconds"].is_number()) {
+      EXPECT_LE(p["lost_seconds"].get<double>(), p["seconds"].get<double>()) << p.dump();
+      lost += p["lost_seconds"].get<double>();
+    }
+  }
+  for (const auto& [pid, s] : pair_seconds) {
+    EXPECT_LE(s, timed[pid] * (1 + 1e-9)) << "pid " << pid;
+    EXPECT_LE(s, life[pid]) << "pid " << pid;
+  }
+  double total_life = 0;
+  for (const auto& [pid, s] : life) total_life += s;
+  EXPECT_LE(j["lost_seconds"].get<double>(), total_life);
+  EXPECT_NEAR(j["lost_seconds"].get<double>(), lost, 1e-12);
+  // The ring's sends were timed as groups that sent to one peer (sendrecv); the alltoall's groups
+  // sent to every peer: those pairs have no rate of their own, and say so.
+  EXPECT_GT(group_rated, 0) << j["pairs"].size() << " pairs";
+  EXPECT_GT(unrated_shared, 0) << j["pairs"].size() << " pairs";
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("no per-pair rate"), std::string::npos) << text.out;
+  // Operations: a mean time per call no longer than the process lived.
+  double longest = 0;
+  for (const auto& [pid, s] : life) longest = std::max(longest, s);
+  for (const json& o : j["nccl_ops"]) {
+    if (o["seconds"].is_number()) {
+      EXPECT_LE(o["seconds"].get<double>(), longest) << o.dump();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sim, NcclJobRates,
+    ::testing::Values(
+        // nccl-tests' sweep from 8 B: the default sample times the first (smallest) calls only
+        RatesCase{"g8_sweep", "node0:1", {"-g", "8", "-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "4"}, nullptr},
+        RatesCase{"g8_all", "node0:1", {"-g", "8", "-o", "sendrecv,alltoallp2p", "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}, "all"},
+        // one thread per GPU: every group timed (the default's first calls go to whichever threads come first)
+        RatesCase{"t8", "node0:1", {"-t", "8", "-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all"},
+        RatesCase{"p4", "node0:4", {"-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all"}),
+    [](const ::testing::TestParamInfo<RatesCase>& i) { return std::string(i.param.name); });
+
+// ---- point 5: bytes, algbw and busbw as nccl-tests defines them ---------------------------------
+
+// Every collective of one size, every call timed: the report's bytes per call are the size
+// nccl-tests prints for it, and its algbw/busbw are what the program measured with nccl-tests'
+// formulas (the same simulated clock: the shim's events and the program's bracket the same work).
+class NcclJobBytes : public ::testing::TestWithParam<RanksCase> {};
+
+TEST_P(NcclJobBytes, AsNcclTestsCountsThem) {
+  const RanksCase& c = GetParam();
+  std::string dir = TempDir() + "/bytes-" + c.name;
+  RunResult r = Job(dir, c.hosts, c.args, true, {{"P2PTRACE_SAMPLE", "all"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::map<std::string, Printed> printed;  // by nccl_ring's name
+  for (const Printed& p : ProgramLines(r.out)) printed[p.op] = p;
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  const std::map<std::string, std::string> kOps = {
+      {"allreduce", "ncclAllReduce"}, {"broadcast", "ncclBroadcast"},         {"reduce", "ncclReduce"},
+      {"allgather", "ncclAllGather"}, {"reducescatter", "ncclReduceScatter"}, {"alltoall", "ncclAlltoAll"},
+      {"gather", "ncclGather"},       {"scatter", "ncclScatter"}};
+  int iters = 2, checked = 0;
+  for (const auto& [name, api] : kOps) {
+    auto p = printed.find(name);
+    ASSERT_NE(p, printed.end()) << name << " not printed: " << r.out;
+    const json* op = nullptr;
+    for (const json& o : j["nccl_ops"])
+      if (o["op"] == api && o["nranks"] == c.ranks) op = &o;
+    ASSERT_NE(op, nullptr) << api << ": " << j["nccl_ops"].dump();
+    const json& o = *op;
+    uint64_t calls = static_cast<uint64_t>(c.ranks * iters);
+    EXPECT_EQ(o["calls"], calls) << o.dump();
+    EXPECT_EQ(o["timed_calls"], calls) << o.dump();
+    EXPECT_EQ(o["bytes"].get<uint64_t>(), calls * p->second.size) << api << ": nccl-tests' size is " << p->second.size;
+    EXPECT_NEAR(o["algbw_gbps"].get<double>(), p->second.algbw, 0.01 * p->second.algbw + 0.01) << api;
+    EXPECT_NEAR(o["busbw_gbps"].get<double>(), p->second.busbw, 0.01 * p->second.busbw + 0.01) << api;
+    ++checked;
+  }
+  // alltoall as grouped send/recv (nccl-tests before NCCL 2.28): the sends of a rank's group are
+  // its alltoall's size over the group's time, nccl-tests' algbw for it.
+  auto a2a = printed.find("alltoallp2p");
+  ASSERT_NE(a2a, printed.end()) << r.out;
+  for (const json& o : j["nccl_ops"])
+    if (o["op"] == "ncclSend" && o["nranks"] == c.ranks) {
+      EXPECT_EQ(o["bytes"].get<uint64_t>(), static_cast<uint64_t>(c.ranks * iters) * a2a->second.size) << o.dump();
+      EXPECT_EQ(o["timings"], c.ranks * iters) << "one duration per rank and group: " << o.dump();
+      EXPECT_NEAR(o["algbw_gbps"].get<double>(), a2a->second.algbw, 0.01 * a2a->second.algbw + 0.01) << o.dump();
+      ++checked;
+    }
+  EXPECT_EQ(checked, 9);
+  // The text says the same figures.
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("ncclAlltoAll"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sim, NcclJobBytes,
+    ::testing::Values(
+        RanksCase{"g4", "node0:1", {"-g", "4", "-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,gather,scatter,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 1, 4},
+        RanksCase{"p8", "node0:8", {"-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,gather,scatter,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 8, 8}),
+    [](const ::testing::TestParamInfo<RanksCase>& i) { return std::string(i.param.name); });
+
+}  // namespace
