@@ -191,9 +191,17 @@ struct PreflightGpu {
   int cuda = -1;     // the writing process's CUDA ordinal for it; -1 not visible there
 };
 
+// The link between two GPUs of the node as `nvidia-smi topo -m` names it ("NV18", "PIX", "SYS"),
+// for every pair the probe could name, whichever GPUs the job uses.
+struct PreflightLink {
+  int a = -1, b = -1;  // PreflightGpu::index
+  std::string link;
+};
+
 struct PreflightBlock {
   std::string host, boot_id;
   std::vector<ProbeStep> steps;
+  std::vector<PreflightLink> links;  // "link" lines
   std::vector<PreflightGpu> gpus;  // every GPU of this host the probe saw (from block format 1, "gpu" lines)
   std::vector<PreflightPair> pairs;
   std::vector<std::string> warnings;  // the lines printed (or that would have been)

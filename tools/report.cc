@@ -306,6 +306,7 @@ struct ReportBuilder::State {
   struct HostPreflight {
     std::string boot_id;
     bool nvml = false;  // NVML answered the probe: a PCIe label then means no NVLink
+    std::map<std::pair<std::string, std::string>, std::string> links;  // (bus, bus), both orders -> "NV6"
     std::vector<PreflightPair> pairs;
     std::vector<std::string> warnings;
   };
@@ -782,6 +783,13 @@ void ReportBuilder::State::AddPreflight(const std::string& host, const Preflight
   for (const ProbeStep& st : b.steps)
     if (st.name == "NVML" && st.status == "ok") hp.nvml = true;
   auto& gpus = node_gpus[ShortHost(host)];
+  std::map<int, std::string> bus_of;
+  for (const PreflightGpu& g : b.gpus) bus_of[g.index] = NormalizeBusId(g.bus_id);
+  for (const PreflightLink& l : b.links)
+    if (bus_of.count(l.a) && bus_of.count(l.b)) {
+      hp.links.try_emplace({bus_of[l.a], bus_of[l.b]}, l.link);
+      hp.links.try_emplace({bus_of[l.b], bus_of[l.a]}, l.link);
+    }
   for (const PreflightGpu& g : b.gpus)
     if (std::string bus = NormalizeBusId(g.bus_id); !bus.empty() && g.index >= 0) gpus.try_emplace(bus, g);
   for (const PreflightPair& p : b.pairs)  // blocks written before the "gpu" lines
@@ -848,15 +856,18 @@ const PreflightPair* ReportBuilder::State::PredictionFor(const PairEntry& e) con
 // it is a PCIe path and NVML answered (it would have named an NVLink). The trace's own class stands
 // where it named one; "p2p" stays only where nothing on the node could tell.
 void ReportBuilder::State::NameLink(PairEntry& e) const {
-  const PreflightPair* p = PredictionFor(e);
-  if (p == nullptr || p->link.empty()) return;
-  e.link = p->link;
+  if (e.src.host != e.dst.host) return;
   auto hp = preflight.end();
   for (auto it = preflight.begin(); it != preflight.end(); ++it)
     if (ShortHost(it->first) == ShortHost(e.src.host)) hp = it;
-  int cls = p->link.rfind("NV", 0) == 0                          ? P2PTRACE_TRANSPORT_NVLINK
-            : hp != preflight.end() && hp->second.nvml && e.src.host == e.dst.host ? P2PTRACE_TRANSPORT_PCIE_P2P
-                                                                   : 0;
+  if (hp == preflight.end()) return;
+  // The node's link for the two GPUs (every pair the probe named), else the prediction's.
+  if (auto l = hp->second.links.find({NormalizeBusId(e.src.bus_id), NormalizeBusId(e.dst.bus_id)}); l != hp->second.links.end())
+    e.link = l->second;
+  else if (const PreflightPair* p = PredictionFor(e); p != nullptr)
+    e.link = p->link;
+  if (e.link.empty()) return;
+  int cls = e.link.rfind("NV", 0) == 0 ? P2PTRACE_TRANSPORT_NVLINK : hp->second.nvml ? P2PTRACE_TRANSPORT_PCIE_P2P : 0;
   if (cls == 0) return;
   if (e.transport == P2PTRACE_TRANSPORT_P2P) e.transport = cls;
   if (e.expected == P2PTRACE_TRANSPORT_P2P) e.expected = cls;

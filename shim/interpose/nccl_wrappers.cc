@@ -142,7 +142,7 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
   if (get_version != nullptr && get_version(&v) == ncclSuccess && v > 0) {
     g_nccl_version.store(v, std::memory_order_relaxed);
     if (NcclIgnoresDebugFile(v)) WithdrawNcclLogTap();
-    if (TraceWriter::Ready()) TraceWriter::header()->nccl_version = v;
+    if (TraceWriter::Ready()) __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   }
   // The environment NCCL is about to read (the tap's variables set, or the user's restored).
   if (TraceWriter::IsOpen()) TraceWriter::RecordEnvironment();
@@ -180,7 +180,9 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
     return;
   }
   // Again here: a forked child's trace opens after the process's first call.
-  if (int v = g_nccl_version.load(std::memory_order_relaxed)) TraceWriter::header()->nccl_version = v;
+  // Atomic: every thread's first communicator writes the same value into the shared header.
+  if (int v = g_nccl_version.load(std::memory_order_relaxed))
+    __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   p2ptrace_nccl_comm_record rec{};
   rec.comm = reinterpret_cast<uintptr_t>(comm);
   rec.id_hash = id_hash;

@@ -352,3 +352,28 @@ TEST(Communicators, EveryConnectionOfEveryCommunicatorIsOnAPair) {
 }
 
 }  // namespace
+
+namespace {
+
+// One process driving all 8 GPUs from 8 threads (its job-start check ran at the first thread's
+// init, one GPU): the node's links still name every NVLink pair.
+TEST(Links, OneProcessOnEightGpusNamesItsNvlinks) {
+  std::string dir = TempDir() + "/threads8", rendezvous = dir + "-id";
+  std::filesystem::create_directories(rendezvous);
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", P2PSIM, "launch", "--topology",
+                            Topology("demo-8gpu.json"), "--hosts", "node0:1", "--", NCCL_RING, "-t", "8", "-o",
+                            "allreduce", "-n", "1", rendezvous},
+                           SimEnv(Topology("demo-8gpu.json")));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json j = ReportJson(dir);
+  int pairs = 0;
+  for (const json& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ++pairs;
+    int a = p["src"]["gpu"].get<int>(), b = p["dst"]["gpu"].get<int>();
+    EXPECT_EQ(p["transport"], (a < 4) == (b < 4) ? "nvlink" : "shm") << p.dump();
+  }
+  EXPECT_EQ(pairs, 8);  // the ring
+}
+
+}  // namespace
