@@ -96,7 +96,7 @@ std::string DeviceName(const Trace& t, int d) {
 std::string BusFromNccl(const std::string& hex) {
   if (hex.empty() || hex.find(':') != std::string::npos) return hex;
   unsigned long long v = std::strtoull(hex.c_str(), nullptr, 16);
-  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", (v >> 20) & 0xffff, (v >> 12) & 0xff, (v >> 4) & 0x1f, v & 0x7);
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", v >> 20, (v >> 12) & 0xff, (v >> 4) & 0xff, v & 0xf);
 }
 
 // How far a process's trace can be trusted: what the shim saw, and what an empty answer means.
