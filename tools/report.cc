@@ -611,9 +611,8 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
     else s.ranks.insert(t.header.rank);
     // The trace holds NCCL's count × type size; nccl-tests' size S is n of them for the operations
     // whose count is one rank's block (tools/nccl_bw.h).
-    auto size = [&](uint64_t count_bytes) {
-      return static_cast<uint64_t>(NcclTestsSize(k.second, count_bytes, nranks));
-    };
+    const int api = k.second;  // clang 14 cannot capture a structured binding
+    auto size = [&](uint64_t count_bytes) { return static_cast<uint64_t>(NcclTestsSize(api, count_bytes, nranks)); };
     s.calls += a.calls;
     s.errors += a.errors;
     s.bytes += size(a.bytes);
