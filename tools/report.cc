@@ -346,6 +346,7 @@ struct ReportBuilder::State {
   const PreflightPair* PredictionFor(const PairEntry& e) const;
   void ApplyPreflight(PairEntry& e) const;
   void NameLink(PairEntry& e) const;
+  const HostPreflight* PreflightOf(const std::string& host) const;
 };
 
 ReportBuilder::ReportBuilder(std::string path) : s_(std::make_unique<State>()) { s_->rep.path = std::move(path); }
@@ -811,14 +812,17 @@ void ReportBuilder::State::AddPreflight(const std::string& host, const Preflight
 // by GPU index. The shim numbers another host's (or container's) GPUs from 100 (shim/preflight.cc
 // MergeIdentities), so a pair with such a GPU is matched only to a cross-host pair, its local GPU
 // on the block's host.
+// A host's preflight: NCCL's lines name the short host, a trace may hold the full one.
+const ReportBuilder::State::HostPreflight* ReportBuilder::State::PreflightOf(const std::string& host) const {
+  if (auto it = preflight.find(host); it != preflight.end()) return &it->second;
+  for (const auto& [h, hp] : preflight)
+    if (ShortHost(h) == ShortHost(host)) return &hp;
+  return nullptr;
+}
+
 const PreflightPair* ReportBuilder::State::PredictionFor(const PairEntry& e) const {
   constexpr int kForeignIndex = 100;
-  auto block = [&](const std::string& host) -> const HostPreflight* {
-    if (auto it = preflight.find(host); it != preflight.end()) return &it->second;
-    for (const auto& [h, hp] : preflight)  // NCCL's lines name the short host, a trace may hold the full one
-      if (ShortHost(h) == ShortHost(host)) return &hp;
-    return nullptr;
-  };
+  auto block = [&](const std::string& host) { return PreflightOf(host); };
   auto bus = [](const std::string& b) { return NormalizeBusId(b); };  // "" for "device3"
   if (e.src.host == e.dst.host) {
     const HostPreflight* hp = block(e.src.host);
@@ -856,17 +860,15 @@ const PreflightPair* ReportBuilder::State::PredictionFor(const PairEntry& e) con
 // where it named one; "p2p" stays only where nothing on the node could tell.
 void ReportBuilder::State::NameLink(PairEntry& e) const {
   if (e.src.host != e.dst.host) return;
-  auto hp = preflight.end();
-  for (auto it = preflight.begin(); it != preflight.end(); ++it)
-    if (ShortHost(it->first) == ShortHost(e.src.host)) hp = it;
-  if (hp == preflight.end()) return;
+  const HostPreflight* hp = PreflightOf(e.src.host);
+  if (hp == nullptr) return;
   // The node's link for the two GPUs (every pair the probe named), else the prediction's.
-  if (auto l = hp->second.links.find({NormalizeBusId(e.src.bus_id), NormalizeBusId(e.dst.bus_id)}); l != hp->second.links.end())
+  if (auto l = hp->links.find({NormalizeBusId(e.src.bus_id), NormalizeBusId(e.dst.bus_id)}); l != hp->links.end())
     e.link = l->second;
   else if (const PreflightPair* p = PredictionFor(e); p != nullptr)
     e.link = p->link;
   if (e.link.empty()) return;
-  int cls = e.link.rfind("NV", 0) == 0 ? P2PTRACE_TRANSPORT_NVLINK : hp->second.nvml ? P2PTRACE_TRANSPORT_PCIE_P2P : 0;
+  int cls = e.link.rfind("NV", 0) == 0 ? P2PTRACE_TRANSPORT_NVLINK : hp->nvml ? P2PTRACE_TRANSPORT_PCIE_P2P : 0;
   if (cls == 0) return;
   if (e.transport == P2PTRACE_TRANSPORT_P2P) e.transport = cls;
   if (e.expected == P2PTRACE_TRANSPORT_P2P) e.expected = cls;
@@ -880,28 +882,20 @@ void ReportBuilder::State::ApplyPreflight(PairEntry& e) const {
   const PreflightPair* p = PredictionFor(e);
   if (p == nullptr) return;
   bool foreseen = p->transport == e.transport;
-  // A path taken as foreseen that may still crawl or hang (IOMMU/ACS redirecting P2P through the
-  // root complex, NVLinks down, a downtrained PCIe link): the risk is the pair's, not only the
-  // job-start line's.
-  if (!p->fallback) {
-    if (foreseen || (IsDirect(e.transport) && IsDirect(p->transport)))
-      for (const CauseHit& c : p->causes) {
-        if (c.role != "risk" || std::any_of(e.causes.begin(), e.causes.end(), [&](const Cause& x) { return x.id == c.id; }))
-          continue;
-        const CauseInfo* info = FindCause(c.id);
-        Cause cause{c.id, c.evidence, info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
-                    info ? std::string(info->confirm) : "", "preflight"};
-        e.causes.push_back(std::move(cause));
-      }
+  if (p->fallback) {
+    if (!foreseen && !(e.source == "nccl" && e.fallback)) return;
+    if (foreseen && e.expected == 0 && p->best != 0) {
+      e.expected = p->best;
+      e.fallback = true;
+    }
+  } else if (!foreseen && !(IsDirect(e.transport) && IsDirect(p->transport))) {
     return;
   }
-  if (!foreseen && !(e.source == "nccl" && e.fallback)) return;
-  if (foreseen && e.expected == 0 && p->best != 0) {
-    e.expected = p->best;
-    e.fallback = true;
-  }
+  // A fallback takes every cause that decided or contributed; a path taken as foreseen that may
+  // still crawl or hang (IOMMU/ACS redirecting P2P through the root complex, NVLinks down, a
+  // downtrained PCIe link) takes its risks: they are the pair's, not only the job-start line's.
   for (const CauseHit& c : p->causes) {
-    if (c.role == "context") continue;
+    if (c.role == "context" || (!p->fallback && c.role != "risk")) continue;
     if (std::any_of(e.causes.begin(), e.causes.end(), [&](const Cause& x) { return x.id == c.id; })) continue;
     const CauseInfo* info = FindCause(c.id);
     Cause cause{c.id, c.evidence, info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
