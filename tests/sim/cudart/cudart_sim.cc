@@ -26,8 +26,10 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "tests/sim/common/gpu_model.h"
 #include "tests/sim/common/sim_topology.h"
 
 #ifndef P2PSIM_CUDART_MAJOR
@@ -45,7 +47,6 @@ constexpr int kRuntimeVersion = P2PSIM_CUDART_MAJOR == 13 ? 13000 : 12080;
 constexpr int kDriverVersion = 13000;
 constexpr int kMaxPeers = 8;               // peers one device can map at once (cudaErrorTooManyPeers)
 constexpr double kKernelSeconds = 5e-6;    // what a kernel launch costs on the simulated clock
-constexpr size_t kDeviceMemory = 80ull << 30;
 
 struct ErrorEntry { int code; const char* name; const char* text; };
 constexpr ErrorEntry kErrors[] = {
@@ -63,6 +64,8 @@ struct Stream {
   double t = 0;        // simulated time when its queued work completes
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   int capture_nodes = 0;
+  unsigned long long capture_id = 0;  // of the capture sequence, unique in the process
+  struct Graph* capture_graph = nullptr;  // the graph being built while capturing
   int pending_host_funcs = 0;
 };
 
@@ -127,6 +130,10 @@ std::once_flag g_once;
 thread_local int t_device = 0;
 thread_local cudaError_t t_last_error = cudaSuccess;
 thread_local bool t_in_host_func = false;
+// cudaThreadExchangeStreamCaptureMode's per-thread mode; the sim records it but does not forbid
+// unsafe calls during another thread's global-mode capture.
+thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
+unsigned long long g_capture_ids = 0;
 thread_local std::map<int, Stream*> t_per_thread;
 struct LaunchConfig { dim3 grid, block; size_t shmem; void* stream; };
 thread_local std::vector<LaunchConfig> t_launch_stack;
@@ -220,6 +227,7 @@ cudaError_t Ret(cudaError_t e) {
 int DeviceCount(const State& st) { return static_cast<int>(st.visible.size()); }
 bool ValidDevice(const State& st, int d) { return d >= 0 && d < DeviceCount(st); }
 const Gpu& GpuOf(const State& st, int ordinal) { return *st.host->FindGpu(st.visible[ordinal]); }
+size_t DeviceMemory(const State& st, int ordinal) { return p2psim::ModelOf(GpuOf(st, ordinal).name).memory; }
 int OrdinalOf(const State& st, int host_gpu) {
   for (size_t i = 0; i < st.visible.size(); ++i)
     if (st.visible[i] == host_gpu) return static_cast<int>(i);
@@ -351,7 +359,7 @@ void* ArenaMap(State& st, int host_gpu, int fd, size_t size) {
   if (a.base == 0) {
     // Room for fragmentation and IPC mappings; P2PSIM_ARENA_GB shrinks it for tools such as
     // valgrind that cannot reserve hundreds of GiB of address space.
-    a.capacity = RoundUp(kDeviceMemory, kGranule) * 2;
+    a.capacity = RoundUp(p2psim::ModelOf(st.host->FindGpu(host_gpu)->name).memory, kGranule) * 2;
     if (const char* gb = std::getenv("P2PSIM_ARENA_GB"); gb && std::atoi(gb) > 0)
       a.capacity = std::min(a.capacity, static_cast<size_t>(std::atoi(gb)) << 30);
     void* r = mmap(nullptr, a.capacity + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -396,7 +404,7 @@ void ArenaUnmap(State& st, int host_gpu, void* p, size_t size) {
 cudaError_t AllocDevice(State& st, void** ptr, size_t size) {
   if (ptr == nullptr) return cudaErrorInvalidValue;
   if (size == 0) { *ptr = nullptr; return cudaSuccess; }
-  if (size > kDeviceMemory) return cudaErrorMemoryAllocation;
+  if (size > DeviceMemory(st, t_device)) return cudaErrorMemoryAllocation;
   int fd = memfd_create("p2psim-device-memory", 0);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
     if (fd >= 0) close(fd);
@@ -620,21 +628,45 @@ struct IpcHandle {
 static_assert(sizeof(IpcHandle) <= sizeof(cudaIpcMemHandle_t));
 constexpr char kIpcMagic[8] = {'p', '2', 'p', 's', 'i', 'm', '1', 0};
 
-// cudaDeviceProp's layout moved between CUDA 12 and 13; the 12 flavour writes CUDA 12's offsets.
-struct PropLayout {
-  size_t size, name, uuid, total_global_mem, major, minor, sm_count, pci_bus, pci_device, pci_domain,
-      unified_addressing, can_map_host, concurrent_kernels, async_engines, managed_memory;
+// cudaDeviceProp's layout moved between CUDA 12 and 13 (13 dropped clockRate, computeMode and
+// others): the 12 flavour writes CUDA 12.8's struct, mirrored here from its driver_types.h
+// (nvidia-cuda-runtime-cu12 12.8.90); the asserts pin the offsets real programs read.
+struct DeviceProp12 {
+  char name[256]; cudaUUID_t uuid; char luid[8]; unsigned int luidDeviceNodeMask;
+  size_t totalGlobalMem, sharedMemPerBlock; int regsPerBlock, warpSize; size_t memPitch;
+  int maxThreadsPerBlock, maxThreadsDim[3], maxGridSize[3], clockRate; size_t totalConstMem;
+  int major, minor; size_t textureAlignment, texturePitchAlignment;
+  int deviceOverlap, multiProcessorCount, kernelExecTimeoutEnabled, integrated, canMapHostMemory, computeMode;
+  int maxTexture1D, maxTexture1DMipmap, maxTexture1DLinear, maxTexture2D[2], maxTexture2DMipmap[2],
+      maxTexture2DLinear[3], maxTexture2DGather[2], maxTexture3D[3], maxTexture3DAlt[3], maxTextureCubemap,
+      maxTexture1DLayered[2], maxTexture2DLayered[3], maxTextureCubemapLayered[2], maxSurface1D, maxSurface2D[2],
+      maxSurface3D[3], maxSurface1DLayered[2], maxSurface2DLayered[3], maxSurfaceCubemap, maxSurfaceCubemapLayered[2];
+  size_t surfaceAlignment;
+  int concurrentKernels, ECCEnabled, pciBusID, pciDeviceID, pciDomainID, tccDriver, asyncEngineCount,
+      unifiedAddressing, memoryClockRate, memoryBusWidth, l2CacheSize, persistingL2CacheMaxSize,
+      maxThreadsPerMultiProcessor, streamPrioritiesSupported, globalL1CacheSupported, localL1CacheSupported;
+  size_t sharedMemPerMultiprocessor;
+  int regsPerMultiprocessor, managedMemory, isMultiGpuBoard, multiGpuBoardGroupID, hostNativeAtomicSupported,
+      singleToDoublePrecisionPerfRatio, pageableMemoryAccess, concurrentManagedAccess, computePreemptionSupported,
+      canUseHostPointerForRegisteredMem, cooperativeLaunch, cooperativeMultiDeviceLaunch;
+  size_t sharedMemPerBlockOptin;
+  int pageableMemoryAccessUsesHostPageTables, directManagedMemAccessFromHost, maxBlocksPerMultiProcessor,
+      accessPolicyMaxWindowSize;
+  size_t reservedSharedMemPerBlock;
+  int hostRegisterSupported, sparseCudaArraySupported, hostRegisterReadOnlySupported,
+      timelineSemaphoreInteropSupported, memoryPoolsSupported, gpuDirectRDMASupported;
+  unsigned int gpuDirectRDMAFlushWritesOptions; int gpuDirectRDMAWritesOrdering;
+  unsigned int memoryPoolSupportedHandleTypes;
+  int deferredMappingCudaArraySupported, ipcEventSupported, clusterLaunch, unifiedFunctionPointers, reserved[63];
 };
+static_assert(sizeof(DeviceProp12) == 1032 && offsetof(DeviceProp12, uuid) == 256 &&
+              offsetof(DeviceProp12, totalGlobalMem) == 288 && offsetof(DeviceProp12, major) == 360 &&
+              offsetof(DeviceProp12, multiProcessorCount) == 388 && offsetof(DeviceProp12, pciBusID) == 584 &&
+              offsetof(DeviceProp12, managedMemory) == 652);
 #if P2PSIM_CUDART_MAJOR == 13
-#define OFF(f) offsetof(cudaDeviceProp, f)
-constexpr PropLayout kProp{sizeof(cudaDeviceProp), OFF(name), OFF(uuid), OFF(totalGlobalMem), OFF(major), OFF(minor),
-                           OFF(multiProcessorCount), OFF(pciBusID), OFF(pciDeviceID), OFF(pciDomainID),
-                           OFF(unifiedAddressing), OFF(canMapHostMemory), OFF(concurrentKernels),
-                           OFF(asyncEngineCount), OFF(managedMemory)};
-#undef OFF
+using DeviceProp = cudaDeviceProp;
 #else
-// Offsets read off CUDA 12.8's driver_types.h (nvidia-cuda-runtime-cu12 12.8.90).
-constexpr PropLayout kProp{1032, 0, 256, 288, 360, 364, 388, 584, 588, 592, 604, 400, 576, 600, 652};
+using DeviceProp = DeviceProp12;
 #endif
 
 template <typename T>
@@ -647,15 +679,6 @@ BusId ParseBus(const std::string& s) {
   return b;
 }
 
-void ComputeCapability(const std::string& name, int* major, int* minor) {
-  struct { const char* key; int ma, mi; } table[] = {
-      {"B200", 10, 0}, {"GB200", 10, 0}, {"H100", 9, 0}, {"H200", 9, 0}, {"H20", 9, 0}, {"GH200", 9, 0},
-      {"L40", 8, 9}, {"L20", 8, 9}, {"L4", 8, 9}, {"RTX 40", 8, 9}, {"RTX 6000 Ada", 8, 9}, {"A100", 8, 0},
-      {"A30", 8, 0}, {"A10", 8, 6}, {"A40", 8, 6}, {"RTX 30", 8, 6}, {"V100", 7, 0}, {"T4", 7, 5}, {"RTX 50", 12, 0}};
-  *major = 9; *minor = 0;
-  for (auto& e : table)
-    if (name.find(e.key) != std::string::npos) { *major = e.ma; *minor = e.mi; return; }
-}
 
 }  // namespace
 
@@ -733,33 +756,80 @@ SIM_API cudaError_t cudaGetDeviceFlags(unsigned int* flags) {
   return cudaSuccess;
 }
 
-static cudaError_t FillProps(void* prop, int device) {
-  SIM_ENTER();
-  if (prop == nullptr) return Ret(cudaErrorInvalidValue);
-  if (!ValidDevice(st, device)) return Ret(cudaErrorInvalidDevice);
-  const Gpu& g = GpuOf(st, device);
-  std::memset(prop, 0, kProp.size);
-  std::snprintf(static_cast<char*>(prop) + kProp.name, 256, "%s", g.name.c_str());
+// Every field of cudaDeviceProp from the same attribute table as cudaDeviceGetAttribute.
+template <typename P>
+void FillFrom(P* p, const State& st, const Gpu& g) {
+  const p2psim::GpuModel& m = p2psim::ModelOf(g.name);
+  BusId b = ParseBus(g.bus_id);
+  auto at = [&](int attr) { return p2psim::DeviceAttribute(m, attr, b.domain, b.bus, b.device); };
+  std::memset(p, 0, sizeof *p);
+  std::snprintf(p->name, sizeof p->name, "%s", g.name.c_str());
   // A stable UUID derived from host and bus id.
   unsigned char uuid[16] = {};
   std::string key = st.host->name + "/" + g.bus_id;
   for (size_t i = 0; i < key.size(); ++i) uuid[i % 16] = static_cast<unsigned char>(uuid[i % 16] * 31 + key[i]);
-  std::memcpy(static_cast<char*>(prop) + kProp.uuid, uuid, 16);
-  int major = 0, minor = 0;
-  ComputeCapability(g.name, &major, &minor);
-  BusId b = ParseBus(g.bus_id);
-  Put<size_t>(prop, kProp.total_global_mem, kDeviceMemory);
-  Put<int>(prop, kProp.major, major);
-  Put<int>(prop, kProp.minor, minor);
-  Put<int>(prop, kProp.sm_count, 132);
-  Put<int>(prop, kProp.pci_bus, static_cast<int>(b.bus));
-  Put<int>(prop, kProp.pci_device, static_cast<int>(b.device));
-  Put<int>(prop, kProp.pci_domain, static_cast<int>(b.domain));
-  Put<int>(prop, kProp.unified_addressing, 1);
-  Put<int>(prop, kProp.can_map_host, 1);
-  Put<int>(prop, kProp.concurrent_kernels, 1);
-  Put<int>(prop, kProp.async_engines, 2);
-  Put<int>(prop, kProp.managed_memory, 1);
+  std::memcpy(&p->uuid, uuid, 16);
+  p->totalGlobalMem = m.memory;
+  p->sharedMemPerBlock = at(cudaDevAttrMaxSharedMemoryPerBlock);
+  p->regsPerBlock = at(cudaDevAttrMaxRegistersPerBlock);
+  p->warpSize = at(cudaDevAttrWarpSize);
+  p->memPitch = at(cudaDevAttrMaxPitch);
+  p->maxThreadsPerBlock = at(cudaDevAttrMaxThreadsPerBlock);
+  for (int i = 0; i < 3; ++i) {
+    p->maxThreadsDim[i] = at(cudaDevAttrMaxBlockDimX + i);
+    p->maxGridSize[i] = at(cudaDevAttrMaxGridDimX + i);
+  }
+  p->totalConstMem = at(cudaDevAttrTotalConstantMemory);
+  p->major = m.major;
+  p->minor = m.minor;
+  p->textureAlignment = at(cudaDevAttrTextureAlignment);
+  p->texturePitchAlignment = at(cudaDevAttrTexturePitchAlignment);
+  p->multiProcessorCount = m.sms;
+  p->canMapHostMemory = 1;
+  p->surfaceAlignment = at(cudaDevAttrSurfaceAlignment);
+  p->concurrentKernels = 1;
+  p->ECCEnabled = at(cudaDevAttrEccEnabled);
+  p->pciBusID = static_cast<int>(b.bus);
+  p->pciDeviceID = static_cast<int>(b.device);
+  p->pciDomainID = static_cast<int>(b.domain);
+  p->asyncEngineCount = at(cudaDevAttrAsyncEngineCount);
+  p->unifiedAddressing = 1;
+  p->memoryBusWidth = m.memory_bus_bits;
+  p->l2CacheSize = m.l2_bytes;
+  p->persistingL2CacheMaxSize = at(cudaDevAttrMaxPersistingL2CacheSize);
+  p->maxThreadsPerMultiProcessor = m.max_threads_per_sm;
+  p->streamPrioritiesSupported = 1;
+  p->globalL1CacheSupported = p->localL1CacheSupported = 1;
+  p->sharedMemPerMultiprocessor = m.smem_per_sm;
+  p->regsPerMultiprocessor = at(cudaDevAttrMaxRegistersPerMultiprocessor);
+  p->managedMemory = 1;
+  p->concurrentManagedAccess = 1;
+  p->computePreemptionSupported = 1;
+  p->canUseHostPointerForRegisteredMem = 1;
+  p->cooperativeLaunch = 1;
+  p->sharedMemPerBlockOptin = m.smem_per_block_optin;
+  p->maxBlocksPerMultiProcessor = m.max_blocks_per_sm;
+  p->accessPolicyMaxWindowSize = at(cudaDevAttrMaxAccessPolicyWindowSize);
+  p->reservedSharedMemPerBlock = at(cudaDevAttrReservedSharedMemoryPerBlock);
+  p->hostRegisterSupported = p->sparseCudaArraySupported = p->hostRegisterReadOnlySupported = 1;
+  p->timelineSemaphoreInteropSupported = p->memoryPoolsSupported = 1;
+  p->memoryPoolSupportedHandleTypes = at(cudaDevAttrMemoryPoolSupportedHandleTypes);
+  p->deferredMappingCudaArraySupported = p->ipcEventSupported = 1;
+  p->clusterLaunch = at(cudaDevAttrClusterLaunch);
+  if constexpr (requires { p->clockRate; }) {  // CUDA 12's fields that 13 dropped
+    p->clockRate = m.clock_khz;
+    p->memoryClockRate = m.memory_clock_khz;
+    p->deviceOverlap = 1;
+    p->singleToDoublePrecisionPerfRatio = at(cudaDevAttrSingleToDoublePrecisionPerfRatio);
+    p->cooperativeMultiDeviceLaunch = 1;
+  }
+}
+
+static cudaError_t FillProps(void* prop, int device) {
+  SIM_ENTER();
+  if (prop == nullptr) return Ret(cudaErrorInvalidValue);
+  if (!ValidDevice(st, device)) return Ret(cudaErrorInvalidDevice);
+  FillFrom(static_cast<DeviceProp*>(prop), st, GpuOf(st, device));
   return cudaSuccess;
 }
 
@@ -776,23 +846,7 @@ SIM_API cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int 
   if (!ValidDevice(st, device)) return Ret(cudaErrorInvalidDevice);
   const Gpu& g = GpuOf(st, device);
   BusId b = ParseBus(g.bus_id);
-  int major = 0, minor = 0;
-  ComputeCapability(g.name, &major, &minor);
-  switch (attr) {
-    case cudaDevAttrPciBusId: *value = static_cast<int>(b.bus); break;
-    case cudaDevAttrPciDeviceId: *value = static_cast<int>(b.device); break;
-    case cudaDevAttrPciDomainId: *value = static_cast<int>(b.domain); break;
-    case cudaDevAttrComputeCapabilityMajor: *value = major; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = minor; break;
-    case cudaDevAttrMultiProcessorCount: *value = 132; break;
-    case cudaDevAttrUnifiedAddressing: case cudaDevAttrCanMapHostMemory: case cudaDevAttrConcurrentKernels:
-    case cudaDevAttrManagedMemory: case cudaDevAttrMemoryPoolsSupported:
-      *value = 1; break;
-    case cudaDevAttrAsyncEngineCount: *value = 2; break;
-    case cudaDevAttrWarpSize: *value = 32; break;
-    case cudaDevAttrMaxThreadsPerBlock: *value = 1024; break;
-    default: *value = 0; break;  // features the sim does not model read as absent
-  }
+  *value = p2psim::DeviceAttribute(p2psim::ModelOf(g.name), attr, b.domain, b.bus, b.device);
   return cudaSuccess;
 }
 
@@ -834,8 +888,9 @@ SIM_API cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
   size_t used = 0;
   for (auto& [base, a] : st.allocs)
     if (a.kind == Alloc::kDevice && a.host_gpu == st.visible[t_device]) used += a.size;
-  if (free_bytes) *free_bytes = kDeviceMemory - std::min(used, kDeviceMemory);
-  if (total) *total = kDeviceMemory;
+  size_t memory = DeviceMemory(st, t_device);
+  if (free_bytes) *free_bytes = memory - std::min(used, memory);
+  if (total) *total = memory;
   return cudaSuccess;
 }
 
@@ -1229,6 +1284,8 @@ static cudaError_t BeginCapture(cudaStream_t handle, cudaStreamCaptureMode mode,
   if (s->capture != cudaStreamCaptureStatusNone) return Ret(cudaErrorIllegalState);
   s->capture = cudaStreamCaptureStatusActive;
   s->capture_nodes = 0;
+  s->capture_id = ++g_capture_ids;
+  s->capture_graph = new Graph{};
   return cudaSuccess;
 }
 SIM_API cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode m) { return BeginCapture(s, m, false); }
@@ -1243,8 +1300,9 @@ static cudaError_t EndCapture(cudaStream_t handle, cudaGraph_t* graph, bool ptsz
   if (s->capture == cudaStreamCaptureStatusNone) return Ret(cudaErrorIllegalState);
   bool invalidated = s->capture == cudaStreamCaptureStatusInvalidated;
   s->capture = cudaStreamCaptureStatusNone;
-  if (invalidated) { *graph = nullptr; return Ret(cudaErrorStreamCaptureInvalidated); }
-  auto* g = new Graph{s->capture_nodes};
+  Graph* g = std::exchange(s->capture_graph, nullptr);
+  if (invalidated) { delete g; *graph = nullptr; return Ret(cudaErrorStreamCaptureInvalidated); }
+  g->nodes = s->capture_nodes;
   st.graphs.insert(g);
   *graph = reinterpret_cast<cudaGraph_t>(g);
   return cudaSuccess;
@@ -1263,6 +1321,79 @@ static cudaError_t IsCapturing(cudaStream_t handle, cudaStreamCaptureStatus* sta
 }
 SIM_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* c) { return IsCapturing(s, c, false); }
 SIM_API cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t s, cudaStreamCaptureStatus* c) { return IsCapturing(s, c, true); }
+
+// cudaStreamGetCaptureInfo in all its ABI forms: the status, the capture sequence's id and its
+// graph; the sim's graphs have no dependency nodes, so the dependency set is always empty.
+static cudaError_t CaptureInfo(cudaStream_t handle, bool ptsz, cudaStreamCaptureStatus* status,
+                               unsigned long long* id, cudaGraph_t* graph, const cudaGraphNode_t** deps,
+                               const cudaGraphEdgeData** edges, size_t* num_deps) {
+  SIM_ENTER();
+  if (status == nullptr) return Ret(cudaErrorInvalidValue);
+  std::lock_guard<std::mutex> lock(g_mu);
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
+  *status = s->capture;
+  bool active = s->capture == cudaStreamCaptureStatusActive;
+  if (id) *id = active ? s->capture_id : 0;
+  if (graph) *graph = active ? reinterpret_cast<cudaGraph_t>(s->capture_graph) : nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (num_deps) *num_deps = 0;
+  return cudaSuccess;
+}
+#if P2PSIM_CUDART_MAJOR == 13
+SIM_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id,
+                                             cudaGraph_t* g, const cudaGraphNode_t** d,
+                                             const cudaGraphEdgeData** e, size_t* n) {
+  return CaptureInfo(s, false, c, id, g, d, e, n);
+}
+SIM_API cudaError_t cudaStreamGetCaptureInfo_ptsz(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id,
+                                                  cudaGraph_t* g, const cudaGraphNode_t** d,
+                                                  const cudaGraphEdgeData** e, size_t* n) {
+  return CaptureInfo(s, true, c, id, g, d, e, n);
+}
+#else
+// CUDA 12: the plain name is the 11.x three-argument form, _v2 adds graph and dependencies, _v3
+// edge data.
+// (The CUDA 13 header declares the plain names with 7 arguments: these take their symbol by label.)
+SIM_API cudaError_t CaptureInfo11(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id)
+    __asm__("cudaStreamGetCaptureInfo");
+SIM_API cudaError_t CaptureInfo11Ptsz(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id)
+    __asm__("cudaStreamGetCaptureInfo_ptsz");
+SIM_API cudaError_t CaptureInfo11(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id) {
+  return CaptureInfo(s, false, c, id, nullptr, nullptr, nullptr, nullptr);
+}
+SIM_API cudaError_t CaptureInfo11Ptsz(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id) {
+  return CaptureInfo(s, true, c, id, nullptr, nullptr, nullptr, nullptr);
+}
+SIM_API cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id,
+                                                cudaGraph_t* g, const cudaGraphNode_t** d, size_t* n) {
+  return CaptureInfo(s, false, c, id, g, d, nullptr, n);
+}
+SIM_API cudaError_t cudaStreamGetCaptureInfo_v2_ptsz(cudaStream_t s, cudaStreamCaptureStatus* c,
+                                                     unsigned long long* id, cudaGraph_t* g,
+                                                     const cudaGraphNode_t** d, size_t* n) {
+  return CaptureInfo(s, true, c, id, g, d, nullptr, n);
+}
+SIM_API cudaError_t cudaStreamGetCaptureInfo_v3(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id,
+                                                cudaGraph_t* g, const cudaGraphNode_t** d,
+                                                const cudaGraphEdgeData** e, size_t* n) {
+  return CaptureInfo(s, false, c, id, g, d, e, n);
+}
+SIM_API cudaError_t cudaStreamGetCaptureInfo_v3_ptsz(cudaStream_t s, cudaStreamCaptureStatus* c,
+                                                     unsigned long long* id, cudaGraph_t* g,
+                                                     const cudaGraphNode_t** d, const cudaGraphEdgeData** e,
+                                                     size_t* n) {
+  return CaptureInfo(s, true, c, id, g, d, e, n);
+}
+#endif
+
+SIM_API cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* mode) {
+  SIM_ENTER();
+  if (mode == nullptr || *mode > cudaStreamCaptureModeRelaxed) return Ret(cudaErrorInvalidValue);
+  std::swap(*mode, t_capture_mode);
+  return cudaSuccess;
+}
 
 SIM_API cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   SIM_ENTER();
