@@ -156,6 +156,21 @@ std::vector<std::string> ChildEnvironment(const std::map<std::string, std::strin
   return env;
 }
 
+// LD_PRELOAD for the ranks: what is preloaded already (a tracer such as p2ptrace's shim stays
+// first), then the simulated libraries. Programs that find CUDA and NCCL through DT_RPATH (PyTorch's
+// pip wheels point into the nvidia-* packages) ignore LD_LIBRARY_PATH; a preloaded library of the
+// same soname is found first. CUDA 12 and 13 runtimes can both be preloaded: each program binds
+// its versioned symbols to its own, and both share the simulated driver's state.
+std::string SimPreload(const std::string& lib_dir, const char* existing) {
+  std::string out = existing != nullptr ? existing : "";
+  for (const char* lib : {"libcuda.so.1", "libcudart.so.13", "libcudart.so.12", "libnccl.so.2", "libnvidia-ml.so.1"}) {
+    std::string path = lib_dir + "/" + lib;
+    if (access(path.c_str(), R_OK) != 0) continue;
+    out += (out.empty() ? "" : ":") + path;
+  }
+  return out;
+}
+
 bool Spawn(Rank* rank, const std::vector<std::string>& command, const std::vector<std::string>& env,
            bool restore_sigpipe, std::string* error) {
   int out[2], err[2];
@@ -333,6 +348,7 @@ int Launch(const Topology& topo, const LaunchOptions& options) {
   std::string lib_dir = lib_env != nullptr && *lib_env != '\0' ? lib_env : P2PSIM_DEFAULT_LIB_DIR;
   const char* old_ld = std::getenv("LD_LIBRARY_PATH");
   std::string ld_path = lib_dir + (old_ld != nullptr && *old_ld != '\0' ? ":" + std::string(old_ld) : "");
+  std::string preload = SimPreload(lib_dir, std::getenv("LD_PRELOAD"));
 
   int world = 0;
   for (const HostRanks& hr : options.hosts) world += hr.ranks;
@@ -355,6 +371,7 @@ int Launch(const Topology& topo, const LaunchOptions& options) {
                           {"P2PSIM_HOST", hr.host},
                           {"P2PSIM_TOPOLOGY", topology},
                           {"LD_LIBRARY_PATH", ld_path},
+                          {"LD_PRELOAD", preload},
                           {"P2PTRACE_SYSROOT", sysroot}});
     }
   }

@@ -281,6 +281,23 @@ TEST_F(P2psimTest, LaunchEnvironment) {
   EXPECT_EQ(ReadFile(tmp_ / "run/sysroot/node0/etc/hostname"), "node0\n");
 }
 
+// Programs that find CUDA through RPATH (PyTorch's wheels) reach the sim only by LD_PRELOAD: the
+// libraries present are appended in a fixed order after what was preloaded (a tracer stays first).
+TEST_F(P2psimTest, LaunchPreloadsTheSimulatedLibrariesAfterATracer) {
+  fs::path lib = tmp_ / "simlib";
+  fs::create_directories(lib);
+  std::string real = "/lib/x86_64-linux-gnu/libm.so.6";  // any loadable library stands in
+  for (const char* name : {"libnccl.so.2", "libcudart.so.12"}) fs::copy_file(real, lib / name);
+  Result r = RunP2psim(LaunchArgs(P2PSIM_DEMO_TOPOLOGY, "node0:1", {"sh", "-c", "echo $LD_PRELOAD"}),
+                       {{"P2PSIM_LIB_DIR", lib.string()}, {"LD_PRELOAD", real}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[rank 0] " + real + ":" + (lib / "libcudart.so.12").string() + ":" +
+                       (lib / "libnccl.so.2").string() + "\n");
+  r = RunP2psim(LaunchArgs(P2PSIM_DEMO_TOPOLOGY, "node0:1", {"sh", "-c", "echo \"[$LD_PRELOAD]\""}),
+                {{"P2PSIM_LIB_DIR", "/opt/simlib"}});
+  EXPECT_EQ(r.out, "[rank 0] []\n");
+}
+
 TEST_F(P2psimTest, LaunchTwoHostsNumbersRanksAcrossHosts) {
   Result r = RunP2psim(LaunchArgs(Write("two.json", kTwoHosts), "a:1,b:2",
                             {"sh", "-c", "echo $RANK $P2PSIM_HOST $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK "
