@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the exported-symbol lists the fakes must match. Run by hand when a new CUDA/NCCL/NVML
 # release matters; the lists are committed so the build needs none of these packages.
-#   cudart13.syms  real libcudart.so.13 of the CUDA 13.0 toolkit (/usr/local/cuda/lib64)
+#   cudart13.syms  real libcudart.so.13 from PyPI nvidia-cuda-runtime==13.2.86 (what torch 2.15 links;
+#                  a superset of the CUDA 13.0 toolkit's list, so programs built on either load)
 #   cudart12.syms  real libcudart.so.12 from PyPI nvidia-cuda-runtime-cu12==12.8.90
 #   nccl.syms      real libnccl.so.2 2.28.9 shipped with the CUDA 13.0 toolkit
 #   nvml.syms      the NVML API that PyPI nvidia-ml-py==13.615.71 binds (pynvml.py); NVML ships with
@@ -9,10 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 defined() { nm -D --defined-only "$1" | awk '$2 ~ /^[TW]$/ {sub(/@.*/, "", $3); print $3}' | sort -u; }
-defined /usr/local/cuda/lib64/libcudart.so.13 > cudart13.syms
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-(cd "$tmp" && pip download -q --no-deps nvidia-cuda-runtime-cu12==12.8.90 nvidia-ml-py==13.615.71 &&
-  python3 -m zipfile -e nvidia_cuda_runtime_cu12-*.whl cu12 && python3 -m zipfile -e nvidia_ml_py-*.whl nvml)
+(cd "$tmp" && pip download -q --no-deps nvidia-cuda-runtime-cu12==12.8.90 nvidia-cuda-runtime==13.2.86 \
+    nvidia-ml-py==13.615.71 &&
+  python3 -m zipfile -e nvidia_cuda_runtime_cu12-*.whl cu12 && python3 -m zipfile -e nvidia_ml_py-*.whl nvml &&
+  python3 -m zipfile -e nvidia_cuda_runtime-13*.whl cu13)
+defined "$tmp"/cu13/nvidia/cu13/lib/libcudart.so.13 > cudart13.syms
 defined "$tmp"/cu12/nvidia/cuda_runtime/lib/libcudart.so.12 > cudart12.syms
 defined /usr/local/cuda/lib64/libnccl.so.2 > nccl.syms
 # plus the names C callers link or dlsym (nvml.h #defines nvmlInit to nvmlInit_v2 etc.; NCCL's
