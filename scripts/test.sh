@@ -9,6 +9,10 @@ presets=("$@")
 ensure_packages
 log "fetching NCCL releases"
 python3 "$ROOT/scripts/fetch-nccl-releases.py"
+# Pinned PyTorch releases for tests/torch (cached wheels and environments; about 7 GB of downloads
+# the first time on a new machine, then none).
+log "making the PyTorch environments"
+python3 "$ROOT/scripts/fetch-torch.py"
 for preset in "${presets[@]}"; do
   build "$preset"
   log "testing ($preset)"
