@@ -678,6 +678,9 @@ void ReportBuilder::State::FinishNcclPairs() {
     auto src = who.find({key, src_rank});
     auto dst = who.find({key, dst_rank});
     if (src == who.end() || dst == who.end()) continue;
+    // NCCL connects no rank to itself (a send to self is a copy inside the GPU); a line that says
+    // so names no link between two GPUs.
+    if (src_rank == dst_rank) continue;
     PairEntry& e = pairs[{src->second.host, src->second.bus, dst->second.host, dst->second.bus, cls}];
     e.source = "nccl";
     e.src = Ref(src->second.host, src->second.bus, src->second.cuda);
