@@ -1277,12 +1277,20 @@ double OpSeconds(Op& op) {
   Comm& c = *op.comm;
   double n = c.nranks, bytes = double(op.count * TypeSize(op.type));
   double bus = bytes, gbps;
-  if (UsesP2pConnections(op)) {  // the slowest pair this rank sends to or receives from
-    gbps = c.nranks > 1 ? 1e9 : p2psim::kDeviceLocalGbps;
-    for (auto [peer, send] : P2pPeers(op)) {
-      const RankInfo& a = send ? c.me : c.ranks[peer];
-      const RankInfo& b = send ? c.ranks[peer] : c.me;
-      if (peer != c.rank) gbps = std::min(gbps, SelectTransport(c, a, b).gbps);
+  if (UsesP2pConnections(op)) {
+    // Send/recv: its pair. Alltoall, gather, scatter: the slowest pair of the whole operation, so
+    // that, like a ring collective, it takes every rank the same time.
+    gbps = 1e9;
+    int root = op.root_or_peer;
+    auto pair = [&](int a, int b) {
+      if (a != b) gbps = std::min(gbps, SelectTransport(c, c.ranks[a], c.ranks[b]).gbps);
+    };
+    if (op.kind == OpKind::kSend) pair(c.rank, root);
+    if (op.kind == OpKind::kRecv) pair(root, c.rank);
+    for (int a = 0; a < c.nranks; ++a) {
+      if (op.kind == OpKind::kGather) pair(a, root);
+      if (op.kind == OpKind::kScatter) pair(root, a);
+      for (int b = 0; op.kind == OpKind::kAlltoAll && b < c.nranks; ++b) pair(a, b);
     }
     if (gbps >= 1e9) gbps = p2psim::kDeviceLocalGbps;
     switch (op.kind) {
