@@ -31,6 +31,8 @@
 //   -n N      iterations per size (each one timed; the line shows the mean)
 //   -s        then the same operations on sub-communicators: ncclCommSplit(color = rank % 2, key = rank)
 //   -r N      then destroy every communicator and create it again, N times, running the operations each time
+//   -m        buffers from ncclMemAlloc (NCCL's cuMem allocator), registered with ncclCommRegister on
+//             the communicator they are used with (user buffer registration), freed with ncclMemFree
 // World rank of a GPU: (process × threads + thread) × GPUs + i; its device: LOCAL_RANK × threads ×
 // GPUs + thread × GPUs + i (nccl-tests' numbering).
 // Runs unchanged with the real NCCL on a GPU node and with the simulated one (tests/sim).
@@ -78,7 +80,7 @@ int EnvInt(const char* name, int fallback) {
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr, "nccl_ring: %s\nusage: nccl_ring [-g N] [-t N] [-i rank|group|all] [-o LIST] [-b BYTES] "
-                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [ID_DIR] [COUNT]\n", why);
+                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [ID_DIR] [COUNT]\n", why);
   std::exit(2);
 }
 
@@ -102,7 +104,7 @@ struct Options {
   std::vector<std::string> ops{"allreduce", "broadcast", "allgather", "reducescatter", "sendrecv"};
   size_t min_bytes = 0, max_bytes = 0;
   double factor = 2;
-  bool split = false;
+  bool split = false, mem_alloc = false;
   std::string dir;
   // The job as started: this process's place in it.
   int proc = 0, nprocs = 1, local_rank = 0;
@@ -157,8 +159,15 @@ struct Member {
 float* DeviceBuffer(int dev, size_t n) {
   CUDA_OK(cudaSetDevice(dev));
   void* p = nullptr;
-  CUDA_OK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
+  if (g_opt.mem_alloc) NCCL_OK(ncclMemAlloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
+  else CUDA_OK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
   return static_cast<float*>(p);
+}
+
+void FreeBuffer(int dev, float* p) {
+  CUDA_OK(cudaSetDevice(dev));
+  if (g_opt.mem_alloc) NCCL_OK(ncclMemFree(p));
+  else CUDA_OK(cudaFree(p));
 }
 
 void Upload(int dev, float* d, const std::vector<float>& h) {
@@ -345,11 +354,19 @@ bool RunOp(const std::string& op, const std::string& label, std::vector<Member>&
   if (plan.send == 0 && plan.recv == 0) return true;  // too small to split over the ranks
   size_t m_count = members.size();
   std::vector<float*> send(m_count), recv(m_count);
+  std::vector<void*> handles;  // -m: ncclCommRegister's, deregistered before the buffers are freed
   for (size_t k = 0; k < m_count; ++k) {
     int dev = members[k].gpu->dev;
     send[k] = DeviceBuffer(dev, plan.send);
     recv[k] = DeviceBuffer(dev, plan.recv);
     Upload(dev, send[k], plan.input(members[k]));
+    if (g_opt.mem_alloc) {
+      for (auto [buf, n] : {std::pair{send[k], plan.send}, std::pair{recv[k], plan.recv}}) {
+        void* h = nullptr;
+        NCCL_OK(ncclCommRegister(members[k].comm, buf, std::max<size_t>(n, 1) * sizeof(float), &h));
+        handles.push_back(h);
+      }
+    }
   }
   double total = 0;
   for (int it = 0; it < g_opt.iters; ++it) {
@@ -377,9 +394,12 @@ bool RunOp(const std::string& op, const std::string& label, std::vector<Member>&
   bool ok = true;
   for (size_t k = 0; k < m_count; ++k) {
     ok = plan.check(members[k], Download(members[k].gpu->dev, recv[k], plan.recv)) && ok;
-    CUDA_OK(cudaSetDevice(members[k].gpu->dev));
-    CUDA_OK(cudaFree(send[k]));
-    CUDA_OK(cudaFree(recv[k]));
+    if (g_opt.mem_alloc) {
+      NCCL_OK(ncclCommDeregister(members[k].comm, handles[2 * k]));
+      NCCL_OK(ncclCommDeregister(members[k].comm, handles[2 * k + 1]));
+    }
+    FreeBuffer(members[k].gpu->dev, send[k]);
+    FreeBuffer(members[k].gpu->dev, recv[k]);
   }
   // nccl-tests' figures: size = the larger buffer; algbw = count × type size × factor / time.
   size = std::max(plan.send, plan.recv) * sizeof(float);
@@ -502,7 +522,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 int main(int argc, char** argv) {
   int c;
-  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:")) != -1) {
+  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:m")) != -1) {
     switch (c) {
       case 'g': g_opt.gpus = std::atoi(optarg); break;
       case 't': g_opt.threads = std::atoi(optarg); break;
@@ -514,6 +534,7 @@ int main(int argc, char** argv) {
       case 'n': g_opt.iters = std::atoi(optarg); break;
       case 's': g_opt.split = true; break;
       case 'r': g_opt.recreate = std::atoi(optarg); break;
+      case 'm': g_opt.mem_alloc = true; break;
       default: Usage("unknown option");
     }
   }

@@ -3,6 +3,7 @@
 // name exactly the transport NCCL 2.28's rules give each ring pair. Plus the library's shape
 // (soname, weak ncclX + strong pncclX, PLT self-calls) against the real libnccl.so.2.
 #include <dirent.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -15,6 +16,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "tests/support/subprocess.h"
 
@@ -96,7 +99,8 @@ Connections ParseConnections(const std::vector<std::string>& logs) {
 }
 
 // Runs nccl_ring on `hosts` ("node0:4") of `topology` with NCCL_DEBUG=INFO into per-process files.
-Job RunRing(const std::string& topology, const std::string& hosts, Env env = {}, const std::string& prefix = "") {
+Job RunRing(const std::string& topology, const std::string& hosts, Env env = {}, const std::string& prefix = "",
+            const std::string& options = "") {
   Job job;
   job.dir = TempDir() + "/job" + std::to_string(rand());
   RunProgram({"mkdir", "-p", job.dir});
@@ -104,7 +108,7 @@ Job RunRing(const std::string& topology, const std::string& hosts, Env env = {},
   env["P2PSIM_NCCL_TIMEOUT"] = "30";
   if (!env.count("NCCL_DEBUG")) env["NCCL_DEBUG"] = "INFO";
   env["NCCL_DEBUG_FILE"] = job.dir + "/nccl.%h.%p.log";
-  std::string cmd = prefix + "exec " + NCCL_RING + " " + job.dir + " 4096";
+  std::string cmd = prefix + "exec " + NCCL_RING + " " + options + " " + job.dir + " 4096";
   job.run = RunProgram({P2PSIM_BINARY, "launch", "--topology", topology, "--hosts", hosts, "--", "sh", "-c", cmd}, env);
   job.logs = Logs(job.dir);
   job.conns = ParseConnections(job.logs);
@@ -276,6 +280,188 @@ TEST(SimNccl, InitAllInOneProcessUsesDirectPointers) {
   EXPECT_NE(logs[0].find("ncclCommInitAll comm 0x"), std::string::npos);
 }
 
+// ---- alltoall, gather and scatter: NCCL's grouped sends and receives reach every peer -------------
+
+// The connIndex-1 (point-to-point) pairs the logs name, with their transports (SHM lines have no
+// connIndex and count here too: only p2p operations run in these jobs).
+std::map<std::pair<int, int>, std::set<std::string>> P2pPairs(const Job& job) {
+  std::map<std::pair<int, int>, std::set<std::string>> out;
+  for (auto& [key, transports] : job.conns) {
+    auto [conn, src, dst] = key;
+    EXPECT_NE(conn, 0) << "a ring connection " << src << " -> " << dst << " in a job without ring collectives";
+    out[{src, dst}].insert(transports.begin(), transports.end());
+  }
+  return out;
+}
+
+TEST(SimNccl, MemAllocBuffersForAllreduceAndAlltoall) {
+  // nccl_ring -m: ncclMemAlloc buffers, registered with ncclCommRegister; results are checked.
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:4", {{"NCCL_DEBUG_SUBSYS", "INIT,ALLOC,REG"}}, "",
+                    "-m -o allreduce,alltoall");
+  EXPECT_JOB_OK(job);
+  EXPECT_NE(job.run.out.find("all results correct"), std::string::npos);
+  EXPECT_EQ(job.run.out.find("WRONG"), std::string::npos);
+  EXPECT_TRUE(job.LogsContain("NCCL INFO register comm 0x"));
+  EXPECT_TRUE(job.LogsContain("NCCL INFO P2P not supported between GPU0 and GPU4\n"));  // 0-3 and 4-7: no peer access
+  const std::set<std::string> cumem{"P2P/CUMEM"};
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b) {
+      if (a == b) continue;
+      auto it = job.conns.find({1, a, b});
+      ASSERT_NE(it, job.conns.end()) << "alltoall: no connection " << a << " -> " << b;
+      EXPECT_EQ(it->second, cumem) << a << " -> " << b;
+    }
+  // Both channels per pair, as the sim's send/recv connections; none to itself.
+  EXPECT_TRUE(job.LogsContain("Channel 01/1 : 3[3] -> 1[1] via P2P/CUMEM\n"));
+  EXPECT_FALSE(job.LogsContain(": 0[0] -> 0[0]"));
+}
+
+TEST(SimNccl, AlltoallTransportsPerPairFromTheTopology) {
+  // PCIe box: 0-1 and 2-3 share a switch (P2P), across the CPUs SHM. Every ordered pair connects.
+  std::string topo = WriteTopology(TempDir() + "/a2a", {PcieHost("box", "")});
+  RunProgram({"mkdir", "-p", TempDir() + "/a2a"});
+  topo = WriteTopology(TempDir() + "/a2a", {PcieHost("box", "")});
+  Job job = RunRing(topo, "box:4", {}, "", "-m -o alltoall");
+  EXPECT_JOB_OK(job);
+  auto pairs = P2pPairs(job);
+  EXPECT_EQ(pairs.size(), 12u);
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b)
+      if (a != b) {
+        std::set<std::string> want{a / 2 == b / 2 ? "P2P/CUMEM" : "SHM/direct/direct"};
+        EXPECT_EQ(pairs[std::make_pair(a, b)], want) << a << " -> " << b;
+      }
+  EXPECT_FALSE(job.LogsContain("Connected all rings"));  // no ring was built
+}
+
+TEST(SimNccl, GatherAndScatterConnectTheRootOnly) {
+  Job job = RunRing(Topology("demo-8gpu.json"), "node0:4", {}, "", "-o gather,scatter");
+  EXPECT_JOB_OK(job);
+  EXPECT_NE(job.run.out.find("all results correct"), std::string::npos);
+  std::set<std::pair<int, int>> want, got;
+  for (int r = 1; r < 4; ++r) want.insert({r, 0}), want.insert({0, r});
+  for (auto& [pair, t] : P2pPairs(job)) got.insert(pair);
+  EXPECT_EQ(got, want);
+}
+
+// ---- ncclMemAlloc, registration, windows, the 2.29+ calls, the version ----------------------------
+
+std::map<std::string, long long> Probe(const std::string& dir, Env extra = {}) {
+  Env env{{"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR}, {"P2PSIM_TOPOLOGY", Topology("demo-8gpu.json")},
+          {"P2PSIM_HOST", "node0"}, {"P2PSIM_NCCL_DIR", dir}, {"NCCL_DEBUG", "INFO"},
+          {"NCCL_DEBUG_SUBSYS", "ALL"}, {"NCCL_DEBUG_FILE", dir + "/nccl.%h.%p.log"}};
+  for (auto& [k, v] : extra) env[k] = v;
+  RunResult r = RunProgram({NCCL_API_PROBE}, env);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::map<std::string, long long> out;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (size_t eq = line.find('='); eq != std::string::npos) out[line.substr(0, eq)] = std::stoll(line.substr(eq + 1));
+  return out;
+}
+
+TEST(SimNcclApi, MemAllocRegistrationWindowsAndSuspendAnswerLikeNccl) {
+  std::string dir = TempDir() + "/probe";
+  RunProgram({"mkdir", "-p", dir});
+  auto v = Probe(dir);
+  const std::map<std::string, long long> want{
+      {"version", 22809}, {"memalloc_null", 1}, {"memalloc_zero", 0}, {"memalloc_zero_null", 1}, {"memalloc", 0},
+      {"memcpy_to", 0}, {"memcpy_from", 0}, {"memcpy_same", 1}, {"memalloc_is_device", 1}, {"memfree_null", 0},
+      {"memfree_host", 1}, {"initall", 0}, {"register", 0}, {"register_handle", 1}, {"register_inside", 0},
+      {"register_same_handle", 1}, {"register_null_comm", 4}, {"register_host", 0}, {"register_host_null_handle", 1},
+      {"register_unknown", 1}, {"deregister1", 0}, {"deregister2", 0}, {"deregister3", 5}, {"deregister_null", 0},
+      {"window", 0}, {"window_handle", 1}, {"window_null_buffer", 4}, {"window_null_out", 4}, {"win_user_ptr", 0},
+      {"win_user_ptr_same", 1}, {"window_deregister", 0}, {"window_deregister_again", 4}, {"comm_unique_id", 0},
+      {"comm_unique_id_null", 4}, {"comm_unique_id_null_comm", 4}, {"suspend", 0}, {"stats_suspended_rc", 0},
+      {"stats_suspended", 1}, {"resume", 0}, {"stats_resumed", 0}, {"stats_bad_stat", 4}, {"stats_null_value", 4},
+      {"suspend_null_comm", 4}, {"memfree", 0}};
+  for (auto& [name, value] : want) {
+    ASSERT_TRUE(v.count(name)) << name;
+    EXPECT_EQ(v[name], value) << name;
+  }
+  auto logs = Logs(dir);
+  ASSERT_EQ(logs.size(), 1u);
+  for (const char* line : {"NCCL WARN Cuda failure 1 'invalid argument'\n", "NCCL WARN Deregister: Could not find handle\n",
+                           "NCCL WARN ncclCommRegister : comm argument is NULL\n",
+                           "NCCL WARN ncclCommWindowRegister: invalid pointer (nil) / size 1000\n",
+                           "NCCL INFO ncclCommSuspend: rank 0 suspending memory\n",
+                           "NCCL INFO ncclCommResume: rank 0 resuming all resources\n",
+                           "since it contains segments backed by CPU memory\n", "NCCL INFO register comm 0x"})
+    EXPECT_NE(logs[0].find(line), std::string::npos) << line << "\n" << logs[0];
+}
+
+TEST(SimNcclApi, VersionFollowsTheSetting) {
+  for (auto [setting, code, banner] : {std::tuple{"2.32.6", 23206, "NCCL version 2.32.6+cuda13.0"},
+                                       std::tuple{"23007", 23007, "NCCL version 2.30.7+cuda13.0"},
+                                       std::tuple{"", 22809, "NCCL version 2.28.9+cuda13.0"}}) {
+    std::string dir = TempDir() + "/version" + std::to_string(code);
+    RunProgram({"mkdir", "-p", dir});
+    auto v = Probe(dir, {{"P2PSIM_NCCL_VERSION", std::string(setting)}});
+    EXPECT_EQ(v["version"], code) << setting;
+    auto logs = Logs(dir);
+    ASSERT_EQ(logs.size(), 1u);
+    EXPECT_NE(logs[0].find(std::string("NCCL INFO ") + banner + "\n"), std::string::npos) << setting;
+  }
+}
+
+TEST(SimNcclApi, ShmLineFollowsTheVersion) {
+  // 2.30.7 removed SHM's copy-engine mode: its line reads SHM/direct.
+  RunProgram({"mkdir", "-p", TempDir() + "/shm2307"});
+  std::string topo = WriteTopology(TempDir() + "/shm2307", {PcieHost("box", "")});
+  Job job = RunRing(topo, "box:4", {{"P2PSIM_NCCL_VERSION", "2.32.6"}});
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int a, int b) { return a / 2 == b / 2 ? "P2P/CUMEM" : "SHM/direct"; });
+  EXPECT_TRUE(job.LogsContain("NCCL INFO NCCL version 2.32.6+cuda13.0"));
+}
+
+// ---- files of aborted jobs ----------------------------------------------------------------------
+
+std::vector<std::string> SimSegments(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (std::string(e->d_name).rfind("p2psim-nccl-", 0) == 0) out.push_back(e->d_name);
+    closedir(d);
+  }
+  return out;
+}
+
+TEST(SimNcclCleanup, KilledRankLeavesNothingAfterTheRun) {
+  // Rank 1 is killed with SIGKILL once the SHM connections are charged (the ring's first
+  // collective); rank 0 times out, fails and exits without ncclCommDestroy. p2psim launch sweeps.
+  std::string dir = TempDir() + "/killed";
+  RunProgram({"mkdir", "-p", dir});
+  std::string topo = WriteTopology(dir, {PcieHost("box", "")});
+  std::string ring = std::string(NCCL_RING) + " -o allreduce -n 2 -r 2000 " + dir + " 4096";
+  std::string cmd = "if [ \"$RANK\" = 1 ]; then " + ring + " & pid=$!; i=0; "
+                    "while [ -z \"$(ls " + dir + " | grep p2psim-nccl-shm-)\" ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; "
+                    "kill -9 $pid; wait $pid; exit 9; else exec " + ring + "; fi";
+  Env env{{"P2PSIM_NCCL_DIR", dir}, {"P2PSIM_NCCL_TIMEOUT", "3"}, {"NCCL_P2P_DISABLE", "1"}};
+  RunResult r = RunProgram({P2PSIM_BINARY, "launch", "--topology", topo, "--hosts", "box:2", "--", "sh", "-c", cmd}, env);
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("[rank 0] nccl_ring: "), std::string::npos) << r.out << r.err;  // killed mid-run
+  EXPECT_EQ(SimSegments(dir), std::vector<std::string>{}) << r.out << r.err;
+}
+
+TEST(SimNcclCleanup, NextInitRemovesWhatDeadProcessesLeft) {
+  // A communicator directory whose only member is gone, and a /dev/shm account charged by it: the
+  // next communicator's init removes both; a live process's directory stays.
+  std::string dir = TempDir() + "/stale";
+  RunProgram({"mkdir", "-p", dir + "/p2psim-nccl-deadbeef", dir + "/p2psim-nccl-alive"});
+  RunResult dead = RunProgram({"sh", "-c", "echo $$"});
+  std::string pid = dead.out.substr(0, dead.out.find('\n'));
+  WriteFile(dir + "/p2psim-nccl-deadbeef/pid." + pid, "");
+  WriteFile(dir + "/p2psim-nccl-deadbeef/rank.0", "x");
+  WriteFile(dir + "/p2psim-nccl-alive/pid.1", "");  // init: alive as long as the machine runs
+  int32_t record[4] = {std::stoi(pid), 0, 5 << 20, 0};
+  WriteFile(dir + "/p2psim-nccl-shm-node0-1", std::string(reinterpret_cast<char*>(record), sizeof record));
+  RunResult r = RunProgram({NCCL_INIT_ALL, "2"}, {{"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR},
+                                                  {"P2PSIM_TOPOLOGY", Topology("demo-8gpu.json")},
+                                                  {"P2PSIM_HOST", "node0"}, {"P2PSIM_NCCL_DIR", dir}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(SimSegments(dir), std::vector<std::string>{"p2psim-nccl-alive"});
+}
+
 // ---- the library's shape, compared with the real libnccl.so.2 ------------------------------------
 std::string Fake() { return std::string(P2PTRACE_SIM_LIB_DIR) + "/libnccl.so.2"; }
 
@@ -301,13 +487,22 @@ TEST(SimNcclLibrary, SonameAndNoVersionNode) {
   EXPECT_EQ(RunProgram({"readelf", "-V", Fake()}).out.find("Version definition"), std::string::npos);
 }
 
+std::set<std::string> Lines(const std::string& path) {
+  std::set<std::string> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.insert(line);
+  return out;
+}
+
 TEST(SimNcclLibrary, WeakNcclAndGlobalPncclPairsLikeTheRealOne) {
+  // The fake exports symbols/nccl.syms (2.28.9's and the newest release's union); the toolkit's
+  // 2.28.9 functions are all there, bound as the real library binds them.
   auto fake = DynSyms(Fake()), real = DynSyms(REAL_NCCL);
   ASSERT_FALSE(real.empty());
-  std::set<std::string> fake_names, real_names;
+  std::set<std::string> fake_names;
   for (auto& [n, v] : fake) fake_names.insert(n);
-  for (auto& [n, v] : real) real_names.insert(n);
-  EXPECT_EQ(fake_names, real_names);
+  EXPECT_EQ(fake_names, Lines(NCCL_SYMS));
   for (auto& [name, bind_value] : real) {
     ASSERT_TRUE(fake.count(name)) << name;
     EXPECT_EQ(fake[name].first, bind_value.first) << name;
@@ -334,16 +529,45 @@ TEST(SimNcclLibrary, SelfCallsGoThroughThePlt) {
   }
 }
 
+TEST(SimNcclLibrary, EveryNameOfTheNewestReleaseResolves) {
+  // A program linked against the newest release (or 2.28.9) loads: dlopen the fake and find every
+  // function the real libraries export, bound the same way (weak ncclX, strong pncclX).
+  void* lib = dlopen(Fake().c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto fake = DynSyms(Fake());
+  std::vector<std::string> reals{REAL_NCCL};
+  const char* home = std::getenv("HOME");
+  std::string cached = std::string(home != nullptr ? home : "") + "/.cache/p2ptrace/nccl/2.32.3/libnccl.so.2";
+  if (access(cached.c_str(), R_OK) == 0) reals.push_back(cached);  // scripts/fetch-nccl-releases.py's
+  size_t checked = 0;
+  for (const std::string& real : reals) {
+    for (auto& [name, bind_value] : DynSyms(real)) {
+      EXPECT_NE(dlsym(lib, name.c_str()), nullptr) << real << ": " << name;
+      ASSERT_TRUE(fake.count(name)) << real << ": " << name;
+      EXPECT_EQ(fake[name].first, bind_value.first) << real << ": " << name;
+      ++checked;
+    }
+  }
+  for (const std::string& name : Lines(NCCL_SYMS)) EXPECT_NE(dlsym(lib, name.c_str()), nullptr) << name;
+  EXPECT_GE(checked, 105u);
+  // The functions PyTorch 2.15 (NCCL 2.30.7) needed first and 2.29's others.
+  for (const char* name : {"ncclCommResume", "ncclCommSuspend", "ncclCommGetUniqueId", "ncclCommGrow",
+                           "ncclCommMemStats", "ncclGetLsaMultimemDevicePointer", "ncclGetPeerDevicePointer",
+                           "ncclPutSignal", "ncclSignal", "ncclWaitSignal", "ncclWinGetUserPtr"})
+    EXPECT_NE(dlsym(lib, name), nullptr) << name;
+  dlclose(lib);
+}
+
 TEST(SimNcclLibrary, UnmodelledFunctionsSayNotSimulated) {
-  // ncclMemAlloc is exported but not modelled: the stub answers ncclInvalidUsage (5).
-  std::string py = "import ctypes; l = ctypes.CDLL('" + Fake() + "'); print(l.ncclMemAlloc(None, 0))";
+  // ncclPutSignal (2.29+) is exported but not modelled: the stub answers ncclInvalidUsage (5).
+  std::string py = "import ctypes; l = ctypes.CDLL('" + Fake() + "'); print(l.ncclPutSignal())";
 #ifdef P2PTRACE_SANITIZED
   GTEST_SKIP() << "python3 is not instrumented: it cannot dlopen a sanitizer-built library";
 #endif
   RunResult r = RunProgram({"python3", "-c", py});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "5\n");
-  EXPECT_EQ(r.err, "p2psim: ncclMemAlloc is not simulated; it returns ncclInvalidUsage (5)\n");
+  EXPECT_EQ(r.err, "p2psim: ncclPutSignal is not simulated; it returns ncclInvalidUsage (5)\n");
 }
 
 }  // namespace

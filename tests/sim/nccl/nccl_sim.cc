@@ -1,4 +1,6 @@
-// The simulated NCCL: a drop-in libnccl.so.2 (2.28.9) for the simulated node (DESIGN.md §9).
+// The simulated NCCL: a drop-in libnccl.so.2 for the simulated node (DESIGN.md §9). It exports the
+// union of 2.28.9's and the newest release's functions (2.32.6) and says it is 2.28.9 unless
+// P2PSIM_NCCL_VERSION names another release.
 //
 // Ranks are processes (or threads, or devices of one process) that meet in a rendezvous directory
 // named by the unique id. Collectives are computed on the CPU: every rank writes its contribution
@@ -41,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/sim/common/nccl_segments.h"
 #include "tests/sim/common/sim_topology.h"
 
 #define NCCL_API(ret, func, ...)                                                                        \
@@ -183,9 +186,14 @@ __attribute__((format(printf, 3, 4))) void Warn(const char* file, int line, cons
   Emit(l, std::string(msg) + "\n");
 }
 
+// The release the sim says it is (ncclGetVersion, the version line): P2PSIM_NCCL_VERSION as a code
+// (23206) or dotted (2.32.6); 2.28.9, the toolkit's, by default. The exports do not change with it.
 int VersionCode() {
   const char* v = std::getenv("P2PSIM_NCCL_VERSION");
-  return v != nullptr && *v != '\0' ? std::atoi(v) : NCCL_VERSION(2, 28, 9);
+  if (v == nullptr || *v == '\0') return NCCL_VERSION(2, 28, 9);
+  int major = 0, minor = 0, patch = 0;
+  if (std::sscanf(v, "%d.%d.%d", &major, &minor, &patch) == 3) return NCCL_VERSION(major, minor, patch);
+  return std::atoi(v);
 }
 
 // Once per process, at the first communicator: bare at VERSION/WARN, an INFO line above.
@@ -597,6 +605,12 @@ struct Comm {
   // ncclCommSplit's extra fields for the Init lines.
   Comm* parent = nullptr;
   int color = 0, key = 0, split_count = 0;
+  // ncclCommRegister's cache (page ranges, reference counted) and ncclCommWindowRegister's windows.
+  struct Registration { uintptr_t begin, end; int refs; };
+  std::vector<std::unique_ptr<Registration>> registrations;
+  struct Window { void* ptr; size_t size; int flags; };
+  std::vector<std::unique_ptr<Window>> windows;
+  bool suspended = false;
 };
 
 std::mutex g_comms_mu;
@@ -697,7 +711,8 @@ Transport SelectTransport(Comm& c, const RankInfo& a, const RankInfo& b) {
   }
   if (Param("NCCL_SHM_DISABLE", 0) == 0) {
     t.kind = Transport::kShm;
-    t.text = "SHM/direct/direct";
+    // 2.30.7 dropped SHM's copy-engine mode and with it the second field.
+    t.text = VersionCode() >= NCCL_VERSION(2, 30, 7) ? "SHM/direct" : "SHM/direct/direct";
     t.gbps = n.topo.bandwidth.shm;
     return t;
   }
@@ -708,21 +723,25 @@ Transport SelectTransport(Comm& c, const RankInfo& a, const RankInfo& b) {
 // /dev/shm of a simulated host: each SHM connection takes NCCL_BUFFSIZE + 1 MiB of dev_shm_mb,
 // counted per live process in a file shared by all processes of that host and /dev/shm device.
 
-struct ShmRecord {
-  int32_t pid;
-  int32_t pad;
-  int64_t bytes;
-};
+using ShmRecord = p2psim::NcclShmRecord;
 
 std::string ShmAccountPath(const RankInfo& me) {
-  return RootDir() + "/p2psim-nccl-shm-" + me.host + "-" + std::to_string(me.shm_dev);
+  return RootDir() + "/" + p2psim::kNcclShmAccountPrefix + me.host + "-" + std::to_string(me.shm_dev);
 }
 
 // Adds `delta` bytes to this process's charge; false (nothing charged) when the host would run out.
 bool ChargeShm(const RankInfo& me, long long delta, long long limit) {
-  int fd = open(ShmAccountPath(me).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) return true;  // cannot account: do not invent a failure
-  flock(fd, LOCK_EX);
+  int fd = -1;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    fd = open(ShmAccountPath(me).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0) return true;  // cannot account: do not invent a failure
+    flock(fd, LOCK_EX);
+    struct stat sb {};
+    if (fstat(fd, &sb) != 0 || sb.st_nlink > 0) break;
+    close(fd);  // removed as idle while we waited for the lock: use the new one
+    fd = -1;
+  }
+  if (fd < 0) return true;
   std::vector<ShmRecord> recs;
   ShmRecord r{};
   while (pread(fd, &r, sizeof r, off_t(recs.size() * sizeof r)) == sizeof r) recs.push_back(r);
@@ -815,6 +834,7 @@ ncclResult_t ConnectRing(Comm& c) {
 }
 
 ncclResult_t ConnectP2p(Comm& c, int peer, bool send) {
+  if (peer == c.rank) return ncclSuccess;  // NCCL copies to itself without a connection
   std::set<int>& done = send ? c.p2p_send_connected : c.p2p_recv_connected;
   if (!done.insert(peer).second) return ncclSuccess;
   for (int ch = 0; ch < c.nchannels; ++ch) {
@@ -853,6 +873,12 @@ void LogInitLine(const Comm& c, const char* what) {
          static_cast<unsigned long long>(c.comm_hash), what);
 }
 
+// What killed jobs left in the rendezvous root, removed once per process (at its first init).
+void SweepOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { p2psim::SweepStaleNcclSegments(RootDir(), TimeoutSeconds() + 60); });
+}
+
 // First half of init: who am I; publish it and arrive at the barrier (no waiting, so one thread
 // can start several ranks in a group).
 ncclResult_t InitBegin(Comm& c, const std::string& token, int nranks, int rank) {
@@ -884,7 +910,11 @@ ncclResult_t InitBegin(Comm& c, const std::string& token, int nranks, int rank) 
   std::snprintf(c.me.host, sizeof c.me.host, "%s", node.host->name.c_str());
   long long nch = std::clamp<long long>(2, Param("NCCL_MIN_NCHANNELS", 1), Param("NCCL_MAX_NCHANNELS", 32));
   c.nchannels = static_cast<int>(std::clamp<long long>(nch, 1, 32));
+  SweepOnce();
   mkdir(c.dir.c_str(), 0700);
+  // Who joined: the sweep removes the directory once all of them are gone.
+  std::string marker = c.dir + "/" + p2psim::kNcclPidMarker + std::to_string(getpid());
+  if (int fd = open(marker.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600); fd >= 0) close(fd);
   if (!c.sync.Open(c.dir + "/sync", nranks) || !PublishFile(RankFile(c, rank), &c.me, sizeof c.me)) {
     WARN("p2psim: cannot use the rendezvous directory %s: %s", c.dir.c_str(), strerror(errno));
     return ncclSystemError;
@@ -1212,24 +1242,69 @@ ncclResult_t Complete(Op& op) {
   return ncclSuccess;
 }
 
+// The (peer, send?) pairs an operation moves data over. NCCL (2.28+, enqueue.cc) runs alltoall,
+// gather and scatter as grouped sends and receives: alltoall one of each per peer, gather a send
+// to the root and the root's receive from everyone, scatter the reverse. Peers in NCCL's p2p
+// schedule order: +i sends and -i receives for i = 1…n-1.
+std::vector<std::pair<int, bool>> P2pPeers(const Op& op) {
+  const Comm& c = *op.comm;
+  int n = c.nranks, root = op.root_or_peer;
+  std::vector<std::pair<int, bool>> out;
+  switch (op.kind) {
+    case OpKind::kSend: return {{root, true}};
+    case OpKind::kRecv: return {{root, false}};
+    case OpKind::kAlltoAll:
+      for (int i = 1; i < n; ++i) out.push_back({(c.rank + n - i) % n, false}), out.push_back({(c.rank + i) % n, true});
+      return out;
+    case OpKind::kGather:
+      if (c.rank != root) return {{root, true}};
+      for (int i = 1; i < n; ++i) out.push_back({(c.rank + n - i) % n, false});
+      return out;
+    case OpKind::kScatter:
+      if (c.rank != root) return {{root, false}};
+      for (int i = 1; i < n; ++i) out.push_back({(c.rank + i) % n, true});
+      return out;
+    default: return out;
+  }
+}
+
+bool UsesP2pConnections(const Op& op) {
+  return IsP2p(op) || op.kind == OpKind::kAlltoAll || op.kind == OpKind::kGather || op.kind == OpKind::kScatter;
+}
+
 // Simulated duration: nccl-tests' bus bytes over the slowest link the operation uses.
 double OpSeconds(Op& op) {
   Comm& c = *op.comm;
   double n = c.nranks, bytes = double(op.count * TypeSize(op.type));
   double bus = bytes, gbps;
-  if (IsP2p(op)) {
-    const RankInfo& me = c.me;
-    const RankInfo& peer = c.ranks[op.root_or_peer];
-    gbps = op.kind == OpKind::kSend ? SelectTransport(c, me, peer).gbps : SelectTransport(c, peer, me).gbps;
+  if (UsesP2pConnections(op)) {
+    // Send/recv: its pair. Alltoall, gather, scatter: the slowest pair of the whole operation, so
+    // that, like a ring collective, it takes every rank the same time.
+    gbps = 1e9;
+    int root = op.root_or_peer;
+    auto pair = [&](int a, int b) {
+      if (a != b) gbps = std::min(gbps, SelectTransport(c, c.ranks[a], c.ranks[b]).gbps);
+    };
+    if (op.kind == OpKind::kSend) pair(c.rank, root);
+    if (op.kind == OpKind::kRecv) pair(root, c.rank);
+    for (int a = 0; a < c.nranks; ++a) {
+      if (op.kind == OpKind::kGather) pair(a, root);
+      if (op.kind == OpKind::kScatter) pair(root, a);
+      for (int b = 0; op.kind == OpKind::kAlltoAll && b < c.nranks; ++b) pair(a, b);
+    }
+    if (gbps >= 1e9) gbps = p2psim::kDeviceLocalGbps;
+    switch (op.kind) {
+      case OpKind::kAlltoAll:
+      case OpKind::kGather:
+      case OpKind::kScatter: bus = bytes * n * (n - 1) / n; break;
+      default: break;
+    }
   } else {
     gbps = RingGbps(c);
     switch (op.kind) {
       case OpKind::kAllReduce: bus = bytes * 2 * (n - 1) / n; break;
       case OpKind::kAllGather:
-      case OpKind::kReduceScatter:
-      case OpKind::kAlltoAll:
-      case OpKind::kGather:
-      case OpKind::kScatter: bus = bytes * n * (n - 1) / n; break;
+      case OpKind::kReduceScatter: bus = bytes * n * (n - 1) / n; break;
       default: break;
     }
   }
@@ -1237,12 +1312,14 @@ double OpSeconds(Op& op) {
   return kLaunchSeconds + bus / (gbps * 1e9);
 }
 
-// Lazy connect: the ring at a communicator's first collective, a p2p pair at its first send/recv.
+// Lazy connect: the ring at a communicator's first ring collective, a p2p pair (connIndex 1) at
+// the first operation that sends or receives over it.
 ncclResult_t ConnectFor(Op& op) {
   Comm& c = *op.comm;
-  if (op.kind == OpKind::kSend) return ConnectP2p(c, op.root_or_peer, true);
-  if (op.kind == OpKind::kRecv) return ConnectP2p(c, op.root_or_peer, false);
-  return ConnectRing(c);
+  if (!UsesP2pConnections(op)) return ConnectRing(c);
+  for (auto [peer, send] : P2pPeers(op))
+    if (ncclResult_t r = ConnectP2p(c, peer, send); r != ncclSuccess) return r;
+  return ncclSuccess;
 }
 
 // One kernel per stream and group: collectives run one after another, the sends and receives of a
@@ -1383,6 +1460,8 @@ std::string TokenOf(const ncclUniqueId& id) {
 
 Comm* C(ncclComm_t comm) { return reinterpret_cast<Comm*>(comm); }
 
+size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
 ncclResult_t Release(ncclComm_t comm, const char* what) {
   Comm* c = C(comm);
   if (!Valid(c)) return ncclInvalidArgument;
@@ -1390,19 +1469,19 @@ ncclResult_t Release(ncclComm_t comm, const char* what) {
     std::lock_guard<std::mutex> lock(g_comms_mu);
     g_comms.erase(c);
   }
-  if (c->shm_charged > 0) ChargeShm(c->me, -c->shm_charged, LLONG_MAX);
+  for (auto& reg : c->registrations)  // registrations never deregistered (regCleanup)
+    Info(kInit, "Cleanup buffer %p pages %lx", reinterpret_cast<void*>(reg->begin),
+         static_cast<unsigned long>((reg->end - reg->begin) / PageSize()));
+  if (c->shm_charged > 0) {
+    ChargeShm(c->me, -c->shm_charged, LLONG_MAX);
+    p2psim::RemoveIdleShmAccount(ShmAccountPath(c->me));  // the host's last charge gone: no file left
+  }
   Info(kInit, "comm %p rank %d nranks %d cudaDev %d busId %lx - %s COMPLETE", static_cast<void*>(c), c->rank, c->nranks,
        c->me.cuda_dev, long(c->me.bus_id), what);
-  // The last rank out removes the rendezvous directory's files.
-  if (c->sync.header != nullptr && c->sync.header->destroyed.fetch_add(1) + 1 == uint32_t(c->nranks)) {
-    for (int r = 0; r < c->nranks; ++r) {
-      unlink(RankFile(*c, r).c_str());
-      for (int slot = 0; slot < 64; ++slot)
-        if (unlink(CollFile(*c, r, slot).c_str()) != 0) break;
-    }
-    unlink((c->dir + "/sync").c_str());
-    rmdir(c->dir.c_str());
-  }
+  // The last rank out removes the rendezvous directory (a job that dies first leaves it to the next
+  // init's or p2psim launch's sweep).
+  if (c->sync.header != nullptr && c->sync.header->destroyed.fetch_add(1) + 1 == uint32_t(c->nranks))
+    p2psim::RemoveNcclCommDir(c->dir);
   c->sync.Close();
   delete c;
   return ncclSuccess;
@@ -1722,4 +1801,263 @@ NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataTyp
 NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
          cudaStream_t stream) {
   return Enqueue(MakeOp(OpKind::kRecv, C(comm), nullptr, recvbuff, count, datatype, ncclSum, peer, stream));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory, registration and windows (allocator.cc, register/register.cc, dev_runtime.cc)
+
+namespace {
+
+// NCCL's argcheck.cc.
+ncclResult_t CommCheck(Comm* c, const char* op, const char* name) {
+  if (c == nullptr) {
+    WARN("%s : %s argument is NULL", op, name);
+    return ncclInvalidArgument;
+  }
+  if (!Valid(c)) {
+    WARN("Error: corrupted comm object detected");
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t PtrCheck(const void* p, const char* op, const char* name) {
+  if (p != nullptr) return ncclSuccess;
+  WARN("%s : %s argument is NULL", op, name);
+  return ncclInvalidArgument;
+}
+
+// CUDACHECK / CUCHECK: a failed CUDA call is a WARN and ncclUnhandledCudaError.
+ncclResult_t CudaFailure(int err) {
+  static auto str = Cuda<const char* (*)(int)>("cudaGetErrorString");
+  WARN("Cuda failure %d '%s'", err, str != nullptr ? str(err) : "unknown error");
+  return ncclUnhandledCudaError;
+}
+
+// cuMemGetAllocationGranularity(RECOMMENDED) of the GPUs the sim models: ncclMemAlloc rounds up to it.
+constexpr size_t kMemGranularity = 2u << 20;
+
+// What the fake cudart says a pointer is: device memory (and its device), host memory or unknown.
+enum class PtrKind { kUnknown, kHost, kDevice };
+PtrKind KindOf(const void* p, int* device) {
+  static auto fn = Cuda<int (*)(cudaPointerAttributes*, const void*)>("cudaPointerGetAttributes");
+  cudaPointerAttributes a{};
+  if (fn == nullptr || fn(&a, p) != 0) return PtrKind::kUnknown;
+  if (device != nullptr) *device = a.device;
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return PtrKind::kDevice;
+  return a.type == cudaMemoryTypeHost ? PtrKind::kHost : PtrKind::kUnknown;
+}
+
+// NCCL 2.28's symmetricSupport: one node whose ranks all reach each other over P2P (and NCCL_WIN_ENABLE).
+bool SymmetricSupport(Comm& c) {
+  if (Param("NCCL_WIN_ENABLE", 1) == 0) return false;
+  for (const RankInfo& a : c.ranks)
+    for (const RankInfo& b : c.ranks)
+      if (a.rank != b.rank && SelectTransport(c, a, b).kind != Transport::kP2p) return false;
+  return true;
+}
+
+Comm::Window* FindWindow(Comm& c, ncclWindow_t win) {
+  for (auto& w : c.windows)
+    if (reinterpret_cast<ncclWindow_t>(w.get()) == win) return w.get();
+  return nullptr;
+}
+
+bool MemManagerDisabled() { return Param("NCCL_MEM_MANAGER_DISABLE", 0) != 0; }
+
+}  // namespace
+
+// Device memory of the current device through the fake cudart, sized as cuMem would (the granule),
+// so copies and collectives use it like any device memory. A null pointer or zero size takes
+// NCCL's cudaMalloc fallback and its answer.
+NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size) {
+  static auto alloc = Cuda<int (*)(void**, size_t)>("cudaMalloc");
+  if (alloc == nullptr) return CudaFailure(35 /* cudaErrorInsufficientDriver */);
+  if (ptr == nullptr || size == 0) {
+    if (int e = alloc(ptr, size); e != 0) return CudaFailure(e);
+    return ncclSuccess;
+  }
+  int dev = CurrentCudaDev();
+  size_t rounded = (size + kMemGranularity - 1) / kMemGranularity * kMemGranularity;
+  if (int e = alloc(ptr, rounded); e != 0) return CudaFailure(e);
+  // cuMemSetAccess for every device that can reach this one; NCCL names the others.
+  static auto count = Cuda<int (*)(int*)>("cudaGetDeviceCount");
+  static auto can = Cuda<int (*)(int*, int, int)>("cudaDeviceCanAccessPeer");
+  int ndev = 0;
+  if (count != nullptr) count(&ndev);
+  for (int i = 0; i < ndev; ++i) {
+    int p2p = 0;
+    if (i != dev && can != nullptr && can(&p2p, i, dev) == 0 && p2p) continue;
+    if (i != dev) Info(kAlloc, "P2P not supported between GPU%d and GPU%d", dev, i);
+  }
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclMemFree, void* ptr) {
+  static auto release = Cuda<int (*)(void*)>("cudaFree");
+  if (release == nullptr) return CudaFailure(35);
+  int saved = CurrentCudaDev(), dev = saved;
+  if (ptr != nullptr && KindOf(ptr, &dev) != PtrKind::kDevice)  // cuPointerGetAttribute fails
+    return CudaFailure(1 /* cudaErrorInvalidValue */);
+  CudaSetDevice(dev);
+  int e = release(ptr);
+  CudaSetDevice(saved);
+  return e != 0 ? CudaFailure(e) : ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  long long local_register = Param("NCCL_LOCAL_REGISTER", 1);
+  if (handle == nullptr) return PtrCheck(handle, "ncclCommRegister", "handle");  // NCCL would crash
+  if (local_register == 0) {
+    *handle = nullptr;
+    Info(kReg, "Skipping registration for buffer %p size %zi (LocalRegister=%lld, P2pUsesMemcpy=%d)", buff,
+         static_cast<ssize_t>(size), local_register, 0);
+    return ncclSuccess;
+  }
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclCommRegister", "comm"); r != ncclSuccess) return r;
+  switch (KindOf(buff, nullptr)) {
+    case PtrKind::kUnknown: return CudaFailure(1);  // cuMemGetAddressRange: not device memory
+    case PtrKind::kHost:
+      Info(kReg, "Skipping registration for buffer %p size %zi since it contains segments backed by CPU memory", buff,
+           static_cast<ssize_t>(size));
+      *handle = nullptr;
+      return ncclSuccess;
+    case PtrKind::kDevice: break;
+  }
+  Info(kReg, "register comm %p buffer %p size %zi", static_cast<void*>(c), buff, static_cast<ssize_t>(size));
+  uintptr_t page = PageSize();
+  uintptr_t begin = reinterpret_cast<uintptr_t>(buff) & ~(page - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(buff) + size + page - 1) & ~(page - 1);
+  for (auto& reg : c->registrations) {
+    if (reg->begin <= begin && reg->end >= end) {  // inside a registered range: share it
+      ++reg->refs;
+      *handle = reg.get();
+      return ncclSuccess;
+    }
+  }
+  c->registrations.push_back(std::make_unique<Comm::Registration>(Comm::Registration{begin, end, 1}));
+  *handle = c->registrations.back().get();
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle) {
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclCommRegister", "comm"); r != ncclSuccess) return r;
+  if (handle == nullptr) return ncclSuccess;
+  auto it = std::find_if(c->registrations.begin(), c->registrations.end(),
+                         [&](auto& reg) { return reg.get() == handle; });
+  if (it == c->registrations.end()) {
+    WARN("Deregister: Could not find handle");
+    return ncclInvalidUsage;
+  }
+  if (--(*it)->refs == 0) c->registrations.erase(it);
+  return ncclSuccess;
+}
+
+// A window for a communicator with symmetric support (one node, P2P between all its ranks); NULL
+// without it, as NCCL returns.
+NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+         int winFlags) {
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclCommWindowRegister", "comm"); r != ncclSuccess) return r;
+  if (ncclResult_t r = PtrCheck(win, "ncclCommWindowRegister", "win"); r != ncclSuccess) return r;
+  *win = nullptr;
+  if (buff == nullptr || size == 0) {
+    WARN("%s: invalid pointer %p / size %zu", "ncclCommWindowRegister", buff, size);
+    return ncclInvalidArgument;
+  }
+  if (!c->ready) return ncclInvalidUsage;
+  if (!SymmetricSupport(*c)) return ncclSuccess;
+  if (KindOf(buff, nullptr) != PtrKind::kDevice) return CudaFailure(1);  // cuMemGetAddressRange
+  c->windows.push_back(std::make_unique<Comm::Window>(Comm::Window{buff, size, winFlags}));
+  *win = reinterpret_cast<ncclWindow_t>(c->windows.back().get());
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t win) {
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclCommWindowDeregister", "comm"); r != ncclSuccess) return r;
+  if (win == nullptr) return ncclSuccess;
+  Comm::Window* w = FindWindow(*c, win);
+  if (w == nullptr) {
+    WARN("p2psim: ncclCommWindowDeregister: %p is not a window of comm %p", static_cast<void*>(win),
+         static_cast<void*>(c));
+    return ncclInvalidArgument;
+  }
+  c->windows.erase(std::find_if(c->windows.begin(), c->windows.end(), [&](auto& p) { return p.get() == w; }));
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void** outUserPtr) {
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclWinGetUserPtr", "comm"); r != ncclSuccess) return r;
+  if (ncclResult_t r = PtrCheck(outUserPtr, "ncclWinGetUserPtr", "outUserPtr"); r != ncclSuccess) return r;
+  if (!SymmetricSupport(*c)) {
+    Info(kInit, "Symmetric registration is not supported in this communicator.");
+    *outUserPtr = nullptr;
+    return ncclSuccess;
+  }
+  if (ncclResult_t r = PtrCheck(win, "ncclWinGetUserPtr", "win"); r != ncclSuccess) return r;
+  Comm::Window* w = FindWindow(*c, win);
+  if (w == nullptr) return ncclInvalidArgument;
+  *outUserPtr = w->ptr;
+  return ncclSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2.29+ communicator calls that cost nothing to model: a new id, memory statistics, suspend/resume
+// (no-ops apart from their checks and lines; the sim's buffers are host files).
+
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId) {
+  if (ncclResult_t r = CommCheck(C(comm), "ncclCommGetUniqueId", "comm"); r != ncclSuccess) return r;
+  if (ncclResult_t r = PtrCheck(uniqueId, "ncclCommGetUniqueId", "uniqueId"); r != ncclSuccess) return r;
+  return ncclGetUniqueId(uniqueId);
+}
+
+NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags) {
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclCommSuspend", "comm"); r != ncclSuccess) return r;
+  if ((flags & 0x01 /* NCCL_SUSPEND_MEM */) == 0) return ncclSuccess;
+  if (MemManagerDisabled()) {
+    WARN("MemManager: Suspend not supported, memory manager is disabled");
+    return ncclInvalidUsage;
+  }
+  Info(kInit, "ncclCommSuspend: rank %d suspending memory", c->rank);
+  c->suspended = true;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm) {
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclCommResume", "comm"); r != ncclSuccess) return r;
+  if (MemManagerDisabled()) {
+    WARN("MemManager: Resume not supported, memory manager is disabled");
+    return ncclInvalidUsage;
+  }
+  Info(kInit, "ncclCommResume: rank %d resuming all resources", c->rank);
+  c->suspended = false;
+  return ncclSuccess;
+}
+
+// ncclCommMemStat_t (2.29+): GpuMemSuspend 0, GpuMemSuspended 1, GpuMemPersist 2, GpuMemTotal 3. The
+// suspendable memory is one NCCL_BUFFSIZE per connection made; nothing is persistent.
+NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, int stat, uint64_t* value) {
+  Comm* c = C(comm);
+  if (ncclResult_t r = CommCheck(c, "ncclCommMemStats", "comm"); r != ncclSuccess) return r;
+  if (value == nullptr) return ncclInvalidArgument;
+  if (MemManagerDisabled()) {
+    WARN("MemManager: MemStats not supported, memory manager is disabled");
+    return ncclInvalidUsage;
+  }
+  size_t connections = c->p2p_send_connected.size() + c->p2p_recv_connected.size();
+  connections = connections * size_t(c->nchannels) + (c->ring_connected && c->nranks > 1 ? 2 * size_t(c->nchannels) : 0);
+  uint64_t scratch = c->suspended ? 0 : uint64_t(connections) * uint64_t(Param("NCCL_BUFFSIZE", 4ll << 20));
+  switch (stat) {
+    case 0: *value = scratch; return ncclSuccess;
+    case 1: *value = c->suspended ? 1 : 0; return ncclSuccess;
+    case 2: *value = 0; return ncclSuccess;
+    case 3: *value = scratch; return ncclSuccess;
+    default: return ncclInvalidArgument;
+  }
 }

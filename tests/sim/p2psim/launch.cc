@@ -17,6 +17,7 @@
 #include <set>
 #include <string_view>
 
+#include "tests/sim/common/nccl_segments.h"
 #include "tests/sim/p2psim/sysroot.h"
 
 #ifndef P2PSIM_DEFAULT_LIB_DIR
@@ -428,6 +429,9 @@ int Launch(const Topology& topo, const LaunchOptions& options) {
   }
   close(signal_pipe[0]);
   close(signal_pipe[1]);
+  // A rank killed by a signal cannot clean up its NCCL rendezvous files; the job is over, so remove
+  // whatever dead processes left (other jobs' live files stay).
+  SweepStaleNcclSegments(NcclSegmentRoot(), 60);
   return spawn_failed ? std::max(tally.Status(), 1) : tally.Status();
 }
 
