@@ -94,7 +94,7 @@ struct Context {
   int device = 0;
   unsigned flags = 0;
   int refs = 0;                     // cuDevicePrimaryCtxRetain minus Release, + the runtime's one
-  bool runtime_ref = false;         // the runtime holds its reference (taken at its first use)
+  std::atomic<bool> runtime_ref{false};  // the runtime holds its reference (taken at its first use)
   std::atomic<bool> active{false};  // read without the lock by the runtime's fast path
 };
 
@@ -159,15 +159,21 @@ int CurDev() {
 
 // Makes `device`'s primary context current (replacing the top of the stack) and active, holding the
 // runtime's reference, as cudaSetDevice and the runtime's first use of a device do.
+// The runtime's hold on a device's primary context (cudaInitDevice, and every use of the device).
+void RuntimeRetain(State& st, int device) {
+  Context* c = st.primary[device].get();
+  if (c->active && c->runtime_ref) return;
+  std::lock_guard<std::mutex> lock(Mu());
+  if (!c->runtime_ref) { c->runtime_ref = true; ++c->refs; }
+  c->active = true;
+}
+
 void UseDevice(State& st, int device) {
   Context* c = st.primary[device].get();
   auto& stack = T().ctx_stack;
   if (stack.empty()) stack.push_back(c);
   else stack.back() = c;
-  if (c->active && c->runtime_ref) return;
-  std::lock_guard<std::mutex> lock(Mu());
-  if (!c->runtime_ref) { c->runtime_ref = true; ++c->refs; }
-  c->active = true;
+  RuntimeRetain(st, device);
 }
 
 // The runtime's implicit context: none current -> device 0's primary; an inactive one comes back.

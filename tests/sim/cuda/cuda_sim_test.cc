@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -92,6 +94,8 @@ struct Runtime {
   FN(cudaDeviceEnablePeerAccess);
   FN(cudaDeviceGetPCIBusId);
   FN(cudaGetDriverEntryPointByVersion);
+  FN(cudaInitDevice);
+  FN(cudaDeviceReset);
 #undef FN
 };
 
@@ -349,6 +353,11 @@ TEST(Shared, MemoryContextsAndPeerAccess) {
   EXPECT_EQ(active, 1);  // cudaSetDevice brought up the primary context
   ASSERT_EQ(cu.cuDevicePrimaryCtxGetState(5, &flags, &active), CUDA_SUCCESS);
   EXPECT_EQ(active, 0);
+  ASSERT_EQ(rt.cudaInitDevice(6, 0, 0), cudaSuccess);  // brings device 6's context up, not current
+  ASSERT_EQ(cu.cuDevicePrimaryCtxGetState(6, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+  ASSERT_EQ(cu.cuCtxGetDevice(&dev), CUDA_SUCCESS);
+  EXPECT_EQ(dev, 3);
   CUcontext c5 = cu.Primary(5), c3 = nullptr, cur = nullptr;
   ASSERT_EQ(cu.cuCtxGetCurrent(&c3), CUDA_SUCCESS);
   ASSERT_EQ(cu.cuCtxSetCurrent(c5), CUDA_SUCCESS);
@@ -384,6 +393,19 @@ TEST(Shared, MemoryContextsAndPeerAccess) {
   EXPECT_EQ(cu.cuMemFree_v2(reinterpret_cast<CUdeviceptr>(d1)), CUDA_SUCCESS);  // freed through the other API
   EXPECT_EQ(rt.cudaFree(d1), cudaErrorInvalidValue);
   EXPECT_EQ(rt.cudaFree(reinterpret_cast<void*>(d0)), cudaSuccess);
+
+  // cudaDeviceReset destroys the primary context the driver sees; the runtime's next use revives it.
+  ASSERT_EQ(rt.cudaSetDevice(1), cudaSuccess);
+  ASSERT_EQ(rt.cudaDeviceReset(), cudaSuccess);
+  ASSERT_EQ(cu.cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 0);
+  EXPECT_EQ(cu.cuMemAlloc_v2(&d0, 64), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+  ASSERT_EQ(rt.cudaMalloc(&d1, 64), cudaSuccess);
+  ASSERT_EQ(cu.cuDevicePrimaryCtxGetState(1, &flags, &active), CUDA_SUCCESS);
+  EXPECT_EQ(active, 1);
+  ASSERT_EQ(cu.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(d1)),
+            CUDA_SUCCESS);
+  EXPECT_EQ(ordinal, 1);
 }
 
 TEST(Shared, DriverEntryPointsAreTheDriversFunctions) {
@@ -403,6 +425,31 @@ TEST(Shared, DriverEntryPointsAreTheDriversFunctions) {
             cudaErrorSymbolNotFound);
   EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
   EXPECT_EQ(fn, nullptr);
+}
+
+// A forked child keeps the state (the driver's fork handlers hold its lock across fork) and the
+// forking thread's context.
+TEST(Shared, ForkedChildKeepsTheState) {
+  Runtime rt;
+  Driver cu;
+  ASSERT_EQ(rt.cudaSetDevice(4), cudaSuccess);
+  void* p = nullptr;
+  ASSERT_EQ(rt.cudaMalloc(&p, 4096), cudaSuccess);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    CUdevice dev = -1;
+    int ordinal = -1;
+    CUdeviceptr q = 0;
+    bool ok = cu.cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev == 4 &&
+              cu.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                       reinterpret_cast<CUdeviceptr>(p)) == CUDA_SUCCESS &&
+              ordinal == 4 && cu.cuMemAlloc_v2(&q, 64) == CUDA_SUCCESS && rt.cudaFree(reinterpret_cast<void*>(q)) == cudaSuccess;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 // CUDA_VISIBLE_DEVICES=5,2: both APIs see the same two devices, renumbered.

@@ -3,7 +3,8 @@
 // Device memory is host memory (memfd, so IPC handles really share bytes across processes), copies
 // move real bytes at once, and every stream keeps a simulated clock that advances by
 // bytes / the path's bandwidth. What is not modelled is a weak stub (generated) that returns
-// cudaErrorNotSupported.
+// cudaErrorNotSupported. The engine is common/sim_engine.h; its state belongs to the simulated
+// driver (libcuda.so.1), which this runtime opens at its first call, as the real one does.
 #include "tests/sim/common/sim_engine.h"
 
 #include <dlfcn.h>
@@ -183,9 +184,11 @@ SIM_API cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
+// Brings up the device's primary context without making it current.
 SIM_API cudaError_t cudaInitDevice(int device, unsigned int, unsigned int) {
   SIM_ENTER_NOCTX();
   if (!ValidDevice(st, device)) return Ret(cudaErrorInvalidDevice);
+  RuntimeRetain(st, device);
   return cudaSuccess;
 }
 
