@@ -34,7 +34,9 @@ constexpr ProcVersion kProcVersions[] = {
 std::mutex g_mu;
 State* g_state = nullptr;
 std::once_flag g_once;
-thread_local ThreadData t_data;
+// Allocated once per thread and never freed: a thread_local object would be destroyed at exit()
+// before the atexit handlers and static destructors (torch's among them) that still call CUDA.
+thread_local ThreadData* t_data = nullptr;
 
 void Prefork() { g_mu.lock(); }
 void Postfork() { g_mu.unlock(); }
@@ -109,7 +111,10 @@ State* StateOnce() {
   std::call_once(g_once, Init);
   return g_state;
 }
-ThreadData* ThreadOf() { return &t_data; }
+ThreadData* ThreadOf() {
+  if (t_data == nullptr) t_data = new ThreadData();
+  return t_data;
+}
 
 const Shared kShared{kSharedAbi, sizeof(State), sizeof(ThreadData), StateOnce, &g_mu, ThreadOf};
 struct SetShared { SetShared() { g_shared = &kShared; } } g_set_shared;

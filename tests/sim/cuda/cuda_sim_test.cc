@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -446,6 +447,33 @@ TEST(Shared, ForkedChildKeepsTheState) {
                                        reinterpret_cast<CUdeviceptr>(p)) == CUDA_SUCCESS &&
               ordinal == 4 && cu.cuMemAlloc_v2(&q, 64) == CUDA_SUCCESS && rt.cudaFree(reinterpret_cast<void*>(q)) == cudaSuccess;
     _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// exit() destroys thread_local objects before atexit handlers run; CUDA called from one (torch's
+// teardown does) must still find the thread's context.
+Runtime* g_rt = nullptr;
+Driver* g_cu = nullptr;
+TEST(Shared, CallsFromAtexitHandlers) {
+  Runtime rt;
+  Driver cu;
+  ASSERT_EQ(rt.cudaSetDevice(6), cudaSuccess);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    g_rt = &rt;
+    g_cu = &cu;
+    std::atexit([] {
+      void* p = nullptr;
+      CUdevice dev = -1;
+      bool ok = g_rt->cudaMalloc(&p, 64) == cudaSuccess && g_cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev == 6 &&
+                g_rt->cudaFree(p) == cudaSuccess;
+      _exit(ok ? 0 : 1);
+    });
+    std::exit(3);
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
