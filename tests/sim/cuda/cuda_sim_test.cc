@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -426,6 +427,38 @@ TEST(Shared, DriverEntryPointsAreTheDriversFunctions) {
             cudaErrorSymbolNotFound);
   EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);
   EXPECT_EQ(fn, nullptr);
+}
+
+// The current context is per thread, whichever API set it.
+TEST(Shared, ThreadsEachHaveTheirOwnCurrentDevice) {
+  Runtime rt;
+  Driver cu;
+  std::vector<std::thread> threads;
+  std::vector<int> seen(8, -1), rt_seen(8, -1);
+  for (int i = 0; i < 8; ++i)
+    threads.emplace_back([&, i] {
+      CUdevice dev = -1;
+      int d = -1;
+      if (i % 2 == 0) {
+        rt.cudaSetDevice(i);
+      } else {
+        cu.cuCtxSetCurrent(cu.Primary(i));
+      }
+      void* p = nullptr;
+      rt.cudaMalloc(&p, 64);
+      int ordinal = -1;
+      if (cu.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, reinterpret_cast<CUdeviceptr>(p)) ==
+              CUDA_SUCCESS &&
+          cu.cuCtxGetDevice(&dev) == CUDA_SUCCESS && ordinal == dev)
+        seen[i] = dev;
+      if (rt.cudaGetDevice(&d) == cudaSuccess) rt_seen[i] = d;
+      rt.cudaFree(p);
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(seen[i], i);
+    EXPECT_EQ(rt_seen[i], i);
+  }
 }
 
 // A forked child keeps the state (the driver's fork handlers hold its lock across fork) and the
