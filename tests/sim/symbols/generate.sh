@@ -22,5 +22,5 @@ defined /usr/local/cuda/lib64/libnccl.so.2 > nccl.syms
 # src/misc/nvmlwrap.cc and PyTorch's c10/cuda/driver_api.cpp resolve these), and the legacy exports.
 { grep -o '_nvmlGetFunctionPointer("[A-Za-z0-9_]*")' "$tmp"/nvml/pynvml.py | sed 's/.*("\(.*\)")/\1/'
   printf '%s\n' nvmlInit nvmlInit_v2 nvmlDeviceGetCount nvmlDeviceGetHandleByIndex nvmlDeviceGetHandleByPciBusId \
-    nvmlDeviceGetPciInfo nvmlDeviceGetPciInfo_v2; } | sort -u > nvml.syms
+    nvmlDeviceGetPciInfo nvmlDeviceGetPciInfo_v2 nvmlDeviceGetComputeRunningProcesses; } | sort -u > nvml.syms
 wc -l ./*.syms
