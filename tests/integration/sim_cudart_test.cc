@@ -433,10 +433,15 @@ TEST_F(Demo, StreamsAndTheirErrors) {
   EXPECT_EQ(cudaStreamSynchronize(s), cudaErrorInvalidResourceHandle);
 }
 
-TEST_F(Demo, DriverEntryPointsAreNotFound) {
-  void* fn = reinterpret_cast<void*>(1);
-  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSuccess;
-  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuMemcpyPeer", &fn, 12000, cudaEnableDefault, &status),
+// The runtime hands out the simulated driver's functions (libcuda.so.1's cuGetProcAddress).
+TEST_F(Demo, DriverEntryPoints) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuMemcpyPeer", &fn, 12000, cudaEnableDefault, &status), cudaSuccess);
+  EXPECT_NE(fn, nullptr);
+  EXPECT_EQ(status, cudaDriverEntryPointSuccess);
+  fn = reinterpret_cast<void*>(1);
+  EXPECT_EQ(cudaGetDriverEntryPointByVersion("cuNoSuchFunction", &fn, 12000, cudaEnableDefault, &status),
             cudaErrorSymbolNotFound);
   EXPECT_EQ(fn, nullptr);
   EXPECT_EQ(status, cudaDriverEntryPointSymbolNotFound);

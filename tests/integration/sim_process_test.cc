@@ -215,11 +215,14 @@ TEST_P(FakeLibTest, SonameVersionNodeAndExportsMatchTheRealLibrary) {
   std::set<std::string> expected = ReadLines(std::string(P2PTRACE_SYMBOLS_DIR) + "/" + lib.syms);
   // The fake cudart's one addition: the hidden hook the fake NCCL advances stream clocks with.
   if (std::string(lib.file).rfind("libcudart", 0) == 0) expected.insert("p2psim_stream_advance");
+  // The fake driver's one addition: the shared simulated state the fake runtimes reach it for.
+  if (std::string(lib.file) == "libcuda.so.1") expected.insert("p2psim_driver");
   EXPECT_EQ(exported, expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Sim, FakeLibTest,
-                         ::testing::Values(FakeLib{"libcudart.so.13", "libcudart.so.13", "cudart13.syms"},
+                         ::testing::Values(FakeLib{"libcuda.so.1", "", "cuda.syms"},
+                                           FakeLib{"libcudart.so.13", "libcudart.so.13", "cudart13.syms"},
                                            FakeLib{"libcudart.so.12", "libcudart.so.12", "cudart12.syms"},
                                            FakeLib{"libnvidia-ml.so.1", "", "nvml.syms"}),
                          [](const ::testing::TestParamInfo<FakeLib>& p) {

@@ -65,15 +65,26 @@ def run(args, env, timeout=600):
     return done.returncode, done.stdout, done.stderr
 
 
+def bundled_nccl(tag):
+    """The NCCL release the pinned PyTorch installs (nvidia-nccl-cu12/-cu13): the sim plays that one."""
+    with open(os.path.join(HERE, f"requirements-{tag}.txt")) as f:
+        for line in f:
+            m = re.match(r"nvidia-nccl-cu\d+==(\S+)", line)
+            if m:
+                return m.group(1)
+    raise Failure(f"requirements-{tag}.txt pins no nvidia-nccl package")
+
+
 class Case:
-    def __init__(self, p2psim, p2ptrace, venv, work):
+    def __init__(self, p2psim, p2ptrace, venv, work, nccl):
         self.p2psim, self.p2ptrace = p2psim, p2ptrace
         self.python = os.path.join(venv, "bin", "python")
         self.work = work
+        self.nccl = nccl
 
     def both(self, command, env_extra, sort_lines):
         """Runs COMMAND bare and traced; returns (report json, the program's stdout lines)."""
-        env = dict(os.environ, **env_extra)
+        env = dict(os.environ, P2PSIM_NCCL_VERSION=self.nccl, **env_extra)
         env.pop("LD_PRELOAD", None)
         launch = [self.p2psim, "launch", "--topology", TOPOLOGY, "--hosts", "node0:1"]
         rc_bare, out_bare, err_bare = run(launch + ["--dir", os.path.join(self.work, "bare"), "--"] + command, env)
@@ -148,6 +159,7 @@ def train(case, init, visible):
     command = [case.python, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
                "--master-port", str(free_port()), os.path.join(HERE, "train.py")]
     report, lines = case.both(command, env, sort_lines=True)
+    check(report["job"]["nccl_versions"] == [case.nccl], f"NCCL {report['job']['nccl_versions']}, want {case.nccl}")
     done = [l for l in lines if re.search(r"rank \d/4 on cuda:\d", l)]
     check(len(done) == WORLD, f"{len(done)} ranks finished, want {WORLD}")
     check(all("WRONG" not in l for l in done), "a collective's result is wrong")
@@ -212,7 +224,8 @@ def main():
         return 1
     work = tempfile.mkdtemp(prefix=f"torch-{args.tag}-{args.case}-")
     try:
-        CASES[args.case](Case(os.path.abspath(args.p2psim), os.path.abspath(args.p2ptrace), venv, work))
+        CASES[args.case](Case(os.path.abspath(args.p2psim), os.path.abspath(args.p2ptrace), venv, work,
+                              bundled_nccl(args.tag)))
     except Failure as e:
         print(f"FAIL (torch {args.tag}, {args.case}): {e}\n(files kept in {work})", file=sys.stderr)
         return 1

@@ -1,0 +1,828 @@
+// The simulated GPU engine (State, streams, memory, copies), compiled into libcuda.so.1 and both
+// libcudart fakes. Its DATA exists once per process, in libcuda.so.1: as with real CUDA, where the
+// runtime sits on the driver, one allocation map, one set of contexts and peer mappings serve both
+// APIs. libcuda.so.1 exports ONE extra symbol, p2psim_driver, returning `Shared` below; the
+// runtimes reach it the way the real runtime reaches the driver (dlopen + dlsym on that handle).
+// Sharing data rather than calling into the driver keeps the engine as it was and keeps the
+// runtime's work off the driver's exported API, where an LD_PRELOAD interposer would see it.
+// Every library compiles this same header with the same compiler, so the layouts agree;
+// kSharedAbi and sizeof checks catch a stale mix.
+#pragma once
+#include <cuda_runtime_api.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/sim/common/gpu_model.h"
+#include "tests/sim/common/sim_topology.h"
+
+// Each library uses only part of the engine.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+
+namespace {
+
+
+using p2ptrace::Gpu;
+using p2ptrace::Host;
+
+constexpr int kDriverVersion = 13000;
+constexpr int kMaxPeers = 8;               // peers one device can map at once (cudaErrorTooManyPeers)
+constexpr double kKernelSeconds = 5e-6;    // what a kernel launch costs on the simulated clock
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+struct Stream {
+  int device = 0;
+  unsigned flags = 0;  // cudaStreamNonBlocking
+  int priority = 0;
+  bool legacy = false, per_thread = false;
+  double t = 0;        // simulated time when its queued work completes
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  int capture_nodes = 0;
+  unsigned long long capture_id = 0;      // of the capture sequence, unique in the process
+  struct Graph* capture_graph = nullptr;  // the graph being built while capturing
+  int pending_host_funcs = 0;
+};
+
+struct Event {
+  int device = 0;
+  unsigned flags = 0;
+  bool recorded = false;
+  double t = 0;
+};
+
+struct Graph { int nodes = 0; };
+
+struct Alloc {
+  size_t size = 0;
+  enum Kind { kDevice, kHostPinned, kIpc } kind = kDevice;
+  int host_gpu = -1;   // the owning GPU (host index); -1 for pinned host memory
+  int fd = -1;         // memfd backing device memory (exported through IPC)
+  int ipc_refs = 0;    // opens of the same handle in this process
+  bool ipc_direct = false;
+  std::string ipc_key; // "pid:fd" of the exporter, to recognise a second open of the same handle
+};
+
+// Device memory of one GPU lives in its own reserved address range, as with CUDA's unified
+// addressing: a device allocation never shares a 2 MiB granule with host memory or another GPU's.
+struct Arena {
+  uintptr_t base = 0;
+  size_t capacity = 0, bump = 0;
+  std::map<size_t, size_t> free;  // offset -> length, coalesced
+};
+
+struct HostFunc { Stream* stream; cudaHostFn_t fn; void* data; cudaStreamCallback_t cb; cudaStream_t handle; };
+
+// A device's primary context (the only kind the sim has; CUcontext is a Context*).
+struct Context {
+  int device = 0;
+  unsigned flags = 0;
+  int refs = 0;                     // cuDevicePrimaryCtxRetain minus Release, + the runtime's one
+  std::atomic<bool> runtime_ref{false};  // the runtime holds its reference (taken at its first use)
+  std::atomic<bool> active{false};  // read without the lock by the runtime's fast path
+};
+
+struct State {
+  bool ok = false;
+  std::string error;
+  p2psim::Topology topo;
+  const Host* host = nullptr;
+  std::vector<int> visible;                   // ordinal -> host GPU index
+  std::vector<std::vector<char>> peer_on;     // [from ordinal][to ordinal]
+  std::vector<std::unique_ptr<Stream>> legacy;
+  std::set<Stream*> streams;                  // user streams and per-thread streams
+  std::set<Event*> events;
+  std::set<Graph*> graphs;
+  std::map<uintptr_t, Alloc> allocs;          // base address -> allocation
+  std::map<int, Arena> arenas;                 // host GPU index -> its address range
+  // DirectBandwidth per (host GPU, host GPU), computed once: it walks the PCIe tree with string
+  // compares, whose instruction count varies with heap addresses from run to run, which would
+  // blur the shim's per-call cost that bench/run_bench.py measures (shim minus bare).
+  mutable std::map<std::pair<int, int>, double> direct_gbps;
+  double host_now = 0;                        // the host thread's simulated clock
+  std::chrono::steady_clock::time_point wall0 = std::chrono::steady_clock::now();
+  std::deque<HostFunc> host_funcs;
+  bool worker_running = false;
+  std::condition_variable cv;                 // host functions done
+  std::condition_variable work_cv;            // host functions queued
+  std::atomic<bool> driver_init{false};       // cuInit succeeded (or the runtime initialised)
+  std::vector<std::unique_ptr<Context>> primary;  // per ordinal
+};
+
+// Per thread, shared by driver and runtimes: the context stack (top = current context; its device
+// is cudaGetDevice's answer), per-thread default streams, and "inside a host function".
+// The last error stays per runtime library, as in CUDA.
+struct ThreadData {
+  std::vector<Context*> ctx_stack;
+  std::map<int, Stream*> per_thread;
+  bool in_host_func = false;
+};
+
+constexpr int kSharedAbi = 1;  // bump when State, ThreadData, Context or Shared change
+struct Shared {
+  int abi;
+  size_t state_size, thread_size;
+  State* (*state)();      // loads the topology on the first call
+  std::mutex* mu;         // guards State; never held while user code (host functions) runs
+  ThreadData* (*thread)();
+};
+
+const Shared* g_shared = nullptr;  // this library's view, set before any State access
+std::mutex& Mu() { return *g_shared->mu; }
+ThreadData& T() { return *g_shared->thread(); }
+State& S() { return *g_shared->state(); }
+
+Context* Current() {
+  auto& stack = T().ctx_stack;
+  return stack.empty() ? nullptr : stack.back();
+}
+int CurDev() {
+  Context* c = Current();
+  return c ? c->device : 0;
+}
+
+// Makes `device`'s primary context current (replacing the top of the stack) and active, holding the
+// runtime's reference, as cudaSetDevice and the runtime's first use of a device do.
+// The runtime's hold on a device's primary context (cudaInitDevice, and every use of the device).
+void RuntimeRetain(State& st, int device) {
+  Context* c = st.primary[device].get();
+  if (c->active && c->runtime_ref) return;
+  std::lock_guard<std::mutex> lock(Mu());
+  if (!c->runtime_ref) { c->runtime_ref = true; ++c->refs; }
+  c->active = true;
+}
+
+void UseDevice(State& st, int device) {
+  Context* c = st.primary[device].get();
+  auto& stack = T().ctx_stack;
+  if (stack.empty()) stack.push_back(c);
+  else stack.back() = c;
+  RuntimeRetain(st, device);
+}
+
+// The runtime's implicit context: none current -> device 0's primary; an inactive one comes back.
+void RuntimeContext(State& st) {
+  Context* c = Current();
+  if (c == nullptr || !c->active || !c->runtime_ref) UseDevice(st, c ? c->device : 0);
+}
+
+int DeviceCount(const State& st) { return static_cast<int>(st.visible.size()); }
+bool ValidDevice(const State& st, int d) { return d >= 0 && d < DeviceCount(st); }
+const Gpu& GpuOf(const State& st, int ordinal) { return *st.host->FindGpu(st.visible[ordinal]); }
+// The GPU model's memory (tests/sim/common/gpu_model), as totalGlobalMem and cuDeviceTotalMem say.
+size_t DeviceMemory(const State& st, int ordinal) { return p2psim::ModelOf(GpuOf(st, ordinal).name).memory; }
+int OrdinalOf(const State& st, int host_gpu) {
+  for (size_t i = 0; i < st.visible.size(); ++i)
+    if (st.visible[i] == host_gpu) return static_cast<int>(i);
+  return -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The simulated clock
+
+double WallSeconds(const State& st) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - st.wall0).count();
+}
+
+double SimNow(const State& st) {
+  double now = st.host_now;
+  if (st.topo.time_scale > 0) now = std::max(now, WallSeconds(st) / st.topo.time_scale);
+  return now;
+}
+
+// The host waits until simulated time t (sleeping time_scale × the wait when time_scale > 0).
+void WaitUntil(State& st, std::unique_lock<std::mutex>& lock, double t) {
+  if (st.topo.time_scale > 0) {
+    double wall_target = t * st.topo.time_scale;
+    double wait = wall_target - WallSeconds(st);
+    if (wait > 0) {
+      lock.unlock();
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+      lock.lock();
+    }
+  }
+  st.host_now = std::max(st.host_now, t);
+}
+
+// Work finishing at t is done when the host clock has passed it. With time_scale 0 a poll that
+// finds it pending moves the host clock there, so pollers see "not ready" once and then progress.
+bool Completed(State& st, double t) {
+  if (t <= SimNow(st)) return true;
+  if (st.topo.time_scale == 0) st.host_now = t;
+  return false;
+}
+
+Stream* Legacy(State& st, int device) { return st.legacy[device].get(); }
+
+Stream* PerThread(State& st, int device) {
+  Stream*& s = T().per_thread[device];
+  if (s == nullptr || !st.streams.count(s)) {
+    s = new Stream();
+    s->device = device;
+    s->per_thread = true;
+    st.streams.insert(s);
+  }
+  return s;
+}
+
+// Maps a cudaStream_t to its simulated stream; ptsz: a null handle means the per-thread stream.
+Stream* Resolve(State& st, cudaStream_t handle, bool ptsz) {
+  auto raw = reinterpret_cast<uintptr_t>(handle);
+  if (raw == 0) return ptsz ? PerThread(st, CurDev()) : Legacy(st, CurDev());
+  if (handle == cudaStreamLegacy) return Legacy(st, CurDev());
+  if (handle == cudaStreamPerThread) return PerThread(st, CurDev());
+  auto* s = reinterpret_cast<Stream*>(handle);
+  return st.streams.count(s) ? s : nullptr;
+}
+
+bool Blocking(const Stream* s) { return !(s->flags & cudaStreamNonBlocking); }
+
+// When work queued on s can start: after s's own work, and CUDA's legacy-stream rules: the legacy
+// stream waits for every blocking stream of its device and they wait for it. `other` is the second
+// device of a copy issued without a stream, which is ordered after that device's work as well.
+double StartTime(State& st, Stream* s, int other = -1) {
+  double t = std::max(s->t, SimNow(st));
+  auto device_work = [&](int d) {
+    t = std::max(t, Legacy(st, d)->t);
+    for (Stream* o : st.streams)
+      if (o->device == d && Blocking(o)) t = std::max(t, o->t);
+  };
+  if (s->legacy) {
+    device_work(s->device);
+    if (other >= 0 && other != s->device) device_work(other);
+  } else if (Blocking(s)) {
+    t = std::max(t, Legacy(st, s->device)->t);
+  }
+  return t;
+}
+
+// Queues `seconds` of work on s; returns when it completes on the simulated clock.
+double Enqueue(State& st, Stream* s, double seconds, int other = -1) {
+  s->t = StartTime(st, s, other) + seconds;
+  return s->t;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory
+
+struct Where {
+  bool known = false;         // a CUDA allocation or mapping
+  Alloc* alloc = nullptr;
+  uintptr_t base = 0;
+  int host_gpu = -1;          // -1: host memory
+};
+
+Where Locate(State& st, const void* p) {
+  Where w;
+  auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = st.allocs.upper_bound(addr);
+  if (it != st.allocs.begin()) {
+    --it;
+    if (addr < it->first + std::max<size_t>(it->second.size, 1)) {
+      w.known = true;
+      w.alloc = &it->second;
+      w.base = it->first;
+      w.host_gpu = it->second.host_gpu;
+    }
+  }
+  return w;
+}
+
+bool InBounds(const Where& w, const void* p, size_t bytes) {
+  if (!w.known) return true;  // pageable host memory: the caller's business, as with CUDA
+  return reinterpret_cast<uintptr_t>(p) + bytes <= w.base + w.alloc->size;
+}
+
+constexpr size_t kGranule = 2u << 20;
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+// Maps `size` bytes of `fd` into the GPU's range (allocation granularity 2 MiB, like cudaMalloc's).
+void* ArenaMap(State& st, int host_gpu, int fd, size_t size) {
+  Arena& a = st.arenas[host_gpu];
+  if (a.base == 0) {
+    // Room for fragmentation and IPC mappings; P2PSIM_ARENA_GB shrinks it for tools such as
+    // valgrind that cannot reserve hundreds of GiB of address space.
+    a.capacity = RoundUp(p2psim::ModelOf(st.host->FindGpu(host_gpu)->name).memory, kGranule) * 2;
+    if (const char* gb = std::getenv("P2PSIM_ARENA_GB"); gb && std::atoi(gb) > 0)
+      a.capacity = std::min(a.capacity, static_cast<size_t>(std::atoi(gb)) << 30);
+    void* r = mmap(nullptr, a.capacity + kGranule, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return nullptr;
+    a.base = RoundUp(reinterpret_cast<uintptr_t>(r), kGranule);
+  }
+  size_t len = RoundUp(size, kGranule), off = SIZE_MAX;
+  for (auto it = a.free.begin(); it != a.free.end(); ++it)
+    if (it->second >= len) {
+      off = it->first;
+      if (it->second > len) a.free[off + len] = it->second - len;
+      a.free.erase(it);
+      break;
+    }
+  if (off == SIZE_MAX) {
+    if (a.bump + len > a.capacity) return nullptr;
+    off = a.bump;
+    a.bump += len;
+  }
+  void* p = mmap(reinterpret_cast<void*>(a.base + off), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void ArenaUnmap(State& st, int host_gpu, void* p, size_t size) {
+  Arena& a = st.arenas[host_gpu];
+  size_t len = RoundUp(size, kGranule), off = reinterpret_cast<uintptr_t>(p) - a.base;
+  // Keep the range reserved: map inaccessible memory over it instead of unmapping.
+  mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  auto next = a.free.lower_bound(off);
+  if (next != a.free.end() && next->first == off + len) {
+    len += next->second;
+    a.free.erase(next);
+  }
+  auto prev = a.free.lower_bound(off);
+  if (prev != a.free.begin() && (--prev)->first + prev->second == off) {
+    prev->second += len;
+    return;
+  }
+  a.free[off] = len;
+}
+
+cudaError_t AllocDevice(State& st, void** ptr, size_t size) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  if (size == 0) { *ptr = nullptr; return cudaSuccess; }
+  if (size > DeviceMemory(st, CurDev())) return cudaErrorMemoryAllocation;
+  int fd = memfd_create("p2psim-device-memory", 0);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) close(fd);
+    return cudaErrorMemoryAllocation;
+  }
+  void* p = ArenaMap(st, st.visible[CurDev()], fd, size);
+  if (p == nullptr) { close(fd); return cudaErrorMemoryAllocation; }
+  Alloc a;
+  a.size = size;
+  a.kind = Alloc::kDevice;
+  a.host_gpu = st.visible[CurDev()];
+  a.fd = fd;
+  st.allocs[reinterpret_cast<uintptr_t>(p)] = a;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t FreeKind(State& st, void* p, Alloc::Kind kind) {
+  if (p == nullptr) return cudaSuccess;
+  auto it = st.allocs.find(reinterpret_cast<uintptr_t>(p));
+  if (it == st.allocs.end() || it->second.kind != kind) return cudaErrorInvalidValue;
+  if (kind == Alloc::kDevice) ArenaUnmap(st, it->second.host_gpu, p, it->second.size);
+  else munmap(p, it->second.size);
+  if (it->second.fd >= 0) close(it->second.fd);
+  st.allocs.erase(it);
+  return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies
+
+bool PeerDirect(const State& st, int gpu_a, int gpu_b) {
+  int a = OrdinalOf(st, gpu_a), b = OrdinalOf(st, gpu_b);
+  if (a < 0 || b < 0) return false;
+  return st.peer_on[a][b] || st.peer_on[b][a];
+}
+
+// Seconds a copy of `bytes` takes between two places (host GPU index, -1 for host memory).
+double CopySeconds(const State& st, const Where& src, const Where& dst, size_t bytes) {
+  double gbps;
+  int a = src.host_gpu, b = dst.host_gpu;
+  if (a < 0 && b < 0) {
+    gbps = st.topo.bandwidth.host_staged;
+  } else if (a < 0 || b < 0) {
+    gbps = p2psim::HostDeviceBandwidth(*st.host->FindGpu(a < 0 ? b : a));
+  } else if (a == b) {
+    gbps = p2psim::kDeviceLocalGbps;
+  } else {
+    bool ipc_direct = (src.alloc && src.alloc->kind == Alloc::kIpc && src.alloc->ipc_direct) ||
+                      (dst.alloc && dst.alloc->kind == Alloc::kIpc && dst.alloc->ipc_direct);
+    bool direct = ipc_direct || PeerDirect(st, a, b);
+    if (direct) {
+      auto [it, added] = st.direct_gbps.try_emplace({a, b}, 0.0);
+      if (added) it->second = p2psim::DirectBandwidth(st.topo, *st.host, a, b);
+      gbps = it->second;
+    } else {
+      gbps = st.topo.bandwidth.host_staged;
+    }
+  }
+  return static_cast<double>(bytes) / (gbps * 1e9);
+}
+
+bool ClaimsDevice(cudaMemcpyKind kind, bool src_side) {
+  switch (kind) {
+    case cudaMemcpyHostToDevice: return !src_side;
+    case cudaMemcpyDeviceToHost: return src_side;
+    case cudaMemcpyDeviceToDevice: return true;
+    default: return false;
+  }
+}
+
+// Work queued on a capturing stream becomes a graph node instead of running; on a stream whose
+// capture was invalidated it fails. Returns true when the caller must return `*result` at once.
+bool Captured(Stream* s, cudaError_t* result) {
+  if (s->capture == cudaStreamCaptureStatusActive) {
+    ++s->capture_nodes;
+    *result = cudaSuccess;
+    return true;
+  }
+  if (s->capture == cudaStreamCaptureStatusInvalidated) {
+    *result = cudaErrorStreamCaptureInvalidated;
+    return true;
+  }
+  return false;
+}
+
+struct Rows {  // a 2D/3D copy flattened to rows
+  size_t width = 0, height = 1, spitch = 0, dpitch = 0;
+};
+
+// One copy on one stream. `sync`: the host waits for it (cudaMemcpy, cudaMemcpyPeer, …);
+// no_stream: issued without a stream argument (ordered after both devices' work).
+cudaError_t Copy(State& st, std::unique_lock<std::mutex>& lock, void* dst, const void* src, Rows rows,
+                 cudaMemcpyKind kind, cudaStream_t handle, bool ptsz, bool sync, bool no_stream) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  if (static_cast<int>(kind) < 0 || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+  if (rows.width > rows.spitch || rows.width > rows.dpitch) return cudaErrorInvalidPitchValue;
+  size_t bytes = rows.width * rows.height;
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (bytes == 0) return cudaSuccess;
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  Where ws = Locate(st, src), wd = Locate(st, dst);
+  if ((ClaimsDevice(kind, true) && ws.host_gpu < 0) || (ClaimsDevice(kind, false) && wd.host_gpu < 0))
+    return cudaErrorInvalidValue;
+  size_t span_s = rows.spitch * (rows.height - 1) + rows.width;
+  size_t span_d = rows.dpitch * (rows.height - 1) + rows.width;
+  if (!InBounds(ws, src, span_s) || !InBounds(wd, dst, span_d)) return cudaErrorInvalidValue;
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  for (size_t r = 0; r < rows.height; ++r)
+    std::memmove(static_cast<char*>(dst) + r * rows.dpitch, static_cast<const char*>(src) + r * rows.spitch, rows.width);
+  int other = -1;
+  if (no_stream) other = OrdinalOf(st, ws.host_gpu == st.visible[s->device] ? wd.host_gpu : ws.host_gpu);
+  double end = Enqueue(st, s, CopySeconds(st, ws, wd, bytes), other);
+  if (sync) WaitUntil(st, lock, end);
+  return cudaSuccess;
+}
+
+Rows Linear(size_t count) { return Rows{count, 1, count, count}; }
+
+cudaError_t PeerCopy(State& st, std::unique_lock<std::mutex>& lock, void* dst, int dst_dev, const void* src,
+                     int src_dev, size_t count, cudaStream_t stream, bool sync) {
+  if (!ValidDevice(st, dst_dev) || !ValidDevice(st, src_dev)) return cudaErrorInvalidDevice;
+  return Copy(st, lock, dst, src, Linear(count), cudaMemcpyDeviceToDevice, stream, false, sync, sync);
+}
+
+cudaError_t Memset(State& st, std::unique_lock<std::mutex>& lock, void* p, int value, size_t count,
+                   cudaStream_t handle, bool ptsz, bool sync) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (count == 0) return cudaSuccess;
+  Where w = Locate(st, p);
+  if (!w.known || !InBounds(w, p, count)) return cudaErrorInvalidValue;
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  std::memset(p, value, count);
+  double end = Enqueue(st, s, static_cast<double>(count) / (p2psim::kDeviceLocalGbps * 1e9));
+  if (sync) WaitUntil(st, lock, end);
+  return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host functions: run in order by one worker thread, never under the state lock.
+
+void Worker() {
+  State& st = S();
+  std::unique_lock<std::mutex> lock(Mu());
+  for (;;) {
+    st.work_cv.wait(lock, [&] { return !st.host_funcs.empty(); });
+    HostFunc f = st.host_funcs.front();
+    st.host_funcs.pop_front();
+    lock.unlock();
+    T().in_host_func = true;
+    if (f.fn) f.fn(f.data);
+    else f.cb(f.handle, cudaSuccess, f.data);
+    T().in_host_func = false;
+    lock.lock();
+    if (st.streams.count(f.stream) || f.stream->legacy) --f.stream->pending_host_funcs;
+    st.cv.notify_all();
+  }
+}
+
+cudaError_t QueueHostFunc(State& st, cudaStream_t handle, bool ptsz, cudaHostFn_t fn, cudaStreamCallback_t cb, void* data) {
+  if (fn == nullptr && cb == nullptr) return cudaErrorInvalidValue;
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  if (!st.worker_running) {
+    st.worker_running = true;
+    std::thread(Worker).detach();
+  }
+  ++s->pending_host_funcs;
+  st.host_funcs.push_back(HostFunc{s, fn, data, cb, handle});
+  st.work_cv.notify_one();
+  return cudaSuccess;
+}
+
+void DrainHostFuncs(State& st, std::unique_lock<std::mutex>& lock, Stream* s) {
+  st.cv.wait(lock, [&] { return s->pending_host_funcs == 0 || !st.worker_running; });
+}
+
+cudaError_t SyncStream(State& st, std::unique_lock<std::mutex>& lock, Stream* s) {
+  if (s->capture != cudaStreamCaptureStatusNone) {
+    s->capture = cudaStreamCaptureStatusInvalidated;
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  DrainHostFuncs(st, lock, s);
+  WaitUntil(st, lock, StartTime(st, s));
+  return cudaSuccess;
+}
+
+cudaError_t EventRecord(State& st, cudaEvent_t ev, cudaStream_t handle, bool ptsz) {
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!st.events.count(e)) return cudaErrorInvalidResourceHandle;
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (s->device != e->device) return cudaErrorInvalidResourceHandle;  // event and stream on one device
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  e->recorded = true;
+  e->t = StartTime(st, s);
+  return cudaSuccess;
+}
+
+cudaError_t Launch(State& st, cudaStream_t handle, bool ptsz) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  Enqueue(st, s, kKernelSeconds);  // device code does not run on the simulated node
+  return cudaSuccess;
+}
+
+
+template <typename V>
+void Put(void* base, size_t off, V v) { std::memcpy(static_cast<char*>(base) + off, &v, sizeof v); }
+
+struct BusId { unsigned domain = 0, bus = 0, device = 0, function = 0; };
+BusId ParseBus(const std::string& s) {
+  BusId b;
+  std::sscanf(s.c_str(), "%x:%x:%x.%x", &b.domain, &b.bus, &b.device, &b.function);
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations both APIs expose, so the runtime and the driver give the same answers. Each takes the
+// lock itself unless it says otherwise; codes are cudaError_t, whose numbers the driver's CUresult
+// shares for every code returned here (a driver wrapper maps the two runtime-only ones).
+
+// A stable UUID derived from host and bus id.
+void DeviceUuid(const State& st, int device, unsigned char uuid[16]) {
+  std::memset(uuid, 0, 16);
+  std::string key = st.host->name + "/" + GpuOf(st, device).bus_id;
+  for (size_t i = 0; i < key.size(); ++i) uuid[i % 16] = static_cast<unsigned char>(uuid[i % 16] * 31 + key[i]);
+}
+
+// cudaDeviceAttr and CUdevice_attribute number the attributes alike; the values are the GPU
+// model's (tests/sim/common/gpu_model).
+cudaError_t DeviceAttribute(const State& st, int* value, int attr, int device) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  if (!ValidDevice(st, device)) return cudaErrorInvalidDevice;
+  const Gpu& g = GpuOf(st, device);
+  BusId b = ParseBus(g.bus_id);
+  *value = p2psim::DeviceAttribute(p2psim::ModelOf(g.name), attr, b.domain, b.bus, b.device);
+  return cudaSuccess;
+}
+
+// "0000:1A:00.0", upper case, like CUDA.
+cudaError_t FormatBusId(const State& st, char* bus_id, int len, int device) {
+  if (bus_id == nullptr || len <= 0) return cudaErrorInvalidValue;
+  if (!ValidDevice(st, device)) return cudaErrorInvalidDevice;
+  BusId b = ParseBus(GpuOf(st, device).bus_id);
+  std::snprintf(bus_id, static_cast<size_t>(len), "%04X:%02X:%02X.%X", b.domain, b.bus, b.device, b.function);
+  return cudaSuccess;
+}
+
+cudaError_t DeviceByBusId(const State& st, int* device, const char* bus_id) {
+  if (device == nullptr || bus_id == nullptr) return cudaErrorInvalidValue;
+  BusId want{};
+  unsigned parts[4] = {};
+  int n = std::sscanf(bus_id, "%x:%x:%x.%x", &parts[0], &parts[1], &parts[2], &parts[3]);
+  if (n == 3 || n == 4) want = {parts[0], parts[1], parts[2], n == 4 ? parts[3] : 0};
+  else if (std::sscanf(bus_id, "%x:%x.%x", &parts[1], &parts[2], &parts[3]) == 3) want = {0, parts[1], parts[2], parts[3]};
+  else return cudaErrorInvalidValue;
+  for (int d = 0; d < DeviceCount(st); ++d) {
+    BusId b = ParseBus(GpuOf(st, d).bus_id);
+    if (b.domain == want.domain && b.bus == want.bus && b.device == want.device) { *device = d; return cudaSuccess; }
+  }
+  return cudaErrorInvalidDevice;
+}
+
+void MemInfo(State& st, int device, size_t* free_bytes, size_t* total) {
+  std::lock_guard<std::mutex> lock(Mu());
+  size_t used = 0;
+  for (auto& [base, a] : st.allocs)
+    if (a.kind == Alloc::kDevice && a.host_gpu == st.visible[device]) used += a.size;
+  size_t memory = DeviceMemory(st, device);
+  if (free_bytes) *free_bytes = memory - std::min(used, memory);
+  if (total) *total = memory;
+}
+
+cudaError_t DeviceSync(State& st, int device) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  std::unique_lock<std::mutex> lock(Mu());
+  double t = Legacy(st, device)->t;
+  std::vector<Stream*> mine{Legacy(st, device)};
+  for (Stream* s : st.streams)
+    if (s->device == device) mine.push_back(s);
+  for (Stream* s : mine) {
+    DrainHostFuncs(st, lock, s);
+    t = std::max(t, s->t);
+  }
+  WaitUntil(st, lock, t);
+  return cudaSuccess;
+}
+
+// cudaDeviceReset / cuDevicePrimaryCtxReset: the device's primary context goes, with its memory and
+// every peer mapping from or to it; the next use of the device brings up a fresh one.
+void ResetDevice(State& st, int d) {
+  std::lock_guard<std::mutex> lock(Mu());
+  int gpu = st.visible[d];
+  for (auto it = st.allocs.begin(); it != st.allocs.end();) {
+    if (it->second.kind == Alloc::kDevice && it->second.host_gpu == gpu) {
+      ArenaUnmap(st, gpu, reinterpret_cast<void*>(it->first), it->second.size);
+      close(it->second.fd);
+      it = st.allocs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::fill(st.peer_on[d].begin(), st.peer_on[d].end(), 0);
+  for (auto& row : st.peer_on) row[d] = 0;
+  Context& c = *st.primary[d];
+  c.active = false;
+  c.refs = 0;
+  c.runtime_ref = false;
+}
+
+cudaError_t CanAccessPeer(const State& st, int* can, int device, int peer) {
+  if (can == nullptr) return cudaErrorInvalidValue;
+  if (!ValidDevice(st, device) || !ValidDevice(st, peer)) return cudaErrorInvalidDevice;
+  *can = device != peer && p2psim::PeerCapable(st.topo, *st.host, st.visible[device], st.visible[peer]);
+  return cudaSuccess;
+}
+
+// cudaDeviceP2PAttr and CUdevice_P2PAttribute number the attributes alike.
+cudaError_t P2PAttribute(const State& st, int* value, int attr, int src, int dst) {
+  if (value == nullptr) return cudaErrorInvalidValue;
+  if (!ValidDevice(st, src) || !ValidDevice(st, dst) || src == dst) return cudaErrorInvalidDevice;
+  int a = st.visible[src], b = st.visible[dst];
+  bool capable = p2psim::PeerCapable(st.topo, *st.host, a, b);
+  bool nvlink = p2ptrace::ClassifyGpuPath(*st.host, a, b).type == p2ptrace::PathType::kNVLink;
+  switch (attr) {
+    case cudaDevP2PAttrPerformanceRank: *value = nvlink ? 0 : 1; break;
+    case cudaDevP2PAttrAccessSupported: *value = capable; break;
+    case cudaDevP2PAttrNativeAtomicSupported: *value = capable && nvlink; break;
+    case cudaDevP2PAttrCudaArrayAccessSupported: *value = capable && nvlink; break;
+    case 5: *value = 0; break;  // OnlyPartialNativeAtomicSupported
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+// Peer access is per direction, from device d's context to peer's memory.
+cudaError_t EnablePeer(State& st, int d, int peer, unsigned flags) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  std::lock_guard<std::mutex> lock(Mu());
+  if (!ValidDevice(st, peer) || peer == d) return cudaErrorInvalidDevice;
+  if (flags != 0) return cudaErrorInvalidValue;
+  if (!p2psim::PeerCapable(st.topo, *st.host, st.visible[d], st.visible[peer])) return cudaErrorPeerAccessUnsupported;
+  if (st.peer_on[d][peer]) return cudaErrorPeerAccessAlreadyEnabled;
+  if (std::count(st.peer_on[d].begin(), st.peer_on[d].end(), 1) >= kMaxPeers) return cudaErrorTooManyPeers;
+  st.peer_on[d][peer] = 1;
+  return cudaSuccess;
+}
+
+cudaError_t DisablePeer(State& st, int d, int peer) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  std::lock_guard<std::mutex> lock(Mu());
+  if (!ValidDevice(st, peer) || peer == d) return cudaErrorInvalidDevice;
+  if (!st.peer_on[d][peer]) return cudaErrorPeerAccessNotEnabled;
+  st.peer_on[d][peer] = 0;
+  return cudaSuccess;
+}
+
+cudaError_t HostAlloc(State& st, void** ptr, size_t size) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  if (size == 0) { *ptr = nullptr; return cudaSuccess; }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> lock(Mu());
+  Alloc a;
+  a.size = size;
+  a.kind = Alloc::kHostPinned;
+  st.allocs[reinterpret_cast<uintptr_t>(p)] = a;
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t CreateStream(State& st, cudaStream_t* out, unsigned flags, int priority) {
+  if (out == nullptr || (flags & ~static_cast<unsigned>(cudaStreamNonBlocking)) != 0) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* s = new Stream();
+  s->device = CurDev();
+  s->flags = flags;
+  s->priority = std::clamp(priority, -5, 0);
+  st.streams.insert(s);
+  *out = reinterpret_cast<cudaStream_t>(s);
+  return cudaSuccess;
+}
+
+cudaError_t DestroyStream(State& st, cudaStream_t handle) {
+  std::unique_lock<std::mutex> lock(Mu());
+  auto* s = reinterpret_cast<Stream*>(handle);
+  if (handle == nullptr || !st.streams.count(s) || s->per_thread) return cudaErrorInvalidResourceHandle;
+  DrainHostFuncs(st, lock, s);  // CUDA lets queued work finish; the handle dies at once
+  st.streams.erase(s);
+  delete s;
+  return cudaSuccess;
+}
+
+cudaError_t SyncHandle(State& st, cudaStream_t handle, bool ptsz) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  std::unique_lock<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  return SyncStream(st, lock, s);
+}
+
+cudaError_t CreateEvent(State& st, cudaEvent_t* out, unsigned flags) {
+  constexpr unsigned kKnown = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  if (out == nullptr || (flags & ~kKnown) != 0) return cudaErrorInvalidValue;
+  if ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming)) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* e = new Event();
+  e->device = CurDev();
+  e->flags = flags;
+  st.events.insert(e);
+  *out = reinterpret_cast<cudaEvent_t>(e);
+  return cudaSuccess;
+}
+
+cudaError_t DestroyEvent(State& st, cudaEvent_t ev) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!st.events.erase(e)) return cudaErrorInvalidResourceHandle;
+  delete e;
+  return cudaSuccess;
+}
+
+cudaError_t RecordEvent(State& st, cudaEvent_t e, cudaStream_t s, bool ptsz) {
+  std::lock_guard<std::mutex> lock(Mu());
+  return EventRecord(st, e, s, ptsz);
+}
+
+cudaError_t EventSync(State& st, cudaEvent_t ev) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  std::unique_lock<std::mutex> lock(Mu());
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!st.events.count(e)) return cudaErrorInvalidResourceHandle;
+  if (e->recorded) WaitUntil(st, lock, e->t);
+  return cudaSuccess;
+}
+
+cudaError_t ElapsedTime(State& st, float* ms, cudaEvent_t a, cudaEvent_t b) {
+  if (ms == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* start = reinterpret_cast<Event*>(a);
+  auto* end = reinterpret_cast<Event*>(b);
+  if (!st.events.count(start) || !st.events.count(end)) return cudaErrorInvalidResourceHandle;
+  if ((start->flags | end->flags) & cudaEventDisableTiming) return cudaErrorInvalidResourceHandle;
+  if (!start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+  double now = SimNow(st);
+  if (start->t > now || end->t > now) return cudaErrorNotReady;
+  *ms = static_cast<float>((end->t - start->t) * 1e3);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+#pragma GCC diagnostic pop

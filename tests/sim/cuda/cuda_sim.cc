@@ -1,0 +1,751 @@
+// The simulated CUDA driver: a drop-in libcuda.so.1 (soname libcuda.so.1, unversioned, exactly the
+// real export list) on the same engine as the simulated runtimes. It OWNS the process's one
+// simulated state (sim_engine.h): the runtimes dlopen it and call p2psim_driver() for it, so
+// memory, contexts, the current device and peer mappings are the same through either API.
+// Contexts are primary contexts only (CUcontext = Context*, one per device); CUdevice is the
+// ordinal. Functions taking 32-bit device pointers (the pre-3.2 bare cuMemAlloc, cuMemcpyHtoD, ...)
+// stay "not simulated" stubs, as does everything else not defined here.
+#define __CUDA_API_VERSION_INTERNAL  // declare every variant (cuMemAlloc and cuMemAlloc_v2), no renaming macros
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include "tests/sim/common/sim_engine.h"
+
+#define SIM_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using p2ptrace::Gpu;
+using p2ptrace::Host;
+
+struct ErrorEntry { int code; const char* name; const char* text; };
+constexpr ErrorEntry kErrors[] = {
+#include "cu_result_table.inc"
+};
+struct ProcVersion { const char* name; int version; };
+constexpr ProcVersion kProcVersions[] = {
+#include "cu_proc_table.inc"
+};
+
+// ---------------------------------------------------------------------------------------------
+// The process's simulated state, shared with the runtimes through p2psim_driver().
+
+std::mutex g_mu;
+State* g_state = nullptr;
+std::once_flag g_once;
+// Allocated once per thread and never freed: a thread_local object would be destroyed at exit()
+// before the atexit handlers and static destructors (torch's among them) that still call CUDA.
+thread_local ThreadData* t_data = nullptr;
+
+void Prefork() { g_mu.lock(); }
+void Postfork() { g_mu.unlock(); }
+void PostforkChild() {
+  g_mu.unlock();
+  // The worker thread did not survive the fork; pending host functions belong to the parent.
+  if (g_state != nullptr) {
+    g_state->worker_running = false;
+    g_state->host_funcs.clear();
+    for (Stream* s : g_state->streams) s->pending_host_funcs = 0;
+    for (auto& s : g_state->legacy) s->pending_host_funcs = 0;
+  }
+}
+
+std::vector<int> VisibleDevices(const Host& host) {
+  std::vector<int> all;
+  for (const Gpu& g : host.gpus) all.push_back(g.index);
+  std::sort(all.begin(), all.end());
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (env == nullptr) return all;
+  // Like CUDA: a comma-separated list of indices; the list ends at the first invalid or repeated entry.
+  std::vector<int> out;
+  std::string s(env);
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || host.FindGpu(static_cast<int>(v)) == nullptr ||
+        std::find(out.begin(), out.end(), v) != out.end())
+      break;
+    out.push_back(static_cast<int>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+void Init() {
+  auto* st = new State();
+  const char* path = std::getenv("P2PSIM_TOPOLOGY");
+  if (path == nullptr || *path == '\0') {
+    st->error = "P2PSIM_TOPOLOGY is not set; it must name the simulated node's topology file";
+  } else if (p2psim::LoadTopology(path, &st->topo, &st->error)) {
+    st->host = p2psim::SelectHost(st->topo, &st->error);
+    st->ok = st->host != nullptr;
+  }
+  if (!st->ok) {
+    std::fprintf(stderr, "p2psim: %s; every CUDA call returns cudaErrorInitializationError\n", st->error.c_str());
+  } else {
+    st->visible = VisibleDevices(*st->host);
+    size_t n = st->visible.size();
+    st->peer_on.assign(n, std::vector<char>(n, 0));
+    for (size_t d = 0; d < n; ++d) {
+      auto s = std::make_unique<Stream>();
+      s->device = static_cast<int>(d);
+      s->legacy = true;
+      st->legacy.push_back(std::move(s));
+      auto c = std::make_unique<Context>();
+      c->device = static_cast<int>(d);
+      st->primary.push_back(std::move(c));
+    }
+  }
+  pthread_atfork(Prefork, Postfork, PostforkChild);
+  g_state = st;
+}
+
+State* StateOnce() {
+  std::call_once(g_once, Init);
+  return g_state;
+}
+ThreadData* ThreadOf() {
+  if (t_data == nullptr) t_data = new ThreadData();
+  return t_data;
+}
+
+const Shared kShared{kSharedAbi, sizeof(State), sizeof(ThreadData), StateOnce, &g_mu, ThreadOf};
+struct SetShared { SetShared() { g_shared = &kShared; } } g_set_shared;
+
+// ---------------------------------------------------------------------------------------------
+// Entry helpers
+
+// The engine's codes are the runtime's; the driver shares their numbers except for these.
+CUresult Cu(cudaError_t e) {
+  switch (e) {
+    case cudaErrorInvalidPitchValue: case cudaErrorInvalidMemcpyDirection: return CUDA_ERROR_INVALID_VALUE;
+    default: return static_cast<CUresult>(e);
+  }
+}
+
+// After cuInit (or the runtime's own initialisation); CUDA_ERROR_NOT_INITIALIZED before.
+#define DRV_ENTER()                                         \
+  State& st = *StateOnce();                                 \
+  if (!st.ok || !st.driver_init) return CUDA_ERROR_NOT_INITIALIZED
+
+// As above, with a current, live context `ctx`.
+#define DRV_CTX()                                           \
+  DRV_ENTER();                                              \
+  Context* ctx = Current();                                 \
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT;    \
+  if (!ctx->active) return CUDA_ERROR_CONTEXT_IS_DESTROYED
+
+Context* KnownContext(State& st, CUcontext c) {
+  for (auto& p : st.primary)
+    if (reinterpret_cast<CUcontext>(p.get()) == c) return p.get();
+  return nullptr;
+}
+
+bool ValidCuDevice(const State& st, CUdevice d) { return ValidDevice(st, static_cast<int>(d)); }
+
+void* Ptr(CUdeviceptr p) { return reinterpret_cast<void*>(static_cast<uintptr_t>(p)); }
+
+CUresult Copy(State& st, CUdeviceptr dst, CUdeviceptr src, size_t n, cudaMemcpyKind kind, CUstream s,
+              bool ptsz, bool sync) {
+  std::unique_lock<std::mutex> lock(Mu());
+  // A synchronous copy without a stream is ordered after both devices' work, as cudaMemcpy is.
+  return Cu(::Copy(st, lock, Ptr(dst), Ptr(src), Linear(n), kind, reinterpret_cast<cudaStream_t>(s), ptsz, sync,
+                   sync && !ptsz));
+}
+
+CUresult PeerCopy(State& st, CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n,
+                  CUstream s, bool ptsz, bool sync) {
+  Context* d = KnownContext(st, dst_ctx);
+  Context* c = KnownContext(st, src_ctx);
+  if (d == nullptr || c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  std::unique_lock<std::mutex> lock(Mu());
+  return Cu(::Copy(st, lock, Ptr(dst), Ptr(src), Linear(n), cudaMemcpyDeviceToDevice,
+                   reinterpret_cast<cudaStream_t>(s), ptsz, sync, sync && !ptsz));
+}
+
+// ---------------------------------------------------------------------------------------------
+// cuGetProcAddress: the name's variant for the requested CUDA version, from cudaTypedefs.h's
+// versions (the k-th version of a name is its bare symbol for k = 1, then _v2, _v3, ...), then the
+// _ptds/_ptsz flavour for the per-thread default stream. Found in this library's own exports, so
+// a name the sim does not model resolves to its "not simulated" stub, as a real name must resolve.
+
+void* OwnSymbol(const std::string& name) {
+  static void* self = [] {
+    Dl_info info{};
+    dladdr(reinterpret_cast<void*>(&OwnSymbol), &info);
+    return dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+  }();
+  if (self == nullptr) return nullptr;
+  void* f = dlsym(self, name.c_str());
+  Dl_info mine{}, found{};
+  if (f == nullptr || !dladdr(reinterpret_cast<void*>(&OwnSymbol), &mine) || !dladdr(f, &found) ||
+      mine.dli_fbase != found.dli_fbase)
+    return nullptr;  // only this library's exports (dlsym also searches its dependencies)
+  return f;
+}
+
+CUresult ProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                     CUdriverProcAddressQueryResult* status) {
+  if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  if (symbol == nullptr || pfn == nullptr || (flags & ~3ull) != 0) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = nullptr;
+  std::vector<int> versions;
+  for (const ProcVersion& p : kProcVersions)
+    if (std::strcmp(p.name, symbol) == 0) versions.push_back(p.version);
+  std::sort(versions.begin(), versions.end());
+  versions.erase(std::unique(versions.begin(), versions.end()), versions.end());
+  std::string base = symbol, chosen;
+  if (versions.empty()) {
+    if (OwnSymbol(base) != nullptr) chosen = base;
+  } else {
+    int k = static_cast<int>(std::upper_bound(versions.begin(), versions.end(), version) - versions.begin());
+    if (k == 0) {
+      if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+      return CUDA_ERROR_NOT_FOUND;
+    }
+    for (; k >= 1 && chosen.empty(); --k) {
+      std::string name = k == 1 ? base : base + "_v" + std::to_string(k);
+      if (OwnSymbol(name) != nullptr) chosen = name;
+    }
+  }
+  if (chosen.empty()) return CUDA_ERROR_NOT_FOUND;
+  void* f = nullptr;
+  if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+    f = OwnSymbol(chosen + "_ptds");
+    if (f == nullptr) f = OwnSymbol(chosen + "_ptsz");
+  }
+  if (f == nullptr) f = OwnSymbol(chosen);
+  *pfn = f;
+  if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// The one extra export: the shared state, for the simulated runtimes (sim_engine.h).
+SIM_API const Shared* p2psim_driver(void) { return &kShared; }
+
+// =============================================================================================
+// Initialisation, versions, errors
+
+SIM_API CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  State& st = *StateOnce();
+  if (!st.ok) return CUDA_ERROR_NOT_INITIALIZED;
+  if (st.visible.empty()) return CUDA_ERROR_NO_DEVICE;
+  st.driver_init = true;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDriverGetVersion(int* v) {
+  if (v == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *v = kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGetErrorName(CUresult error, const char** s) {
+  if (s == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const ErrorEntry& e : kErrors)
+    if (e.code == error) { *s = e.name; return CUDA_SUCCESS; }
+  *s = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API CUresult cuGetErrorString(CUresult error, const char** s) {
+  if (s == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (const ErrorEntry& e : kErrors)
+    if (e.code == error) { *s = e.text; return CUDA_SUCCESS; }
+  *s = nullptr;
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult* status) {
+  return ProcAddress(symbol, pfn, version, flags, status);
+}
+SIM_API CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  return ProcAddress(symbol, pfn, version, flags, nullptr);
+}
+
+// =============================================================================================
+// Devices
+
+SIM_API CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  DRV_ENTER();
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(st, ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetCount(int* count) {
+  DRV_ENTER();
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *count = DeviceCount(st);
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  DRV_ENTER();
+  if (name == nullptr || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<size_t>(len), "%s", GpuOf(st, dev).name.c_str());
+  return CUDA_SUCCESS;
+}
+
+static CUresult Uuid(CUuuid* uuid, CUdevice dev) {
+  DRV_ENTER();
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  DeviceUuid(st, dev, reinterpret_cast<unsigned char*>(uuid->bytes));
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) { return Uuid(uuid, dev); }
+SIM_API CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return Uuid(uuid, dev); }
+
+SIM_API CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  DRV_ENTER();
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = DeviceMemory(st, dev);
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice dev) {
+  DRV_ENTER();
+  return Cu(DeviceAttribute(st, value, attr, dev));
+}
+
+SIM_API CUresult cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
+  DRV_ENTER();
+  return Cu(FormatBusId(st, bus_id, len, dev));
+}
+
+SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* bus_id) {
+  DRV_ENTER();
+  int d = 0;
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = Cu(DeviceByBusId(st, &d, bus_id));
+  if (r == CUDA_SUCCESS) *dev = d;
+  return r;
+}
+
+SIM_API CUresult cuDeviceCanAccessPeer(int* can, CUdevice dev, CUdevice peer) {
+  DRV_ENTER();
+  return Cu(CanAccessPeer(st, can, dev, peer));
+}
+
+SIM_API CUresult cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attr, CUdevice src, CUdevice dst) {
+  DRV_ENTER();
+  return Cu(P2PAttribute(st, value, attr, src, dst));
+}
+
+// =============================================================================================
+// Primary contexts
+
+SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  DRV_ENTER();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(Mu());
+  Context& c = *st.primary[dev];
+  ++c.refs;
+  c.active = true;
+  *pctx = reinterpret_cast<CUcontext>(&c);
+  return CUDA_SUCCESS;
+}
+
+// The last reference gone, the context is destroyed with its memory and peer mappings.
+static CUresult Release(CUdevice dev) {
+  DRV_ENTER();
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  {
+    std::lock_guard<std::mutex> lock(Mu());
+    Context& c = *st.primary[dev];
+    if (c.refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (--c.refs > 0) return CUDA_SUCCESS;
+  }
+  ResetDevice(st, dev);
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return Release(dev); }
+SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return Release(dev); }
+
+SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  DRV_ENTER();
+  if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(Mu());
+  *flags = st.primary[dev]->flags;
+  *active = st.primary[dev]->active ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+static CUresult Reset(CUdevice dev) {
+  DRV_ENTER();
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (T().in_host_func) return CUDA_ERROR_NOT_PERMITTED;
+  ResetDevice(st, dev);
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return Reset(dev); }
+SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return Reset(dev); }
+
+static CUresult SetFlags(CUdevice dev, unsigned int flags) {
+  DRV_ENTER();
+  if (!ValidCuDevice(st, dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if ((flags & ~0xffu) != 0 || (flags & CU_CTX_SCHED_MASK) == 3 || (flags & CU_CTX_SCHED_MASK) > 4)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  st.primary[dev]->flags = flags;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) { return SetFlags(dev, flags); }
+SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) { return SetFlags(dev, flags); }
+
+// =============================================================================================
+// The context stack (per thread, shared with the runtimes: its top is cudaGetDevice's device)
+
+SIM_API CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  DRV_ENTER();
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *pctx = reinterpret_cast<CUcontext>(Current());
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetCurrent(CUcontext ctx) {
+  DRV_ENTER();
+  auto& stack = T().ctx_stack;
+  if (ctx == nullptr) {  // unbinds the current context
+    if (!stack.empty()) stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  Context* c = KnownContext(st, ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (stack.empty()) stack.push_back(c);
+  else stack.back() = c;
+  return CUDA_SUCCESS;
+}
+
+static CUresult Push(CUcontext ctx) {
+  DRV_ENTER();
+  Context* c = KnownContext(st, ctx);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  T().ctx_stack.push_back(c);
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuCtxPushCurrent(CUcontext ctx) { return Push(ctx); }
+SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx) { return Push(ctx); }
+
+static CUresult Pop(CUcontext* pctx) {
+  DRV_ENTER();
+  auto& stack = T().ctx_stack;
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(stack.back());
+  stack.pop_back();
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuCtxPopCurrent(CUcontext* pctx) { return Pop(pctx); }
+SIM_API CUresult cuCtxPopCurrent_v2(CUcontext* pctx) { return Pop(pctx); }
+
+SIM_API CUresult cuCtxGetDevice(CUdevice* dev) {
+  DRV_CTX();
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *dev = ctx->device;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuCtxGetDevice_v2(CUdevice* dev, CUcontext c) {
+  if (c == nullptr) return cuCtxGetDevice(dev);
+  DRV_ENTER();
+  Context* k = KnownContext(st, c);
+  if (k == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (dev == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *dev = k->device;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSynchronize(void) {
+  DRV_CTX();
+  return Cu(DeviceSync(st, ctx->device));
+}
+SIM_API CUresult cuCtxSynchronize_v2(CUcontext c) {
+  if (c == nullptr) return cuCtxSynchronize();
+  DRV_ENTER();
+  Context* k = KnownContext(st, c);
+  if (k == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return Cu(DeviceSync(st, k->device));
+}
+
+SIM_API CUresult cuCtxGetApiVersion(CUcontext c, unsigned int* version) {
+  DRV_ENTER();
+  if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (c == nullptr ? Current() == nullptr : KnownContext(st, c) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 3020;  // every context since CUDA 3.2's API
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+  DRV_CTX();
+  Context* p = KnownContext(st, peer);
+  if (p == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return Cu(EnablePeer(st, ctx->device, p->device, flags));
+}
+
+SIM_API CUresult cuCtxDisablePeerAccess(CUcontext peer) {
+  DRV_CTX();
+  Context* p = KnownContext(st, peer);
+  if (p == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return Cu(DisablePeer(st, ctx->device, p->device));
+}
+
+// =============================================================================================
+// Memory
+
+SIM_API CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  DRV_CTX();
+  if (dptr == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (T().in_host_func) return CUDA_ERROR_NOT_PERMITTED;
+  std::lock_guard<std::mutex> lock(Mu());
+  void* p = nullptr;
+  CUresult r = Cu(AllocDevice(st, &p, bytes));
+  if (r == CUDA_SUCCESS) *dptr = reinterpret_cast<uintptr_t>(p);
+  return r;
+}
+
+SIM_API CUresult cuMemFree_v2(CUdeviceptr p) {
+  DRV_CTX();
+  if (T().in_host_func) return CUDA_ERROR_NOT_PERMITTED;
+  std::lock_guard<std::mutex> lock(Mu());
+  return Cu(FreeKind(st, Ptr(p), Alloc::kDevice));
+}
+
+SIM_API CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
+  DRV_CTX();
+  MemInfo(st, ctx->device, free_bytes, total);
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  DRV_CTX();
+  if (pp == nullptr || (flags & ~7u) != 0) return CUDA_ERROR_INVALID_VALUE;  // PORTABLE|DEVICEMAP|WRITECOMBINED
+  return Cu(HostAlloc(st, pp, bytes));
+}
+SIM_API CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+
+SIM_API CUresult cuMemFreeHost(void* p) {
+  DRV_CTX();
+  std::lock_guard<std::mutex> lock(Mu());
+  return Cu(FreeKind(st, p, Alloc::kHostPinned));
+}
+
+namespace {
+// One attribute of a known allocation (`w`); the caller holds the lock.
+CUresult PointerAttribute(State& st, const Where& w, void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  bool device = w.alloc->kind != Alloc::kHostPinned;
+  int ordinal = device ? OrdinalOf(st, w.host_gpu) : -1;
+  if (ordinal < 0) ordinal = CurDev();  // pinned memory, or IPC memory of a GPU this process cannot see
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(st.primary[ordinal].get()); break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = Ptr(ptr); break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = ordinal; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = w.base; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *static_cast<unsigned*>(data) = w.alloc->kind == Alloc::kDevice; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = w.base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = w.alloc->size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+SIM_API CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  DRV_ENTER();
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  Where w = Locate(st, Ptr(ptr));
+  if (!w.known) return CUDA_ERROR_INVALID_VALUE;  // not memory CUDA knows
+  return PointerAttribute(st, w, data, attr, ptr);
+}
+
+// Unlike the singular form, memory CUDA does not know is no error: its attributes read as null.
+SIM_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data, CUdeviceptr ptr) {
+  DRV_ENTER();
+  if (attrs == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  Where w = Locate(st, Ptr(ptr));
+  for (unsigned i = 0; i < n; ++i) {
+    if (data[i] == nullptr) continue;
+    if (!w.known) {
+      switch (attrs[i]) {
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data[i]) = -2; break;  // CU_DEVICE_INVALID
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data[i]) = nullptr; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+          *static_cast<unsigned long long*>(data[i]) = 0; break;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data[i]) = nullptr; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data[i]) = 0; break;
+        default: *static_cast<unsigned*>(data[i]) = 0; break;
+      }
+      continue;
+    }
+    CUresult r = PointerAttribute(st, w, data[i], attrs[i], ptr);
+    if (r == CUDA_ERROR_INVALID_VALUE) *static_cast<void**>(data[i]) = nullptr;  // host pointer of device memory
+    else if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+// =============================================================================================
+// Copies: synchronous ones on the context's legacy stream (the _ptds flavour: its per-thread
+// stream); a null stream of an _ptsz copy is the per-thread stream.
+
+#define DRV_COPY(dst, src, n, kind, stream, ptsz, sync) \
+  DRV_CTX();                                            \
+  return Copy(st, dst, src, n, kind, stream, ptsz, sync)
+
+SIM_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  DRV_COPY(dst, src, n, cudaMemcpyDefault, nullptr, false, true);
+}
+SIM_API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  DRV_COPY(dst, src, n, cudaMemcpyDefault, nullptr, true, true);
+}
+SIM_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  DRV_COPY(dst, src, n, cudaMemcpyDefault, s, false, false);
+}
+SIM_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  DRV_COPY(dst, src, n, cudaMemcpyDefault, s, true, false);
+}
+
+#define HOST(p) static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p))
+SIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
+  DRV_COPY(dst, HOST(src), n, cudaMemcpyHostToDevice, nullptr, false, true);
+}
+SIM_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void* src, size_t n) {
+  DRV_COPY(dst, HOST(src), n, cudaMemcpyHostToDevice, nullptr, true, true);
+}
+SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  DRV_COPY(dst, HOST(src), n, cudaMemcpyHostToDevice, s, false, false);
+}
+SIM_API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  DRV_COPY(dst, HOST(src), n, cudaMemcpyHostToDevice, s, true, false);
+}
+SIM_API CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
+  DRV_COPY(HOST(dst), src, n, cudaMemcpyDeviceToHost, nullptr, false, true);
+}
+SIM_API CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
+  DRV_COPY(HOST(dst), src, n, cudaMemcpyDeviceToHost, nullptr, true, true);
+}
+SIM_API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  DRV_COPY(HOST(dst), src, n, cudaMemcpyDeviceToHost, s, false, false);
+}
+SIM_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  DRV_COPY(HOST(dst), src, n, cudaMemcpyDeviceToHost, s, true, false);
+}
+#undef HOST
+SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  DRV_COPY(dst, src, n, cudaMemcpyDeviceToDevice, nullptr, false, true);
+}
+SIM_API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  DRV_COPY(dst, src, n, cudaMemcpyDeviceToDevice, nullptr, true, true);
+}
+SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  DRV_COPY(dst, src, n, cudaMemcpyDeviceToDevice, s, false, false);
+}
+SIM_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  DRV_COPY(dst, src, n, cudaMemcpyDeviceToDevice, s, true, false);
+}
+
+SIM_API CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n) {
+  DRV_CTX();
+  return PeerCopy(st, dst, dc, src, sc, n, nullptr, false, true);
+}
+SIM_API CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n) {
+  DRV_CTX();
+  return PeerCopy(st, dst, dc, src, sc, n, nullptr, true, true);
+}
+SIM_API CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n,
+                                   CUstream s) {
+  DRV_CTX();
+  return PeerCopy(st, dst, dc, src, sc, n, s, false, false);
+}
+SIM_API CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n,
+                                        CUstream s) {
+  DRV_CTX();
+  return PeerCopy(st, dst, dc, src, sc, n, s, true, false);
+}
+
+// =============================================================================================
+// Streams and events (the runtime's objects: a CUstream is a cudaStream_t, a CUevent a cudaEvent_t)
+
+SIM_API CUresult cuStreamCreate(CUstream* s, unsigned int flags) {
+  DRV_CTX();
+  return Cu(CreateStream(st, reinterpret_cast<cudaStream_t*>(s), flags, 0));
+}
+SIM_API CUresult cuStreamCreateWithPriority(CUstream* s, unsigned int flags, int priority) {
+  DRV_CTX();
+  return Cu(CreateStream(st, reinterpret_cast<cudaStream_t*>(s), flags, priority));
+}
+SIM_API CUresult cuStreamDestroy(CUstream s) {
+  DRV_CTX();
+  return Cu(DestroyStream(st, reinterpret_cast<cudaStream_t>(s)));
+}
+SIM_API CUresult cuStreamDestroy_v2(CUstream s) { return cuStreamDestroy(s); }
+SIM_API CUresult cuStreamSynchronize(CUstream s) {
+  DRV_CTX();
+  return Cu(SyncHandle(st, reinterpret_cast<cudaStream_t>(s), false));
+}
+SIM_API CUresult cuStreamSynchronize_ptsz(CUstream s) {
+  DRV_CTX();
+  return Cu(SyncHandle(st, reinterpret_cast<cudaStream_t>(s), true));
+}
+
+SIM_API CUresult cuEventCreate(CUevent* e, unsigned int flags) {
+  DRV_CTX();
+  return Cu(CreateEvent(st, reinterpret_cast<cudaEvent_t*>(e), flags));
+}
+SIM_API CUresult cuEventDestroy(CUevent e) {
+  DRV_ENTER();
+  return Cu(DestroyEvent(st, reinterpret_cast<cudaEvent_t>(e)));
+}
+SIM_API CUresult cuEventDestroy_v2(CUevent e) { return cuEventDestroy(e); }
+SIM_API CUresult cuEventRecord(CUevent e, CUstream s) {
+  DRV_CTX();
+  return Cu(RecordEvent(st, reinterpret_cast<cudaEvent_t>(e), reinterpret_cast<cudaStream_t>(s), false));
+}
+SIM_API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) {
+  DRV_CTX();
+  return Cu(RecordEvent(st, reinterpret_cast<cudaEvent_t>(e), reinterpret_cast<cudaStream_t>(s), true));
+}
+SIM_API CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags) {
+  if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
+  return cuEventRecord(e, s);
+}
+SIM_API CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int flags) {
+  if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
+  return cuEventRecord_ptsz(e, s);
+}
+SIM_API CUresult cuEventSynchronize(CUevent e) {
+  DRV_ENTER();
+  return Cu(EventSync(st, reinterpret_cast<cudaEvent_t>(e)));
+}
+SIM_API CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
+  DRV_ENTER();
+  return Cu(ElapsedTime(st, ms, reinterpret_cast<cudaEvent_t>(a), reinterpret_cast<cudaEvent_t>(b)));
+}
+SIM_API CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
