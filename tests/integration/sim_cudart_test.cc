@@ -95,6 +95,16 @@ TEST_F(Demo, DevicesAndProperties) {
   EXPECT_EQ(p.pciDomainID, 0);
   EXPECT_EQ(p.major, 9);
   EXPECT_EQ(p.unifiedAddressing, 1);
+  // The H100's figures (tests/sim/common/gpu_model): programs size kernels from them (PyTorch's
+  // reductions divide by the warp size).
+  EXPECT_EQ(p.warpSize, 32);
+  EXPECT_EQ(p.maxThreadsPerBlock, 1024);
+  EXPECT_EQ(p.multiProcessorCount, 132);
+  EXPECT_EQ(p.maxThreadsPerMultiProcessor, 2048);
+  EXPECT_EQ(p.l2CacheSize, 50 << 20);
+  EXPECT_EQ(p.sharedMemPerBlockOptin, 232448u);
+  EXPECT_EQ(p.totalGlobalMem, 81090ull << 20);
+  EXPECT_EQ(p.maxGridSize[0], 2147483647);
   char bus[32];
   ASSERT_EQ(cudaDeviceGetPCIBusId(bus, sizeof bus, 5), cudaSuccess);
   EXPECT_STREQ(bus, "0000:AB:00.0");
@@ -107,6 +117,47 @@ TEST_F(Demo, DevicesAndProperties) {
   int value = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&value, cudaDevAttrPciBusId, 3), cudaSuccess);
   EXPECT_EQ(value, 0x5d);
+  ASSERT_EQ(cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 3), cudaSuccess);
+  EXPECT_EQ(value, 233472);
+}
+
+// Stream capture state as PyTorch's NCCL watchdog and CUDA graphs read it.
+TEST_F(Demo, CaptureInfoAndMode) {
+  cudaStream_t s;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  unsigned long long id = 7;
+  cudaGraph_t graph = reinterpret_cast<cudaGraph_t>(1);
+  size_t deps = 9;
+  ASSERT_EQ(cudaStreamGetCaptureInfo(s, &status, &id, &graph, nullptr, nullptr, &deps), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  EXPECT_EQ(graph, nullptr);
+  EXPECT_EQ(deps, 0u);
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ASSERT_EQ(cudaStreamGetCaptureInfo(s, &status, &id, &graph, nullptr, nullptr, &deps), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  EXPECT_NE(id, 0u);
+  EXPECT_NE(graph, nullptr);
+  cudaGraph_t done = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &done), cudaSuccess);
+  EXPECT_EQ(done, graph);  // the graph that was being built
+  unsigned long long id2 = 0;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+  ASSERT_EQ(cudaStreamGetCaptureInfo(s, &status, &id2, nullptr, nullptr, nullptr, nullptr), cudaSuccess);
+  EXPECT_NE(id2, id);
+  cudaGraph_t second = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(s, &second), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(done), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(second), cudaSuccess);
+  EXPECT_EQ(cudaStreamGetCaptureInfo(s, nullptr, &id, nullptr, nullptr, nullptr, nullptr), cudaErrorInvalidValue);
+
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeGlobal);  // every thread starts in global mode
+  ASSERT_EQ(cudaThreadExchangeStreamCaptureMode(&mode), cudaSuccess);
+  EXPECT_EQ(mode, cudaStreamCaptureModeRelaxed);
+  EXPECT_EQ(cudaThreadExchangeStreamCaptureMode(nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
 }
 
 TEST_F(Demo, CurrentDeviceIsPerThread) {

@@ -137,7 +137,7 @@ TEST(Sim, NvccBuiltProgramLaunchesKernels) {
 TEST(Sim, Cudart12FlavourUsesCuda12Abi) {
   RunResult r = RunProgram({CUDART12_PROGRAM}, SimEnv());
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(r.out, "runtime 12080 props 0 name NVIDIA H100 80GB HBM3 bus 2a\n");
+  EXPECT_EQ(r.out, "runtime 12080 props 0 name NVIDIA H100 80GB HBM3 bus 2a warp 32 clock 1980000\n");
 }
 
 TEST(PeerCopy, RealRuntimeWithoutDriverReportsError35Cleanly) {

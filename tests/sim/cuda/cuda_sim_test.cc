@@ -140,7 +140,12 @@ TEST(DriverOnly, InitDevicesContextsAndPeerCopies) {
   EXPECT_EQ(pci_bus, 0x5d);
   size_t total = 0;
   EXPECT_EQ(cu.cuDeviceTotalMem_v2(&total, 0), CUDA_SUCCESS);
-  EXPECT_EQ(total, 80ull << 30);
+  EXPECT_EQ(total, 81090ull << 20);  // an H100 80GB HBM3's totalGlobalMem (tests/sim/common/gpu_model)
+  int warp = 0, sms = 0;
+  EXPECT_EQ(cu.cuDeviceGetAttribute(&warp, CU_DEVICE_ATTRIBUTE_WARP_SIZE, 0), CUDA_SUCCESS);
+  EXPECT_EQ(cu.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0), CUDA_SUCCESS);
+  EXPECT_EQ(warp, 32);
+  EXPECT_EQ(sms, 132);
   int can = -1;
   EXPECT_EQ(cu.cuDeviceCanAccessPeer(&can, 0, 1), CUDA_SUCCESS);
   EXPECT_EQ(can, 1);
