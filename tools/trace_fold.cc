@@ -40,6 +40,31 @@ void TraceFold::TimedGroup(const Group& g) {
   }
 }
 
+// AlltoAll, Gather and Scatter move one block (count × type size) between fixed ranks, as NCCL's
+// grouped sends do (and did, before 2.28 made them calls of their own): every rank to every other,
+// every rank to the root, the root to every other rank. Their pairs get those blocks like sends;
+// one duration covers all of an operation's peers, so none of them has a rate of its own. The
+// communicator's size and this rank come from its init record; without it nothing is attributed.
+void TraceFold::AddFanOut(const p2ptrace_nccl_op_record& o) {
+  if (o.api != P2PTRACE_NCCL_AlltoAll && o.api != P2PTRACE_NCCL_Gather && o.api != P2PTRACE_NCCL_Scatter) return;
+  auto c = comm.find(o.comm);
+  if (c == comm.end() || c->second.nranks <= 0 || c->second.rank < 0) return;
+  int me = c->second.rank, n = c->second.nranks;
+  auto add = [&](int peer) {
+    Ops& s = sends[{o.comm, peer}];
+    ++s.calls;
+    s.bytes += o.bytes;
+    if (o.flags & P2PTRACE_NCCL_TIMED) ++s.shared_calls;
+  };
+  if (o.api == P2PTRACE_NCCL_Gather) {
+    if (o.peer >= 0 && o.peer < n && o.peer != me) add(o.peer);
+    return;
+  }
+  if (o.api == P2PTRACE_NCCL_Scatter && o.peer != me) return;
+  for (int q = 0; q < n; ++q)
+    if (q != me) add(q);
+}
+
 void TraceFold::Finish() {
   for (const auto& [seq, g] : groups)
     if (g.timed) TimedGroup(g);
@@ -99,6 +124,7 @@ void TraceFold::Add(const TraceRecord& r) {
       ++s.calls;
       s.bytes += o->bytes;
     }
+    AddFanOut(*o);
     if ((o->flags & P2PTRACE_NCCL_TIMED) == 0) return;  // no TIMING record follows
     Pending p{o->comm, o->api, o->peer, o->bytes};
     if (o->flags & P2PTRACE_NCCL_IN_GROUP) {

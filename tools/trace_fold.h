@@ -49,7 +49,9 @@ struct TraceFold {
   };
   std::unordered_map<uint64_t, CommSeen> comm;  // comm pointer -> what its init said
   std::map<std::pair<uint64_t, int>, Ops> ops;                  // (comm pointer, api)
-  std::map<std::pair<uint64_t, int>, Ops> sends;                // (comm pointer, peer): ncclSend
+  // (comm pointer, peer): what this rank sent that peer point to point: ncclSend, and its blocks of
+  // AlltoAll, Gather and Scatter (AddFanOut).
+  std::map<std::pair<uint64_t, int>, Ops> sends;
   // A timed operation outside a group has a seq of its own; its timing may come before or after it
   // in the file (the resolver thread writes TIMING records into its own chunk). Flat tables: one
   // entry per timed operation of the file, and no allocation per record.
@@ -80,6 +82,7 @@ struct TraceFold {
 
   void Timed(const Pending& p, uint64_t ns);
   void TimedGroup(const Group& g);
+  void AddFanOut(const p2ptrace_nccl_op_record& o);
   // After the file's last record: the groups' timings to their operations.
   void Finish();
 

@@ -417,4 +417,30 @@ INSTANTIATE_TEST_SUITE_P(
         RanksCase{"p8", "node0:8", {"-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,gather,scatter,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 8, 8}),
     [](const ::testing::TestParamInfo<RanksCase>& i) { return std::string(i.param.name); });
 
+// AlltoAll, Gather and Scatter (NCCL 2.28's calls) put their blocks on the same pairs, with the same
+// bytes and calls, as the grouped send/recv they replace (nccl-tests before 2.28, PyTorch 2.10's
+// all_to_all_single): each rank to every other, every rank to the root, the root to every other.
+TEST(NcclJobPairs, CollectiveBlocksLandOnTheirPairsLikeSends) {
+  auto pairs = [](const std::string& name, const std::string& ops) {
+    std::string dir = TempDir() + "/fanout-" + name;
+    RunResult r = Job(dir, "node0:4", {"-o", ops, "-b", "64K", "-e", "64K", "-n", "3"}, true, {});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::map<std::pair<int, int>, std::pair<uint64_t, uint64_t>> out;  // (src, dst GPU) -> calls, bytes
+    json j = ReportJson(dir + "/trace");
+    for (const json& p : j["pairs"])
+      if (p["bytes"].get<uint64_t>() > 0)
+        out[{p["src"]["gpu"].get<int>(), p["dst"]["gpu"].get<int>()}] = {p["calls"], p["bytes"]};
+    return out;
+  };
+  for (const auto& [collective, p2p] : {std::pair{"alltoall", "alltoallp2p"}, {"gather", "gatherp2p"},
+                                        {"scatter", "scatterp2p"}}) {
+    auto got = pairs(collective, collective), want = pairs(p2p, p2p);
+    EXPECT_FALSE(want.empty()) << p2p;
+    EXPECT_EQ(got, want) << collective;
+    size_t n = std::string(collective) == "alltoall" ? 12 : 3;  // 4 ranks: every ordered pair, or the root's 3
+    EXPECT_EQ(got.size(), n) << collective;
+    for (const auto& [k, v] : got) EXPECT_EQ(v.first, 3u) << collective << " " << k.first << "->" << k.second;
+  }
+}
+
 }  // namespace

@@ -189,15 +189,18 @@ def train(case, init, visible):
     for o in report["nccl_ops"]:
         ops.setdefault(o["nranks"], {})[o["op"]] = (o["calls"], o["bytes"])
     world_ops = ops.get(WORLD, {})
-    a2a_sends = WORLD * WORLD  # all_to_all_single sends to every rank, itself included
     want_world = {
         "ncclAllReduce": (2 * WORLD, WORLD * 4 * N + WORLD * 4),  # all_reduce, and barrier's one float
         "ncclBroadcast": (WORLD, WORLD * 4 * N),
         "ncclAllGather": (WORLD, WORLD * 4 * N * WORLD),
         "ncclReduceScatter": (WORLD, WORLD * 4 * N * WORLD),
-        "ncclSend": (a2a_sends + WORLD, 4 * (a2a_sends * CHUNK + WORLD * RING)),
-        "ncclRecv": (a2a_sends + WORLD, 4 * (a2a_sends * CHUNK + WORLD * RING)),
     }
+    if "ncclAlltoAll" in world_ops:  # PyTorch with NCCL 2.28+: all_to_all_single is one ncclAlltoAll
+        want_world["ncclAlltoAll"] = (WORLD, WORLD * 4 * CHUNK * WORLD)  # nccl-tests' size: a block per rank
+        want_world["ncclSend"] = want_world["ncclRecv"] = (WORLD, WORLD * 4 * RING)
+    else:  # grouped send/recv to every rank, itself included
+        a2a_sends = WORLD * WORLD
+        want_world["ncclSend"] = want_world["ncclRecv"] = (a2a_sends + WORLD, 4 * (a2a_sends * CHUNK + WORLD * RING))
     check(world_ops == want_world, f"world operations {world_ops}, want {want_world}")
     check(ops.get(2) == {"ncclAllReduce": (2, 2 * 4 * N)}, f"new_group's operations {ops.get(2)}")
 

@@ -66,8 +66,9 @@ def main():
 
     dist.barrier()
     dist.destroy_process_group()
-    print(f"rank {rank}/{world} on cuda:{local} ({'eager' if eager else 'lazy'} init): "
-          + ", ".join(f"{k} {'ok' if v else 'WRONG'}" for k, v in ok.items()), flush=True)
+    line = (f"rank {rank}/{world} on cuda:{local} ({'eager' if eager else 'lazy'} init): "
+            + ", ".join(f"{k} {'ok' if v else 'WRONG'}" for k, v in ok.items()) + "\n")
+    os.write(1, line.encode())  # one write: the workers share torchrun's stdout
     return 0 if all(ok.values()) else 1
 
 

@@ -250,6 +250,35 @@ SIM_API CUresult cuDriverGetVersion(int* v) {
   return CUDA_SUCCESS;
 }
 
+// The driver's error log (CUDA 12.9+; PyTorch registers a callback at CUDA init). The sim's driver
+// logs nothing, so a callback is kept and never called; the log is always empty.
+struct LogCallback { CUlogsCallback fn; void* data; };
+std::mutex g_log_mu;
+std::set<LogCallback*> g_log_callbacks;
+
+SIM_API CUresult cuLogsRegisterCallback(CUlogsCallback fn, void* data, CUlogsCallbackHandle* out) {
+  if (fn == nullptr || out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  auto* cb = new LogCallback{fn, data};
+  g_log_callbacks.insert(cb);
+  *out = reinterpret_cast<CUlogsCallbackHandle>(cb);
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle handle) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  auto* cb = reinterpret_cast<LogCallback*>(handle);
+  if (g_log_callbacks.erase(cb) == 0) return CUDA_ERROR_INVALID_VALUE;
+  delete cb;
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuLogsCurrent(CUlogIterator* iterator, unsigned int flags) {
+  if (iterator == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  *iterator = 0;  // no entry logged yet
+  return CUDA_SUCCESS;
+}
+
 SIM_API CUresult cuGetErrorName(CUresult error, const char** s) {
   if (s == nullptr) return CUDA_ERROR_INVALID_VALUE;
   for (const ErrorEntry& e : kErrors)
