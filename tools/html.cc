@@ -58,7 +58,7 @@ std::string PairLabel(const PairEntry& e) {
 std::string Gb(double v) { return v > 0 ? fmt::format("{:.1f} GB/s", v) : "not timed"; }
 // A pair's rate as the text report says it: how it was measured, or why there is none.
 std::string PairRate(const PairEntry& e) {
-  if (e.Gbps() <= 0) return e.shared_calls > 0 ? "no per-pair rate (timed only in groups that also sent to other peers)" : "not timed";
+  if (e.Gbps() <= 0) return e.shared_calls > 0 ? "no per-pair rate (timed only together with other peers: a group, or an alltoall, gather or scatter)" : "not timed";
   std::string rate = e.Gbps() >= 0.1 ? fmt::format("{:.1f} GB/s", e.Gbps()) : fmt::format("{:.2g} GB/s", e.Gbps());
   return e.RateBasis() == "own events" ? rate : rate + " (" + e.RateBasis() + ")";
 }

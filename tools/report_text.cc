@@ -108,7 +108,7 @@ std::string RateNumber(double gbps) { return gbps >= 0.1 ? fmt::format("{:.1f}",
 std::string RateText(const PairEntry& e) {
   if (e.Gbps() <= 0) {
     if (e.shared_calls > 0)
-      return "no per-pair rate: its sends were timed only in groups that also sent to other peers";
+      return "no per-pair rate: it was timed only together with other peers (a group, or an alltoall, gather or scatter)";
     return e.source == "nccl" && e.bytes == 0 ? "no send/recv to measure" : "not timed";
   }
   std::string expect = e.expected_gbps_high <= 0 ? ""

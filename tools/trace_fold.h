@@ -34,7 +34,7 @@ struct TraceFold {
   struct Ops {
     uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
     uint64_t group_calls = 0;   // of timed_calls: timed as their group's (the group's duration, its bytes)
-    uint64_t shared_calls = 0;  // sends timed only in groups that also sent to other peers: no per-pair time
+    uint64_t shared_calls = 0;  // timed only with other peers (a group that sent to several, an alltoall/gather/scatter): no per-pair time
     uint64_t timings = 0;       // durations measured (a group's calls of one kind share one)
   };
   struct Pending {  // a timed NCCL operation whose TIMING record has not come yet
