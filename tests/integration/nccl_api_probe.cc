@@ -107,6 +107,55 @@ int main() {
   Say("stats_null_value", stats(comm, 3, nullptr));
   Say("suspend_null_comm", suspend(nullptr, 1));
 
+  // PreMulSum (FSDP divides gradients with it) and FP8 reductions, computed from the host's data.
+  {
+    void* d[2] = {};
+    const float x0[4] = {1, 2, 3, 4}, x1[4] = {10, 20, 30, 40};
+    for (int r = 0; r < 2; ++r) {
+      cudaSetDevice(r);
+      cudaMalloc(&d[r], 16);
+      cudaMemcpy(d[r], r ? x1 : x0, 16, cudaMemcpyHostToDevice);
+    }
+    ncclRedOp_t ops[2] = {};
+    float half = 0.5f;
+    Say("premul_create", ncclRedOpCreatePreMulSum(&ops[0], &half, ncclFloat32, ncclScalarHostImmediate, comms[0]));
+    ncclRedOpCreatePreMulSum(&ops[1], &half, ncclFloat32, ncclScalarHostImmediate, comms[1]);
+    half = 7;  // host-immediate: read at creation, not now
+    Say("premul_null_op", ncclRedOpCreatePreMulSum(nullptr, &half, ncclFloat32, ncclScalarHostImmediate, comms[0]));
+    ncclGroupStart();
+    for (int r = 0; r < 2; ++r) ncclAllReduce(d[r], d[r], 4, ncclFloat32, ops[r], comms[r], nullptr);
+    Say("premul_group", ncclGroupEnd());
+    float got[4] = {};
+    cudaSetDevice(1);
+    cudaDeviceSynchronize();
+    cudaMemcpy(got, d[1], 16, cudaMemcpyDeviceToHost);
+    Say("premul_sum", got[0] == 5.5f && got[3] == 22.0f);  // (1 + 10) / 2, (4 + 40) / 2
+    Say("premul_wrong_type", ncclAllReduce(d[0], d[0], 2, ncclFloat64, ops[0], comms[0], nullptr));
+    Say("premul_destroy", ncclRedOpDestroy(ops[0], comms[0]));
+    Say("premul_destroy_again", ncclRedOpDestroy(ops[0], comms[0]));
+    Say("premul_destroy_builtin", ncclRedOpDestroy(ncclSum, comms[0]));
+    ncclRedOpDestroy(ops[1], comms[1]);
+    // E4M3: 1.5 (0x3c) + 2.25 (0x41) = 3.75 (0x47); 448 + 448 saturates to 448 (0x7e).
+    // E5M2: 1.5 (0x3e) + 2.0 (0x40) = 3.5 (0x43).
+    const unsigned char in8[2][3] = {{0x3c, 0x7e, 0x3e}, {0x41, 0x7e, 0x40}};
+    for (int r = 0; r < 2; ++r) {
+      cudaSetDevice(r);
+      cudaMemcpy(d[r], in8[r], 3, cudaMemcpyHostToDevice);
+    }
+    ncclGroupStart();
+    for (int r = 0; r < 2; ++r) ncclAllReduce(d[r], d[r], 2, ncclFloat8e4m3, ncclSum, comms[r], nullptr);
+    for (int r = 0; r < 2; ++r)
+      ncclAllReduce(static_cast<char*>(d[r]) + 2, static_cast<char*>(d[r]) + 2, 1, ncclFloat8e5m2, ncclSum, comms[r], nullptr);
+    Say("fp8_group", ncclGroupEnd());
+    unsigned char out8[3] = {};
+    cudaSetDevice(0);
+    cudaDeviceSynchronize();
+    cudaMemcpy(out8, d[0], 3, cudaMemcpyDeviceToHost);
+    Say("fp8_e4m3_sum", out8[0] == 0x47 && out8[1] == 0x7e);
+    Say("fp8_e5m2_sum", out8[2] == 0x43);
+    for (int r = 0; r < 2; ++r) cudaFree(d[r]);
+  }
+
   for (ncclComm_t c : comms) ncclCommDestroy(c);
   cudaFreeHost(host);
   Say("memfree", ncclMemFree(buf));

@@ -374,7 +374,9 @@ TEST(SimNcclApi, MemAllocRegistrationWindowsAndSuspendAnswerLikeNccl) {
       {"win_user_ptr_same", 1}, {"window_deregister", 0}, {"window_deregister_again", 4}, {"comm_unique_id", 0},
       {"comm_unique_id_null", 4}, {"comm_unique_id_null_comm", 4}, {"suspend", 0}, {"stats_suspended_rc", 0},
       {"stats_suspended", 1}, {"resume", 0}, {"stats_resumed", 0}, {"stats_bad_stat", 4}, {"stats_null_value", 4},
-      {"suspend_null_comm", 4}, {"memfree", 0}};
+      {"suspend_null_comm", 4}, {"memfree", 0}, {"premul_create", 0}, {"premul_null_op", 4}, {"premul_group", 0},
+      {"premul_sum", 1}, {"premul_wrong_type", 4}, {"premul_destroy", 0}, {"premul_destroy_again", 4},
+      {"premul_destroy_builtin", 4}, {"fp8_group", 0}, {"fp8_e4m3_sum", 1}, {"fp8_e5m2_sum", 1}};
   for (auto& [name, value] : want) {
     ASSERT_TRUE(v.count(name)) << name;
     EXPECT_EQ(v[name], value) << name;

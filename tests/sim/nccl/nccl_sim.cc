@@ -611,6 +611,15 @@ struct Comm {
   struct Window { void* ptr; size_t size; int flags; };
   std::vector<std::unique_ptr<Window>> windows;
   bool suspended = false;
+  // ncclRedOpCreatePreMulSum's operators (destroyed ones stay, not live: their numbers are not reused).
+  struct PreMul {
+    bool live = true;
+    ncclDataType_t type;
+    ncclScalarResidence_t residence;
+    const void* scalar;             // ncclScalarDevice: read when the collective runs
+    std::vector<char> immediate;    // ncclScalarHostImmediate: read at creation
+  };
+  std::vector<PreMul> premul;
 };
 
 std::mutex g_comms_mu;
@@ -1045,6 +1054,44 @@ uint16_t FloatToBf16(float f) {
   return uint16_t((x + 0x7fff + ((x >> 16) & 1)) >> 16);
 }
 
+// FP8 as CUDA's __nv_fp8_e4m3 / __nv_fp8_e5m2 (OCP formats): E4M3 has no infinity (0x7f is NaN,
+// 448 the largest), E5M2 is binary16's top byte. Conversions round to nearest even and saturate to
+// the largest finite value, as NCCL's reductions do (__NV_SATFINITE).
+float E4m3ToFloat(uint8_t b) {
+  int exp = (b >> 3) & 0xf, mant = b & 7;
+  float v = exp == 0xf && mant == 7 ? std::nanf("")
+            : exp == 0            ? std::ldexp(float(mant) / 8, -6)
+                                  : std::ldexp(1 + float(mant) / 8, exp - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+uint8_t FloatToE4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  float a = std::fabs(f);
+  if (a >= 448) return sign | 0x7e;
+  int e = 0;
+  std::frexp(a, &e);      // a = m * 2^e, m in [0.5, 1)
+  int biased = e - 1 + 7;  // as 1.f * 2^(e-1)
+  if (biased <= 0) {      // subnormal: steps of 2^-9
+    int q = int(std::nearbyint(a * 512));
+    return uint8_t(sign | (q >= 8 ? 0x08 : q));
+  }
+  int q = int(std::nearbyint((std::ldexp(a, 1 - e) - 1) * 8));
+  if (q == 8) q = 0, ++biased;
+  if (biased > 15 || (biased == 15 && q == 7)) return sign | 0x7e;
+  return uint8_t(sign | (biased << 3) | q);
+}
+
+float E5m2ToFloat(uint8_t b) { return HalfToFloat(uint16_t(b) << 8); }
+
+uint8_t FloatToE5m2(float f) {
+  uint16_t h = FloatToHalf(f);
+  if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff)) return uint8_t((h >> 8) | 0x02);  // NaN
+  if ((h & 0x7fff) >= 0x7b80) return uint8_t(((h >> 8) & 0x80) | 0x7b);      // saturate to 57344
+  return uint8_t((h + 0x7f + ((h >> 8) & 1)) >> 8);
+}
+
 template <typename T>
 T Combine(T a, T b, ncclRedOp_t op) {
   switch (op) {
@@ -1081,7 +1128,9 @@ template <typename T> T Same(T v) { return v; }
   X(ncclFloat16, uint16_t, float, HalfToFloat, FloatToHalf)                             \
   X(ncclFloat32, float, float, Same<float>, Same<float>)                                \
   X(ncclFloat64, double, double, Same<double>, Same<double>)                            \
-  X(ncclBfloat16, uint16_t, float, Bf16ToFloat, FloatToBf16)
+  X(ncclBfloat16, uint16_t, float, Bf16ToFloat, FloatToBf16)                           \
+  X(ncclFloat8e4m3, uint8_t, float, E4m3ToFloat, FloatToE4m3)                           \
+  X(ncclFloat8e5m2, uint8_t, float, E5m2ToFloat, FloatToE5m2)
 
 void Accumulate(void* acc, const void* x, size_t count, ncclDataType_t type, ncclRedOp_t op) {
   switch (type) {
@@ -1101,8 +1150,34 @@ void Divide(void* acc, size_t count, ncclDataType_t type, int n) {
   }
 }
 
+template <typename S, typename T, T (*Load)(S), S (*Store)(T)>
+void ScaleAs(void* buf, size_t count, const void* scalar) {
+  S raw;
+  std::memcpy(&raw, scalar, sizeof raw);
+  T k = Load(raw);
+  auto* a = static_cast<S*>(buf);
+  for (size_t i = 0; i < count; ++i) a[i] = Store(T(Load(a[i]) * k));
+}
+
+// buf[i] *= scalar (one element of `type`): a PreMulSum operator's local step.
+void Scale(void* buf, size_t count, ncclDataType_t type, const void* scalar) {
+  switch (type) {
+#define X(E, S, T, L, W) case E: ScaleAs<S, T, L, W>(buf, count, scalar); break;
+    P2PSIM_FOR_TYPES(X)
+#undef X
+    default: break;
+  }
+}
+
 bool Reducible(ncclDataType_t t, ncclRedOp_t op) {
-  return t >= ncclInt8 && t <= ncclBfloat16 && op >= ncclSum && op <= ncclAvg;
+  return t >= ncclInt8 && t < ncclNumTypes && op >= ncclSum && op <= ncclAvg;
+}
+
+// ncclRedOpCreatePreMulSum's operators: ncclNumOps + their index in the communicator's list.
+const Comm::PreMul* PreMulOf(const Comm& c, ncclRedOp_t op) {
+  size_t i = size_t(op) - size_t(ncclNumOps);
+  if (op < ncclNumOps || i >= c.premul.size() || !c.premul[i].live) return nullptr;
+  return &c.premul[i];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1161,6 +1236,14 @@ ncclResult_t Post(Op& op) {
     return ncclSuccess;
   }
   auto [data, bytes] = Contribution(op);
+  if (const Comm::PreMul* pm = op.red >= ncclNumOps ? PreMulOf(c, op.red) : nullptr) {
+    // Pre-multiplied locally, then summed like any contribution (device memory is host memory, so
+    // a device-resident scalar is read now, as the collective runs).
+    std::vector<char> scaled(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+    Scale(scaled.data(), bytes / TypeSize(op.type), op.type,
+          pm->residence == ncclScalarHostImmediate ? pm->immediate.data() : pm->scalar);
+    return PublishFile(CollFile(c, c.rank, op.slot), scaled.data(), bytes) ? ncclSuccess : ncclSystemError;
+  }
   return PublishFile(CollFile(c, c.rank, op.slot), data, bytes) ? ncclSuccess : ncclSystemError;
 }
 
@@ -1402,7 +1485,13 @@ ncclResult_t Enqueue(const Op& op) {
     return ncclInvalidArgument;
   }
   bool reduces = op.kind == OpKind::kAllReduce || op.kind == OpKind::kReduce || op.kind == OpKind::kReduceScatter;
-  if (reduces && !Reducible(op.type, op.red)) {
+  if (reduces && op.red >= ncclNumOps) {
+    const Comm::PreMul* pm = PreMulOf(*op.comm, op.red);
+    if (pm == nullptr || pm->type != op.type) {
+      WARN("Invalid reduction operation %d", int(op.red));
+      return ncclInvalidArgument;
+    }
+  } else if (reduces && !Reducible(op.type, op.red)) {
     WARN("Invalid reduction operation %d", int(op.red));
     return ncclInvalidArgument;
   }
@@ -1744,6 +1833,50 @@ NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   if (!Valid(C(comm)) || asyncError == nullptr) return ncclInvalidArgument;
   *asyncError = C(comm)->async_error;
+  return ncclSuccess;
+}
+
+// A sum whose every input is first multiplied by `scalar` (one element of `datatype`), for that
+// communicator and type only (FSDP divides gradients this way).
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+         ncclScalarResidence_t residence, ncclComm_t comm) {
+  Comm* c = C(comm);
+  if (!Valid(c)) return ncclInvalidArgument;
+  if (op == nullptr || scalar == nullptr) {
+    WARN("ncclRedOpCreatePreMulSum : %s argument is NULL", op == nullptr ? "op" : "scalar");
+    return ncclInvalidArgument;
+  }
+  if (TypeSize(datatype) == 0 || !Reducible(datatype, ncclSum)) {
+    WARN("Invalid datatype %d", int(datatype));
+    return ncclInvalidArgument;
+  }
+  if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate) {
+    WARN("ncclRedOpCreatePreMulSum : invalid residence %d", int(residence));
+    return ncclInvalidArgument;
+  }
+  Comm::PreMul pm;
+  pm.type = datatype;
+  pm.residence = residence;
+  pm.scalar = scalar;
+  if (residence == ncclScalarHostImmediate)
+    pm.immediate.assign(static_cast<const char*>(scalar), static_cast<const char*>(scalar) + TypeSize(datatype));
+  c->premul.push_back(std::move(pm));
+  *op = ncclRedOp_t(int(ncclNumOps) + int(c->premul.size()) - 1);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
+  Comm* c = C(comm);
+  if (!Valid(c)) return ncclInvalidArgument;
+  if (op < ncclNumOps) {
+    WARN("ncclRedOpDestroy : operator is a NCCL builtin.");
+    return ncclInvalidArgument;
+  }
+  if (PreMulOf(*c, op) == nullptr) {
+    WARN("ncclRedOpDestroy :  operator is garbage.");
+    return ncclInvalidArgument;
+  }
+  c->premul[size_t(op) - size_t(ncclNumOps)].live = false;
   return ncclSuccess;
 }
 
