@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -280,6 +281,16 @@ void EndGroup(ncclResult_t r) {
   t_group_comm_count = 0;
   for (int i = 0; i < comms; ++i)
     RecordComm(t_group_comms[i].api, r == ncclSuccess ? t_group_comms[i].comm : nullptr, t_group_comms[i].id_hash, r);
+  // The job-start check over the GPUs of the communicators the group made (nccl-tests' -g N: one
+  // process, one communicator per GPU, made in one group), now that NCCL can say their devices.
+  int devices[kGroupComms], ndev = 0;
+  for (int i = 0; i < comms && r == ncclSuccess; ++i) {
+    if (t_group_comms[i].api == P2PTRACE_NCCL_CommSplit) continue;
+    ncclComm_t c = t_group_comms[i].comm;
+    int d = CommDevice(ncclSuccess, &c);
+    if (d >= 0 && std::find(devices, devices + ndev, d) == devices + ndev) devices[ndev++] = d;
+  }
+  if (ndev > 0) PreflightAtNcclInit(ndev, devices);
   for (int i = 0; i < t_group_streams; ++i) {
     GroupStream& g = t_group[i];
     if (g.timed) {
@@ -361,8 +372,9 @@ namespace nccl_hooks {
 ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* comm, int nranks, ncclUniqueId id,
                               int rank) {
   // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
-  // known yet (no CUDA call answered), right after it, from the communicator's device.
-  bool later = !PreflightAtNcclInit();
+  // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
+  // group NCCL tells the device only at the group's end: checked there (EndGroup).
+  bool later = t_group_depth == 0 && !PreflightAtNcclInit();
   ncclResult_t r = real(comm, nranks, id, rank);
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRank, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
@@ -371,8 +383,9 @@ ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* co
 ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, ncclComm_t* comm, int nranks,
                                     ncclUniqueId id, int rank, ncclConfig_t* config) {
   // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
-  // known yet (no CUDA call answered), right after it, from the communicator's device.
-  bool later = !PreflightAtNcclInit();
+  // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
+  // group NCCL tells the device only at the group's end: checked there (EndGroup).
+  bool later = t_group_depth == 0 && !PreflightAtNcclInit();
   ncclResult_t r = real(comm, nranks, id, rank, config);
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRankConfig, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
@@ -389,8 +402,9 @@ ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm
 ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real, ncclComm_t* comm, int nranks,
                                       int rank, int nids, ncclUniqueId* ids, ncclConfig_t* config) {
   // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
-  // known yet (no CUDA call answered), right after it, from the communicator's device.
-  bool later = !PreflightAtNcclInit();
+  // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
+  // group NCCL tells the device only at the group's end: checked there (EndGroup).
+  bool later = t_group_depth == 0 && !PreflightAtNcclInit();
   ncclResult_t r = real(comm, nranks, rank, nids, ids, config);
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRankScalable, comm ? *comm : nullptr,

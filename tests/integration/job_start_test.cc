@@ -123,6 +123,27 @@ TEST(JobStart, VisibleDevicesNamePhysicalGpusAndOnlyThose) {
   for (const char* other : {"GPU2", "GPU3", "GPU6", "GPU7"}) EXPECT_EQ(warnings[0].find(other), std::string::npos) << other;
 }
 
+// One process driving 4 GPUs, its communicators made inside ncclGroupStart/End as nccl-tests does:
+// NCCL says their devices only at the group's end, so the check runs there, over all four.
+TEST(JobStart, CommunicatorsMadeInAGroupAreCheckedOverAllTheirGpus) {
+  std::string dir = TempDir() + "/group-init";
+  std::filesystem::create_directories(dir + "/rendezvous");
+  std::filesystem::create_directories(dir + "/id");
+  Env env = BaseEnv(dir);
+  env["CUDA_VISIBLE_DEVICES"] = "0,1,4,5";
+  RunResult r = RunProgram({P2PSIM, "launch", "--topology", kDemo, "--hosts", "node0:1", "--", NCCL_RING, "-g", "4",
+                            "-i", "group", dir + "/id", "4096"},
+                           env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> warnings = Warnings(ShimLines(r.err));
+  ASSERT_EQ(warnings.size(), 1u) << r.err;
+  EXPECT_EQ(warnings[0].rfind("p2ptrace: warning: node0 GPU0,1 <-> GPU4,5, 8 pairs: shm instead of pcie_p2p "
+                              "[topology-beyond-p2p-level]",
+                              0),
+            0u)
+      << warnings[0];
+}
+
 TEST(JobStart, AllNvlinkAcrossTwoSocketsIsNotWarned) {
   RunResult r = Ring("nvswitch", kNvswitch, "nvs0:8");
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
