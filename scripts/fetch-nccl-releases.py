@@ -17,7 +17,6 @@ release: it exports ncclX without the pncclX aliases (checked with `nm -D`). The
 together, almost all of it libnccl.so.2 itself.
 """
 import glob
-import hashlib
 import os
 import shutil
 import subprocess
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 import zipfile
+
+from p2ptrace_cache import cache_root, sha256_of
 
 # version, package, wheel sha256, libnccl.so.2 sha256
 RELEASES = [
@@ -54,16 +55,7 @@ PLATFORMS = ["manylinux_2_27_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64
 
 
 def cache_dir():
-    root = os.environ.get("P2PTRACE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "p2ptrace")
-    return os.path.join(root, "nccl")
-
-
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
+    return os.path.join(cache_root(), "nccl")
 
 
 def download(package, version, wheel_sha, dest):

@@ -13,7 +13,6 @@ Usage: scripts/fetch-torch.py [--only TAG]    fetch and install what is missing;
        scripts/fetch-torch.py --venv TAG      print the environment's directory (read by CMake and tests)
 """
 import glob
-import hashlib
 import os
 import re
 import shutil
@@ -21,12 +20,10 @@ import subprocess
 import sys
 import time
 
+from p2ptrace_cache import cache_root, sha256_of
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIN = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)\s+--hash=sha256:([0-9a-f]{64})\s*$")
-
-
-def cache_root():
-    return os.environ.get("P2PTRACE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "p2ptrace")
 
 
 def tags():
@@ -50,14 +47,6 @@ def pins(path):
                 sys.exit(f"{path}:{n}: not 'name==version --hash=sha256:HEX': {line}")
             out.append(m.groups())
     return out
-
-
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def wheel_name(name):

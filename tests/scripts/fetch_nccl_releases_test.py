@@ -3,13 +3,15 @@
 arrives with exactly its pinned sha256; a damaged copy in the cache is noticed and fetched again; an
 unknown version is refused. Downloads one release (2.13.4, ~165 MB). Skipped (exit 77) when
 P2PTRACE_SKIP_NCCL_RELEASES=1 (offline work)."""
-import hashlib
 import os
 import subprocess
 import sys
 import tempfile
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "fetch-nccl-releases.py")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
+SCRIPT = os.path.join(SCRIPTS, "fetch-nccl-releases.py")
+sys.path.insert(0, SCRIPTS)
+from p2ptrace_cache import sha256_of  # noqa: E402
 VERSION = "2.13.4"
 
 
@@ -17,14 +19,6 @@ def run(cache, *args):
     env = dict(os.environ, P2PTRACE_CACHE=cache)
     return subprocess.run([sys.executable, SCRIPT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
-
-
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check(condition, what):
