@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   int (*destroy)(void*) = (int (*)(void*))Sym(nccl, "ncclCommDestroy");
 
   UniqueId id;
-  char path[4096], tmp[4096];
+  char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/nccl.id", argv[2]);
   if (rank == 0) {
     printf("ncclGetUniqueId %d\n", get_id(&id));
