@@ -6,10 +6,6 @@
 #include "p2ptrace/trace_format.h"
 #include "shim/record/trace_writer.h"
 
-namespace p2ptrace::shim::detail {
-std::atomic<uint32_t> g_dlsym_capture{0};
-}  // namespace p2ptrace::shim::detail
-
 // Called by the auditor from inside the program's dlsym, which holds the dynamic loader's lock: so
 // only atomics here, nothing that could take a lock, allocate or open the trace (which still waits
 // for the first call, as everything in the shim does).

@@ -29,6 +29,7 @@ constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("initial-exe
 std::atomic<uint64_t> g_generation{1};
 std::atomic<int> g_state{0};
 std::atomic<uint32_t> g_seq{1};
+std::atomic<uint32_t> g_dlsym_capture{0};
 }  // namespace detail
 
 p2ptrace_file_header* TraceWriter::header_ = nullptr;
