@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -223,6 +225,51 @@ TEST(Dlsym, PythonCtypesNcclLikeVllmIsTracedExactly) {
   ASSERT_EQ(std::string(PYTHON3).find("NOTFOUND"), std::string::npos) << "python3 was not found at configure time";
   CheckProgram("py", {PYTHON3, DLSYM_PYNCCL, "libnccl.so.2"}, false);
 }
+
+// Real NCCL releases (the cache of scripts/fetch-nccl-releases.py, and the toolkit's), opened
+// RTLD_LOCAL by path, without a GPU: ncclGetVersion and ncclGetUniqueId through dlsym reach the
+// shim. 2.13 has no pnccl names: the shim then finds the real functions by dlsym(handle, "ncclX")
+// itself, which the audit module must leave alone (else the wrapper would call itself).
+class RealNccl : public ::testing::TestWithParam<std::string> {};
+
+std::vector<std::string> RealNcclLibraries() {
+  std::vector<std::string> libs;
+  const char* cache = std::getenv("P2PTRACE_CACHE");
+  const char* home = std::getenv("HOME");
+  std::string root = cache && *cache ? cache : std::string(home ? home : "") + "/.cache/p2ptrace";
+  std::istringstream in(NCCL_RELEASES);
+  for (std::string v; std::getline(in, v, ',');)
+    if (!v.empty()) libs.push_back(root + "/nccl/" + v + "/libnccl.so.2");
+  libs.push_back(NCCL_TOOLKIT_LIBRARY);
+  return libs;
+}
+
+TEST_P(RealNccl, UniqueIdThroughDlsymIsTraced) {
+  const std::string lib = GetParam();
+  if (!fs::exists(lib)) GTEST_SKIP() << lib << " is not cached (scripts/fetch-nccl-releases.py)";
+  std::string dir = TempDir() + "/real-" + std::to_string(std::hash<std::string>()(lib));
+  fs::remove_all(dir);
+  Env env = JobEnv(dir);
+  env["CUDA_VISIBLE_DEVICES"] = "";
+  RunResult bare = RunProgram({DLSYM_WORKLOAD, lib}, env);
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_NE(bare.out.find("ncclGetUniqueId 0\n"), std::string::npos) << bare.out;
+  RunResult traced = RunProgram({P2PTRACE_CLI, "run", "--dir", dir + "/trace", "--", DLSYM_WORKLOAD, lib}, env);
+  EXPECT_EQ(traced.out.substr(0, bare.out.size()), bare.out) << traced.err;
+  std::vector<p2ptrace::Trace> traces = Traces(dir + "/trace");
+  ASSERT_EQ(traces.size(), 1u) << traced.out << traced.err;
+  EXPECT_TRUE(traces[0].header.capture_flags & P2PTRACE_CAPTURE_NCCL_DLSYM);
+  EXPECT_FALSE(traces[0].header.capture_flags & P2PTRACE_CAPTURE_CUDART_DLSYM);
+  EXPECT_GT(traces[0].header.nccl_version, 0);  // the wrapper's first call asked the real ncclGetVersion
+}
+
+INSTANTIATE_TEST_SUITE_P(Releases, RealNccl, ::testing::ValuesIn(RealNcclLibraries()),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string name = fs::path(param.param).parent_path().filename().string();
+                           for (char& c : name)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return "lib_" + name + "_" + std::to_string(param.index);
+                         });
 
 // Under LD_AUDIT glibc lays out static TLS before the program's libraries load; a preloaded
 // library's initial-exec TLS then comes from a surplus of about 1.5 KiB (glibc 2.36): the shim

@@ -2,6 +2,8 @@
  * (vLLM's PyNcclCommunicator, its custom allreduce): libnccl.so.2 opened RTLD_LOCAL by the path
  * given, libcudart.so.13 by name; linked to neither. One rank of a `p2psim launch` job:
  *   dlsym_workload NCCL_PATH ID_DIR
+ * or, on any NCCL without a GPU (real releases): dlsym_workload NCCL_PATH (ncclGetVersion and
+ * ncclGetUniqueId only).
  * Rank 0 publishes the NCCL id in ID_DIR (write, rename); each rank all-reduces 1 MiB of floats on
  * its GPU (LOCAL_RANK), copies 256 KiB to the next GPU with cudaMemcpyPeer and takes an IPC handle.
  * It prints what the libraries answered, so a traced run must print the same. */
@@ -25,9 +27,22 @@ static void* Sym(void* lib, const char* name) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: dlsym_workload NCCL_PATH ID_DIR\n");
+  if (argc != 2 && argc != 3) {
+    fprintf(stderr, "usage: dlsym_workload NCCL_PATH [ID_DIR]\n");
     return 2;
+  }
+  if (argc == 2) {
+    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+      fprintf(stderr, "dlopen: %s\n", dlerror());
+      return 2;
+    }
+    int version = 0;
+    UniqueId id;
+    printf("ncclGetVersion %d", ((int (*)(int*))Sym(lib, "ncclGetVersion"))(&version));
+    printf(" %d\n", version);
+    printf("ncclGetUniqueId %d\n", ((int (*)(UniqueId*))Sym(lib, "ncclGetUniqueId"))(&id));
+    return 0;
   }
   int rank = atoi(getenv("RANK") ? getenv("RANK") : "0");
   int nranks = atoi(getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "1");
