@@ -20,8 +20,10 @@
 #include <link.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "p2ptrace/trace_format.h"
@@ -59,8 +61,14 @@ void WarnOnce(const char* what) {
 }
 
 // libcudart.so.12, libcudart.so.12.8.90 → kCudart12; libnccl.so.2, libnccl.so → kNccl; else 0.
+// An unversioned libcudart.so (ctypes.CDLL("libcudart.so")) by the file its link names.
 uintptr_t Classify(const char* path) {
   const char* base = Base(path);
+  if (std::strcmp(base, "libcudart.so") == 0) {
+    char real[PATH_MAX];
+    if (realpath(path, real) == nullptr || std::strcmp(Base(real), "libcudart.so") == 0) return 0;
+    return Classify(real);
+  }
   if (StartsWith(base, "libcudart.so.")) {
     const char* v = base + std::strlen("libcudart.so.");
     if (StartsWith(v, "11") && (v[2] == '\0' || v[2] == '.')) return kCudart11;
@@ -125,7 +133,8 @@ __attribute__((visibility("default"))) unsigned int la_objopen(struct link_map* 
                                                                 uintptr_t* cookie) {
   if (lmid != LM_ID_BASE || map->l_name == nullptr) return 0;  // other namespaces: the shim is not there
   const char* base = Base(map->l_name);
-  if (StartsWith(base, "libp2ptrace.so")) {
+  // The shim by its name (also a versioned copy, libp2ptrace-1.2.so); Shim() checks it really is one.
+  if (StartsWith(base, "libp2ptrace.so") || StartsWith(base, "libp2ptrace-")) {
     size_t n = std::strlen(map->l_name);
     if (n < sizeof g_shim_name && g_shim_name[0] == '\0') std::memcpy(g_shim_name, map->l_name, n + 1);
     *cookie = kShim;  // its own dlsym calls are told apart by this (la_symbind's refcook)

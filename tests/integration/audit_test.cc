@@ -226,6 +226,19 @@ TEST(Dlsym, PythonCtypesNcclLikeVllmIsTracedExactly) {
   CheckProgram("py", {PYTHON3, DLSYM_PYNCCL, "libnccl.so.2"}, false);
 }
 
+TEST(Dlsym, PythonCtypesUnversionedCudartLinkIsTraced) {
+#ifdef P2PTRACE_SANITIZED
+  GTEST_SKIP() << "python3 is not instrumented: it cannot load a sanitizer-built shim";
+#endif
+  // ctypes.CDLL(".../libcudart.so"), a link to libcudart.so.13: the audit module and the wrappers'
+  // fallback both go by the file the link names.
+  std::string links = TempDir() + "/unversioned";
+  fs::create_directories(links);
+  fs::remove(links + "/libcudart.so");
+  fs::create_symlink(std::string(P2PTRACE_SIM_LIB_DIR) + "/libcudart.so.13", links + "/libcudart.so");
+  CheckProgram("py-unversioned", {PYTHON3, DLSYM_PYNCCL, "libnccl.so.2", links + "/libcudart.so"}, false);
+}
+
 // Real NCCL releases (the cache of scripts/fetch-nccl-releases.py, and the toolkit's), opened
 // RTLD_LOCAL by path, without a GPU: ncclGetVersion and ncclGetUniqueId through dlsym reach the
 // shim. 2.13 has no pnccl names: the shim then finds the real functions by dlsym(handle, "ncclX")

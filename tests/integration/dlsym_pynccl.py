@@ -1,6 +1,7 @@
 """One rank of a job that uses NCCL and the CUDA runtime the way vLLM's PyNcclCommunicator and its
 custom allreduce do: through Python ctypes (dlopen RTLD_LOCAL, dlsym per function), linked to
-neither. Run under `p2psim launch`:  python3 dlsym_pynccl.py LIBNCCL ID_DIR
+neither. Run under `p2psim launch`:  python3 dlsym_pynccl.py LIBNCCL [LIBCUDART] ID_DIR
+(LIBCUDART: libcudart.so.13 unless given, e.g. an unversioned libcudart.so link)
 Rank 0 publishes the ncclUniqueId in ID_DIR; every rank all-reduces 1 MiB of float32 on its GPU
 (LOCAL_RANK) and prints what the libraries answered (a traced run must print the same)."""
 import ctypes
@@ -18,7 +19,7 @@ class CudaIpcMemHandle(ctypes.Structure):  # cudaIpcMemHandle_t: 64 bytes
 
 
 nccl = ctypes.CDLL(sys.argv[1])  # vLLM: find_nccl_library() -> "libnccl.so.2"
-cudart = ctypes.CDLL("libcudart.so.13")
+cudart = ctypes.CDLL(sys.argv[2] if len(sys.argv) > 3 else "libcudart.so.13")
 rank, world, dev = (int(os.environ[k]) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
 c_void_p, c_int, c_size_t = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
 for lib, name, args in (
@@ -36,7 +37,7 @@ for lib, name, args in (
     fn.restype, fn.argtypes = c_int, args
 
 uid = NcclUniqueId()
-path = os.path.join(sys.argv[2], "nccl.id")
+path = os.path.join(sys.argv[-1], "nccl.id")
 if rank == 0:
     print("ncclGetUniqueId", nccl.ncclGetUniqueId(ctypes.byref(uid)))
     with open(path + ".tmp", "wb") as f:
