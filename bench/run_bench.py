@@ -5,6 +5,7 @@ LD_PRELOAD=libp2ptrace.so counting only (P2PTRACE_SAMPLE=off) and timing every c
 
   bench/run_bench.py [--build-dir build/default] [--rounds 3] [--min-time 0.3] [--no-callgrind] ...
   bench/run_bench.py --nccl [--build-dir ...]   # NCCL calls instead (issue 5's budget), callgrind only
+  bench/run_bench.py --dlsym [--build-dir ...]  # calls taken with dlsym, bare vs libp2ptrace_audit.so
 
 Wall-clock numbers: each mode runs --rounds times, interleaved (bare, counting, timing, bare, ...),
 and the median per benchmark is reported, with the difference and the ratio to bare measured in the
@@ -418,6 +419,59 @@ def nccl_bench(args, tmp):
     return ok
 
 
+DLSYM_KINDS = ("allreduce", "dlsym")
+DLSYM_DESCRIPTION = {"allreduce": "ncclAllReduce taken with dlsym, untimed", "dlsym": "dlsym(libnccl, \"ncclAllReduce\")"}
+
+
+def dlsym_bench(args, tmp):
+    """bench/dlsym_overhead under callgrind: bare, LD_PRELOAD alone (the calls unseen), and with
+    LD_AUDIT=libp2ptrace_audit.so (the shim's wrapper answers). Calling thread only."""
+    binary = os.path.join(os.path.abspath(args.build_dir), "bench", "dlsym_overhead")
+    audit = os.path.join(os.path.dirname(args.shim), "libp2ptrace_audit.so")
+    for path in (binary, audit):
+        if not os.path.exists(path):
+            die("missing %s (build: cmake --build %s --target dlsym_overhead p2ptrace p2ptrace_audit p2psim_libs)"
+                % (path, args.build_dir))
+    modes = ("bare", "preload", "audit")
+    ir, files = {}, {}
+    for kind in DLSYM_KINDS:
+        for mode in modes:
+            for n in (N_SMALL, N_LARGE):
+                out = os.path.join(tmp, "dlsym-%s-%s-%d.out" % (mode, kind, n))
+                env = nccl_env(args, "shim" if mode != "bare" else "bare",
+                               os.path.join(tmp, "dlsym-trace-%s-%s-%d" % (mode, kind, n)))
+                env["LD_AUDIT"] = audit if mode == "audit" else ""
+                run([args.valgrind, "--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=" + out,
+                     binary, kind, str(n)], env, "callgrind dlsym %s %s N=%d" % (mode, kind, n))
+                with open(out + "-01") as f:
+                    ir[mode, kind, n] = next(int(l.split()[1]) for l in f if l.startswith(("totals:", "summary:")))
+                files[mode, kind, n] = out + "-01"
+            print("  callgrind dlsym %-7s %-9s done" % (mode, kind), file=sys.stderr)
+    d = N_LARGE - N_SMALL
+    print()
+    print("Through dlsym, instructions per call (callgrind, calling thread, (Ir(N=%d) - Ir(N=%d)) / %d):"
+          % (N_LARGE, N_SMALL, d))
+    hdr = "%-10s %-38s %8s %8s %8s %8s %6s" % ("kind", "call", "bare", "preload", "audit", "+bare", "own")
+    print(hdr)
+    print("-" * len(hdr))
+    for kind in DLSYM_KINDS:
+        per = {m: (ir[m, kind, N_LARGE] - ir[m, kind, N_SMALL]) / d for m in modes}
+        own = ""
+        if kind == "allreduce" and args.annotate:  # the wrapper's inclusive cost minus the real call's
+            inc = {n: self_costs(files["audit", kind, n], inclusive=True, keep_file=True) for n in (N_SMALL, N_LARGE)}
+            one = lambda name: (inc[N_LARGE].get(name, 0) - inc[N_SMALL].get(name, 0)) / d
+            wrapper = [k for k in inc[N_LARGE] if k.endswith("nccl_wrappers.cc:ncclAllReduce")]
+            real = [k for k in inc[N_LARGE] if k.endswith(":ncclAllReduce") and k not in wrapper]
+            if wrapper and real:
+                own = "%.1f" % (one(wrapper[0]) - one(real[0]))
+        print("%-10s %-38s %8.1f %8.1f %8.1f %+8.1f %6s" % (kind, DLSYM_DESCRIPTION[kind], per["bare"], per["preload"],
+                                                            per["audit"], per["audit"] - per["bare"], own))
+    print("preload: LD_PRELOAD=libp2ptrace.so alone (the calls never reach it); audit: with")
+    print("LD_AUDIT=libp2ptrace_audit.so (they reach the wrapper). own: the wrapper's inclusive cost minus the")
+    print("real call's. NCCL_DEBUG=INFO into the trace dir (the tap in force, not growing), P2PTRACE_SAMPLE=off.")
+    return True
+
+
 args_global = None
 
 
@@ -439,6 +493,8 @@ def main():
     ap.add_argument("--report-only", action="store_true", help="exit 0 even when a budget is exceeded")
     ap.add_argument("--nccl", action="store_true",
                     help="instead: NCCL calls (bench/nccl_overhead: ncclGetVersion, an untimed ncclAllReduce), callgrind only")
+    ap.add_argument("--dlsym", action="store_true",
+                    help="instead: calls taken with dlsym, bare vs through libp2ptrace_audit.so (bench/dlsym_overhead), callgrind only")
     ap.add_argument("--no-thread", action="store_true",
                     help="with --nccl: no idle thread in nccl_overhead (bare stays single-threaded; see nccl_overhead.cc)")
     args = ap.parse_args()
@@ -452,7 +508,7 @@ def main():
     args.shim = os.path.abspath(args.shim) if args.shim else os.path.join(bd, "lib", "libp2ptrace.so")
     args.sim_lib = os.path.join(bd, "sim", "lib")
     args.topology = os.path.abspath(args.topology)
-    if args.nccl:
+    if args.nccl or args.dlsym:
         args.valgrind, args.annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
         if not args.valgrind:
             die("valgrind is needed for --nccl")
@@ -462,7 +518,7 @@ def main():
         tmp = tempfile.mkdtemp(prefix="p2ptrace-bench-", dir=args.trace_root)
         try:
             print("shim: %s\nsim: %s\ndate: %s" % (args.shim, args.sim_lib, time.strftime("%Y-%m-%d %H:%M %Z")))
-            ok = nccl_bench(args, tmp)
+            ok = dlsym_bench(args, tmp) if args.dlsym else nccl_bench(args, tmp)
             print("budgets: %s" % ("met" if ok else "EXCEEDED"))
             return 0 if ok or args.report_only else 1
         finally:

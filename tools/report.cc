@@ -126,6 +126,9 @@ void DescribeCapture(ProcessInfo* p) {
   } else {
     mode.push_back(fmt::format("cudart {} intercepted", fmt::join(runtimes, "+")));
   }
+  // Which path the calls came by besides linking (trace 1.4): dlsym, seen through the audit module.
+  if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_DLSYM) mode.push_back("CUDA runtime via dlsym (LD_AUDIT)");
+  if (p->capture_flags & P2PTRACE_CAPTURE_NCCL_DLSYM) mode.push_back("NCCL via dlsym (LD_AUDIT)");
   mode.push_back(p->capture_flags & P2PTRACE_CAPTURE_NVML_LINKS ? "link types from NVML"
                  : p->links_from_probe                        ? "link types from the job-start probe (NVML)"
                                                               : "link types unknown");

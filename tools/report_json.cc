@@ -162,6 +162,8 @@ json CaptureJson(const Report& rep) {
           {"cudart_12", (flags & P2PTRACE_CAPTURE_CUDART_12) != 0},
           {"cudart_13", (flags & P2PTRACE_CAPTURE_CUDART_13) != 0},
           {"nvml_link_types", (flags & P2PTRACE_CAPTURE_NVML_LINKS) != 0},
+          {"cudart_via_dlsym", (flags & P2PTRACE_CAPTURE_CUDART_DLSYM) != 0},
+          {"nccl_via_dlsym", (flags & P2PTRACE_CAPTURE_NCCL_DLSYM) != 0},
           {"timing", (flags & P2PTRACE_CAPTURE_TIMING_OFF) == 0},
           {"abnormal_exits", abnormal},
           {"dropped_records", dropped},

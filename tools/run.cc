@@ -26,6 +26,25 @@ std::string ShimPath(const std::string& self_exe) {
 }
 
 
+std::string AuditSetting(const std::string& shim, const char* user_audit, std::ostream& warn) {
+  std::string user = user_audit ? user_audit : "";
+  std::string audit = (std::filesystem::path(shim).parent_path() / "libp2ptrace_audit.so").string();
+  if (access(audit.c_str(), R_OK) != 0) {
+    warn << "p2ptrace run: no " << audit << " next to the shim: CUDA and NCCL calls made through dlsym "
+         << "(Python ctypes, vLLM's NCCL wrapper) are not traced\n";
+    return user;
+  }
+  // Already there (a nested `p2ptrace run`): glibc would load it twice.
+  size_t start = 0;
+  while (start <= user.size()) {
+    size_t end = user.find(':', start);
+    if (user.substr(start, end == std::string::npos ? std::string::npos : end - start) == audit) return user;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return user.empty() ? audit : audit + ":" + user;
+}
+
 namespace {
 
 std::string FindInPath(const std::string& cmd) {
@@ -74,6 +93,9 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   }
   const char* preload = std::getenv("LD_PRELOAD");
   std::string new_preload = shim + (preload && *preload ? std::string(":") + preload : "");
+  // The audit module next to the shim lets the shim see calls made through dlsym (ctypes, vLLM):
+  // LD_AUDIT, before the user's own auditors. Without it the job runs as before, said once.
+  std::string new_audit = AuditSetting(shim, std::getenv("LD_AUDIT"), std::cerr);
 
   pid_t pid = fork();
   if (pid < 0) {
@@ -82,6 +104,7 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   }
   if (pid == 0) {
     setenv("LD_PRELOAD", new_preload.c_str(), 1);
+    if (!new_audit.empty()) setenv("LD_AUDIT", new_audit.c_str(), 1);
     setenv("P2PTRACE_DIR", dir.c_str(), 1);
     std::vector<char*> argv;
     for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));

@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.3 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.4 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -27,7 +27,8 @@
  * Also in 2: copy records written by the shim's fast path carry CPU ticks for a time
  * (P2PTRACE_COPY_TICKS), converted with CLOCK records and the header's *_ticks fields; untimed
  * copies and NCCL operations carry seq 0 (only a timed one needs a seq).
- * 3 added P2PTRACE_CAPTURE_NO_SPACE. */
+ * 3 added P2PTRACE_CAPTURE_NO_SPACE. 4 added P2PTRACE_CAPTURE_CUDART_DLSYM and
+ * P2PTRACE_CAPTURE_NCCL_DLSYM (zero in older files: those calls were unseen then). */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -39,7 +40,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 3
+#define P2PTRACE_FORMAT_MINOR 4
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -59,8 +60,13 @@ enum p2ptrace_capture_flag {
   P2PTRACE_CAPTURE_TIMING_OFF = 1u << 5,   /* copy timing disabled by P2PTRACE_SAMPLE */
   P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN = 1u << 6, /* the NCCL log tap was taken back at the first NCCL
                                                     call: this NCCL (2.13) ignores NCCL_DEBUG_FILE */
-  P2PTRACE_CAPTURE_NO_SPACE = 1u << 7 /* (1.3) the trace's filesystem ran out of space: no chunk was
-                                         claimed after that, its records are in dropped_records */
+  P2PTRACE_CAPTURE_NO_SPACE = 1u << 7, /* (1.3) the trace's filesystem ran out of space: no chunk was
+                                          claimed after that, its records are in dropped_records */
+  /* (1.4) The program took functions the shim wraps through dlsym (a ctypes or dlopen'd runtime) and
+   * libp2ptrace_audit.so (LD_AUDIT) handed it the shim's wrappers instead: its calls through them
+   * are in this trace. Set at the dlsym, so a function taken and never called sets it too. */
+  P2PTRACE_CAPTURE_CUDART_DLSYM = 1u << 8, /* a CUDA runtime function */
+  P2PTRACE_CAPTURE_NCCL_DLSYM = 1u << 9    /* an NCCL function */
 };
 
 typedef struct p2ptrace_file_header {

@@ -5,11 +5,13 @@
 // on a runtime that has already answered the application (see cuda_hooks.cc).
 #include <dlfcn.h>
 #include <link.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -166,18 +168,18 @@ struct GroupComm {
   uint64_t id_hash;
 };
 constexpr int kGroupComms = 64;
-thread_local GroupComm t_group_comms[kGroupComms] __attribute__((tls_model("initial-exec")));
 constinit thread_local int t_group_comm_count __attribute__((tls_model("initial-exec"))) = 0;
+GroupComm* GroupComms();  // this thread's table (below); null when it cannot be had
 
 void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) {
   if (!TraceWriter::Ready()) return;
   if (t_group_depth > 0 && r == ncclSuccess && comm != nullptr && api <= P2PTRACE_NCCL_CommSplit &&
-      t_group_comm_count < kGroupComms) {
+      t_group_comm_count < kGroupComms && GroupComms() != nullptr) {
     {
       std::lock_guard<std::mutex> lock(g_comms_mu);
       Comms()[comm] = id_hash;  // the group's operations and splits may name it before its end
     }
-    t_group_comms[t_group_comm_count++] = GroupComm{api, comm, id_hash};
+    GroupComms()[t_group_comm_count++] = GroupComm{api, comm, id_hash};
     return;
   }
   // Again here: a forked child's trace opens after the process's first call.
@@ -258,11 +260,45 @@ struct GroupStream {
   TimedCopy t;
 };
 constexpr int kGroupStreams = 8;  // more streams in one group: the rest untimed
-thread_local GroupStream t_group[kGroupStreams] __attribute__((tls_model("initial-exec")));
 constinit thread_local int t_group_streams __attribute__((tls_model("initial-exec"))) = 0;
+
+// A thread's group tables live on the heap, made at its first grouped call, with only a pointer in
+// static TLS: under LD_AUDIT glibc sizes the static TLS block before the program's libraries load,
+// and a preloaded library's initial-exec TLS must then fit in the small surplus left over (about
+// 1.5 KiB measured on glibc 2.36; 2.3 KiB of tables here made the job fail to start, DESIGN.md §4).
+struct GroupTables {
+  GroupComm comms[kGroupComms];
+  GroupStream streams[kGroupStreams];
+};
+constinit thread_local GroupTables* t_group_tables __attribute__((tls_model("initial-exec"))) = nullptr;
+pthread_key_t g_group_key;
+
+GroupTables* Tables() {
+  if (__builtin_expect(t_group_tables != nullptr, 1)) return t_group_tables;
+  static bool keyed = [] {
+    // Freed at the thread's exit (the key's destructor runs on that thread).
+    return pthread_key_create(&g_group_key, [](void* p) {
+             delete static_cast<GroupTables*>(p);
+             t_group_tables = nullptr;
+           }) == 0;
+  }();
+  auto* t = new (std::nothrow) GroupTables{};
+  if (t == nullptr) return nullptr;  // no memory: the group's records are written at once, untimed
+  if (keyed) pthread_setspecific(g_group_key, t);
+  t_group_tables = t;
+  return t;
+}
+
+GroupComm* GroupComms() {
+  GroupTables* tables = Tables();
+  return tables ? tables->comms : nullptr;
+}
 
 // The group's entry for `stream`, made at its first operation there; null when the table is full.
 GroupStream* GroupEntry(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
+  GroupTables* tables = Tables();
+  if (tables == nullptr) return nullptr;
+  GroupStream* t_group = tables->streams;
   for (int i = 0; i < t_group_streams; ++i)
     if (t_group[i].stream == stream) return &t_group[i];
   if (t_group_streams == kGroupStreams) return nullptr;
@@ -279,20 +315,22 @@ GroupStream* GroupEntry(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
 void EndGroup(ncclResult_t r) {
   int comms = t_group_comm_count;
   t_group_comm_count = 0;
+  if (comms == 0 && t_group_streams == 0) return;  // nothing entered: perhaps no table was ever made
+  GroupTables* tables = Tables();
   for (int i = 0; i < comms; ++i)
-    RecordComm(t_group_comms[i].api, r == ncclSuccess ? t_group_comms[i].comm : nullptr, t_group_comms[i].id_hash, r);
+    RecordComm(tables->comms[i].api, r == ncclSuccess ? tables->comms[i].comm : nullptr, tables->comms[i].id_hash, r);
   // The job-start check over the GPUs of the communicators the group made (nccl-tests' -g N: one
   // process, one communicator per GPU, made in one group), now that NCCL can say their devices.
   int devices[kGroupComms], ndev = 0;
   for (int i = 0; i < comms && r == ncclSuccess; ++i) {
-    if (t_group_comms[i].api == P2PTRACE_NCCL_CommSplit) continue;
-    ncclComm_t c = t_group_comms[i].comm;
+    if (tables->comms[i].api == P2PTRACE_NCCL_CommSplit) continue;
+    ncclComm_t c = tables->comms[i].comm;
     int d = CommDevice(ncclSuccess, &c);
     if (d >= 0 && std::find(devices, devices + ndev, d) == devices + ndev) devices[ndev++] = d;
   }
   if (ndev > 0) PreflightAtNcclInit(ndev, devices);
   for (int i = 0; i < t_group_streams; ++i) {
-    GroupStream& g = t_group[i];
+    GroupStream& g = tables->streams[i];
     if (g.timed) {
       g.t.seq = g.seq;
       CopyTimer::End(g.stream, r == ncclSuccess, &g.t);

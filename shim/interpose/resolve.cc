@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -20,18 +22,26 @@ struct Search {
   std::string path;
 };
 
+bool NameMatches(const char* path, const char* soname) {
+  const char* base = std::strrchr(path, '/');
+  base = base ? base + 1 : path;
+  // libcudart.so.13 and libcudart.so.13.0.96 both count.
+  size_t n = std::strlen(soname);
+  return std::strncmp(base, soname, n) == 0 && (base[n] == '\0' || base[n] == '.');
+}
+
 int FindLoaded(struct dl_phdr_info* info, size_t, void* data) {
   auto* s = static_cast<Search*>(data);
   if (info->dlpi_name == nullptr || *info->dlpi_name == '\0') return 0;
+  bool match = NameMatches(info->dlpi_name, s->soname);
+  // Opened by an unversioned link (ctypes.CDLL(".../libcudart.so")): the file it names decides.
   const char* base = std::strrchr(info->dlpi_name, '/');
-  base = base ? base + 1 : info->dlpi_name;
-  // libcudart.so.13 and libcudart.so.13.0.96 both count.
-  size_t n = std::strlen(s->soname);
-  if (std::strncmp(base, s->soname, n) == 0 && (base[n] == '\0' || base[n] == '.')) {
-    s->path = info->dlpi_name;
-    return 1;
+  if (!match && std::strcmp(base ? base + 1 : info->dlpi_name, "libcudart.so") == 0) {
+    char real[PATH_MAX];
+    match = realpath(info->dlpi_name, real) != nullptr && NameMatches(real, s->soname);
   }
-  return 0;
+  if (match) s->path = info->dlpi_name;
+  return match ? 1 : 0;
 }
 
 }  // namespace

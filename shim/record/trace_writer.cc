@@ -29,6 +29,7 @@ constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("initial-exe
 std::atomic<uint64_t> g_generation{1};
 std::atomic<int> g_state{0};
 std::atomic<uint32_t> g_seq{1};
+std::atomic<uint32_t> g_dlsym_capture{0};
 }  // namespace detail
 
 p2ptrace_file_header* TraceWriter::header_ = nullptr;
@@ -340,7 +341,10 @@ bool TraceWriter::Open() {
   }();
   (void)once;
   detail::g_generation.fetch_add(1);
-  detail::g_state.store(1, std::memory_order_release);
+  detail::g_state.store(1);  // seq_cst: see below
+  // Functions libp2ptrace_audit.so handed out before this file opened (audit_bound.cc): read after the
+  // store above (both seq_cst, as the notice's are), so that a notice racing the open is never lost.
+  __atomic_fetch_or(&h->capture_flags, detail::g_dlsym_capture.load(), __ATOMIC_RELAXED);
   return true;
 }
 

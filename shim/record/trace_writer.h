@@ -29,6 +29,8 @@ static_assert(offsetof(p2ptrace_chunk_header, used) + sizeof(uint64_t) == sizeof
 extern constinit thread_local ThreadChunk t_chunk __attribute__((tls_model("initial-exec")));
 extern std::atomic<uint64_t> g_generation;  // bumped when a file opens (and in a fork child)
 extern std::atomic<int> g_state;            // 0 closed, 1 open, 2 disabled
+// P2PTRACE_CAPTURE_*_DLSYM: what libp2ptrace_audit.so has handed out through dlsym (audit_bound.cc).
+extern std::atomic<uint32_t> g_dlsym_capture;
 extern std::atomic<uint32_t> g_seq;       // from 1: 0 is an untimed copy's "no seq needed"
 extern constinit SampleSpec g_sample;       // config().sample, where hot paths read it without a guard
 }  // namespace detail
