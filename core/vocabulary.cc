@@ -26,7 +26,19 @@ constexpr std::array<std::string_view, P2PTRACE_API_COUNT_> kApis = {
     "cudaMemcpy3DPeerAsync",
     "cudaIpcGetMemHandle",
     "cudaIpcOpenMemHandle",
-    "cudaIpcCloseMemHandle"};
+    "cudaIpcCloseMemHandle",
+    "cuDeviceCanAccessPeer",
+    "cuDeviceGetP2PAttribute",
+    "cuCtxEnablePeerAccess",
+    "cuCtxDisablePeerAccess",
+    "cuMemcpyPeer",
+    "cuMemcpyPeerAsync",
+    "cuMemcpy",
+    "cuMemcpyAsync",
+    "cuMemcpyDtoD",
+    "cuMemcpyDtoDAsync",
+    "cuMemcpy3DPeer",
+    "cuMemcpy3DPeerAsync"};
 
 constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
     "unknown",       "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommInitRankScalable",

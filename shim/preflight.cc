@@ -259,8 +259,8 @@ void Run(const CudaRuntime* rt, bool nccl_rules, const std::vector<int>* devices
   if (rt != nullptr && RuntimeAnswered(*rt)) {
     q.GetDeviceCount = reinterpret_cast<int (*)(int*)>(rt->GetDeviceCount);
     q.DeviceGetPCIBusId = reinterpret_cast<int (*)(char*, int, int)>(rt->DeviceGetPCIBusId);
-    q.CanAccessPeer = reinterpret_cast<int (*)(int*, int, int)>(ResolveReal("cudaDeviceCanAccessPeer", rt->node));
-    q.GetP2PAttribute = reinterpret_cast<int (*)(int*, int, int, int)>(ResolveReal("cudaDeviceGetP2PAttribute", rt->node));
+    q.CanAccessPeer = reinterpret_cast<int (*)(int*, int, int)>(rt->CanAccessPeer);
+    q.GetP2PAttribute = reinterpret_cast<int (*)(int*, int, int, int)>(rt->GetP2PAttribute);
     o.cuda = &q;
   }
   auto* probe = new NodeProbe(GatherNodeProbe(o));
@@ -371,7 +371,7 @@ void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
   KeepErrno keep;
   if (direct || !RuntimeAnswered(rt)) return;
   PreflightFromCuda(rt);
-  auto can = reinterpret_cast<cudaError_t (*)(int*, int, int)>(ResolveReal("cudaDeviceCanAccessPeer", rt.node));
+  auto can = rt.CanAccessPeer;
   int ab = 0, ba = 0;
   if (can == nullptr || can(&ab, src, dst) != cudaSuccess || can(&ba, dst, src) != cudaSuccess || !(ab || ba)) return;
   std::lock_guard<std::mutex> lock(g_mu);

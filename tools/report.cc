@@ -106,7 +106,10 @@ void DescribeCapture(ProcessInfo* p) {
   if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_11) runtimes.push_back("11");
   if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_12) runtimes.push_back("12");
   if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_13) runtimes.push_back("13");
-  if (runtimes.empty()) {
+  bool driver = (p->capture_flags & P2PTRACE_CAPTURE_DRIVER) != 0;
+  if (runtimes.empty() && driver) {
+    mode.push_back("no CUDA runtime call reached the shim; the CUDA driver API's did");
+  } else if (runtimes.empty()) {
     mode.push_back("no CUDA runtime call reached the shim");
     // Static linking only when the program's ELF carries the static runtime (read where the report runs).
     std::optional<bool> is_static = p->exe.empty() ? std::nullopt : CarriesStaticCudart(p->exe);
@@ -129,6 +132,11 @@ void DescribeCapture(ProcessInfo* p) {
   // Which path the calls came by besides linking (trace 1.4): dlsym, seen through the audit module.
   if (p->capture_flags & P2PTRACE_CAPTURE_CUDART_DLSYM) mode.push_back("CUDA runtime via dlsym (LD_AUDIT)");
   if (p->capture_flags & P2PTRACE_CAPTURE_NCCL_DLSYM) mode.push_back("NCCL via dlsym (LD_AUDIT)");
+  // The driver API (trace 1.5): linked, or handed out by address.
+  if (driver && !runtimes.empty()) mode.push_back("CUDA driver API intercepted");
+  if (p->capture_flags & P2PTRACE_CAPTURE_DRIVER_DLSYM) mode.push_back("CUDA driver via dlsym (LD_AUDIT)");
+  if (p->capture_flags & P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT)
+    mode.push_back("CUDA driver via cuGetProcAddress/cudaGetDriverEntryPoint");
   mode.push_back(p->capture_flags & P2PTRACE_CAPTURE_NVML_LINKS ? "link types from NVML"
                  : p->links_from_probe                        ? "link types from the job-start probe (NVML)"
                                                               : "link types unknown");

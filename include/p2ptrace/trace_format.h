@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.4 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.5 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -28,7 +28,9 @@
  * (P2PTRACE_COPY_TICKS), converted with CLOCK records and the header's *_ticks fields; untimed
  * copies and NCCL operations carry seq 0 (only a timed one needs a seq).
  * 3 added P2PTRACE_CAPTURE_NO_SPACE. 4 added P2PTRACE_CAPTURE_CUDART_DLSYM and
- * P2PTRACE_CAPTURE_NCCL_DLSYM (zero in older files: those calls were unseen then). */
+ * P2PTRACE_CAPTURE_NCCL_DLSYM (zero in older files: those calls were unseen then).
+ * 5 added the driver API: P2PTRACE_API_cu* in copy and peer records (vocabulary.h) and
+ * P2PTRACE_CAPTURE_DRIVER, _DRIVER_DLSYM, _DRIVER_ENTRY_POINT. */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -40,7 +42,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 4
+#define P2PTRACE_FORMAT_MINOR 5
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -66,7 +68,13 @@ enum p2ptrace_capture_flag {
    * libp2ptrace_audit.so (LD_AUDIT) handed it the shim's wrappers instead: its calls through them
    * are in this trace. Set at the dlsym, so a function taken and never called sets it too. */
   P2PTRACE_CAPTURE_CUDART_DLSYM = 1u << 8, /* a CUDA runtime function */
-  P2PTRACE_CAPTURE_NCCL_DLSYM = 1u << 9    /* an NCCL function */
+  P2PTRACE_CAPTURE_NCCL_DLSYM = 1u << 9,   /* an NCCL function */
+  /* (1.5) the driver API: calls reached the shim's libcuda wrappers (P2PTRACE_API_cu*) */
+  P2PTRACE_CAPTURE_DRIVER = 1u << 10,
+  /* (1.5) a driver function was handed out through dlsym (the audit module), cuGetProcAddress or
+   * cudaGetDriverEntryPoint* as the shim's wrapper (set when handed out, called or not) */
+  P2PTRACE_CAPTURE_DRIVER_DLSYM = 1u << 11,
+  P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT = 1u << 12
 };
 
 typedef struct p2ptrace_file_header {

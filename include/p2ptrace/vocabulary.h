@@ -25,7 +25,9 @@ enum p2ptrace_transport {
   P2PTRACE_TRANSPORT_COUNT_
 };
 
-/* The CUDA runtime calls the shim records. */
+/* The CUDA runtime and driver calls the shim records (a driver name stands for all its versions:
+ * cuMemcpyDtoD for cuMemcpyDtoD_v2 and cuMemcpyDtoD_v2_ptds; the per-thread-stream forms are told
+ * apart by P2PTRACE_COPY_PER_THREAD_STREAM). */
 enum p2ptrace_api {
   P2PTRACE_API_UNKNOWN = 0,
   P2PTRACE_API_cudaDeviceCanAccessPeer = 1,
@@ -44,6 +46,19 @@ enum p2ptrace_api {
   P2PTRACE_API_cudaIpcGetMemHandle = 14,
   P2PTRACE_API_cudaIpcOpenMemHandle = 15,
   P2PTRACE_API_cudaIpcCloseMemHandle = 16,
+  /* trace 1.5: the driver API */
+  P2PTRACE_API_cuDeviceCanAccessPeer = 17,
+  P2PTRACE_API_cuDeviceGetP2PAttribute = 18,
+  P2PTRACE_API_cuCtxEnablePeerAccess = 19,
+  P2PTRACE_API_cuCtxDisablePeerAccess = 20,
+  P2PTRACE_API_cuMemcpyPeer = 21,
+  P2PTRACE_API_cuMemcpyPeerAsync = 22,
+  P2PTRACE_API_cuMemcpy = 23,
+  P2PTRACE_API_cuMemcpyAsync = 24,
+  P2PTRACE_API_cuMemcpyDtoD = 25,
+  P2PTRACE_API_cuMemcpyDtoDAsync = 26,
+  P2PTRACE_API_cuMemcpy3DPeer = 27,
+  P2PTRACE_API_cuMemcpy3DPeerAsync = 28,
   P2PTRACE_API_COUNT_
 };
 

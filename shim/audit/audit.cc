@@ -3,12 +3,13 @@
 // PyNcclCommunicator, CuPy), which LD_PRELOAD alone never sees: a dlsym on a libcudart/libnccl
 // handle searches that library, not the global scope where the shim sits.
 //
-// For a dlsym (LA_SYMB_DLSYM) whose definition is in libcudart.so.N or libnccl.so*, and whose name
-// the loaded libp2ptrace.so exports as a wrapper of that library (its version node
+// For a dlsym (LA_SYMB_DLSYM) whose definition is in libcudart.so.N, libnccl.so* or libcuda.so*, and
+// whose name the loaded libp2ptrace.so exports as a wrapper of that library (its version node
 // libcudart.so.N / P2PTRACE_0: the shim's export list is the only list), the program gets the
 // shim's wrapper; the wrapper calls the real function of the library loaded (resolve.cc finds an
 // RTLD_LOCAL one). Every other binding is returned untouched, and the shim's own dlsym calls (how
-// it finds the real functions) always get the real address. No wrapping of dlsym itself, so
+// it finds the real functions) always get the real address; so do cudart's, NCCL's and libcuda's
+// own lookups in libcuda (a runtime call is then seen once, as the runtime's). No wrapping of dlsym itself, so
 // RTLD_NEXT keeps working for everyone else.
 //
 // The module lives in its own link namespace, with its own libc; it reaches the shim (base
@@ -32,9 +33,9 @@ namespace {
 
 // What la_objopen put into an object's cookie (glibc starts it as the link_map's address, never one
 // of these small values). Only the libraries marked here get LA_FLG_BINDTO.
-enum Cookie : uintptr_t { kCudart11 = 1, kCudart12 = 2, kCudart13 = 3, kNccl = 4, kShim = 5 };
+enum Cookie : uintptr_t { kCudart11 = 1, kCudart12 = 2, kCudart13 = 3, kNccl = 4, kShim = 5, kDriver = 6 };
 constexpr const char* kCudartNodes[] = {"libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"};
-constexpr const char kNcclNode[] = "P2PTRACE_0";  // the shim's version node of its NCCL wrappers
+constexpr const char kNcclNode[] = "P2PTRACE_0";  // the shim's version node of its NCCL and driver wrappers
 
 // The shim's path as the loader named it (la_objopen), and its handle once opened; written under
 // the loader's lock (la_objopen and la_symbind run with it held), read only there.
@@ -60,7 +61,8 @@ void WarnOnce(const char* what) {
   if (n > 0) (void)!write(2, line, static_cast<size_t>(n) < sizeof line ? static_cast<size_t>(n) : sizeof line - 1);
 }
 
-// libcudart.so.12, libcudart.so.12.8.90 → kCudart12; libnccl.so.2, libnccl.so → kNccl; else 0.
+// libcudart.so.12, libcudart.so.12.8.90 → kCudart12; libnccl.so.2, libnccl.so → kNccl; libcuda.so.1,
+// libcuda.so.580.65.06, libcuda.so → kDriver; else 0.
 // An unversioned libcudart.so (ctypes.CDLL("libcudart.so")) by the file its link names.
 uintptr_t Classify(const char* path) {
   const char* base = Base(path);
@@ -77,6 +79,7 @@ uintptr_t Classify(const char* path) {
     return 0;  // a runtime the shim has no wrappers for
   }
   if (std::strcmp(base, "libnccl.so") == 0 || StartsWith(base, "libnccl.so.")) return kNccl;
+  if (std::strcmp(base, "libcuda.so") == 0 || StartsWith(base, "libcuda.so.")) return kDriver;
   return 0;
 }
 
@@ -107,7 +110,7 @@ void* Shim() {
 void* Wrapper(uintptr_t kind, const char* name) {
   void* shim = Shim();
   if (shim == nullptr) return nullptr;
-  const char* node = kind == kNccl ? kNcclNode : kCudartNodes[kind - kCudart11];
+  const char* node = kind == kNccl || kind == kDriver ? kNcclNode : kCudartNodes[kind - kCudart11];
   void* fn = dlvsym(shim, name, node);
   if (fn == nullptr) return nullptr;
   Dl_info info{};
@@ -154,16 +157,22 @@ __attribute__((visibility("default"))) uintptr_t la_symbind64(Elf64_Sym* sym, un
                                                                const char* symname) {
   uintptr_t real = sym->st_value;
   // Untouched: PLT bindings; values another auditor already changed; the shim's own lookups of the
-  // real functions (resolve.cc, nccl_wrappers.cc); anything not defined by cudart or NCCL.
+  // real functions (resolve.cc, nccl_wrappers.cc); anything not defined by cudart, NCCL or the
+  // driver; cudart's, NCCL's and the driver's own lookups in the driver.
   if ((*flags & LA_SYMB_DLSYM) == 0 || (*flags & LA_SYMB_ALTVALUE) != 0) return real;
-  if (refcook != nullptr && *refcook == kShim) return real;
+  uintptr_t from = refcook != nullptr ? *refcook : 0;
+  if (from == kShim) return real;
   uintptr_t kind = *defcook;
-  if (kind < kCudart11 || kind > kNccl || symname == nullptr) return real;
-  if (!StartsWith(symname, kind == kNccl ? "nccl" : "cuda")) return real;  // cheap first filter
+  if (symname == nullptr || kind < kCudart11 || kind > kDriver || kind == kShim) return real;
+  if (kind == kDriver && ((from >= kCudart11 && from <= kNccl) || from == kDriver)) return real;
+  const char* prefix = kind == kNccl ? "nccl" : kind == kDriver ? "cu" : "cuda";
+  if (!StartsWith(symname, prefix)) return real;  // cheap first filter
   // Our own lookups in the shim below never come back here: the shim's definitions are not audited.
   void* wrapper = Wrapper(kind, symname);
   if (wrapper == nullptr) return real;
-  g_bound(kind == kNccl ? P2PTRACE_CAPTURE_NCCL_DLSYM : P2PTRACE_CAPTURE_CUDART_DLSYM);
+  g_bound(kind == kNccl     ? P2PTRACE_CAPTURE_NCCL_DLSYM
+          : kind == kDriver ? P2PTRACE_CAPTURE_DRIVER_DLSYM
+                            : P2PTRACE_CAPTURE_CUDART_DLSYM);
   return reinterpret_cast<uintptr_t>(wrapper);
 }
 

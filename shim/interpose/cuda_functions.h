@@ -18,6 +18,9 @@ cudaError_t cudaMemcpy2D_ptds(void*, size_t, const void*, size_t, size_t, size_t
 cudaError_t cudaMemcpy2DAsync_ptsz(void*, size_t, const void*, size_t, size_t, size_t, cudaMemcpyKind, cudaStream_t);
 cudaError_t cudaMemcpy3DPeer_ptds(const cudaMemcpy3DPeerParms*);
 cudaError_t cudaMemcpy3DPeerAsync_ptsz(const cudaMemcpy3DPeerParms*, cudaStream_t);
+cudaError_t cudaGetDriverEntryPoint_ptsz(const char*, void**, unsigned long long, cudaDriverEntryPointQueryResult*);
+cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char*, void**, unsigned int, unsigned long long,
+                                                  cudaDriverEntryPointQueryResult*);
 }
 
 #define P2PTRACE_CUDA_FUNCTIONS(X)                                                                          \
@@ -72,4 +75,17 @@ cudaError_t cudaMemcpy3DPeerAsync_ptsz(const cudaMemcpy3DPeerParms*, cudaStream_
   /* IPC */                                                                                                \
   X(cudaIpcGetMemHandle, (cudaIpcMemHandle_t* h, void* p), (h, p))                                         \
   X(cudaIpcOpenMemHandle, (void** p, cudaIpcMemHandle_t h, unsigned int f), (p, h, f))                     \
-  X(cudaIpcCloseMemHandle, (void* p), (p))
+  X(cudaIpcCloseMemHandle, (void* p), (p))                                                                 \
+  /* driver functions handed out by the runtime: the shim's driver wrappers where it has them. cudart   \
+     11's cudaGetDriverEntryPoint has no status parameter: the fourth argument register is passed on   \
+     unread, and only the real function writes through it */                                              \
+  X(cudaGetDriverEntryPoint, (const char* s, void** fn, unsigned long long f, cudaDriverEntryPointQueryResult* q), \
+    (s, fn, f, q))                                                                                         \
+  X(cudaGetDriverEntryPoint_ptsz,                                                                          \
+    (const char* s, void** fn, unsigned long long f, cudaDriverEntryPointQueryResult* q), (s, fn, f, q))   \
+  X(cudaGetDriverEntryPointByVersion,                                                                      \
+    (const char* s, void** fn, unsigned int v, unsigned long long f, cudaDriverEntryPointQueryResult* q),  \
+    (s, fn, v, f, q))                                                                                      \
+  X(cudaGetDriverEntryPointByVersion_ptsz,                                                                 \
+    (const char* s, void** fn, unsigned int v, unsigned long long f, cudaDriverEntryPointQueryResult* q),  \
+    (s, fn, v, f, q))

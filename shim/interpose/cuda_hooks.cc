@@ -27,6 +27,9 @@
 #include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
+// cudaGetDriverEntryPoint is deprecated, not gone: programs built against CUDA 12 still call it.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
 namespace p2ptrace::shim {
 
 // The trace generation (file) each runtime node was last described in (NoteRuntime, after a
@@ -197,7 +200,9 @@ void NoteRuntime(const CudaRuntime& rt) {
   if (h == nullptr || !rt.complete) return;
   for (int a = 0; a < kMaxDev; ++a)  // links learnt before this file opened (a fork child's)
     for (int b = 0; b < kMaxDev; ++b) h->direct_transport[a][b] = g_link[a][b].load(std::memory_order_relaxed);
-  static const uint32_t kFlag[] = {P2PTRACE_CAPTURE_CUDART_11, P2PTRACE_CAPTURE_CUDART_12, P2PTRACE_CAPTURE_CUDART_13};
+  static const uint32_t kFlag[] = {P2PTRACE_CAPTURE_CUDART_11, P2PTRACE_CAPTURE_CUDART_12, P2PTRACE_CAPTURE_CUDART_13,
+                                   P2PTRACE_CAPTURE_DRIVER};
+  static_assert(std::size(kFlag) == static_cast<size_t>(Node::kCount));
   __atomic_fetch_or(&h->capture_flags, kFlag[static_cast<int>(rt.node)], __ATOMIC_RELAXED);
   int v = 0;
   if (rt.RuntimeGetVersion(&v) == cudaSuccess) h->cuda_runtime_version = v;
@@ -665,6 +670,38 @@ uint64_t Bytes3D(const cudaMemcpy3DPeerParms* p) {
 }  // namespace
 
 // ================================================================================================
+// For the driver's hooks (cuda_hooks.h)
+
+cudaError_t TraceApiCopy(const CudaRuntime& rt, const ApiCopy& a, InvokeReal invoke, const void* call) {
+  RealCopy real{invoke, call};
+  if (!TraceWriter::Ready()) return real();
+  Copy c{a.api, a.flags, a.dst, a.src, kLookUp, kLookUp, a.bytes, cudaMemcpyDeviceToDevice, a.stream};
+  int src = a.src_dev >= 0 ? a.src_dev : MemoryMap::Lookup(a.src);
+  int dst = a.dst_dev >= 0 ? a.dst_dev : MemoryMap::Lookup(a.dst);
+  if (src >= 0 && src == dst) return real();  // within one device: not peer traffic
+  if (src == MemoryMap::kHost || dst == MemoryMap::kHost) return real();
+  if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt)) return AfterUnknownSide(rt, c, src, dst, real());
+  uint8_t route = Route(rt, src, dst);
+  p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, RoutePath(route));
+  if (CopySampled(counter, c.bytes)) return TimedPairCopy(rt, c, src, dst, route, counter, real);
+  cudaError_t r = real();
+  AccountAt(counter, r, c.bytes);
+  WriteCopy(c, src, dst, RouteTransport(route), r, 0, 0);
+  return r;
+}
+
+bool ReadyAfter(const CudaRuntime& rt, cudaError_t r) { return Ready(rt, r); }
+int AnsweredDevice(const CudaRuntime& rt) { return NotedDevice(rt); }
+
+void PeerMappingChanged(int from, int to, bool set) {
+  if (ValidDevice(from) && ValidDevice(to) && from != to) ChangePeer(from, to, kPeerByApi, set);
+}
+
+void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value, int attr) {
+  WritePeer(api, device, peer, r, value, attr);
+}
+
+// ================================================================================================
 // Bookkeeping
 
 
@@ -933,6 +970,24 @@ cudaError_t cudaIpcCloseMemHandle(NodeRuntime rt, Real<decltype(&::cudaIpcCloseM
   return r;
 }
 
+// ================================================================================================
+// Driver entry points
+
+#define P2PTRACE_ENTRY_POINT_HOOK(name, params, args)                                                  \
+  cudaError_t name(NodeRuntime, Real<decltype(&::name)> real, const char* s, void** fn, P2PTRACE_UNPAREN params) { \
+    cudaError_t r = real(s, fn, P2PTRACE_UNPAREN args);                                                \
+    if (r == cudaSuccess && fn != nullptr) *fn = DriverWrapperFor(*fn);                                 \
+    return r;                                                                                            \
+  }
+P2PTRACE_ENTRY_POINT_HOOK(cudaGetDriverEntryPoint, (unsigned long long f, cudaDriverEntryPointQueryResult* q), (f, q))
+P2PTRACE_ENTRY_POINT_HOOK(cudaGetDriverEntryPoint_ptsz, (unsigned long long f, cudaDriverEntryPointQueryResult* q),
+                          (f, q))
+P2PTRACE_ENTRY_POINT_HOOK(cudaGetDriverEntryPointByVersion,
+                          (unsigned int v, unsigned long long f, cudaDriverEntryPointQueryResult* q), (v, f, q))
+P2PTRACE_ENTRY_POINT_HOOK(cudaGetDriverEntryPointByVersion_ptsz,
+                          (unsigned int v, unsigned long long f, cudaDriverEntryPointQueryResult* q), (v, f, q))
+#undef P2PTRACE_ENTRY_POINT_HOOK
+
 }  // namespace hooks
 }  // namespace p2ptrace::shim
 
@@ -984,6 +1039,10 @@ static std::atomic<void*>* const p2pw_slots[][std::size({P2PTRACE_CUDA_FUNCTIONS
     {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_13)}};
 
 void p2ptrace::shim::ForgetRealFunctions(Node node) {
-  for (std::atomic<void*>* slot : p2pw_slots[static_cast<int>(node)]) slot->store(nullptr, std::memory_order_release);
+  if (node == Node::kDriver) {
+    p2ptrace::shim::ForgetDriverFunctions();
+  } else {
+    for (std::atomic<void*>* slot : p2pw_slots[static_cast<int>(node)]) slot->store(nullptr, std::memory_order_release);
+  }
   g_runtime_noted[static_cast<int>(node)].store(0, std::memory_order_relaxed);  // described again in this file
 }

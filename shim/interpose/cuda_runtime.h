@@ -1,5 +1,6 @@
 // The real runtime functions the shim itself calls, per runtime node, so that its own calls go to
-// the same runtime as the call it intercepted (never mixing cudart 12 and 13 state).
+// the same runtime as the call it intercepted (never mixing cudart 12 and 13 state). The driver's
+// node (a program that uses only libcuda.so.1) has the same table, made of driver calls.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -25,9 +26,13 @@ struct CudaRuntime {
   cudaError_t (*RuntimeGetVersion)(int*);
   cudaError_t (*DriverGetVersion)(int*);
   bool complete;  // every pointer above was found
+  // For the job-start check; may be null.
+  cudaError_t (*CanAccessPeer)(int*, int, int);
+  cudaError_t (*GetP2PAttribute)(int*, cudaDeviceP2PAttr, int, int);
   // Where the library the pointers are in was loaded (dladdr's dli_fbase), and whether it has been
   // unloaded since (set under UnloadMutex(), unload.h; the table is then replaced, never freed).
   const void* base;
+  const void* anchor;  // a function of that library: still at `base` while it stays loaded
   std::atomic<bool> retired;
 };
 

@@ -15,7 +15,7 @@
 namespace p2ptrace::shim {
 namespace {
 
-const char* const kNodeNames[] = {"libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13"};
+const char* const kNodeNames[] = {"libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1"};
 
 struct Search {
   const char* soname;  // "libcudart.so.13"
@@ -54,7 +54,7 @@ __attribute__((noinline)) void* ResolveReal(const char* name, Node node) {
   void* fn = dlvsym(RTLD_NEXT, name, version);
   if (fn == nullptr) fn = dlsym(RTLD_NEXT, name);
   if (fn != nullptr) return fn;
-  // RTLD_LOCAL loads: find the runtime of this major among the loaded objects.
+  // RTLD_LOCAL loads: find the runtime of this major (or the driver) among the loaded objects.
   Search s{node == Node::kCudart11 ? "libcudart.so.11" : version, {}};
   dl_iterate_phdr(FindLoaded, &s);
   if (s.path.empty()) return nullptr;

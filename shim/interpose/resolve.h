@@ -5,10 +5,11 @@
 
 namespace p2ptrace::shim {
 
-// The runtime version nodes wrappers are emitted for.
-enum class Node : int { kCudart11 = 0, kCudart12 = 1, kCudart13 = 2, kCount = 3 };
+// The runtime version nodes wrappers are emitted for, and the driver (libcuda.so.1, no symbol
+// versions): a "runtime" of its own whose table the shim fills with driver calls (driver_hooks.cc).
+enum class Node : int { kCudart11 = 0, kCudart12 = 1, kCudart13 = 2, kDriver = 3, kCount = 4 };
 
-// "libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13".
+// "libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1".
 const char* NodeName(Node node);
 
 // Order: dlvsym(RTLD_NEXT, name, node) → dlsym(RTLD_NEXT, name) → the loaded libcudart of that

@@ -21,7 +21,7 @@ bool StillLoaded(const void* fn, const void* base) {
 void RetireUnloaded() {
   for (int i = 0; i < static_cast<int>(Node::kCount); ++i) {
     const CudaRuntime* rt = g_runtimes[i].load(std::memory_order_acquire);
-    if (rt == nullptr || StillLoaded(reinterpret_cast<const void*>(rt->GetDevice), rt->base)) continue;
+    if (rt == nullptr || StillLoaded(rt->anchor, rt->base)) continue;
     const_cast<CudaRuntime*>(rt)->retired.store(true, std::memory_order_release);
     g_runtimes[i].store(nullptr, std::memory_order_release);  // resolved again at the node's next call
     ForgetRealFunctions(static_cast<Node>(i));

@@ -719,6 +719,42 @@ SIM_API CUresult cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dc, CUdevicep
   return PeerCopy(st, dst, dc, src, sc, n, s, true, false);
 }
 
+// A 3D peer copy between devices' linear memory, slice by slice like cudaMemcpy3DPeer; arrays and
+// host sides are not simulated.
+CUresult Copy3DPeer(State& st, const CUDA_MEMCPY3D_PEER* p, CUstream s, bool ptsz, bool sync) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->srcMemoryType != CU_MEMORYTYPE_DEVICE || p->dstMemoryType != CU_MEMORYTYPE_DEVICE)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  if (KnownContext(st, p->dstContext) == nullptr || KnownContext(st, p->srcContext) == nullptr)
+    return CUDA_ERROR_INVALID_CONTEXT;
+  size_t sslice = p->srcPitch * p->srcHeight, dslice = p->dstPitch * p->dstHeight;
+  std::unique_lock<std::mutex> lock(Mu());
+  for (size_t z = 0; z < p->Depth; ++z) {
+    CUdeviceptr src = p->srcDevice + (p->srcZ + z) * sslice + p->srcY * p->srcPitch + p->srcXInBytes;
+    CUdeviceptr dst = p->dstDevice + (p->dstZ + z) * dslice + p->dstY * p->dstPitch + p->dstXInBytes;
+    cudaError_t r = ::Copy(st, lock, Ptr(dst), Ptr(src), Rows{p->WidthInBytes, p->Height, p->srcPitch, p->dstPitch},
+                           cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(s), ptsz, sync, sync && !ptsz);
+    if (r != cudaSuccess) return Cu(r);
+  }
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER* p) {
+  DRV_CTX();
+  return Copy3DPeer(st, p, nullptr, false, true);
+}
+SIM_API CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER* p) {
+  DRV_CTX();
+  return Copy3DPeer(st, p, nullptr, true, true);
+}
+SIM_API CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER* p, CUstream s) {
+  DRV_CTX();
+  return Copy3DPeer(st, p, s, false, false);
+}
+SIM_API CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* p, CUstream s) {
+  DRV_CTX();
+  return Copy3DPeer(st, p, s, true, false);
+}
+
 // =============================================================================================
 // Streams and events (the runtime's objects: a CUstream is a cudaStream_t, a CUevent a cudaEvent_t)
 

@@ -1,0 +1,291 @@
+// What each intercepted driver function does around the real call (the list: driver_functions.h),
+// under the runtime hooks' rules (cuda_hooks.cc): the real function is called exactly once with the
+// caller's arguments and its result is returned unchanged. Copies share the runtime's accounting
+// (TraceApiCopy): a pair's bytes are one sum whichever API moved them.
+//
+// A runtime call that cudart carries out through the driver is seen once, as the runtime call:
+// cudart reaches libcuda through addresses it takes from its own handle (dlopen, then
+// cuGetProcAddress), never through the global symbols exported here; the audit module, likewise,
+// leaves cudart's and NCCL's own dlsym calls alone (DESIGN.md §4).
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdint>
+#include <iterator>
+#include <tuple>
+
+#include "p2ptrace/trace_format.h"
+#include "p2ptrace/vocabulary.h"
+#include "shim/interpose/cuda_hooks.h"
+#include "shim/interpose/driver_functions.h"
+#include "shim/interpose/memory_map.h"
+#include "shim/interpose/resolve.h"
+#include "shim/preflight.h"
+
+// The audit module's way of telling the shim it handed out a wrapper; the entry points say the same.
+extern "C" void p2ptrace_audit_bound(uint32_t capture_flag);
+
+namespace p2ptrace::shim {
+namespace {
+
+const CudaRuntime& Driver() { return Runtime(Node::kDriver); }
+
+// Driver results in the runtime's type, for the shared accounting: both use 0 for success and the
+// value is kept (records store it as it was; readers know the API by the record's api).
+cudaError_t AsRuntime(CUresult r) { return static_cast<cudaError_t>(r); }
+
+template <typename F, typename... A>
+CUresult DriverCopy(const ApiCopy& c, F real, A... args) {
+  struct Call {
+    F real;
+    std::tuple<A...> args;
+  };
+  const Call call{real, {args...}};
+  InvokeReal invoke = [](const void* p) {
+    const Call& k = *static_cast<const Call*>(p);
+    return AsRuntime(std::apply(k.real, k.args));
+  };
+  return static_cast<CUresult>(TraceApiCopy(Driver(), c, invoke, &call));
+}
+
+const void* Ptr(CUdeviceptr p) { return reinterpret_cast<const void*>(static_cast<uintptr_t>(p)); }
+
+ApiCopy Linear(uint8_t api, uint32_t flags, CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return ApiCopy{api, flags, Ptr(dst), Ptr(src), -1, -1, n, s};
+}
+
+// In the _ptsz/_ptds entry points stream 0 is the per-thread default stream.
+CUstream PerThread(CUstream s) { return s == nullptr ? CU_STREAM_PER_THREAD : s; }
+
+// The device of a context: cuCtxGetDevice_v2 where the driver has it (12.8+), else with the context
+// current for a moment (pushed and popped: the thread's stack is as it was).
+int ContextDevice(CUcontext ctx) {
+  using GetV2 = CUresult (*)(CUdevice*, CUcontext);
+  using Get = CUresult (*)(CUdevice*);
+  using Push = CUresult (*)(CUcontext);
+  using Pop = CUresult (*)(CUcontext*);
+  static const auto get_v2 = reinterpret_cast<GetV2>(ResolveReal("cuCtxGetDevice_v2", Node::kDriver));
+  static const auto get = reinterpret_cast<Get>(ResolveReal("cuCtxGetDevice", Node::kDriver));
+  static const auto push = reinterpret_cast<Push>(ResolveReal("cuCtxPushCurrent_v2", Node::kDriver));
+  static const auto pop = reinterpret_cast<Pop>(ResolveReal("cuCtxPopCurrent_v2", Node::kDriver));
+  CUdevice d = -1;
+  if (ctx == nullptr) return -1;
+  if (get_v2 != nullptr) return get_v2(&d, ctx) == CUDA_SUCCESS ? d : -1;
+  if (get == nullptr || push == nullptr || pop == nullptr || push(ctx) != CUDA_SUCCESS) return -1;
+  if (get(&d) != CUDA_SUCCESS) d = -1;
+  CUcontext popped = nullptr;
+  pop(&popped);
+  return d;
+}
+
+// A 3D peer copy between two devices' linear memory is traced; arrays and host sides are not.
+bool DeviceSide(CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; }
+ApiCopy Copy3D(uint8_t api, uint32_t flags, const CUDA_MEMCPY3D_PEER* p, CUstream s) {
+  ApiCopy c{api, flags, Ptr(p->dstDevice), Ptr(p->srcDevice), -1, -1, 0, s};
+  c.bytes = static_cast<uint64_t>(p->WidthInBytes) * p->Height * p->Depth;
+  return c;
+}
+
+}  // namespace
+
+namespace driver_hooks {
+
+template <typename F>
+using Real = F;
+
+// ================================================================================================
+// Bookkeeping: driver allocations enter the shim's pointer map as the runtime's do.
+
+CUresult cuMemAlloc_v2(CUresult (*real)(CUdeviceptr*, size_t), CUdeviceptr* p, size_t n) {
+  CUresult r = real(p, n);
+  if (r == CUDA_SUCCESS && p != nullptr && *p != 0) {
+    int d = -1;
+    if (Driver().GetDevice(&d) == cudaSuccess) MemoryMap::Add(Ptr(*p), n, d);
+  }
+  return r;
+}
+// The range leaves the map before the real free: afterwards the address may already be reused.
+CUresult cuMemFree_v2(CUresult (*real)(CUdeviceptr), CUdeviceptr p) {
+  MemoryMap::Remove(Ptr(p));
+  return real(p);
+}
+
+// ================================================================================================
+// Peer capability and access
+
+CUresult cuDeviceCanAccessPeer(CUresult (*real)(int*, CUdevice, CUdevice), int* can, CUdevice dev, CUdevice peer) {
+  CUresult r = real(can, dev, peer);
+  const CudaRuntime& rt = Driver();
+  if (ReadyAfter(rt, AsRuntime(r)))
+    RecordPeerCall(P2PTRACE_API_cuDeviceCanAccessPeer, dev, peer, AsRuntime(r), r == CUDA_SUCCESS && can ? *can : -1, 0);
+  if (r == CUDA_SUCCESS) PreflightFromCuda(rt);
+  return r;
+}
+
+CUresult cuDeviceGetP2PAttribute(CUresult (*real)(int*, CUdevice_P2PAttribute, CUdevice, CUdevice), int* v,
+                                 CUdevice_P2PAttribute a, CUdevice src, CUdevice dst) {
+  CUresult r = real(v, a, src, dst);
+  const CudaRuntime& rt = Driver();
+  if (ReadyAfter(rt, AsRuntime(r)))
+    RecordPeerCall(P2PTRACE_API_cuDeviceGetP2PAttribute, src, dst, AsRuntime(r), r == CUDA_SUCCESS && v ? *v : -1,
+                   static_cast<int>(a));
+  if (r == CUDA_SUCCESS) PreflightFromCuda(rt);
+  return r;
+}
+
+// The current context's device maps the peer context's device's memory.
+CUresult cuCtxEnablePeerAccess(CUresult (*real)(CUcontext, unsigned int), CUcontext peer, unsigned int flags) {
+  CUresult r = real(peer, flags);
+  const CudaRuntime& rt = Driver();
+  if (!ReadyAfter(rt, AsRuntime(r))) return r;
+  bool mapped = r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;  // either way it exists now
+  if (mapped) PreflightFromCuda(rt);
+  int d = AnsweredDevice(rt), p = ContextDevice(peer);
+  if (mapped) PeerMappingChanged(d, p, true);
+  RecordPeerCall(P2PTRACE_API_cuCtxEnablePeerAccess, d, p, AsRuntime(r), static_cast<int>(flags), 0);
+  return r;
+}
+
+CUresult cuCtxDisablePeerAccess(CUresult (*real)(CUcontext), CUcontext peer) {
+  CUresult r = real(peer);
+  const CudaRuntime& rt = Driver();
+  if (!ReadyAfter(rt, AsRuntime(r))) return r;
+  int d = AnsweredDevice(rt), p = ContextDevice(peer);
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_NOT_ENABLED) PeerMappingChanged(d, p, false);
+  RecordPeerCall(P2PTRACE_API_cuCtxDisablePeerAccess, d, p, AsRuntime(r), 0, 0);
+  return r;
+}
+
+// ================================================================================================
+// Copies: the devices from the pointers (with unified addressing a pointer names its device; a
+// peer copy's contexts are those pointers' devices' contexts).
+
+#define P2PTRACE_DRIVER_COPY(name, params, args, describe)                       \
+  template <typename F>                                                           \
+  CUresult name(F real, P2PTRACE_UNPAREN params) {                                \
+    return DriverCopy(describe, real, P2PTRACE_UNPAREN args);                     \
+  }
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"  // the contexts: the pointers say the devices
+P2PTRACE_DRIVER_COPY(cuMemcpyPeer, (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
+                     (dst, dc, src, sc, n), Linear(P2PTRACE_API_cuMemcpyPeer, 0, dst, src, n, nullptr))
+P2PTRACE_DRIVER_COPY(cuMemcpyPeer_ptds, (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n),
+                     (dst, dc, src, sc, n),
+                     Linear(P2PTRACE_API_cuMemcpyPeer, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, n, CU_STREAM_PER_THREAD))
+P2PTRACE_DRIVER_COPY(cuMemcpyPeerAsync,
+                     (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
+                     (dst, dc, src, sc, n, s), Linear(P2PTRACE_API_cuMemcpyPeerAsync, P2PTRACE_COPY_ASYNC, dst, src, n, s))
+P2PTRACE_DRIVER_COPY(cuMemcpyPeerAsync_ptsz,
+                     (CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n, CUstream s),
+                     (dst, dc, src, sc, n, s),
+                     Linear(P2PTRACE_API_cuMemcpyPeerAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst,
+                            src, n, PerThread(s)))
+#pragma GCC diagnostic pop
+P2PTRACE_DRIVER_COPY(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n),
+                     Linear(P2PTRACE_API_cuMemcpy, 0, dst, src, n, nullptr))
+P2PTRACE_DRIVER_COPY(cuMemcpy_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n),
+                     Linear(P2PTRACE_API_cuMemcpy, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, n, CU_STREAM_PER_THREAD))
+P2PTRACE_DRIVER_COPY(cuMemcpyAsync, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s),
+                     Linear(P2PTRACE_API_cuMemcpyAsync, P2PTRACE_COPY_ASYNC, dst, src, n, s))
+P2PTRACE_DRIVER_COPY(cuMemcpyAsync_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s), (dst, src, n, s),
+                     Linear(P2PTRACE_API_cuMemcpyAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst, src,
+                            n, PerThread(s)))
+P2PTRACE_DRIVER_COPY(cuMemcpyDtoD_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n),
+                     Linear(P2PTRACE_API_cuMemcpyDtoD, 0, dst, src, n, nullptr))
+P2PTRACE_DRIVER_COPY(cuMemcpyDtoD_v2_ptds, (CUdeviceptr dst, CUdeviceptr src, size_t n), (dst, src, n),
+                     Linear(P2PTRACE_API_cuMemcpyDtoD, P2PTRACE_COPY_PER_THREAD_STREAM, dst, src, n,
+                            CU_STREAM_PER_THREAD))
+P2PTRACE_DRIVER_COPY(cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+                     (dst, src, n, s), Linear(P2PTRACE_API_cuMemcpyDtoDAsync, P2PTRACE_COPY_ASYNC, dst, src, n, s))
+P2PTRACE_DRIVER_COPY(cuMemcpyDtoDAsync_v2_ptsz, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s),
+                     (dst, src, n, s),
+                     Linear(P2PTRACE_API_cuMemcpyDtoDAsync, P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, dst,
+                            src, n, PerThread(s)))
+#undef P2PTRACE_DRIVER_COPY
+
+// A null block, an array or a host side: passed on untouched, not traced.
+template <typename F, typename... A>
+CUresult Copy3DPeer(F real, const CUDA_MEMCPY3D_PEER* p, const ApiCopy& c, A... args) {
+  if (p == nullptr || !DeviceSide(p->srcMemoryType) || !DeviceSide(p->dstMemoryType)) return real(args...);
+  return DriverCopy(c, real, args...);
+}
+#define P2PTRACE_DRIVER_3D(name, api, flags, stream, params, args)                                        \
+  template <typename F>                                                                                    \
+  CUresult name(F real, P2PTRACE_UNPAREN params) {                                                         \
+    return Copy3DPeer(real, p, p ? Copy3D(api, flags, p, stream) : ApiCopy{}, P2PTRACE_UNPAREN args);       \
+  }
+P2PTRACE_DRIVER_3D(cuMemcpy3DPeer, P2PTRACE_API_cuMemcpy3DPeer, 0, nullptr, (const CUDA_MEMCPY3D_PEER* p), (p))
+P2PTRACE_DRIVER_3D(cuMemcpy3DPeer_ptds, P2PTRACE_API_cuMemcpy3DPeer, P2PTRACE_COPY_PER_THREAD_STREAM,
+                   CU_STREAM_PER_THREAD, (const CUDA_MEMCPY3D_PEER* p), (p))
+P2PTRACE_DRIVER_3D(cuMemcpy3DPeerAsync, P2PTRACE_API_cuMemcpy3DPeerAsync, P2PTRACE_COPY_ASYNC, s,
+                   (const CUDA_MEMCPY3D_PEER* p, CUstream s), (p, s))
+P2PTRACE_DRIVER_3D(cuMemcpy3DPeerAsync_ptsz, P2PTRACE_API_cuMemcpy3DPeerAsync,
+                   P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, PerThread(s),
+                   (const CUDA_MEMCPY3D_PEER* p, CUstream s), (p, s))
+#undef P2PTRACE_DRIVER_3D
+
+// ================================================================================================
+// Entry points: a function the driver hands out by address is the shim's wrapper where it has one.
+
+CUresult cuGetProcAddress(CUresult (*real)(const char*, void**, int, cuuint64_t), const char* sym, void** pfn,
+                          int version, cuuint64_t flags) {
+  CUresult r = real(sym, pfn, version, flags);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = DriverWrapperFor(*pfn);
+  return r;
+}
+CUresult cuGetProcAddress_v2(CUresult (*real)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*),
+                             const char* sym, void** pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) {
+  CUresult r = real(sym, pfn, version, flags, status);
+  if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = DriverWrapperFor(*pfn);
+  return r;
+}
+
+}  // namespace driver_hooks
+}  // namespace p2ptrace::shim
+
+// ================================================================================================
+// The exported wrappers, by libcuda's own (unversioned) names. The first call resolves the real
+// function out of line.
+using p2ptrace::shim::CachedReal;
+using p2ptrace::shim::Node;
+
+#define P2PTRACE_DRIVER_WRAP(name, params, args)                                                         \
+  static std::atomic<void*> p2pd_slot_##name;                                                            \
+  extern "C" __attribute__((visibility("default"))) CUresult name params {                               \
+    using Fn = CUresult(*) params;                                                                       \
+    auto real = reinterpret_cast<Fn>(CachedReal(&p2pd_slot_##name, #name, Node::kDriver));               \
+    if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND;          \
+    return p2ptrace::shim::driver_hooks::name(real, P2PTRACE_UNPAREN args);                              \
+  }
+P2PTRACE_DRIVER_FUNCTIONS(P2PTRACE_DRIVER_WRAP)
+#undef P2PTRACE_DRIVER_WRAP
+
+namespace {
+struct Wrapped {
+  const char* name;
+  std::atomic<void*>* slot;
+  void* wrapper;
+};
+#define P2PTRACE_DRIVER_ENTRY(name, params, args) {#name, &p2pd_slot_##name, reinterpret_cast<void*>(&name)},
+const Wrapped kWrapped[] = {P2PTRACE_DRIVER_FUNCTIONS(P2PTRACE_DRIVER_ENTRY)};
+#undef P2PTRACE_DRIVER_ENTRY
+}  // namespace
+
+void p2ptrace::shim::ForgetDriverFunctions() {
+  for (const Wrapped& w : kWrapped) w.slot->store(nullptr, std::memory_order_release);
+}
+
+// Matched by address, not by name: the driver picks the version and the per-thread-stream form from
+// the caller's version and flags, and only an address equal to the one libcuda exports under a
+// wrapped name is the function that wrapper calls. Anything else is handed out as it was.
+void* p2ptrace::shim::DriverWrapperFor(void* fn) {
+  if (fn == nullptr) return fn;
+  for (const Wrapped& w : kWrapped) {
+    if (CachedReal(w.slot, w.name, Node::kDriver) != fn) continue;
+    p2ptrace_audit_bound(P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT);
+    return w.wrapper;
+  }
+  return fn;
+}

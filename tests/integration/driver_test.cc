@@ -1,0 +1,195 @@
+// The CUDA driver API (issue 15): a program that copies between GPUs through libcuda — linked
+// calls, cuGetProcAddress, cudaGetDriverEntryPointByVersion, dlsym on an RTLD_LOCAL libcuda — is
+// traced exactly on the simulated node, prints what it prints bare, and a runtime copy (which the
+// runtime carries out through the driver) is counted once. The real CUDA runtime never reaches the
+// shim's driver wrappers for its own driver calls.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/trace_reader.h"
+#include "core/vocabulary.h"
+#include "nlohmann/json.hpp"
+#include "p2ptrace/trace_format.h"
+#include "p2ptrace/vocabulary.h"
+#include "tests/support/subprocess.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using p2ptrace::testing::Env;
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+
+const std::string kMixed = std::string(P2PTRACE_TOPOLOGY_DIR) + "/mixed-8gpu.json";
+const std::string kShim = std::string(P2PTRACE_LIB_DIR) + "/libp2ptrace.so";
+
+enum class Mode { kBare, kRun, kPreloadOnly };
+
+RunResult Job(const std::string& dir, Mode mode) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Env env{{"P2PTRACE_SAMPLE", std::nullopt}, {"P2PTRACE_DIR", std::nullopt}, {"CUDA_VISIBLE_DEVICES", std::nullopt},
+          {"LD_PRELOAD", std::nullopt},      {"LD_AUDIT", std::nullopt},     {"P2PTRACE_LIB", std::nullopt},
+          {"P2PTRACE_WARN", "off"},          {"NO_COLOR", "1"}};
+  std::vector<std::string> cmd;
+  if (mode == Mode::kRun) cmd = {P2PTRACE_CLI, "run", "--dir", dir + "/trace", "--"};
+  if (mode == Mode::kPreloadOnly) {
+    env["LD_PRELOAD"] = kShim;
+    env["P2PTRACE_DIR"] = dir + "/trace";
+  }
+  for (const char* a : {P2PSIM, "launch", "--topology", kMixed.c_str(), "--hosts", "node0:1", "--", DRIVER_WORKLOAD})
+    cmd.push_back(a);
+  return RunProgram(cmd, env);
+}
+
+p2ptrace::Trace OnlyTrace(const std::string& dir) {
+  std::vector<p2ptrace::Trace> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".p2ptrace") {
+      auto t = p2ptrace::ReadTrace(e.path().string());
+      EXPECT_TRUE(t.ok()) << t.error().message;
+      if (t.ok()) out.push_back(std::move(t.value()));
+    }
+  EXPECT_EQ(out.size(), 1u);
+  return out.empty() ? p2ptrace::Trace{} : std::move(out[0]);
+}
+
+// Every nonzero counter cell, "src->dst/path calls bytes errors".
+std::vector<std::string> Cells(const p2ptrace::Trace& t) {
+  std::vector<std::string> cells;
+  for (int s = 0; s < 8; ++s)
+    for (int d = 0; d < 8; ++d)
+      for (int p = 0; p < 2; ++p)
+        if (const auto& c = t.Counter(s, d, p); c.calls != 0 || c.errors != 0)
+          cells.push_back(std::to_string(s) + "->" + std::to_string(d) + "/" + std::to_string(p) + " " +
+                          std::to_string(c.calls) + " " + std::to_string(c.bytes) + " " + std::to_string(c.errors));
+  return cells;
+}
+
+std::map<std::string, int> CopyApis(const p2ptrace::Trace& t) {
+  std::map<std::string, int> n;
+  for (const auto& r : t.records)
+    if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) ++n[std::string(p2ptrace::ApiName(c->api))];
+  return n;
+}
+
+constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
+
+class Driver : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = TempDir() + "/driver";
+    bare_ = Job(dir_ + "/bare", Mode::kBare);
+    run_ = Job(dir_ + "/run", Mode::kRun);
+    preload_ = Job(dir_ + "/preload", Mode::kPreloadOnly);
+  }
+  static inline std::string dir_;
+  static inline RunResult bare_, run_, preload_;
+};
+
+// What the program printed (p2ptrace run prints its report after it).
+std::string Printed(const std::string& out) {
+  std::string lines;
+  for (size_t at = 0; at < out.size();) {
+    size_t end = out.find('\n', at);
+    end = end == std::string::npos ? out.size() : end + 1;
+    if (out.compare(at, 9, "[rank 0] ") == 0) lines += out.substr(at, end - at);
+    at = end;
+  }
+  return lines;
+}
+
+TEST_F(Driver, RunsAndPrintsTheSameBareAndTraced) {
+  ASSERT_EQ(bare_.exit_code, 0) << bare_.out << bare_.err;
+  EXPECT_NE(bare_.out.find("[rank 0] done\n"), std::string::npos) << bare_.out;
+  EXPECT_EQ(bare_.out.find("DIFFERENT"), std::string::npos) << bare_.out;
+  // The simulated driver refuses a null context as the real one does.
+  EXPECT_NE(bare_.out.find("cuMemcpyPeer bad context 201\n"), std::string::npos) << bare_.out;
+  EXPECT_EQ(run_.exit_code, 0) << run_.err;
+  EXPECT_EQ(Printed(run_.out), Printed(bare_.out));
+  EXPECT_EQ(preload_.exit_code, 0) << preload_.err;
+  EXPECT_EQ(Printed(preload_.out), Printed(bare_.out));
+}
+
+// The program's copies (driver_workload.c's table), each once: the runtime's cudaMemcpyPeer 1->2
+// is one call, not also a driver call.
+TEST_F(Driver, EveryPairHasExactlyItsCallsAndBytes) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::vector<std::string> want = {
+      "0->1/0 3 " + std::to_string(1 * MiB + 256 * KiB) + " 1",  // peer access on: direct; 1 refused
+      "0->2/1 1 " + std::to_string(512 * KiB) + " 0",
+      "1->0/0 1 " + std::to_string(16 * KiB) + " 0",  // through dlsym: seen with LD_AUDIT
+      "1->2/1 2 " + std::to_string(96 * KiB) + " 0",
+      "2->0/1 1 " + std::to_string(256 * KiB) + " 0",
+      "2->1/1 1 " + std::to_string(8 * KiB) + " 0"};
+  EXPECT_EQ(Cells(t), want);
+  std::map<std::string, int> apis = CopyApis(t);
+  EXPECT_EQ(apis["cuMemcpyPeer"], 2);  // one refused
+  EXPECT_EQ(apis["cuMemcpyPeerAsync"], 2);
+  EXPECT_EQ(apis["cuMemcpyDtoD"], 2);
+  EXPECT_EQ(apis["cuMemcpyAsync"], 1);
+  EXPECT_EQ(apis["cuMemcpy3DPeer"], 1);
+  EXPECT_EQ(apis["cuMemcpyDtoDAsync"], 1);
+  EXPECT_EQ(apis["cudaMemcpyPeer"], 1);
+  uint32_t want_flags = P2PTRACE_CAPTURE_DRIVER | P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT | P2PTRACE_CAPTURE_DRIVER_DLSYM |
+                        P2PTRACE_CAPTURE_CUDART_13;
+  EXPECT_EQ(t.header.capture_flags & want_flags, want_flags) << std::hex << t.header.capture_flags;
+  EXPECT_EQ(t.header.minor, P2PTRACE_FORMAT_MINOR);
+  EXPECT_EQ(std::string(t.header.bus_id[0]), "0000:18:00.0");
+}
+
+TEST_F(Driver, PeerCallsAreRecordedWithTheDriversResults) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::vector<std::string> peers;
+  for (const auto& r : t.records)
+    if (const auto* p = std::get_if<p2ptrace_peer_record>(&r.body))
+      peers.push_back(std::string(p2ptrace::ApiName(p->api)) + " " + std::to_string(p->device) + "->" +
+                      std::to_string(p->peer) + " r" + std::to_string(p->result) + " v" + std::to_string(p->value));
+  std::vector<std::string> want = {"cuDeviceCanAccessPeer 0->1 r0 v1", "cuCtxEnablePeerAccess 0->1 r0 v0",
+                                   "cuCtxEnablePeerAccess 0->1 r704 v0"};
+  EXPECT_EQ(peers, want);
+}
+
+// LD_PRELOAD alone: the linked calls and the entry points are seen, the dlsym one is not.
+TEST_F(Driver, PreloadAloneSeesAllButTheDlsymCall) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/preload/trace");
+  std::vector<std::string> cells = Cells(t);
+  EXPECT_EQ(std::count_if(cells.begin(), cells.end(), [](const std::string& c) { return c.rfind("1->0/", 0) == 0; }), 0);
+  EXPECT_NE(std::find(cells.begin(), cells.end(), "1->2/1 2 " + std::to_string(96 * KiB) + " 0"), cells.end());
+  EXPECT_EQ(cells.size(), 5u);
+  EXPECT_TRUE(t.header.capture_flags & P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT);
+  EXPECT_FALSE(t.header.capture_flags & P2PTRACE_CAPTURE_DRIVER_DLSYM);
+}
+
+TEST_F(Driver, ReportNamesTheDriverPathAndThePairsClasses) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json rep = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(rep.is_discarded());
+  EXPECT_TRUE(rep["capture"]["driver"].get<bool>());
+  EXPECT_TRUE(rep["capture"]["driver_via_dlsym"].get<bool>());
+  EXPECT_TRUE(rep["capture"]["driver_via_entry_point"].get<bool>());
+  std::map<std::string, std::string> transport;
+  std::map<std::string, uint64_t> bytes;
+  for (const json& p : rep["pairs"]) {
+    std::string key = p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump();
+    transport[key] = p["transport"].get<std::string>();
+    bytes[key] += p["bytes"].get<uint64_t>();
+  }
+  EXPECT_EQ(transport["0->1"], "nvlink");
+  EXPECT_EQ(transport["1->0"], "nvlink");
+  EXPECT_EQ(transport["0->2"], "host_staged");
+  EXPECT_EQ(bytes["0->1"], 1 * MiB + 256 * KiB);
+  EXPECT_EQ(bytes["1->2"], 96 * KiB);
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace"}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("CUDA driver via cuGetProcAddress/cudaGetDriverEntryPoint"), std::string::npos) << text.out;
+}
+
+}  // namespace
