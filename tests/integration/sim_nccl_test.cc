@@ -446,10 +446,11 @@ TEST(SimNcclCleanup, KilledRankLeavesNothingAfterTheRun) {
 }
 
 TEST(SimNcclCleanup, NextInitRemovesWhatDeadProcessesLeft) {
-  // A communicator directory whose only member is gone, and a /dev/shm account charged by it: the
-  // next communicator's init removes both; a live process's directory stays.
+  // A communicator directory whose only member is gone, an empty one (its rank killed while making
+  // or removing it: a live one is never empty), and a /dev/shm account charged by the dead rank: the
+  // next communicator's init removes them all; a live process's directory stays.
   std::string dir = TempDir() + "/stale";
-  RunProgram({"mkdir", "-p", dir + "/p2psim-nccl-deadbeef", dir + "/p2psim-nccl-alive"});
+  RunProgram({"mkdir", "-p", dir + "/p2psim-nccl-deadbeef", dir + "/p2psim-nccl-alive", dir + "/p2psim-nccl-empty"});
   RunResult dead = RunProgram({"sh", "-c", "echo $$"});
   std::string pid = dead.out.substr(0, dead.out.find('\n'));
   WriteFile(dir + "/p2psim-nccl-deadbeef/pid." + pid, "");

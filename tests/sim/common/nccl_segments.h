@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -53,22 +54,29 @@ inline std::vector<std::string> ListDir(const std::string& dir) {
   return names;
 }
 
-// Removes a communicator directory and everything in it (it holds only plain files).
+// Removes a communicator directory and everything in it (it holds only plain files): the pid
+// markers last, so that a remover killed half-way leaves either markers of dead processes or an
+// empty directory, both stale.
 inline void RemoveNcclCommDir(const std::string& dir) {
-  for (const std::string& n : ListDir(dir)) unlink((dir + "/" + n).c_str());
+  std::vector<std::string> names = ListDir(dir);
+  std::stable_partition(names.begin(), names.end(),
+                        [](const std::string& n) { return n.rfind(kNcclPidMarker, 0) != 0; });
+  for (const std::string& n : names) unlink((dir + "/" + n).c_str());
   rmdir(dir.c_str());
 }
 
-// A communicator directory is stale when every process that joined it is gone (or, never joined by
-// anyone, it is older than `grace_s`: a rank killed between mkdir and its marker).
+// A communicator directory is stale when every process that joined it is gone, when it is empty (a
+// live one never is: it is made with its creator's marker inside, see nccl_sim.cc), or, holding
+// files but no marker, when it is older than `grace_s`.
 inline bool NcclCommDirStale(const std::string& dir, double grace_s) {
-  bool any = false;
+  bool any = false, empty = true;
   for (const std::string& n : ListDir(dir)) {
+    empty = false;
     if (n.rfind(kNcclPidMarker, 0) != 0) continue;
     any = true;
     if (ProcessAlive(std::atol(n.c_str() + sizeof kNcclPidMarker - 1))) return false;
   }
-  if (any) return true;
+  if (any || empty) return true;
   struct stat sb {};
   return stat(dir.c_str(), &sb) == 0 && std::difftime(std::time(nullptr), sb.st_mtime) > grace_s;
 }

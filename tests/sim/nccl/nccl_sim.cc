@@ -867,6 +867,27 @@ double RingGbps(Comm& c) {
 // ---------------------------------------------------------------------------------------------
 // Init
 
+// Who joined: a pid marker per process; the sweep removes the directory once all of them are gone.
+void Mark(const std::string& dir) {
+  std::string marker = dir + "/" + p2psim::kNcclPidMarker + std::to_string(getpid());
+  if (int fd = open(marker.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600); fd >= 0) close(fd);
+}
+
+// The communicator's directory, joined. Its first rank makes it under a name of its own with its
+// marker inside, then renames it into place: a live directory is never empty, so a sweep may take
+// an empty one (a rank killed half-way through making or removing it) for dead.
+void JoinCommDir(const std::string& dir) {
+  std::string mine = dir.substr(0, dir.rfind('/') + 1) + p2psim::kNcclSegmentPrefix + "new." +
+                     std::to_string(getpid()) + "." + dir.substr(dir.rfind('/') + 1);
+  if (mkdir(mine.c_str(), 0700) == 0) {
+    Mark(mine);
+    if (rename(mine.c_str(), dir.c_str()) == 0) return;
+    p2psim::RemoveNcclCommDir(mine);  // another rank was first: join its directory
+  }
+  mkdir(dir.c_str(), 0700);
+  Mark(dir);
+}
+
 std::string RankFile(const Comm& c, int r) { return c.dir + "/rank." + std::to_string(r); }
 
 void LogInitLine(const Comm& c, const char* what) {
@@ -920,10 +941,7 @@ ncclResult_t InitBegin(Comm& c, const std::string& token, int nranks, int rank) 
   long long nch = std::clamp<long long>(2, Param("NCCL_MIN_NCHANNELS", 1), Param("NCCL_MAX_NCHANNELS", 32));
   c.nchannels = static_cast<int>(std::clamp<long long>(nch, 1, 32));
   SweepOnce();
-  mkdir(c.dir.c_str(), 0700);
-  // Who joined: the sweep removes the directory once all of them are gone.
-  std::string marker = c.dir + "/" + p2psim::kNcclPidMarker + std::to_string(getpid());
-  if (int fd = open(marker.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600); fd >= 0) close(fd);
+  JoinCommDir(c.dir);
   if (!c.sync.Open(c.dir + "/sync", nranks) || !PublishFile(RankFile(c, rank), &c.me, sizeof c.me)) {
     WARN("p2psim: cannot use the rendezvous directory %s: %s", c.dir.c_str(), strerror(errno));
     return ncclSystemError;
