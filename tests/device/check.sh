@@ -135,6 +135,42 @@ else
   say "SKIP torch: not importable with CUDA"
 fi
 
+# 6. The driver: does cuGetProcAddress hand out the addresses libcuda exports? The shim's driver
+#    wrappers are handed out only where it does (DESIGN.md §4, "The driver API").
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+cat >"$WORK/proc_address.c" <<'EOF'
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+int main(void) {
+  if (cuInit(0) != CUDA_SUCCESS) { printf("cuInit failed\n"); return 1; }
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  int v = 0; cuDriverGetVersion(&v);
+  static const char* names[][3] = {{"cuMemcpyPeerAsync", "cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"},
+                                   {"cuMemcpyDtoD", "cuMemcpyDtoD_v2", "cuMemcpyDtoD_v2_ptds"},
+                                   {"cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2", "cuMemcpyDtoDAsync_v2_ptsz"},
+                                   {"cuMemcpyAsync", "cuMemcpyAsync", "cuMemcpyAsync_ptsz"},
+                                   {"cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess", "cuCtxEnablePeerAccess"}};
+  int same = 0, total = 0;
+  for (int i = 0; i < 5; ++i)
+    for (int ptds = 0; ptds < 2; ++ptds) {
+      void* fn = NULL; CUdriverProcAddressQueryResult q;
+      CUresult r = cuGetProcAddress(names[i][0], &fn, v, ptds ? CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM : 0, &q);
+      void* exported = dlsym(h, names[i][1 + ptds]);
+      ++total; same += r == CUDA_SUCCESS && fn == exported;
+      printf("%s%s: %s\n", names[i][0], ptds ? " (ptds)" : "",
+             r != CUDA_SUCCESS ? "not found" : fn == exported ? "exported address" : "OTHER address");
+    }
+  printf("cuGetProcAddress returned the exported address for %d of %d\n", same, total);
+  return 0;
+}
+EOF
+if cc -I"$CUDA_HOME/include" "$WORK/proc_address.c" -o "$WORK/proc_address" -L"$CUDA_HOME/lib64/stubs" -lcuda -ldl >>"$LOG" 2>&1; then
+  "$WORK/proc_address" >"$OUT/proc_address.txt" 2>&1
+  say "driver: $(tail -1 "$OUT/proc_address.txt")"
+else
+  say "SKIP driver entry points: could not build proc_address.c (log.txt)"
+fi
 # --- what came back --------------------------------------------------------------------------------
 for d in "$TRACES"/*; do
   [ -d "$d" ] && say "traces $(basename "$d"): $(ls "$d" | tr '\n' ' ')"
