@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
@@ -94,11 +95,14 @@ void TraceFold::Add(const TraceRecord& r) {
   } else if (const auto* pr = std::get_if<p2ptrace_peer_record>(&r.body)) {
     if (pr->device < 0 || pr->peer < 0) return;
     PeerFacts& f = facts[{std::min<int>(pr->device, pr->peer), std::max<int>(pr->device, pr->peer)}];
-    if (pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer && pr->result == 0) f.can_access = pr->value;
-    if (pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess) {
+    // The runtime's and the driver's calls say the same (704: already enabled, in both).
+    bool can = pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer || pr->api == P2PTRACE_API_cuDeviceCanAccessPeer;
+    bool enable = pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess || pr->api == P2PTRACE_API_cuCtxEnablePeerAccess;
+    if (can && pr->result == 0) f.can_access = pr->value;
+    if (enable) {
       if (pr->result == 0 || pr->result == 704) f.enabled_ever = true;
-      else f.failed_enables.push_back(fmt::format("cudaDeviceEnablePeerAccess({}) on device {} returned {}",
-                                                  pr->peer, pr->device, pr->result));
+      else f.failed_enables.push_back(fmt::format("{}({}) on device {} returned {}", ApiName(pr->api), pr->peer,
+                                                  pr->device, pr->result));
     }
   } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
     nccl_used = true;
