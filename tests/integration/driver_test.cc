@@ -192,4 +192,25 @@ TEST_F(Driver, ReportNamesTheDriverPathAndThePairsClasses) {
   EXPECT_NE(text.out.find("CUDA driver via cuGetProcAddress/cudaGetDriverEntryPoint"), std::string::npos) << text.out;
 }
 
+// The toolkit's stub libcuda (a real NVIDIA library) answers every call with
+// CUDA_ERROR_STUB_LIBRARY: through the shim each wrapped function returns exactly that, and writes
+// nothing the stub did not (the program prints every result and out-parameter).
+TEST(DriverStub, ErrorsPassThroughExactly) {
+  std::string dir = TempDir() + "/driver-stub";
+  fs::create_directories(dir + "/lib");
+  fs::remove(dir + "/lib/libcuda.so.1");
+  fs::create_symlink(CUDA_STUB_LIBCUDA, dir + "/lib/libcuda.so.1");
+  Env env{{"LD_LIBRARY_PATH", dir + "/lib"}, {"LD_PRELOAD", std::nullopt}, {"P2PTRACE_DIR", std::nullopt},
+          {"P2PTRACE_WARN", "off"}};
+  RunResult bare = RunProgram({DRIVER_WORKLOAD, "errors"}, env);
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_NE(bare.out.find("cuMemcpyPeer 34\n"), std::string::npos) << bare.out;
+  EXPECT_NE(bare.out.find("cuMemcpyDtoDAsync 34\n"), std::string::npos) << bare.out;
+  env["LD_PRELOAD"] = kShim;
+  env["P2PTRACE_DIR"] = dir + "/trace";
+  RunResult traced = RunProgram({DRIVER_WORKLOAD, "errors"}, env);
+  EXPECT_EQ(traced.exit_code, 0) << traced.err;
+  EXPECT_EQ(traced.out, bare.out);
+}
+
 }  // namespace

@@ -4,7 +4,7 @@
  * carries out through the driver: it must be counted once). Every result is printed and every
  * destination is checked byte for byte against the host's pattern.
  *
- * Needs 3 GPUs. What it copies (driver_test.cc asserts exactly this):
+ * With the argument `errors`, see Errors(). Otherwise it needs 3 GPUs. What it copies (driver_test.cc asserts exactly this):
  *   GPU 0 -> 1  cuMemcpyPeer 1 MiB; cuMemcpyPeerAsync (cuGetProcAddress) 2 x 128 KiB   direct (peer access on)
  *   GPU 0 -> 2  cuMemcpyDtoD 512 KiB                                                    host-staged
  *   GPU 2 -> 0  cuMemcpyAsync 256 KiB                                                   host-staged
@@ -55,8 +55,38 @@ typedef CUresult (*PeerAsyncFn)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, 
 typedef CUresult (*DtoDFn)(CUdeviceptr, CUdeviceptr, size_t);
 typedef CUresult (*DtoDAsyncFn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 
-int main(void) {
+/* `errors`: every wrapped driver function once, with arguments a driver refuses or that need no GPU,
+ * each result printed (the toolkit's stub libcuda answers 34 to all; the shim must pass each on). */
+static int Errors(void) {
+  printf("cuInit %d\n", (int)cuInit(0));
+  CUdeviceptr p = 0;
+  printf("cuMemAlloc %d\n", (int)cuMemAlloc(&p, 1 << 20));
+  printf("cuMemFree %d\n", (int)cuMemFree(p));
+  int can = -7;
+  printf("cuDeviceCanAccessPeer %d %d\n", (int)cuDeviceCanAccessPeer(&can, 0, 1), can);
+  int v = -7;
+  printf("cuDeviceGetP2PAttribute %d %d\n",
+         (int)cuDeviceGetP2PAttribute(&v, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 0, 1), v);
+  printf("cuCtxEnablePeerAccess %d\n", (int)cuCtxEnablePeerAccess(NULL, 0));
+  printf("cuCtxDisablePeerAccess %d\n", (int)cuCtxDisablePeerAccess(NULL));
+  printf("cuMemcpyPeer %d\n", (int)cuMemcpyPeer(0x1000, NULL, 0x2000, NULL, 64));
+  printf("cuMemcpyPeerAsync %d\n", (int)cuMemcpyPeerAsync(0x1000, NULL, 0x2000, NULL, 64, NULL));
+  printf("cuMemcpy %d\n", (int)cuMemcpy(0x1000, 0x2000, 64));
+  printf("cuMemcpyAsync %d\n", (int)cuMemcpyAsync(0x1000, 0x2000, 64, NULL));
+  printf("cuMemcpyDtoD %d\n", (int)cuMemcpyDtoD(0x1000, 0x2000, 64));
+  printf("cuMemcpyDtoDAsync %d\n", (int)cuMemcpyDtoDAsync(0x1000, 0x2000, 64, NULL));
+  printf("cuMemcpy3DPeer %d\n", (int)cuMemcpy3DPeer(NULL));
+  printf("cuMemcpy3DPeerAsync %d\n", (int)cuMemcpy3DPeerAsync(NULL, NULL));
+  void* fn = (void*)&Errors;
+  CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
+  printf("cuGetProcAddress %d %s %d\n", (int)cuGetProcAddress("cuMemcpyPeer", &fn, 12000, 0, &q),
+         fn == NULL ? "null" : fn == (void*)&Errors ? "untouched" : "set", (int)q);
+  return 0;
+}
+
+int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc > 1 && strcmp(argv[1], "errors") == 0) return Errors();
   Check("cuInit", cuInit(0));
   int n = 0;
   Check("cuDeviceGetCount", cuDeviceGetCount(&n));
