@@ -248,6 +248,13 @@ double NcclOpSummary::BusBw() const {
   return alg < 0 ? -1 : alg * NcclBusFactor(api, nranks);
 }
 
+uint64_t PairEntry::DriverCalls() const {
+  uint64_t n = 0;
+  for (const auto& [api, calls] : apis)
+    if (api.rfind("cu", 0) == 0 && api.rfind("cuda", 0) != 0) n += calls.first;
+  return n;
+}
+
 std::string PairEntry::RateBasis() const {
   if (timed_calls == 0) return "";
   if (group_timed_calls == 0) return "own events";
@@ -590,6 +597,12 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
     e.timed_bytes += c.timed_bytes;
     e.timed_ns += c.timed_ns;
     e.ranks.insert(h.rank);
+    if (auto ai = fold.copy_apis.find({a, b, path_kind}); ai != fold.copy_apis.end())
+      for (const auto& [api, n] : ai->second) {
+        auto& sum = e.apis[std::string(ApiName(api))];
+        sum.first += n.first;
+        sum.second += n.second;
+      }
     // What the node allows: NVML's P2P status, else the application's own capability query.
     int status = h.nvml_p2p_status[a][b];
     auto fi = fold.facts.find({std::min(a, b), std::max(a, b)});

@@ -65,6 +65,10 @@ struct PairEntry {
   // its group's duration (the group sent to this peer alone); `shared_calls` were timed only in
   // groups that also sent to other peers, which gives no time of this pair's own.
   uint64_t group_timed_calls = 0, shared_calls = 0;
+  // A CUDA pair's copies by the API that made them (cudaMemcpyPeer, cuMemcpyDtoD, …): calls, bytes,
+  // from the copy records (the totals above come from the counters).
+  std::map<std::string, std::pair<uint64_t, uint64_t>> apis;
+  uint64_t DriverCalls() const;  // of `apis`, the driver API's calls
   std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
   std::set<int> dst_ranks;  // an NCCL pair's receiving ranks; empty for a CUDA pair
   std::vector<Cause> causes;

@@ -96,6 +96,9 @@ json PairJson(const PairEntry& e) {
   p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
   p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
   p["rate_basis"] = e.RateBasis().empty() ? json(nullptr) : json(e.RateBasis());
+  json apis = json::object();
+  for (const auto& [api, n] : e.apis) apis[api] = {{"calls", n.first}, {"bytes", n.second}};
+  p["apis"] = std::move(apis);
   p["group_timed_calls"] = e.group_timed_calls;
   p["shared_group_calls"] = e.shared_calls;
   p["channels"] = e.channels;

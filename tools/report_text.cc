@@ -343,7 +343,8 @@ std::string RenderText(const Report& rep, bool color) {
     std::string what = e.source == "nccl"
                            ? fmt::format("NCCL, {} connection{}: {}{}", e.channels, e.channels == 1 ? "" : "s",
                                          fmt::join(e.nccl_transports, ", "), NcclFromText(e))
-                           : fmt::format("{} cop{}", e.calls, e.calls == 1 ? "y" : "ies");
+                           : fmt::format("{} cop{}{}", e.calls, e.calls == 1 ? "y" : "ies",
+                                         e.DriverCalls() ? fmt::format(" ({} by the driver API)", e.DriverCalls()) : "");
     out += fmt::format("  {}  ", PairName(e));
     out.Painted(e.transport, fmt::format("{:<12}", TransportName(e.transport)));
     out += fmt::format(" {:<34} {:>11} {:>9}  {}{}{}\n", what, e.bytes ? BytesText(e.bytes) : "",

@@ -80,6 +80,11 @@ TraceFold::SiteUse* TraceFold::Site(uint32_t id) {
 void TraceFold::Add(const TraceRecord& r) {
   last_ns = std::max(last_ns, r.header().time_ns);
   if (const auto* cr = std::get_if<p2ptrace_copy_record>(&r.body)) {
+    if (cr->result == 0) {
+      auto& a = copy_apis[{cr->src_device, cr->dst_device, cr->transport == P2PTRACE_TRANSPORT_HOST_STAGED ? 1 : 0}][cr->api];
+      ++a.first;
+      a.second += cr->bytes;
+    }
     SiteUse* u = Site(cr->site);
     if (u == nullptr) return;
     if (cr->result != 0) {

@@ -43,6 +43,10 @@ struct TraceFold {
     uint64_t bytes;
   };
   std::map<std::pair<int, int>, PeerFacts> facts;               // per unordered device pair
+  // Successful copy records per (src, dst, path: 0 direct, 1 host-staged) and API (p2ptrace_api):
+  // calls, bytes. Which API moved a pair's bytes (the runtime's or the driver's); the counters stay
+  // the totals (records can be dropped, counters cannot).
+  std::map<std::tuple<int, int, int>, std::map<int, std::pair<uint64_t, uint64_t>>> copy_apis;
   struct CommSeen {
     uint64_t id_hash = 0;
     int nranks = 0, rank = -1, device = -1;

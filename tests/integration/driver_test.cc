@@ -178,11 +178,20 @@ TEST_F(Driver, ReportNamesTheDriverPathAndThePairsClasses) {
   EXPECT_TRUE(rep["capture"]["driver_via_entry_point"].get<bool>());
   std::map<std::string, std::string> transport;
   std::map<std::string, uint64_t> bytes;
+  std::map<std::string, json> apis;
   for (const json& p : rep["pairs"]) {
     std::string key = p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump();
     transport[key] = p["transport"].get<std::string>();
     bytes[key] += p["bytes"].get<uint64_t>();
+    apis[key] = p["apis"];
   }
+  // Which API moved each pair's bytes: the driver's (each entry point counted as its function) and
+  // the runtime's side by side on 1->2.
+  EXPECT_EQ(apis["0->1"], json::parse(R"({"cuMemcpyPeer": {"calls": 1, "bytes": 1048576},
+                                          "cuMemcpyPeerAsync": {"calls": 2, "bytes": 262144}})"));
+  EXPECT_EQ(apis["1->2"], json::parse(R"({"cuMemcpyDtoD": {"calls": 1, "bytes": 65536},
+                                          "cudaMemcpyPeer": {"calls": 1, "bytes": 32768}})"));
+  EXPECT_EQ(apis["1->0"], json::parse(R"({"cuMemcpyDtoDAsync": {"calls": 1, "bytes": 16384}})"));
   EXPECT_EQ(transport["0->1"], "nvlink");
   EXPECT_EQ(transport["1->0"], "nvlink");
   EXPECT_EQ(transport["0->2"], "host_staged");
@@ -190,6 +199,8 @@ TEST_F(Driver, ReportNamesTheDriverPathAndThePairsClasses) {
   EXPECT_EQ(bytes["1->2"], 96 * KiB);
   RunResult text = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace"}, {{"NO_COLOR", "1"}});
   EXPECT_NE(text.out.find("CUDA driver via cuGetProcAddress/cudaGetDriverEntryPoint"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("3 copies (3 by the driver API)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("2 copies (1 by the driver API)"), std::string::npos) << text.out;
 }
 
 // The toolkit's stub libcuda (a real NVIDIA library) answers every call with
