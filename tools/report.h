@@ -65,6 +65,8 @@ struct PairEntry {
   // its group's duration (the group sent to this peer alone); `shared_calls` were timed only in
   // groups that also sent to other peers, which gives no time of this pair's own.
   uint64_t group_timed_calls = 0, shared_calls = 0;
+  // Of calls and bytes: CUDA graph replays (copies captured into a graph, once per launch).
+  uint64_t graph_calls = 0, graph_bytes = 0;
   std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
   std::set<int> dst_ranks;  // an NCCL pair's receiving ranks; empty for a CUDA pair
   std::vector<Cause> causes;
@@ -98,6 +100,7 @@ struct NcclOpSummary {
   uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
   uint64_t group_timed_calls = 0;  // of timed_calls: timed as their group (one duration for the group's calls of this kind)
   uint64_t timings = 0;            // durations measured: a group's calls of one kind share one
+  uint64_t graph_calls = 0, graph_bytes = 0;  // of calls and bytes (S): CUDA graph replays
   std::set<int> ranks;
   double AlgBw() const;  // GB/s over the timed calls; -1 untimed
   double BusBw() const;

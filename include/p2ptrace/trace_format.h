@@ -171,7 +171,7 @@ enum p2ptrace_copy_flag {
   P2PTRACE_COPY_PER_THREAD_STREAM = 1u << 1, /* a _ptds/_ptsz entry point */
   P2PTRACE_COPY_TIMED = 1u << 2,             /* a TIMING record with this seq follows */
   P2PTRACE_COPY_IPC_MEMORY = 1u << 3,        /* one side was opened with cudaIpcOpenMemHandle */
-  P2PTRACE_COPY_TICKS = 1u << 4              /* minor 2: h.time_ns holds the CPU counter, not ns
+  P2PTRACE_COPY_TICKS = 1u << 4,             /* minor 2: h.time_ns holds the CPU counter, not ns
                                                 (the copy fast path: a call of clock_gettime costs
                                                 more than the rest of the record); readers convert
                                                 it with the header's and CLOCK records' anchors */

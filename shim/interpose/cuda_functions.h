@@ -73,3 +73,4 @@ cudaError_t cudaMemcpy3DPeerAsync_ptsz(const cudaMemcpy3DPeerParms*, cudaStream_
   X(cudaIpcGetMemHandle, (cudaIpcMemHandle_t* h, void* p), (h, p))                                         \
   X(cudaIpcOpenMemHandle, (void** p, cudaIpcMemHandle_t h, unsigned int f), (p, h, f))                     \
   X(cudaIpcCloseMemHandle, (void* p), (p))
+

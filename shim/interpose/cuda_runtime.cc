@@ -31,6 +31,7 @@ const CudaRuntime& ResolveRuntime(Node node) {
                 get(r->EventQuery, "cudaEventQuery") & get(r->EventElapsedTime, "cudaEventElapsedTime") &
                 get(r->EventDestroy, "cudaEventDestroy") & get(r->RuntimeGetVersion, "cudaRuntimeGetVersion") &
                 get(r->DriverGetVersion, "cudaDriverGetVersion");
+  r->StreamGetCaptureInfo = ResolveReal("cudaStreamGetCaptureInfo", node);
   Dl_info info{};
   if (r->GetDevice != nullptr && dladdr(reinterpret_cast<void*>(r->GetDevice), &info) != 0) {
     r->base = info.dli_fbase;

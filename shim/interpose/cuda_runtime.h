@@ -25,6 +25,8 @@ struct CudaRuntime {
   cudaError_t (*RuntimeGetVersion)(int*);
   cudaError_t (*DriverGetVersion)(int*);
   bool complete;  // every pointer above was found
+  // cudaStreamGetCaptureInfo, whose signature depends on the node (graphs.cc); null when absent.
+  void* StreamGetCaptureInfo;
   // Where the library the pointers are in was loaded (dladdr's dli_fbase), and whether it has been
   // unloaded since (set under UnloadMutex(), unload.h; the table is then replaced, never freed).
   const void* base;
