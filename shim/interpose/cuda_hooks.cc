@@ -82,10 +82,17 @@ void ForgetFastPair(int a, int b) {
     node[b << 7 | a].store(0, std::memory_order_relaxed);
   }
 }
-void ForgetFastPairs() {  // a fork child, single-threaded: its file and counters are new
+// A capture begins: every pair's copies take the slow path until no capture runs (Fasten reopens
+// them), so that the fast path needs no capture check. Under g_slow_mu after the capture count rose:
+// a Fasten either ran before (its word cleared here) or sees the count.
+void ForgetFastPairs() {  // also a fork child, single-threaded: its file and counters are new
   for (auto& node : g_fast)
     for (int a = 0; a < kMaxDev; ++a)
       for (int b = 0; b < kMaxDev; ++b) node[a << 7 | b].store(0, std::memory_order_relaxed);
+}
+void ShutFastPairs() {
+  std::lock_guard<std::mutex> lock(g_slow_mu);
+  ForgetFastPairs();
 }
 
 // Streams the application created, with their device (for timing events on the right device),
@@ -474,8 +481,9 @@ __attribute__((noinline, cold)) void Fasten(Node node, int src, int dst) {
   static bool registered = (pthread_atfork(nullptr, nullptr, ForgetFastPairs), true);
   (void)registered;
   uint8_t route = g_route[src][dst].load(std::memory_order_relaxed);
-  // Call sites need every copy's stack: the fast path stays shut.
-  if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node) || CallSitesEnabled()) return;
+  // Call sites need every copy's stack: the fast path stays shut. So it does while a capture runs
+  // (a copy may become a graph node: PairCopy asks), which costs the fast path no check of its own.
+  if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node) || CallSitesEnabled() || graphs::AnyCapture()) return;
   const SampleSpec& s = detail::g_sample;
   if (s.enabled && __atomic_load_n(&TraceWriter::Counter(src, dst, RoutePath(route))->calls, __ATOMIC_RELAXED) < s.first)
     return;  // its first K copies are timed here
@@ -524,9 +532,7 @@ __attribute__((noinline)) cudaError_t OtherCopy(A... args) {
   Pending& p = t_pending;
   uint64_t fast = g_fast[static_cast<int>(kNode)][p.pair].load(std::memory_order_relaxed);
   const Copy c = Describe{}(args...);
-  // A capture running anywhere: the copy may become a graph node (PairCopy asks).
-  if (__builtin_expect(fast == 0 || c.bytes >= detail::g_sample.min_bytes || (p.countdown -= 1) < 0 ||
-                           graphs::AnyCapture(), 0))
+  if (__builtin_expect(fast == 0 || c.bytes >= detail::g_sample.min_bytes || (p.countdown -= 1) < 0, 0))
     return SlowCopy<Describe, kNode, F>(args...);  // to be timed (CopySampled), or not fast yet
   cudaError_t r = reinterpret_cast<F*>(p.real)(args...);
   // Only fast, bytes and stream live across the call: what derives from `fast` is recomputed
@@ -685,6 +691,7 @@ static cudaError_t BeginCapture(NodeRuntime rt, cudaError_t (*real)(cudaStream_t
                                 cudaStream_t s, cudaStreamCaptureMode m, cudaStream_t named) {
   CopyTimer::CaptureBegan();  // before the capture starts, so no event lands inside it
   graphs::CaptureStarting();
+  ShutFastPairs();
   cudaError_t r = real(s, m);
   if (r != cudaSuccess) CopyTimer::CaptureEnded();
   graphs::CaptureStarted(rt, named, r);

@@ -22,8 +22,10 @@
 namespace p2ptrace::shim::graphs {
 
 // Stream captures begun and not yet ended, process-wide: while zero nothing can be captured, and
-// that one relaxed load is all a copy or NCCL operation pays for graphs.
-extern std::atomic<int> g_captures;
+// that one relaxed load is all an NCCL operation pays for graphs (a copy's fast path pays nothing:
+// it is shut while a capture runs, cuda_hooks.cc ShutFastPairs).
+// (Hidden: one PC-relative load, no GOT.)
+extern std::atomic<int> g_captures __attribute__((visibility("hidden")));
 inline bool AnyCapture() { return g_captures.load(std::memory_order_relaxed) != 0; }
 
 // Around cudaStreamBeginCapture: Starting before the real call (so that work issued once it
@@ -53,8 +55,5 @@ bool BeginLaunchTiming(const CudaRuntime& rt, int device, cudaStream_t stream, T
 // The LAUNCH record of exec (of graph_id) on stream, which returned `result` (a cudaError_t or
 // CUresult: equal codes); `timing` from BeginLaunchTiming, or null.
 void RecordLaunch(uint32_t graph_id, const void* exec, const void* stream, int result, TimedCopy* timing);
-
-// A fork child: its trace is new, the parent's captures are not its own.
-void ForgetAfterFork();
 
 }  // namespace p2ptrace::shim::graphs
