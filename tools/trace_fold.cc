@@ -109,12 +109,18 @@ void TraceFold::Replay(const Capture& c) {
   }
 }
 
+TraceFold::Capture* TraceFold::CaptureOf(uint32_t id) {
+  if (captures.size() >= kMaxPending && !captures.count(id)) return nullptr;
+  return &captures[id];
+}
+
 void TraceFold::AddGraph(const p2ptrace_graph_record& g) {
-  if (g.graph_id == 0) return;
+  Capture* c = g.graph_id != 0 ? CaptureOf(g.graph_id) : nullptr;
+  if (c == nullptr) return;
   if (g.event == P2PTRACE_GRAPH_END_CAPTURE && g.result != 0) {
-    captures[g.graph_id].failed = true;
+    c->failed = true;
   } else if (g.event == P2PTRACE_GRAPH_LAUNCH && g.result == 0) {
-    ++captures[g.graph_id].launches;
+    ++c->launches;
     ++graph_launches;
   }
 }
@@ -128,9 +134,11 @@ void TraceFold::Add(const TraceRecord& r) {
   last_ns = std::max(last_ns, r.header().time_ns);
   if (const auto* cr = std::get_if<p2ptrace_copy_record>(&r.body)) {
     if ((cr->flags & P2PTRACE_COPY_CAPTURED) && cr->result == 0) {  // moved nothing yet: its graph's launches will
-      CapturedCopy& c = captures[cr->h.seq].copies[{cr->site, cr->src_device, cr->dst_device, cr->transport}];
-      ++c.calls;
-      c.bytes += cr->bytes;
+      if (Capture* g = CaptureOf(cr->h.seq)) {
+        CapturedCopy& c = g->copies[{cr->site, cr->src_device, cr->dst_device, cr->transport}];
+        ++c.calls;
+        c.bytes += cr->bytes;
+      }
       return;
     }
     SiteUse* u = Site(cr->site);
@@ -162,7 +170,7 @@ void TraceFold::Add(const TraceRecord& r) {
     nccl_used = true;
     if ((o->flags & P2PTRACE_NCCL_CAPTURED) && o->result == 0) {  // runs at its graph's launches
       if (SiteUse* u = Site(o->site)) u->nccl_apis.insert(o->api);
-      ++captures[o->h.seq].ops[{o->comm, o->api, o->peer, o->bytes, o->site}];
+      if (Capture* g = CaptureOf(o->h.seq)) ++g->ops[{o->comm, o->api, o->peer, o->bytes, o->site}];
       return;
     }
     if (SiteUse* u = Site(o->site)) {

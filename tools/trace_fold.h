@@ -88,6 +88,7 @@ struct TraceFold {
     bool failed = false;  // its capture ended in an error: no graph, never replayed
   };
   std::map<uint32_t, Capture> captures;  // by graph id
+  Capture* CaptureOf(uint32_t id);        // nullptr past kMaxPending captures (a damaged file)
   // Finish's result: replayed copies per (src, dst, transport), for the pairs (whose counters hold
   // only the copies that ran when called).
   std::map<std::tuple<int, int, int>, CapturedCopy> replayed;

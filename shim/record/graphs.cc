@@ -23,6 +23,7 @@ struct Capture {
   Node node;
   unsigned long long runtime_id;  // the runtime's id of the capture sequence (0: it did not say)
   uint32_t graph_id;
+  bool recorded;  // a copy or NCCL operation of it was recorded: only then are its launches
 };
 std::vector<Capture>& Captures() {  // running; under g_mu
   static auto* v = new std::vector<Capture>();
@@ -86,7 +87,7 @@ void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r) {
   unsigned long long id = 0;
   RuntimeCaptureId(rt, origin, &id);  // the stream just began capturing: the query cannot fail
   std::lock_guard<std::mutex> lock(g_mu);
-  Captures().push_back({reinterpret_cast<uintptr_t>(origin), rt.node, id, g_next_id++});
+  Captures().push_back({reinterpret_cast<uintptr_t>(origin), rt.node, id, g_next_id++, false});
 }
 
 void CaptureEnded(Node node, cudaStream_t origin, cudaError_t r, cudaGraph_t graph) {
@@ -100,9 +101,10 @@ void CaptureEnded(Node node, cudaStream_t origin, cudaError_t r, cudaGraph_t gra
     });
     if (it == v.end()) return;  // not a capture the shim saw begin (or EndCapture failed before ending it)
     id = it->graph_id;
+    // A graph of kernels only (most of them) is not tracked: its launches cost one lookup, no record.
+    if (r == cudaSuccess && graph != nullptr && it->recorded) Graphs()[reinterpret_cast<uintptr_t>(graph)] = id;
     v.erase(it);
     g_captures.fetch_sub(1, std::memory_order_relaxed);
-    if (r == cudaSuccess && graph != nullptr) Graphs()[reinterpret_cast<uintptr_t>(graph)] = id;
   }
   Write(P2PTRACE_GRAPH_END_CAPTURE, [&](p2ptrace_graph_record& rec) {
     rec.handle = r == cudaSuccess ? reinterpret_cast<uintptr_t>(graph) : 0;
@@ -115,13 +117,18 @@ void CaptureEnded(Node node, cudaStream_t origin, cudaError_t r, cudaGraph_t gra
 bool CapturedOn(const CudaRuntime& rt, cudaStream_t stream, uint32_t* graph_id) {
   // The legacy stream never captures (and asking about it during a capture is an error).
   if (stream == nullptr || stream == cudaStreamLegacy) return false;
+  // cudart 11's graph functions are not wrapped (graphs.h): its captured calls count once, at capture.
+  if (rt.node == Node::kCudart11) return false;
   KeepErrno keep;
   unsigned long long id = 0;
   if (!RuntimeCaptureId(rt, stream, &id) || id == 0) return false;
   *graph_id = 0;
   std::lock_guard<std::mutex> lock(g_mu);
-  for (const Capture& c : Captures())
-    if (c.runtime_id == id && c.node == rt.node) *graph_id = c.graph_id;
+  for (Capture& c : Captures())
+    if (c.runtime_id == id && c.node == rt.node) {
+      *graph_id = c.graph_id;
+      c.recorded = true;  // the caller records it now
+    }
   return true;
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -119,6 +120,35 @@ TEST_F(Graphs, CapturedCollectivesCountOncePerLaunch) {
   EXPECT_EQ((*op)["bytes"], 2 * 4 * kCountA + graph_bytes);
   EXPECT_EQ((*op)["graph_calls"], graph_calls);
   EXPECT_EQ((*op)["graph_bytes"], graph_bytes);
+}
+
+// The trace itself: one GRAPH record per event, launches only of graphs with recorded work.
+TEST_F(Graphs, TraceHoldsLaunchesOfTrackedGraphsOnly) {
+  ASSERT_EQ(traced_->exit_code, 0) << traced_->err;
+  std::string file;
+  for (const auto& e : std::filesystem::directory_iterator(*dir_))
+    if (e.path().extension() == ".p2ptrace") file = e.path().string();
+  ASSERT_FALSE(file.empty());
+  RunResult d = RunProgram({P2PTRACE_CLI, "dump", file, "--json"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  std::map<std::string, int> events;
+  int captured_copies = 0, captured_ops = 0;
+  size_t at = 0;
+  for (size_t end; (end = d.out.find('\n', at)) != std::string::npos; at = end + 1) {
+    json r = json::parse(d.out.substr(at, end - at), nullptr, false);
+    if (r["kind"] == "graph") ++events[r["event"].get<std::string>()];
+    if (r["kind"] == "copy" && (r["flags"].get<int>() & 32)) ++captured_copies;
+    if (r["kind"] == "nccl_op" && (r["flags"].get<int>() & 4)) ++captured_ops;
+  }
+  // g1, g2, g3, the invalidated capture and g4's end; g4 (a memset) is not tracked.
+  EXPECT_EQ(events["end_capture"], 5);
+  EXPECT_EQ(events["instantiate"], 3);
+  EXPECT_EQ(events["launch"], static_cast<int>(kLaunches1 + kLaunches2 + kLaunches3 + kLaunches4));
+  EXPECT_EQ(events["exec_update"], 1);
+  EXPECT_EQ(events["exec_destroy"], 3);
+  EXPECT_EQ(events["graph_destroy"], 3);
+  EXPECT_EQ(captured_copies, 2 + 2 + 1 + 1);  // g1, g2, g3, the invalidated capture's
+  EXPECT_EQ(captured_ops, 2 + 2);             // g1's and g2's allreduce on both ranks
 }
 
 TEST_F(Graphs, TextReportSaysWhatCameFromGraphReplays) {

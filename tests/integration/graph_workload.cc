@@ -8,6 +8,7 @@
 //   g2 (thread-local mode): the same shape with kCopyC, kCopyD, kCountB; exec2 is updated to it
 //   g3 (relaxed mode):      0→1 kCopyE bytes alone; cudaGraphInstantiateWithParams (exec3)
 //   a capture invalidated by a synchronize: its copy never runs and must never be counted
+//   g4 (global mode):       a memset alone (nothing the shim records): launched kLaunches5 times
 // Launches: exec1 kLaunches1 times, exec2 kLaunches2 times before its update and kLaunches3 after,
 // exec3 kLaunches4 times. Outside any graph: one 0→1 copy of kCopyA and one allreduce of kCountA.
 // tests/integration/graph_test.cc holds the same constants and checks the report's totals.
@@ -23,7 +24,7 @@ namespace {
 
 constexpr size_t kCopyA = 1 << 20, kCopyB = 3 << 16, kCopyC = 1 << 19, kCopyD = 1 << 15, kCopyE = 5 << 12;
 constexpr size_t kCountA = 1024, kCountB = 4096;
-constexpr int kLaunches1 = 7, kLaunches2 = 3, kLaunches3 = 5, kLaunches4 = 2;
+constexpr int kLaunches1 = 7, kLaunches2 = 3, kLaunches3 = 5, kLaunches4 = 2, kLaunches5 = 4;
 
 #define CUDA_OK(call)                                                                                 \
   do {                                                                                                \
@@ -166,11 +167,18 @@ int main() {
               dead ? "made" : "none");
   (void)cudaGetLastError();
 
-  CUDA_OK(cudaGraphExecDestroy(exec1));
-  CUDA_OK(cudaGraphExecDestroy(exec2));
-  CUDA_OK(cudaGraphExecDestroy(exec3));
-  for (cudaGraph_t g : {g1, g2, g3}) CUDA_OK(cudaGraphDestroy(g));
+  // A graph of no copy or NCCL call: its launches are not recorded.
+  cudaGraph_t g4 = nullptr;
+  cudaGraphExec_t exec4 = nullptr;
+  CUDA_OK(cudaStreamBeginCapture(n.s0, cudaStreamCaptureModeGlobal));
+  CUDA_OK(cudaMemsetAsync(n.b0, 1, kCopyB, n.s0));
+  CUDA_OK(cudaStreamEndCapture(n.s0, &g4));
+  CUDA_OK(cudaGraphInstantiate(&exec4, g4, 0));
+  Launch(exec4, n.s0, kLaunches5);
+
+  for (cudaGraphExec_t e : {exec1, exec2, exec3, exec4}) CUDA_OK(cudaGraphExecDestroy(e));
+  for (cudaGraph_t g : {g1, g2, g3, g4}) CUDA_OK(cudaGraphDestroy(g));
   for (ncclComm_t c : n.comms) NCCL_OK(ncclCommDestroy(c));
-  std::printf("graph_workload: %d launches\n", kLaunches1 + kLaunches2 + kLaunches3 + kLaunches4);
+  std::printf("graph_workload: %d launches\n", kLaunches1 + kLaunches2 + kLaunches3 + kLaunches4 + kLaunches5);
   return 0;
 }
