@@ -335,8 +335,8 @@ typedef struct p2ptrace_nccl_conn_record {
 } p2ptrace_nccl_conn_record;
 
 /* Added in minor 5. CUDA graphs, by the shim's graph id (per process, from 1: one per stream capture
- * begun through cudart 12/13). A capture's id appears in the flagged copies and NCCL operations it
- * captured, then here:
+ * the shim saw begin; only cudart 12/13 calls are flagged captured, cudart 11's count at capture as
+ * before). A capture's id appears in the flagged copies and NCCL operations it captured, then here:
  *   END_CAPTURE  handle = the cudaGraph_t cudaStreamEndCapture returned (0 when it failed)
  *   INSTANTIATE  handle = the cudaGraphExec_t made from the graph of graph_id
  *   LAUNCH       handle = the exec launched on `stream`; graph_id its graph (the last update's);

@@ -82,14 +82,14 @@ void ForgetFastPair(int a, int b) {
     node[b << 7 | a].store(0, std::memory_order_relaxed);
   }
 }
-// A capture begins: every pair's copies take the slow path until no capture runs (Fasten reopens
-// them), so that the fast path needs no capture check. Under g_slow_mu after the capture count rose:
-// a Fasten either ran before (its word cleared here) or sees the count.
 void ForgetFastPairs() {  // also a fork child, single-threaded: its file and counters are new
   for (auto& node : g_fast)
     for (int a = 0; a < kMaxDev; ++a)
       for (int b = 0; b < kMaxDev; ++b) node[a << 7 | b].store(0, std::memory_order_relaxed);
 }
+// A capture begins: every pair's copies take the slow path until no capture runs (Fasten reopens
+// them), so that the fast path needs no capture check. Under g_slow_mu after the capture count rose:
+// a Fasten either ran before (its word cleared here) or sees the count.
 void ShutFastPairs() {
   std::lock_guard<std::mutex> lock(g_slow_mu);
   ForgetFastPairs();
