@@ -23,6 +23,8 @@
 //   same_small   as same, and cross_small as cross, between buffers of their own 4 KiB
 //   cross_small  cudaMalloc(4096) allocations (the others use the middle of 8 MiB ones)
 //   event2       two cudaEventRecord on the stream (no copy): what a timed copy may add
+//   graph        cudaGraphLaunch of a graph captured from one cross copy (0 -> 1) on the stream
+//   graph16      the same, the graph captured from 16 cross copies (the shim's cost must not grow)
 // With one GPU only same, h2d, same_small and event2 run (the others say why and are skipped).
 // And, as a benchmark only, clock/ (clock_gettime(CLOCK_MONOTONIC), what each recorded copy's
 // timestamp costs natively).
@@ -72,6 +74,7 @@ struct Setup {
   char *s0 = nullptr, *t0 = nullptr, *s1 = nullptr;  // 4 KiB allocations: device 0, 0, 1
   void* host = nullptr;           // pinned
   cudaEvent_t ev_start = nullptr, ev_end = nullptr;  // device 0
+  cudaGraphExec_t graph1 = nullptr, graph16 = nullptr;  // captured cross copies: 1, 16
   bool two_devices = false;  // device 1 exists and device 0 can map it
 };
 
@@ -84,6 +87,17 @@ char* DeviceBuffer(int device, size_t alloc = kAllocBytes, size_t offset = kUseO
   char* use = static_cast<char*>(p) + offset;
   CHECK(cudaMemset(use, device + 1, kCopyBytes));
   return use;
+}
+
+// An exec of a graph captured on the stream from n cross copies.
+cudaGraphExec_t CaptureCopies(int n) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaStreamBeginCapture(g.stream, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < n; ++i) CHECK(cudaMemcpyAsync(g.a1, g.a0, kCopyBytes, cudaMemcpyDeviceToDevice, g.stream));
+  CHECK(cudaStreamEndCapture(g.stream, &graph));
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  return exec;
 }
 
 void SetUp() {
@@ -112,14 +126,20 @@ void SetUp() {
   CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
   CHECK(cudaMallocHost(&g.host, kCopyBytes));
   std::memset(g.host, 7, kCopyBytes);
+  if (g.two_devices) {
+    g.graph1 = CaptureCopies(1);
+    g.graph16 = CaptureCopies(16);
+  }
   CHECK(cudaEventCreate(&g.ev_start));
   CHECK(cudaEventCreate(&g.ev_end));
   CHECK(cudaDeviceSynchronize());
 }
 
-enum class Kind { kSame, kCross, kPeer, kH2D, kSameSmall, kCrossSmall, kEvent2 };
+enum class Kind { kSame, kCross, kPeer, kH2D, kSameSmall, kCrossSmall, kEvent2, kGraph, kGraph16 };
 
-bool NeedsTwoDevices(Kind k) { return k == Kind::kCross || k == Kind::kPeer || k == Kind::kCrossSmall; }
+bool NeedsTwoDevices(Kind k) {
+  return k == Kind::kCross || k == Kind::kPeer || k == Kind::kCrossSmall || k == Kind::kGraph || k == Kind::kGraph16;
+}
 
 bool ParseKind(const std::string& s, Kind* k) {
   if (s == "same") *k = Kind::kSame;
@@ -129,6 +149,8 @@ bool ParseKind(const std::string& s, Kind* k) {
   else if (s == "same_small") *k = Kind::kSameSmall;
   else if (s == "cross_small") *k = Kind::kCrossSmall;
   else if (s == "event2") *k = Kind::kEvent2;
+  else if (s == "graph") *k = Kind::kGraph;
+  else if (s == "graph16") *k = Kind::kGraph16;
   else return false;
   return true;
 }
@@ -152,6 +174,10 @@ inline __attribute__((always_inline)) cudaError_t Call(Kind k) {
       cudaError_t r = cudaEventRecord(g.ev_start, g.stream);
       return r != cudaSuccess ? r : cudaEventRecord(g.ev_end, g.stream);
     }
+    case Kind::kGraph:
+      return cudaGraphLaunch(g.graph1, g.stream);
+    case Kind::kGraph16:
+      return cudaGraphLaunch(g.graph16, g.stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -187,6 +213,8 @@ BENCHMARK(BM_Copy<Kind::kH2D>)->Name("h2d/cudaMemcpyAsync_H2D_4KiB");
 BENCHMARK(BM_Copy<Kind::kSameSmall>)->Name("same_small/cudaMemcpyAsync_D2D_dev0_4KiB_allocs");
 BENCHMARK(BM_Copy<Kind::kCrossSmall>)->Name("cross_small/cudaMemcpyAsync_D2D_0to1_4KiB_allocs");
 BENCHMARK(BM_Copy<Kind::kEvent2>)->Name("event2/2x_cudaEventRecord");
+BENCHMARK(BM_Copy<Kind::kGraph>)->Name("graph/cudaGraphLaunch_1_copy_0to1_4KiB");
+BENCHMARK(BM_Copy<Kind::kGraph16>)->Name("graph16/cudaGraphLaunch_16_copies_0to1_4KiB");
 
 // What the shim's timestamp per recorded copy costs natively (callgrind cannot see the vDSO).
 void BM_Clock(benchmark::State& state) {
@@ -240,7 +268,8 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     long n = argc == 4 ? std::strtol(argv[2], &end, 10) : -1;
     if (argc != 4 || end == argv[2] || *end != '\0' || n < 0 || !ParseKind(argv[3], &k)) {
-      std::fprintf(stderr, "usage: %s --time-loop N same|cross|peer|h2d|same_small|cross_small|event2\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --time-loop N same|cross|peer|h2d|same_small|cross_small|event2|graph|graph16\n",
+                   argv[0]);
       return 2;
     }
     SetUp();
@@ -251,7 +280,8 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     long n = argc == 4 ? std::strtol(argv[2], &end, 10) : -1;
     if (argc != 4 || end == argv[2] || *end != '\0' || n < 0 || !ParseKind(argv[3], &k)) {
-      std::fprintf(stderr, "usage: %s --callgrind-loop N same|cross|peer|h2d|same_small|cross_small|event2\n", argv[0]);
+      std::fprintf(stderr, "usage: %s --callgrind-loop N same|cross|peer|h2d|same_small|cross_small|event2|graph|graph16\n",
+                   argv[0]);
       return 2;
     }
     SetUp();

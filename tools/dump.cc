@@ -53,6 +53,11 @@ json Record(const TraceRecord& r) {
   } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
     j.update({{"kind", "nccl_op"}, {"api", NcclApiName(o->api)}, {"comm", o->comm}, {"stream", o->stream},
               {"bytes", o->bytes}, {"peer", o->peer}, {"result", o->result}, {"flags", o->flags}, {"site", o->site}});
+  } else if (const auto* g = std::get_if<p2ptrace_graph_record>(&r.body)) {
+    static constexpr const char* kEvent[] = {"", "end_capture", "instantiate", "launch", "exec_update", "exec_destroy",
+                                             "graph_destroy"};
+    j.update({{"kind", "graph"}, {"event", g->event < 7 ? kEvent[g->event] : "unknown"}, {"graph_id", g->graph_id},
+              {"handle", g->handle}, {"stream", g->stream}, {"result", g->result}, {"flags", g->flags}});
   } else if (const auto* i = std::get_if<p2ptrace_ipc_record>(&r.body)) {
     j.update({{"kind", "ipc"}, {"api", ApiName(i->api)}, {"device", i->device}, {"owner", i->owner_device},
               {"result", i->result}, {"address", i->address}});

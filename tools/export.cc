@@ -85,10 +85,11 @@ std::string Us(double us) { return fmt::format("{:.3f}", us); }
 void ExportCounts::Add(const TraceRecord& r) {
   AddComm(r, &file_comms_);
   if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
-    if (c->result == 0) copy_seqs_.push_back(c->h.seq);
+    if (c->result == 0 && !(c->flags & P2PTRACE_COPY_CAPTURED)) copy_seqs_.push_back(c->h.seq);
   } else if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body)) {
     timed_seqs_.push_back(tr->h.seq);
-  } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body); o && o->result == 0) {
+  } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
+             o && o->result == 0 && !(o->flags & P2PTRACE_NCCL_CAPTURED)) {
     ++events;  // every NCCL call has a slice: a zero-length one when it was not timed
     if (o->api == P2PTRACE_NCCL_Send || o->api == P2PTRACE_NCCL_Recv) ++file_p2p_[{o->comm, o->api, o->peer}];
   }
@@ -281,6 +282,8 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
     std::map<std::tuple<int, uint64_t, int, int, int>, Cached> nccl_tracks;  // (api|-1, comm, link, device)
     auto emit = [&](const TraceRecord& r) {
       if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
+        // A captured copy ran nothing when called (its seq is a graph id): graph launches have no slices yet.
+        if (c->flags & P2PTRACE_COPY_CAPTURED) return;
         auto d = timed.find(c->h.seq);
         if (d == timed.end() || c->result != 0 || c->src_device < 0 || c->dst_device < 0) return;
         // A label per (devices, path), formatted once per file: most records are thinned away.
@@ -305,7 +308,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         counter(label, pid, on, begin, gbps);
         counter(label, pid, on, end, 0);
       } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
-        if (o->result != 0) return;
+        if (o->result != 0 || (o->flags & P2PTRACE_NCCL_CAPTURED)) return;
         auto cv = comms.find(o->comm);
         CommView comm = cv != comms.end() ? cv->second : CommView{};
         bool send = o->api == P2PTRACE_NCCL_Send, recv = o->api == P2PTRACE_NCCL_Recv;

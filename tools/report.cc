@@ -576,10 +576,23 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
   const p2ptrace_file_header& h = t.header;
   static const PeerFacts kNone;
   const std::string host = t.Host();
-  for (const PairCounter& pc : t.counters) {
-    uint32_t cell = pc.index / 2;
-    int a = static_cast<int>(cell / h.max_devices), b = static_cast<int>(cell % h.max_devices), path_kind = pc.index % 2;
-    const p2ptrace_pair_counters& c = pc.c;
+  // The counters hold the copies that ran when called; CUDA graph replays of captured copies come
+  // from the fold (by the copy records' transport: host-staged, else the pair's direct path).
+  std::map<uint32_t, p2ptrace_pair_counters> cells;
+  std::map<uint32_t, TraceFold::CapturedCopy> replays;
+  for (const PairCounter& pc : t.counters) cells[pc.index] = pc.c;
+  for (const auto& [k, v] : fold.replayed) {
+    const auto& [a, b, transport] = k;
+    if (a < 0 || b < 0 || static_cast<uint32_t>(a) >= h.max_devices || static_cast<uint32_t>(b) >= h.max_devices) continue;
+    uint32_t index = (static_cast<uint32_t>(a) * h.max_devices + static_cast<uint32_t>(b)) * 2 +
+                     (transport == P2PTRACE_TRANSPORT_HOST_STAGED ? 1 : 0);
+    p2ptrace_pair_counters& c = cells[index];
+    c.calls += v.calls, c.bytes += v.bytes;
+    replays[index].calls += v.calls, replays[index].bytes += v.bytes;
+  }
+  for (const auto& [index, c] : cells) {
+    uint32_t cell = index / 2;
+    int a = static_cast<int>(cell / h.max_devices), b = static_cast<int>(cell % h.max_devices), path_kind = index % 2;
     if (a == b || (c.calls == 0 && c.errors == 0)) continue;
     int direct = h.direct_transport[a][b] ? int{h.direct_transport[a][b]} : int{P2PTRACE_TRANSPORT_P2P};
     int transport = path_kind == 0 ? direct : int{P2PTRACE_TRANSPORT_HOST_STAGED};
@@ -596,6 +609,7 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
     e.timed_calls += c.timed_calls;
     e.timed_bytes += c.timed_bytes;
     e.timed_ns += c.timed_ns;
+    if (auto r = replays.find(index); r != replays.end()) e.graph_calls += r->second.calls, e.graph_bytes += r->second.bytes;
     e.ranks.insert(h.rank);
     if (auto ai = fold.copy_apis.find({a, b, path_kind}); ai != fold.copy_apis.end())
       for (const auto& [api, n] : ai->second) {
@@ -646,6 +660,8 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
     s.timings += a.timings;
     s.timed_bytes += size(a.timed_bytes);
     s.timed_ns += a.timed_ns;
+    s.graph_calls += a.graph_calls;
+    s.graph_bytes += size(a.graph_bytes);
   }
   for (const auto& [k, a] : f.sends) {
     P2pOps& p = sends[{host, t.header.pid, k.first, k.second}];

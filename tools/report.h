@@ -69,6 +69,8 @@ struct PairEntry {
   // from the copy records (the totals above come from the counters).
   std::map<std::string, std::pair<uint64_t, uint64_t>> apis;
   uint64_t DriverCalls() const;  // of `apis`, the driver API's calls
+  // Of calls and bytes: CUDA graph replays (copies captured into a graph, once per launch).
+  uint64_t graph_calls = 0, graph_bytes = 0;
   std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
   std::set<int> dst_ranks;  // an NCCL pair's receiving ranks; empty for a CUDA pair
   std::vector<Cause> causes;
@@ -102,6 +104,7 @@ struct NcclOpSummary {
   uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
   uint64_t group_timed_calls = 0;  // of timed_calls: timed as their group (one duration for the group's calls of this kind)
   uint64_t timings = 0;            // durations measured: a group's calls of one kind share one
+  uint64_t graph_calls = 0, graph_bytes = 0;  // of calls and bytes (S): CUDA graph replays
   std::set<int> ranks;
   double AlgBw() const;  // GB/s over the timed calls; -1 untimed
   double BusBw() const;

@@ -99,6 +99,8 @@ json PairJson(const PairEntry& e) {
   json apis = json::object();
   for (const auto& [api, n] : e.apis) apis[api] = {{"calls", n.first}, {"bytes", n.second}};
   p["apis"] = std::move(apis);
+  p["graph_calls"] = e.graph_calls;  // of calls and bytes: CUDA graph replays
+  p["graph_bytes"] = e.graph_bytes;
   p["group_timed_calls"] = e.group_timed_calls;
   p["shared_group_calls"] = e.shared_calls;
   p["channels"] = e.channels;
@@ -118,7 +120,8 @@ json PairJson(const PairEntry& e) {
 json NcclOpJson(const NcclOpSummary& s) {
   json o{{"comm", s.comm}, {"nranks", s.nranks}, {"op", s.op}, {"calls", s.calls}, {"errors", s.errors},
          {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks},
-         {"group_timed_calls", s.group_timed_calls}, {"timings", s.timings}};
+         {"group_timed_calls", s.group_timed_calls}, {"timings", s.timings},
+         {"graph_calls", s.graph_calls}, {"graph_bytes", s.graph_bytes}};
   o["seconds"] = s.timed_calls ? json(static_cast<double>(s.timed_ns) * 1e-9 / static_cast<double>(s.timed_calls))
                                : json(nullptr);
   o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);

@@ -124,6 +124,12 @@ std::string RateText(const PairEntry& e) {
   return fmt::format("{} GB/s{}{}{}{}", RateNumber(e.Gbps()), basis, expect, slow, covered);
 }
 
+// The part of a pair's or operation's calls that CUDA graph launches replayed.
+std::string GraphText(uint64_t calls, uint64_t bytes) {
+  if (calls == 0) return "";
+  return fmt::format("; {} call{} ({}) from graph replays", calls, calls == 1 ? "" : "s", BytesText(bytes));
+}
+
 // The matrix cells of one host, in the layout of `nvidia-smi topo -m`.
 struct HostMatrix {
   using Gpu = std::pair<int, std::string>;    // (the host's index, bus id): in nvidia-smi's order
@@ -347,8 +353,8 @@ std::string RenderText(const Report& rep, bool color) {
                                          e.DriverCalls() ? fmt::format(" ({} by the driver API)", e.DriverCalls()) : "");
     out += fmt::format("  {}  ", PairName(e));
     out.Painted(e.transport, fmt::format("{:<12}", TransportName(e.transport)));
-    out += fmt::format(" {:<34} {:>11} {:>9}  {}{}{}\n", what, e.bytes ? BytesText(e.bytes) : "",
-                       e.Seconds() > 0 ? Duration(e.Seconds()) : "", RateText(e),
+    out += fmt::format(" {:<34} {:>11} {:>9}  {}{}{}{}\n", what, e.bytes ? BytesText(e.bytes) : "",
+                       e.Seconds() > 0 ? Duration(e.Seconds()) : "", RateText(e), GraphText(e.graph_calls, e.graph_bytes),
                        e.errors ? fmt::format(", {} failed", e.errors) : "",
                        e.fallback && e.expected ? fmt::format("  fallback from {}", TransportName(e.expected)) : "");
   }
@@ -359,8 +365,9 @@ std::string RenderText(const Report& rep, bool color) {
     for (const NcclOpSummary& s : rep.nccl_ops) {
       std::string bw = s.AlgBw() >= 0 ? fmt::format("algbw {:.1f} GB/s, busbw {:.1f} GB/s", s.AlgBw(), s.BusBw())
                                       : std::string("not timed");
-      out += fmt::format("  comm {} ({} ranks) {:<18} {:>6} calls {:>11}  {}{}\n", s.comm.substr(0, 8), s.nranks,
-                         s.op, s.calls, BytesText(s.bytes), bw, s.errors ? fmt::format(", {} failed", s.errors) : "");
+      out += fmt::format("  comm {} ({} ranks) {:<18} {:>6} calls {:>11}  {}{}{}\n", s.comm.substr(0, 8), s.nranks,
+                         s.op, s.calls, BytesText(s.bytes), bw, GraphText(s.graph_calls, s.graph_bytes),
+                         s.errors ? fmt::format(", {} failed", s.errors) : "");
     }
   }
 

@@ -46,15 +46,16 @@ void TraceFold::TimedGroup(const Group& g) {
 // every rank to the root, the root to every other rank. Their pairs get those blocks like sends;
 // one duration covers all of an operation's peers, so none of them has a rate of its own. The
 // communicator's size and this rank come from its init record; without it nothing is attributed.
-void TraceFold::AddFanOut(const p2ptrace_nccl_op_record& o) {
+void TraceFold::AddFanOut(const p2ptrace_nccl_op_record& o, uint64_t times) {
   if (o.api != P2PTRACE_NCCL_AlltoAll && o.api != P2PTRACE_NCCL_Gather && o.api != P2PTRACE_NCCL_Scatter) return;
   auto c = comm.find(o.comm);
   if (c == comm.end() || c->second.nranks <= 0 || c->second.rank < 0) return;
   int me = c->second.rank, n = c->second.nranks;
   auto add = [&](int peer) {
     Ops& s = sends[{o.comm, peer}];
-    ++s.calls;
-    s.bytes += o.bytes;
+    s.calls += times;
+    s.bytes += o.bytes * times;
+    if (o.flags & P2PTRACE_NCCL_CAPTURED) s.graph_calls += times, s.graph_bytes += o.bytes * times;
     if (o.flags & P2PTRACE_NCCL_TIMED) ++s.shared_calls;
   };
   if (o.api == P2PTRACE_NCCL_Gather) {
@@ -70,6 +71,59 @@ void TraceFold::Finish() {
   for (const auto& [seq, g] : groups)
     if (g.timed) TimedGroup(g);
   groups.clear();
+  for (const auto& [id, c] : captures)
+    if (!c.failed && c.launches > 0) Replay(c);
+  captures.clear();
+}
+
+// One capture's work, once per launch: into the pairs, the NCCL operations and the call sites,
+// marked as replays.
+void TraceFold::Replay(const Capture& c) {
+  const uint64_t n = c.launches;
+  for (const auto& [k, v] : c.copies) {
+    const auto& [site, src, dst, transport] = k;
+    CapturedCopy& r = replayed[{src, dst, transport}];
+    r.calls += v.calls * n;
+    r.bytes += v.bytes * n;
+    if (SiteUse* u = Site(site)) {
+      u->copies += v.calls * n;
+      u->bytes += v.bytes * n;
+      if (transport == P2PTRACE_TRANSPORT_HOST_STAGED) u->host_staged_bytes += v.bytes * n;
+      auto& p = u->pairs[{src, dst, transport}];
+      p.first += v.calls * n;
+      p.second += v.bytes * n;
+    }
+  }
+  for (const auto& [k, calls] : c.ops) {
+    const auto& [comm_ptr, api, peer, bytes, site] = k;
+    const uint64_t times = calls * n;
+    Ops& a = ops[{comm_ptr, api}];
+    a.calls += times, a.bytes += bytes * times, a.graph_calls += times, a.graph_bytes += bytes * times;
+    if (api == P2PTRACE_NCCL_Send && peer >= 0) {
+      Ops& s = sends[{comm_ptr, peer}];
+      s.calls += times, s.bytes += bytes * times, s.graph_calls += times, s.graph_bytes += bytes * times;
+    }
+    p2ptrace_nccl_op_record o{};
+    o.comm = comm_ptr, o.api = static_cast<uint8_t>(api), o.peer = peer, o.bytes = bytes, o.flags = P2PTRACE_NCCL_CAPTURED;
+    AddFanOut(o, times);
+    if (SiteUse* u = Site(site)) u->nccl_ops += times, u->nccl_bytes += bytes * times;
+  }
+}
+
+TraceFold::Capture* TraceFold::CaptureOf(uint32_t id) {
+  if (captures.size() >= kMaxPending && !captures.count(id)) return nullptr;
+  return &captures[id];
+}
+
+void TraceFold::AddGraph(const p2ptrace_graph_record& g) {
+  Capture* c = g.graph_id != 0 ? CaptureOf(g.graph_id) : nullptr;
+  if (c == nullptr) return;
+  if (g.event == P2PTRACE_GRAPH_END_CAPTURE && g.result != 0) {
+    c->failed = true;
+  } else if (g.event == P2PTRACE_GRAPH_LAUNCH && g.result == 0) {
+    ++c->launches;
+    ++graph_launches;
+  }
 }
 
 TraceFold::SiteUse* TraceFold::Site(uint32_t id) {
@@ -80,7 +134,15 @@ TraceFold::SiteUse* TraceFold::Site(uint32_t id) {
 void TraceFold::Add(const TraceRecord& r) {
   last_ns = std::max(last_ns, r.header().time_ns);
   if (const auto* cr = std::get_if<p2ptrace_copy_record>(&r.body)) {
-    if (cr->result == 0) {
+    if ((cr->flags & P2PTRACE_COPY_CAPTURED) && cr->result == 0) {  // moved nothing yet: its graph's launches will
+      if (Capture* g = CaptureOf(cr->h.seq)) {
+        CapturedCopy& c = g->copies[{cr->site, cr->src_device, cr->dst_device, cr->transport}];
+        ++c.calls;
+        c.bytes += cr->bytes;
+      }
+      return;
+    }
+    if (cr->result == 0) {  // made directly (a graph's replays count as graph_calls)
       auto& a = copy_apis[{cr->src_device, cr->dst_device, cr->transport == P2PTRACE_TRANSPORT_HOST_STAGED ? 1 : 0}][cr->api];
       ++a.first;
       a.second += cr->bytes;
@@ -115,6 +177,11 @@ void TraceFold::Add(const TraceRecord& r) {
     if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks, c->rank, c->cuda_device};
   } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
     nccl_used = true;
+    if ((o->flags & P2PTRACE_NCCL_CAPTURED) && o->result == 0) {  // runs at its graph's launches
+      if (SiteUse* u = Site(o->site)) u->nccl_apis.insert(o->api);
+      if (Capture* g = CaptureOf(o->h.seq)) ++g->ops[{o->comm, o->api, o->peer, o->bytes, o->site}];
+      return;
+    }
     if (SiteUse* u = Site(o->site)) {
       u->nccl_apis.insert(o->api);
       if (o->result != 0) ++u->nccl_errors;
@@ -149,6 +216,8 @@ void TraceFold::Add(const TraceRecord& r) {
       if (pending.size() + pending_more.size() >= kMaxPending) pending.clear(), pending_more.clear();
       if (!pending.try_emplace(o->h.seq, p).second) pending_more.emplace(o->h.seq, p);
     }
+  } else if (const auto* gr = std::get_if<p2ptrace_graph_record>(&r.body)) {
+    AddGraph(*gr);
   } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body); t && t->src_device < 0) {
     if (auto g = groups.find(t->h.seq); g != groups.end()) g->second.ns = t->duration_ns, g->second.timed = true;
     if (auto it = pending.find(t->h.seq); it != pending.end()) {

@@ -36,6 +36,7 @@ struct TraceFold {
     uint64_t group_calls = 0;   // of timed_calls: timed as their group's (the group's duration, its bytes)
     uint64_t shared_calls = 0;  // timed only with other peers (a group that sent to several, an alltoall/gather/scatter): no per-pair time
     uint64_t timings = 0;       // durations measured (a group's calls of one kind share one)
+    uint64_t graph_calls = 0, graph_bytes = 0;  // of calls and bytes: replays of captured operations
   };
   struct Pending {  // a timed NCCL operation whose TIMING record has not come yet
     uint64_t comm;
@@ -78,6 +79,27 @@ struct TraceFold {
   };
   std::map<uint32_t, SiteUse> sites;
   static constexpr size_t kMaxSites = 1 << 16;  // the shim writes at most 4096 per file; more is a damaged file
+  // CUDA graphs (format minor 5): what each capture recorded (flagged CAPTURED, its graph id in the
+  // seq), and how many successful launches replayed it. A launch may be read before the capture it
+  // replays (another thread's chunk): applied in Finish, captured work × launches, exactly.
+  struct CapturedCopy {
+    uint64_t calls = 0, bytes = 0;
+  };
+  struct Capture {
+    std::map<std::tuple<uint32_t, int, int, int>, CapturedCopy> copies;  // (site, src, dst, transport)
+    std::map<std::tuple<uint64_t, int, int, uint64_t, uint32_t>, uint64_t> ops;  // (comm, api, peer, bytes, site) -> calls
+    uint64_t launches = 0;
+    bool failed = false;  // its capture ended in an error: no graph, never replayed
+  };
+  std::map<uint32_t, Capture> captures;  // by graph id
+  Capture* CaptureOf(uint32_t id);        // nullptr past kMaxPending captures (a damaged file)
+  // Finish's result: replayed copies per (src, dst, transport), for the pairs (whose counters hold
+  // only the copies that ran when called).
+  std::map<std::tuple<int, int, int>, CapturedCopy> replayed;
+  uint64_t graph_launches = 0;  // successful launches of graphs with recorded work
+  void AddGraph(const p2ptrace_graph_record& g);
+  void Replay(const Capture& c);
+
   bool nccl_used = false;
   // NCCL calls that returned an error: (p2ptrace_nccl_api, ncclResult_t) -> how many.
   std::map<std::pair<int, int>, uint64_t> nccl_failures;
@@ -86,7 +108,7 @@ struct TraceFold {
 
   void Timed(const Pending& p, uint64_t ns);
   void TimedGroup(const Group& g);
-  void AddFanOut(const p2ptrace_nccl_op_record& o);
+  void AddFanOut(const p2ptrace_nccl_op_record& o, uint64_t times = 1);
   // After the file's last record: the groups' timings to their operations.
   void Finish();
 

@@ -30,7 +30,12 @@
  * 3 added P2PTRACE_CAPTURE_NO_SPACE. 4 added P2PTRACE_CAPTURE_CUDART_DLSYM and
  * P2PTRACE_CAPTURE_NCCL_DLSYM (zero in older files: those calls were unseen then).
  * 5 added the driver API: P2PTRACE_API_cu* in copy and peer records (vocabulary.h) and
- * P2PTRACE_CAPTURE_DRIVER, _DRIVER_DLSYM, _DRIVER_ENTRY_POINT. */
+ * P2PTRACE_CAPTURE_DRIVER, _DRIVER_DLSYM, _DRIVER_ENTRY_POINT;
+ * and CUDA graphs: a copy or NCCL operation issued on a stream being captured carries
+ * P2PTRACE_COPY_CAPTURED / P2PTRACE_NCCL_CAPTURED and, in h.seq, its capture's graph id (it is never
+ * timed, so the seq is free); it moved nothing and is not in the pair counters. GRAPH records name
+ * the graph id of each capture's cudaGraph_t, of each instantiation, and of every launch: each
+ * successful launch replays the graph id's captured copies and operations once (readers multiply). */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -155,8 +160,10 @@ enum p2ptrace_record_type {
   P2PTRACE_RECORD_NCCL_OP = 6,
   P2PTRACE_RECORD_TEXT = 7, /* minor 1: a text block in parts (p2ptrace_text_record) */
   P2PTRACE_RECORD_NCCL_CONN = 8, /* minor 1: a connection NCCL logged (p2ptrace_nccl_conn_record) */
-  P2PTRACE_RECORD_CLOCK = 10     /* minor 2: the CPU counter and CLOCK_MONOTONIC read together
+  P2PTRACE_RECORD_CLOCK = 10,    /* minor 2: the CPU counter and CLOCK_MONOTONIC read together
                                     (p2ptrace_clock_record), first in every chunk */
+  P2PTRACE_RECORD_GRAPH = 11     /* minor 5: a CUDA graph captured, instantiated, launched, updated or
+                                    destroyed (p2ptrace_graph_record) */
 };
 
 typedef struct p2ptrace_record_header {
@@ -172,10 +179,13 @@ enum p2ptrace_copy_flag {
   P2PTRACE_COPY_PER_THREAD_STREAM = 1u << 1, /* a _ptds/_ptsz entry point */
   P2PTRACE_COPY_TIMED = 1u << 2,             /* a TIMING record with this seq follows */
   P2PTRACE_COPY_IPC_MEMORY = 1u << 3,        /* one side was opened with cudaIpcOpenMemHandle */
-  P2PTRACE_COPY_TICKS = 1u << 4              /* minor 2: h.time_ns holds the CPU counter, not ns
+  P2PTRACE_COPY_TICKS = 1u << 4,             /* minor 2: h.time_ns holds the CPU counter, not ns
                                                 (the copy fast path: a call of clock_gettime costs
                                                 more than the rest of the record); readers convert
                                                 it with the header's and CLOCK records' anchors */
+  P2PTRACE_COPY_CAPTURED = 1u << 5           /* minor 5: issued on a capturing stream: became a graph
+                                                node and moved nothing; h.seq is the graph id; not in
+                                                the pair counters (GRAPH launches replay it) */
 };
 
 /* A cross-device copy (same-device copies are not recorded). */
@@ -249,9 +259,11 @@ typedef struct p2ptrace_nccl_comm_record {
 
 enum p2ptrace_nccl_op_flag {
   P2PTRACE_NCCL_IN_GROUP = 1u << 0, /* issued between ncclGroupStart and ncclGroupEnd */
-  P2PTRACE_NCCL_TIMED = 1u << 1     /* a TIMING record with this seq follows (src = dst = -1); in a
+  P2PTRACE_NCCL_TIMED = 1u << 1,    /* a TIMING record with this seq follows (src = dst = -1); in a
                                        group, the ops of one stream share one seq and one TIMING: the
                                        whole group's launch (none follows when ncclGroupEnd failed) */
+  P2PTRACE_NCCL_CAPTURED = 1u << 2  /* minor 5: issued on a capturing stream (a graph node); h.seq is
+                                       the graph id; GRAPH launches replay it */
 };
 
 /* A collective or point-to-point operation. */
@@ -329,6 +341,40 @@ typedef struct p2ptrace_nccl_conn_record {
   char src_dev[16], dst_dev[16]; /* bracket contents as printed (busId hex, nvmlDev or cudaDev); "" if none */
   char transport[64];  /* NCCL's text after "via ", verbatim ("P2P/CUMEM/read", "NET/IB/0/GDRDMA") */
 } p2ptrace_nccl_conn_record;
+
+/* Added in minor 5. CUDA graphs, by the shim's graph id (per process, from 1: one per stream capture
+ * the shim saw begin; only cudart 12/13 calls are flagged captured, cudart 11's count at capture as
+ * before). A capture's id appears in the flagged copies and NCCL operations it captured, then here:
+ *   END_CAPTURE  handle = the cudaGraph_t cudaStreamEndCapture returned (0 when it failed)
+ *   INSTANTIATE  handle = the cudaGraphExec_t made from the graph of graph_id
+ *   LAUNCH       handle = the exec launched on `stream`; graph_id its graph (the last update's);
+ *                with result 0, the graph id's captured copies and operations ran once more.
+ *                Written only for execs of graphs that captured something the shim records.
+ *                h.seq is 0 unless P2PTRACE_GRAPH_TIMED (a TIMING record with src = dst = -1 and
+ *                this seq follows: the whole launch's duration); h.time_ns in CPU ticks when
+ *                P2PTRACE_GRAPH_TICKS (converted like P2PTRACE_COPY_TICKS)
+ *   EXEC_UPDATE  cudaGraphExecUpdate: the exec `handle` now runs graph_id's work
+ *   EXEC_DESTROY the exec `handle` is gone; GRAPH_DESTROY: the graph `handle` */
+enum p2ptrace_graph_event {
+  P2PTRACE_GRAPH_END_CAPTURE = 1,
+  P2PTRACE_GRAPH_INSTANTIATE = 2,
+  P2PTRACE_GRAPH_LAUNCH = 3,
+  P2PTRACE_GRAPH_EXEC_UPDATE = 4,
+  P2PTRACE_GRAPH_EXEC_DESTROY = 5,
+  P2PTRACE_GRAPH_DESTROY = 6
+};
+enum p2ptrace_graph_flag { P2PTRACE_GRAPH_TIMED = 1u << 0, P2PTRACE_GRAPH_TICKS = 1u << 1 };
+typedef struct p2ptrace_graph_record {
+  p2ptrace_record_header h;
+  uint64_t handle;    /* cudaGraph_t or cudaGraphExec_t, by event */
+  uint64_t stream;    /* LAUNCH, END_CAPTURE: the stream; 0 otherwise */
+  uint32_t graph_id;  /* the shim's id of the capture (0: a graph the shim did not see captured) */
+  int32_t result;     /* cudaError_t of the call */
+  uint8_t event;      /* p2ptrace_graph_event */
+  uint8_t flags;      /* p2ptrace_graph_flag */
+  uint16_t reserved0;
+  uint32_t reserved1;
+} p2ptrace_graph_record;
 
 #ifdef __cplusplus
 }

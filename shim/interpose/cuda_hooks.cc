@@ -24,6 +24,8 @@
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
+#include "shim/record/graphs.h"
+#include "shim/record/handle_table.h"
 #include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
@@ -83,103 +85,24 @@ void ForgetFastPair(int a, int b) {
     node[b << 7 | a].store(0, std::memory_order_relaxed);
   }
 }
-void ForgetFastPairs() {  // a fork child, single-threaded: its file and counters are new
+void ForgetFastPairs() {  // also a fork child, single-threaded: its file and counters are new
   for (auto& node : g_fast)
     for (int a = 0; a < kMaxDev; ++a)
       for (int b = 0; b < kMaxDev; ++b) node[a << 7 | b].store(0, std::memory_order_relaxed);
 }
+// A capture begins: every pair's copies take the slow path until no capture runs (Fasten reopens
+// them), so that the fast path needs no capture check. Under g_slow_mu after the capture count rose:
+// a Fasten either ran before (its word cleared here) or sees the count.
+void ShutFastPairs() {
+  std::lock_guard<std::mutex> lock(g_slow_mu);
+  ForgetFastPairs();
+}
 
-// Streams the application created, with their device (for timing events on the right device):
-// open addressing with linear probing, written under g_streams_mu at stream create and destroy,
-// read by timed copies without a lock. A slot's device is stored before its key (release), so a
-// reader that finds the key finds the device. An erased key becomes a tombstone, or empty when
-// nothing lies beyond it; too many tombstones and the table is rebuilt in place, during which a
-// concurrent reader may miss a stream: that copy then goes untimed (and is counted as skipped).
-constexpr uint32_t kStreamSlots = 4096;  // a power of two; at most 3/4 used
-constexpr uintptr_t kNoStream = 0, kErased = ~uintptr_t{0};
-struct StreamSlot {
-  std::atomic<uintptr_t> key;
-  std::atomic<int> device;
-};
+// Streams the application created, with their device (for timing events on the right device),
+// read by timed copies without a lock, written under g_streams_mu at stream create and destroy. A
+// stream missed while the table is rebuilt, or past its capacity, goes untimed (counted as skipped).
 std::mutex g_streams_mu;
-constinit StreamSlot g_streams[kStreamSlots]{};
-uint32_t g_streams_used = 0;  // live + erased slots (under g_streams_mu)
-
-inline uint32_t StreamHash(uintptr_t s) {
-  return static_cast<uint32_t>((s * 0x9E3779B97F4A7C15ull) >> 52) & (kStreamSlots - 1);
-}
-
-// The device of stream s, or -1: lock-free.
-inline int LookupStream(uintptr_t s) {
-  for (uint32_t i = StreamHash(s), n = 0; n < kStreamSlots; ++n, i = (i + 1) & (kStreamSlots - 1)) {
-    uintptr_t k = g_streams[i].key.load(std::memory_order_acquire);
-    if (k == s) return g_streams[i].device.load(std::memory_order_relaxed);
-    if (k == kNoStream) return -1;
-  }
-  return -1;
-}
-
-// Caller holds g_streams_mu. Returns the slot of s, or -1.
-int FindStreamSlot(uintptr_t s) {
-  for (uint32_t i = StreamHash(s), n = 0; n < kStreamSlots; ++n, i = (i + 1) & (kStreamSlots - 1)) {
-    uintptr_t k = g_streams[i].key.load(std::memory_order_relaxed);
-    if (k == s) return static_cast<int>(i);
-    if (k == kNoStream) return -1;
-  }
-  return -1;
-}
-
-void PlaceStream(uintptr_t s, int device) {
-  for (uint32_t i = StreamHash(s);; i = (i + 1) & (kStreamSlots - 1)) {
-    uintptr_t k = g_streams[i].key.load(std::memory_order_relaxed);
-    if (k == kNoStream || k == kErased) {
-      if (k == kNoStream) ++g_streams_used;
-      g_streams[i].device.store(device, std::memory_order_relaxed);
-      g_streams[i].key.store(s, std::memory_order_release);
-      return;
-    }
-  }
-}
-
-// Caller holds g_streams_mu.
-void AddStream(cudaStream_t stream, int device) {
-  auto s = reinterpret_cast<uintptr_t>(stream);
-  if (s == kNoStream || s == kErased) return;
-  if (int i = FindStreamSlot(s); i >= 0) {
-    g_streams[i].device.store(device, std::memory_order_relaxed);
-    return;
-  }
-  if (g_streams_used + 1 > kStreamSlots / 4 * 3) {  // rebuild without the tombstones
-    std::vector<std::pair<uintptr_t, int>> live;
-    for (StreamSlot& slot : g_streams) {
-      uintptr_t k = slot.key.load(std::memory_order_relaxed);
-      if (k != kNoStream && k != kErased) live.emplace_back(k, slot.device.load(std::memory_order_relaxed));
-      slot.key.store(kNoStream, std::memory_order_relaxed);
-    }
-    g_streams_used = 0;
-    for (auto [k, d] : live) PlaceStream(k, d);
-    if (g_streams_used + 1 > kStreamSlots / 4 * 3) return;  // that many live streams: not timed
-  }
-  PlaceStream(s, device);
-}
-
-// Caller holds g_streams_mu.
-void EraseStream(cudaStream_t stream) {
-  int i = FindStreamSlot(reinterpret_cast<uintptr_t>(stream));
-  if (i < 0) return;
-  auto next = [](uint32_t j) { return (j + 1) & (kStreamSlots - 1); };
-  if (g_streams[next(static_cast<uint32_t>(i))].key.load(std::memory_order_relaxed) != kNoStream) {
-    g_streams[i].key.store(kErased, std::memory_order_relaxed);
-    return;
-  }
-  // Nothing lies beyond: this slot and the tombstones just before it need not be probed past.
-  for (uint32_t j = static_cast<uint32_t>(i);; j = (j - 1) & (kStreamSlots - 1)) {
-    uintptr_t k = g_streams[j].key.load(std::memory_order_relaxed);
-    if (j != static_cast<uint32_t>(i) && k != kErased) break;
-    g_streams[j].key.store(kNoStream, std::memory_order_relaxed);
-    --g_streams_used;
-  }
-}
+constinit HandleTable<int, 4096> g_streams;
 
 bool ValidDevice(int d) { return d >= 0 && d < kMaxDev; }
 
@@ -342,7 +265,7 @@ bool HostSide(cudaMemcpyKind k) {
 int StreamDevice(const CudaRuntime& rt, cudaStream_t stream) {
   uintptr_t s = reinterpret_cast<uintptr_t>(stream);
   if (s == 0 || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return CurrentDevice(rt);
-  return LookupStream(s);
+  return g_streams.Lookup(s, -1);
 }
 
 inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, cudaError_t r, uint64_t bytes) {
@@ -389,11 +312,29 @@ RealCopy RefTo(const Call& call) {
   return {[](const void* f) { return (*static_cast<const Call*>(f))(); }, &call};
 }
 
-// Counts and records a pair copy (src != dst, both valid) that returned r.
+// Counts and records a pair copy (src != dst, both valid) that returned r. One issued on a
+// capturing stream became a graph node and moved nothing: recorded with its graph id, not counted
+// (the graph's launches replay it).
 void RecordPairCopy(const CudaRuntime& rt, const Copy& c, int src, int dst, cudaError_t r) {
   uint8_t route = Route(rt, src, dst);
+  uint32_t graph = 0;
+  if (r == cudaSuccess && graphs::AnyCapture() && (c.flags & P2PTRACE_COPY_ASYNC) &&
+      graphs::CapturedOn(rt, c.stream, &graph)) {
+    WriteCopy(c, src, dst, RouteTransport(route), r, graph, P2PTRACE_COPY_CAPTURED);
+    return;
+  }
   AccountAt(TraceWriter::Counter(src, dst, RoutePath(route)), r, c.bytes);
   WriteCopy(c, src, dst, RouteTransport(route), r, 0, 0);
+}
+
+// While a capture runs anywhere, an async pair copy is recorded after asking whether it was captured
+// (untimed: nothing is timed while a capture runs, CopyTimer).
+__attribute__((noinline)) cudaError_t CaptureAwareCopy(const CudaRuntime& rt, const Copy& c, int src, int dst,
+                                                      RealCopy real) {
+  cudaError_t r = real();
+  KeepErrno keep;
+  RecordPairCopy(rt, c, src, dst, r);
+  return r;
 }
 
 // The rare path (a side not known, or the runtime not yet heard from), after the copy returned r.
@@ -489,6 +430,8 @@ inline bool CopySampled(const p2ptrace_pair_counters* counter, uint64_t bytes) {
 template <typename Describe, typename F, typename... A>
 inline __attribute__((always_inline)) cudaError_t PairCopy(const CudaRuntime& rt, const Copy& c, int src, int dst,
                                                            F* real, A... args) {
+  if (__builtin_expect(graphs::AnyCapture(), 0) && (c.flags & P2PTRACE_COPY_ASYNC))
+    return CaptureAwareCopy(rt, c, src, dst, RefTo([&] { return real(args...); }));
   uint8_t route = Route(rt, src, dst);
   p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, RoutePath(route));
   if (__builtin_expect(CopySampled(counter, c.bytes), 0))
@@ -543,8 +486,9 @@ __attribute__((noinline, cold)) void Fasten(Node node, int src, int dst) {
   static bool registered = (pthread_atfork(nullptr, nullptr, ForgetFastPairs), true);
   (void)registered;
   uint8_t route = g_route[src][dst].load(std::memory_order_relaxed);
-  // Call sites need every copy's stack: the fast path stays shut.
-  if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node) || CallSitesEnabled()) return;
+  // Call sites need every copy's stack: the fast path stays shut. So it does while a capture runs
+  // (a copy may become a graph node: PairCopy asks), which costs the fast path no check of its own.
+  if (route == 0 || !TraceWriter::IsOpen() || !NodeAnswered(node) || CallSitesEnabled() || graphs::AnyCapture()) return;
   const SampleSpec& s = detail::g_sample;
   if (s.enabled && __atomic_load_n(&TraceWriter::Counter(src, dst, RoutePath(route))->calls, __ATOMIC_RELAXED) < s.first)
     return;  // its first K copies are timed here
@@ -752,7 +696,7 @@ static void NoteStream(NodeRuntime rt, cudaError_t r, cudaStream_t* s) {
   if (r != cudaSuccess || s == nullptr) return;
   int d = CurrentDevice(rt);
   std::lock_guard<std::mutex> lock(g_streams_mu);
-  AddStream(*s, d);
+  g_streams.Put(reinterpret_cast<uintptr_t>(*s), d);
 }
 cudaError_t cudaStreamCreate(NodeRuntime rt, Real<decltype(&::cudaStreamCreate)> real, cudaStream_t* s) {
   cudaError_t r = real(s);
@@ -774,39 +718,126 @@ cudaError_t cudaStreamCreateWithPriority(NodeRuntime rt, Real<decltype(&::cudaSt
 cudaError_t cudaStreamDestroy(NodeRuntime, Real<decltype(&::cudaStreamDestroy)> real, cudaStream_t s) {
   {
     std::lock_guard<std::mutex> lock(g_streams_mu);
-    EraseStream(s);
+    g_streams.Erase(reinterpret_cast<uintptr_t>(s));
   }
   return real(s);
 }
 
-cudaError_t cudaStreamBeginCapture(NodeRuntime, Real<decltype(&::cudaStreamBeginCapture)> real,
-                                   cudaStream_t s, cudaStreamCaptureMode m) {
+// Captures: nothing is timed while one runs (CopyTimer), and graphs.h learns each capture's id.
+static cudaError_t BeginCapture(NodeRuntime rt, cudaError_t (*real)(cudaStream_t, cudaStreamCaptureMode),
+                                cudaStream_t s, cudaStreamCaptureMode m, cudaStream_t named) {
   CopyTimer::CaptureBegan();  // before the capture starts, so no event lands inside it
+  graphs::CaptureStarting();
+  ShutFastPairs();
   cudaError_t r = real(s, m);
   if (r != cudaSuccess) CopyTimer::CaptureEnded();
+  graphs::CaptureStarted(rt, named, r);
   return r;
 }
-cudaError_t cudaStreamBeginCapture_ptsz(NodeRuntime, Real<decltype(&::cudaStreamBeginCapture_ptsz)> real,
+cudaError_t cudaStreamBeginCapture(NodeRuntime rt, Real<decltype(&::cudaStreamBeginCapture)> real,
+                                   cudaStream_t s, cudaStreamCaptureMode m) {
+  return BeginCapture(rt, real, s, m, s);
+}
+cudaError_t cudaStreamBeginCapture_ptsz(NodeRuntime rt, Real<decltype(&::cudaStreamBeginCapture_ptsz)> real,
                                         cudaStream_t s, cudaStreamCaptureMode m) {
-  CopyTimer::CaptureBegan();
-  cudaError_t r = real(s, m);
-  if (r != cudaSuccess) CopyTimer::CaptureEnded();
-  return r;
+  return BeginCapture(rt, real, s, m, PerThread(s));
 }
 // A capture ends with EndCapture whether it succeeded or was invalidated; IllegalState: none was running.
-cudaError_t cudaStreamEndCapture(NodeRuntime, Real<decltype(&::cudaStreamEndCapture)> real, cudaStream_t s,
-                                 cudaGraph_t* g) {
+static cudaError_t EndCapture(NodeRuntime rt, cudaError_t (*real)(cudaStream_t, cudaGraph_t*), cudaStream_t s,
+                              cudaGraph_t* g, cudaStream_t named) {
   cudaError_t r = real(s, g);
   if (r != cudaErrorIllegalState && r != cudaErrorInvalidResourceHandle && r != cudaErrorInvalidValue)
     CopyTimer::CaptureEnded();
+  if (r != cudaErrorInvalidValue && r != cudaErrorStreamCaptureUnmatched)  // else the capture goes on
+    graphs::CaptureEnded(rt.node, named, r, r == cudaSuccess && g ? *g : nullptr);
   return r;
 }
-cudaError_t cudaStreamEndCapture_ptsz(NodeRuntime, Real<decltype(&::cudaStreamEndCapture_ptsz)> real,
+cudaError_t cudaStreamEndCapture(NodeRuntime rt, Real<decltype(&::cudaStreamEndCapture)> real, cudaStream_t s,
+                                 cudaGraph_t* g) {
+  return EndCapture(rt, real, s, g, s);
+}
+cudaError_t cudaStreamEndCapture_ptsz(NodeRuntime rt, Real<decltype(&::cudaStreamEndCapture_ptsz)> real,
                                       cudaStream_t s, cudaGraph_t* g) {
-  cudaError_t r = real(s, g);
-  if (r != cudaErrorIllegalState && r != cudaErrorInvalidResourceHandle && r != cudaErrorInvalidValue)
-    CopyTimer::CaptureEnded();
+  return EndCapture(rt, real, s, g, PerThread(s));
+}
+
+// ================================================================================================
+// Graphs (cudart 12 and 13): which exec replays which capture, and each launch of one.
+
+cudaError_t cudaGraphInstantiate(NodeRuntime, Real<decltype(&::cudaGraphInstantiate)> real, cudaGraphExec_t* e,
+                                 cudaGraph_t g, unsigned long long f) {
+  cudaError_t r = real(e, g, f);
+  graphs::Instantiated(r, e, g);
   return r;
+}
+cudaError_t cudaGraphInstantiateWithFlags(NodeRuntime, Real<decltype(&::cudaGraphInstantiateWithFlags)> real,
+                                          cudaGraphExec_t* e, cudaGraph_t g, unsigned long long f) {
+  cudaError_t r = real(e, g, f);
+  graphs::Instantiated(r, e, g);
+  return r;
+}
+cudaError_t cudaGraphInstantiateWithParams(NodeRuntime, Real<decltype(&::cudaGraphInstantiateWithParams)> real,
+                                           cudaGraphExec_t* e, cudaGraph_t g, cudaGraphInstantiateParams* p) {
+  cudaError_t r = real(e, g, p);
+  graphs::Instantiated(r, e, g);
+  return r;
+}
+cudaError_t cudaGraphInstantiateWithParams_ptsz(NodeRuntime,
+                                                Real<decltype(&::cudaGraphInstantiateWithParams_ptsz)> real,
+                                                cudaGraphExec_t* e, cudaGraph_t g, cudaGraphInstantiateParams* p) {
+  cudaError_t r = real(e, g, p);
+  graphs::Instantiated(r, e, g);
+  return r;
+}
+cudaError_t cudaGraphExecUpdate(NodeRuntime, Real<decltype(&::cudaGraphExecUpdate)> real, cudaGraphExec_t e,
+                                cudaGraph_t g, cudaGraphExecUpdateResultInfo* i) {
+  cudaError_t r = real(e, g, i);
+  graphs::ExecUpdated(r, e, g);
+  return r;
+}
+// Forgotten before the real call: afterwards the handle may already be reused.
+cudaError_t cudaGraphExecDestroy(NodeRuntime, Real<decltype(&::cudaGraphExecDestroy)> real, cudaGraphExec_t e) {
+  graphs::ExecDestroyed(cudaSuccess, e);
+  return real(e);
+}
+cudaError_t cudaGraphDestroy(NodeRuntime, Real<decltype(&::cudaGraphDestroy)> real, cudaGraph_t g) {
+  graphs::GraphDestroyed(cudaSuccess, g);
+  return real(g);
+}
+
+// A launch of an exec the shim knows nothing of costs one lookup. Launched into a capturing stream
+// the graph runs nothing now (it becomes part of the new graph): not recorded, not covered.
+__attribute__((noinline)) cudaError_t TracedLaunch(NodeRuntime node, cudaError_t (*real)(cudaGraphExec_t, cudaStream_t),
+                                                   uint32_t id, cudaGraphExec_t e, cudaStream_t s, cudaStream_t named) {
+  const CudaRuntime& rt = node;
+  if (graphs::AnyCapture()) {
+    cudaError_t r = real(e, s);
+    uint32_t ignored;
+    KeepErrno keep;
+    if (r != cudaSuccess || !graphs::CapturedOn(rt, named, &ignored)) graphs::RecordLaunch(id, e, named, r, nullptr);
+    return r;
+  }
+  TimedCopy t;
+  bool timed = detail::g_sample.enabled && graphs::BeginLaunchTiming(rt, StreamDevice(rt, named), named, &t);
+  cudaError_t r = real(e, s);
+  graphs::RecordLaunch(id, e, named, r, timed ? &t : nullptr);
+  return r;
+}
+inline __attribute__((always_inline)) cudaError_t Launch(NodeRuntime rt, cudaError_t (*real)(cudaGraphExec_t, cudaStream_t),
+                                                         cudaGraphExec_t e, cudaStream_t s, cudaStream_t named) {
+  uint32_t id = graphs::ExecGraph(e);
+  if (__builtin_expect(id == 0, 1)) return real(e, s);
+  if (__builtin_expect(detail::g_sample.enabled || graphs::AnyCapture(), 0)) return TracedLaunch(rt, real, id, e, s, named);
+  cudaError_t r = real(e, s);
+  graphs::RecordLaunch(id, e, named, r, nullptr);
+  return r;
+}
+cudaError_t cudaGraphLaunch(NodeRuntime rt, Real<decltype(&::cudaGraphLaunch)> real, cudaGraphExec_t e, cudaStream_t s) {
+  return Launch(rt, real, e, s, s);
+}
+cudaError_t cudaGraphLaunch_ptsz(NodeRuntime rt, Real<decltype(&::cudaGraphLaunch_ptsz)> real, cudaGraphExec_t e,
+                                 cudaStream_t s) {
+  return Launch(rt, real, e, s, PerThread(s));
 }
 
 // ================================================================================================
@@ -1028,6 +1059,8 @@ using p2ptrace::shim::Runtime;
 P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_11)
 P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_12)
 P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_13)
+P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_WRAP_12)
+P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_WRAP_13)
 
 // Every wrapper's cached real function, per node: forgotten when the runtime is unloaded (unload.h).
 #define P2PTRACE_SLOT_11(name, params, args) &p2pw_slot_##name##_11,
@@ -1038,11 +1071,18 @@ static std::atomic<void*>* const p2pw_slots[][std::size({P2PTRACE_CUDA_FUNCTIONS
     {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_12)},
     {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_13)}};
 
+static std::atomic<void*>* const p2pw_graph_slots[][std::size({P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_SLOT_13)})] = {
+    {P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_SLOT_12)},
+    {P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_SLOT_13)}};
+
 void p2ptrace::shim::ForgetRealFunctions(Node node) {
   if (node == Node::kDriver) {
     p2ptrace::shim::ForgetDriverFunctions();
   } else {
     for (std::atomic<void*>* slot : p2pw_slots[static_cast<int>(node)]) slot->store(nullptr, std::memory_order_release);
   }
+  if (node == Node::kCudart12 || node == Node::kCudart13)
+    for (std::atomic<void*>* slot : p2pw_graph_slots[static_cast<int>(node) - 1])
+      slot->store(nullptr, std::memory_order_release);
   g_runtime_noted[static_cast<int>(node)].store(0, std::memory_order_relaxed);  // described again in this file
 }

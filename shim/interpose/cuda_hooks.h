@@ -3,6 +3,7 @@
 #pragma once
 
 #include "shim/interpose/cuda_functions.h"
+#include "shim/interpose/cuda_graph_functions.h"
 #include "shim/interpose/cuda_runtime.h"
 
 #define P2PTRACE_UNPAREN(...) __VA_ARGS__

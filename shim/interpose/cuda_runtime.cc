@@ -137,6 +137,7 @@ const CudaRuntime& ResolveRuntime(Node node) {
                 get(r->DriverGetVersion, "cudaDriverGetVersion");
   get(r->CanAccessPeer, "cudaDeviceCanAccessPeer");
   get(r->GetP2PAttribute, "cudaDeviceGetP2PAttribute");
+  r->StreamGetCaptureInfo = ResolveReal("cudaStreamGetCaptureInfo", node);
   Dl_info info{};
   r->anchor = reinterpret_cast<const void*>(r->GetDevice);
   if (r->anchor != nullptr && dladdr(r->anchor, &info) != 0) r->base = info.dli_fbase;

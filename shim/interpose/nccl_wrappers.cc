@@ -24,6 +24,7 @@
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
+#include "shim/record/graphs.h"
 #include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
@@ -355,7 +356,8 @@ __attribute__((always_inline)) inline void RecordOp(uint8_t api, ncclComm_t comm
   });
 }
 
-// Everything but the common case: the trace not open yet, timing on, inside a group, call sites on.
+// Everything but the common case: the trace not open yet, timing on, inside a group, call sites on,
+// a capture running.
 template <typename Fn, typename... Args>
 __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t bytes,
                                               int peer, Fn real, Args... args) {
@@ -377,12 +379,18 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
     t.seq = seq;
     CopyTimer::End(stream, r == ncclSuccess, &t);
   }
+  uint8_t in_group = t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0;
+  // Captured into a graph (never timed: nothing is while a capture runs): its graph id for a seq.
+  uint32_t graph = 0;
+  const CudaRuntime* rt = r == ncclSuccess && graphs::AnyCapture() ? AnsweredRuntime() : nullptr;
+  if (rt != nullptr && graphs::CapturedOn(*rt, stream, &graph)) {
+    RecordOp(api, comm, stream, bytes, peer, r, static_cast<uint8_t>(in_group | P2PTRACE_NCCL_CAPTURED), graph, site);
+    return r;
+  }
   if (group != nullptr && group->timed && r == ncclSuccess) group->t.bytes += bytes;
   bool will_time = group != nullptr ? group->timed : timed;
   RecordOp(api, comm, stream, bytes, peer, r,
-           static_cast<uint8_t>((t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0) |
-                                (will_time && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0)),
-           seq, site);
+           static_cast<uint8_t>(in_group | (will_time && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0)), seq, site);
   return r;
 }
 
@@ -393,7 +401,8 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
 template <typename Fn, typename... Args>
 __attribute__((always_inline)) inline ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream,
                                                       uint64_t bytes, int peer, Fn real, Args... args) {
-  if (__builtin_expect(detail::g_sample.enabled || t_group_depth > 0 || !TraceWriter::IsOpen() || CallSitesEnabled(), 0))
+  if (__builtin_expect(detail::g_sample.enabled || t_group_depth > 0 || !TraceWriter::IsOpen() || CallSitesEnabled() ||
+                           graphs::AnyCapture(), 0))
     return SlowOp(api, comm, stream, bytes, peer, real, args...);
   ncclResult_t r = real(args...);
   RecordOp(api, comm, stream, bytes, peer, r, 0, 0);  // untimed: no seq (only a TIMING record needs one)

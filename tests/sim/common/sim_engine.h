@@ -56,9 +56,9 @@ struct Stream {
   bool legacy = false, per_thread = false;
   double t = 0;        // simulated time when its queued work completes
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  int capture_nodes = 0;
   unsigned long long capture_id = 0;      // of the capture sequence, unique in the process
   struct Graph* capture_graph = nullptr;  // the graph being built while capturing
+  bool capture_origin = false;            // began the capture (else joined it through an event wait)
   int pending_host_funcs = 0;
 };
 
@@ -67,9 +67,31 @@ struct Event {
   unsigned flags = 0;
   bool recorded = false;
   double t = 0;
+  unsigned long long capture_id = 0;  // recorded during that capture: a stream that waits joins it
 };
 
-struct Graph { int nodes = 0; };
+struct Rows {  // a 2D/3D copy flattened to rows
+  size_t width = 0, height = 1, spitch = 0, dpitch = 0;
+};
+
+// What a captured operation does when its graph is launched: a copy moves its bytes then (not at
+// capture, as on a real GPU); other work (a kernel, an NCCL kernel's time) only takes time.
+struct GraphWork {
+  bool copy = false;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  Rows rows;
+  double seconds = 0;
+};
+struct Graph {
+  int nodes = 0;  // every captured node (waits and event records too)
+  std::vector<GraphWork> work;
+};
+// An instantiated graph: its own copy of the work (cudaGraphExecUpdate replaces it).
+struct GraphExec {
+  int nodes = 0;
+  std::vector<GraphWork> work;
+};
 
 struct Alloc {
   size_t size = 0;
@@ -111,6 +133,7 @@ struct State {
   std::set<Stream*> streams;                  // user streams and per-thread streams
   std::set<Event*> events;
   std::set<Graph*> graphs;
+  std::set<GraphExec*> execs;
   std::map<uintptr_t, Alloc> allocs;          // base address -> allocation
   std::map<int, Arena> arenas;                 // host GPU index -> its address range
   // DirectBandwidth per (host GPU, host GPU), computed once: it walks the PCIe tree with string
@@ -439,9 +462,10 @@ bool ClaimsDevice(cudaMemcpyKind kind, bool src_side) {
 
 // Work queued on a capturing stream becomes a graph node instead of running; on a stream whose
 // capture was invalidated it fails. Returns true when the caller must return `*result` at once.
-bool Captured(Stream* s, cudaError_t* result) {
+bool Captured(Stream* s, cudaError_t* result, const GraphWork* work = nullptr) {
   if (s->capture == cudaStreamCaptureStatusActive) {
-    ++s->capture_nodes;
+    ++s->capture_graph->nodes;
+    if (work != nullptr) s->capture_graph->work.push_back(*work);
     *result = cudaSuccess;
     return true;
   }
@@ -451,10 +475,6 @@ bool Captured(Stream* s, cudaError_t* result) {
   }
   return false;
 }
-
-struct Rows {  // a 2D/3D copy flattened to rows
-  size_t width = 0, height = 1, spitch = 0, dpitch = 0;
-};
 
 // One copy on one stream. `sync`: the host waits for it (cudaMemcpy, cudaMemcpyPeer, …);
 // no_stream: issued without a stream argument (ordered after both devices' work).
@@ -474,7 +494,8 @@ cudaError_t Copy(State& st, std::unique_lock<std::mutex>& lock, void* dst, const
   size_t span_s = rows.spitch * (rows.height - 1) + rows.width;
   size_t span_d = rows.dpitch * (rows.height - 1) + rows.width;
   if (!InBounds(ws, src, span_s) || !InBounds(wd, dst, span_d)) return cudaErrorInvalidValue;
-  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  GraphWork node{true, dst, src, rows, 0};
+  if (cudaError_t r = cudaSuccess; Captured(s, &r, &node)) return r;  // moves nothing until launched
   for (size_t r = 0; r < rows.height; ++r)
     std::memmove(static_cast<char*>(dst) + r * rows.dpitch, static_cast<const char*>(src) + r * rows.spitch, rows.width);
   int other = -1;
@@ -563,6 +584,7 @@ cudaError_t EventRecord(State& st, cudaEvent_t ev, cudaStream_t handle, bool pts
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (s->device != e->device) return cudaErrorInvalidResourceHandle;  // event and stream on one device
+  e->capture_id = s->capture == cudaStreamCaptureStatusActive ? s->capture_id : 0;
   if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   e->recorded = true;
   e->t = StartTime(st, s);
@@ -573,7 +595,8 @@ cudaError_t Launch(State& st, cudaStream_t handle, bool ptsz) {
   if (T().in_host_func) return cudaErrorNotPermitted;
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  GraphWork node{false, nullptr, nullptr, {}, kKernelSeconds};
+  if (cudaError_t r = cudaSuccess; Captured(s, &r, &node)) return r;
   Enqueue(st, s, kKernelSeconds);  // device code does not run on the simulated node
   return cudaSuccess;
 }

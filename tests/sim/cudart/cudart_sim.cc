@@ -596,6 +596,18 @@ static cudaError_t StreamWaitEvent(cudaStream_t handle, cudaEvent_t ev, unsigned
   auto* e = reinterpret_cast<Event*>(ev);
   if (s == nullptr || !st.events.count(e)) return Ret(cudaErrorInvalidResourceHandle);
   if (flags & ~1u) return Ret(cudaErrorInvalidValue);
+  // Waiting for an event recorded in a capture makes the stream join that capture (cross-stream
+  // capture): its later work goes into the same graph until the origin stream ends the capture.
+  if (e->capture_id != 0 && s->capture == cudaStreamCaptureStatusNone) {
+    for (Stream* o : st.streams)
+      if (o->capture_origin && o->capture_id == e->capture_id && o->capture == cudaStreamCaptureStatusActive) {
+        s->capture = cudaStreamCaptureStatusActive;
+        s->capture_id = o->capture_id;
+        s->capture_graph = o->capture_graph;
+        s->capture_origin = false;
+        break;
+      }
+  }
   if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   if (e->recorded) s->t = std::max(s->t, e->t);
   return cudaSuccess;
@@ -636,7 +648,8 @@ SIM_API cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t s, int* d) {
   return d ? StreamGet(s, true, nullptr, nullptr, d) : Ret(cudaErrorInvalidValue);
 }
 
-// Stream capture: captured work is counted into the graph, not executed; graphs do not launch.
+// Stream capture: captured work becomes the graph's nodes, not executed; cudaGraphLaunch runs the
+// graph's copies (moving their bytes then) and advances the stream's clock by all of its work.
 static cudaError_t BeginCapture(cudaStream_t handle, cudaStreamCaptureMode mode, bool ptsz) {
   SIM_ENTER();
   std::lock_guard<std::mutex> lock(Mu());
@@ -646,9 +659,9 @@ static cudaError_t BeginCapture(cudaStream_t handle, cudaStreamCaptureMode mode,
   if (mode > cudaStreamCaptureModeRelaxed) return Ret(cudaErrorInvalidValue);
   if (s->capture != cudaStreamCaptureStatusNone) return Ret(cudaErrorIllegalState);
   s->capture = cudaStreamCaptureStatusActive;
-  s->capture_nodes = 0;
   s->capture_id = ++g_capture_ids;
   s->capture_graph = new Graph{};
+  s->capture_origin = true;
   return cudaSuccess;
 }
 SIM_API cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode m) { return BeginCapture(s, m, false); }
@@ -661,11 +674,20 @@ static cudaError_t EndCapture(cudaStream_t handle, cudaGraph_t* graph, bool ptsz
   if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
   if (graph == nullptr) return Ret(cudaErrorInvalidValue);
   if (s->capture == cudaStreamCaptureStatusNone) return Ret(cudaErrorIllegalState);
-  bool invalidated = s->capture == cudaStreamCaptureStatusInvalidated;
+  if (!s->capture_origin) return Ret(cudaErrorStreamCaptureUnmatched);
+  bool invalidated = false;
+  for (Stream* o : st.streams)  // the streams that joined end with it
+    if (o != s && o->capture != cudaStreamCaptureStatusNone && o->capture_id == s->capture_id) {
+      invalidated |= o->capture == cudaStreamCaptureStatusInvalidated;
+      o->capture = cudaStreamCaptureStatusNone;
+      o->capture_graph = nullptr;
+      o->capture_id = 0;
+    }
+  invalidated |= s->capture == cudaStreamCaptureStatusInvalidated;
   s->capture = cudaStreamCaptureStatusNone;
+  s->capture_origin = false;
   Graph* g = std::exchange(s->capture_graph, nullptr);
   if (invalidated) { delete g; *graph = nullptr; return Ret(cudaErrorStreamCaptureInvalidated); }
-  g->nodes = s->capture_nodes;
   st.graphs.insert(g);
   *graph = reinterpret_cast<cudaGraph_t>(g);
   return cudaSuccess;
@@ -766,6 +788,96 @@ SIM_API cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   delete g;
   return cudaSuccess;
 }
+
+static cudaError_t Instantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
+  SIM_ENTER();
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (exec == nullptr || !st.graphs.count(g)) return Ret(cudaErrorInvalidValue);
+  auto* x = new GraphExec{g->nodes, g->work};
+  st.execs.insert(x);
+  *exec = reinterpret_cast<cudaGraphExec_t>(x);
+  return cudaSuccess;
+}
+SIM_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  return Instantiate(exec, graph);
+}
+SIM_API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
+  return Instantiate(exec, graph);
+}
+static cudaError_t InstantiateWithParams(cudaGraphExec_t* exec, cudaGraph_t graph, cudaGraphInstantiateParams* p) {
+  if (p == nullptr) return Ret(cudaErrorInvalidValue);
+  cudaError_t r = Instantiate(exec, graph);
+  p->result_out = r == cudaSuccess ? cudaGraphInstantiateSuccess : cudaGraphInstantiateError;
+  p->errNode_out = nullptr;
+  return r;
+}
+SIM_API cudaError_t cudaGraphInstantiateWithParams(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                                   cudaGraphInstantiateParams* p) {
+  return InstantiateWithParams(exec, graph, p);
+}
+SIM_API cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                                        cudaGraphInstantiateParams* p) {
+  return InstantiateWithParams(exec, graph, p);
+}
+
+// The exec takes the graph's work when the two have the same shape (the sim compares node counts).
+SIM_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
+  SIM_ENTER();
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (!st.execs.count(x) || !st.graphs.count(g) || info == nullptr) return Ret(cudaErrorInvalidValue);
+  std::memset(info, 0, sizeof *info);
+  if (g->nodes != x->nodes) {
+    info->result = cudaGraphExecUpdateErrorTopologyChanged;
+    return Ret(cudaErrorGraphExecUpdateFailure);
+  }
+  info->result = cudaGraphExecUpdateSuccess;
+  x->work = g->work;
+  return cudaSuccess;
+}
+
+SIM_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  SIM_ENTER();
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  if (!st.execs.erase(x)) return Ret(cudaErrorInvalidValue);
+  delete x;
+  return cudaSuccess;
+}
+
+// A launch runs the exec's work in order on the stream: copies move their bytes now. Launched into
+// a capturing stream, the graph's work joins that capture (a child graph on a real GPU).
+static cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t handle, bool ptsz) {
+  SIM_ENTER();
+  SIM_NO_HOST_FUNC();
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  if (!st.execs.count(x)) return Ret(cudaErrorInvalidValue);
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
+  if (s->capture == cudaStreamCaptureStatusActive) {
+    s->capture_graph->nodes += x->nodes;
+    s->capture_graph->work.insert(s->capture_graph->work.end(), x->work.begin(), x->work.end());
+    return cudaSuccess;
+  }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return Ret(r);
+  for (const GraphWork& w : x->work) {
+    double seconds = w.seconds;
+    if (w.copy) {
+      const Rows& rows = w.rows;
+      for (size_t r = 0; r < rows.height; ++r)
+        std::memmove(static_cast<char*>(w.dst) + r * rows.dpitch, static_cast<const char*>(w.src) + r * rows.spitch,
+                     rows.width);
+      seconds = CopySeconds(st, Locate(st, w.src), Locate(st, w.dst), rows.width * rows.height);
+    }
+    Enqueue(st, s, seconds);
+  }
+  return cudaSuccess;
+}
+SIM_API cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) { return GraphLaunch(exec, s, false); }
+SIM_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t s) { return GraphLaunch(exec, s, true); }
 
 SIM_API cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
   SIM_ENTER();
@@ -1037,7 +1149,8 @@ SIM_API cudaError_t p2psim_stream_advance(cudaStream_t handle, double seconds) {
   std::lock_guard<std::mutex> lock(Mu());
   Stream* s = Resolve(st, handle, false);
   if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  GraphWork node{false, nullptr, nullptr, {}, seconds > 0 ? seconds : 0};  // replayed at each launch
+  if (cudaError_t r = cudaSuccess; Captured(s, &r, &node)) return r;
   Enqueue(st, s, seconds > 0 ? seconds : 0);
   return cudaSuccess;
 }

@@ -1,0 +1,59 @@
+// CUDA graphs (trace format 1.5, trace_format.h): which stream captures are running, the graph id
+// of each, and which instantiated graph (exec) replays which id. A copy or NCCL operation captured
+// into a graph is recorded once, flagged, with the graph id; each launch of an exec of that graph
+// is one GRAPH record, and readers replay the id's captured work once per launch.
+//
+// The runtime (cuda_hooks.cc) and a driver-API wrapper (cuGraphLaunch) share this: a launch is
+//   uint32_t id = graphs::ExecGraph(exec);            // 0: not a graph the shim saw captured
+//   if (id == 0) return real(...);
+//   TimedCopy t; bool timed = graphs::BeginLaunchTiming(rt, device, stream, &t);
+//   r = real(...);
+//   graphs::RecordLaunch(id, exec, stream, r, timed ? &t : nullptr);
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "shim/interpose/cuda_runtime.h"
+#include "shim/record/copy_timer.h"
+
+namespace p2ptrace::shim::graphs {
+
+// Stream captures begun and not yet ended, process-wide: while zero nothing can be captured, and
+// that one relaxed load is all an NCCL operation pays for graphs (a copy's fast path pays nothing:
+// it is shut while a capture runs, cuda_hooks.cc ShutFastPairs).
+// (Hidden: one PC-relative load, no GOT.)
+extern std::atomic<int> g_captures __attribute__((visibility("hidden")));
+inline bool AnyCapture() { return g_captures.load(std::memory_order_relaxed) != 0; }
+
+// Around cudaStreamBeginCapture: Starting before the real call (so that work issued once it
+// returns sees a capture running), Started after it with its result.
+void CaptureStarting();
+void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r);
+// After cudaStreamEndCapture on `origin` (graph: what it returned, null when it failed).
+void CaptureEnded(Node node, cudaStream_t origin, cudaError_t r, cudaGraph_t graph);
+
+// Whether `stream` is capturing now (its own capture or one it joined through an event wait),
+// asked of the runtime; *graph_id is the shim's id of that capture (0: one the shim did not see
+// begin). Call only after a call on `stream` succeeded (the query then cannot fail).
+bool CapturedOn(const CudaRuntime& rt, cudaStream_t stream, uint32_t* graph_id);
+
+// Instantiation, update and destruction, after the real call returned r.
+void Instantiated(cudaError_t r, const cudaGraphExec_t* exec, cudaGraph_t graph);
+void ExecUpdated(cudaError_t r, cudaGraphExec_t exec, cudaGraph_t graph);
+void ExecDestroyed(cudaError_t r, cudaGraphExec_t exec);
+void GraphDestroyed(cudaError_t r, cudaGraph_t graph);
+
+// The graph id an exec replays, lock-free; 0 for an exec of a graph the shim did not see captured.
+uint32_t ExecGraph(const void* exec);
+
+// Whether this launch is timed (P2PTRACE_SAMPLE, like NCCL operations): then the start event is
+// recorded on `stream` (on `device`). False when not sampled or not timeable.
+bool BeginLaunchTiming(const CudaRuntime& rt, int device, cudaStream_t stream, TimedCopy* t);
+// The LAUNCH record of exec (of graph_id) on stream, which returned `result` (a cudaError_t or
+// CUresult: equal codes); `timing` from BeginLaunchTiming, or null.
+void RecordLaunch(uint32_t graph_id, const void* exec, const void* stream, int result, TimedCopy* timing);
+
+}  // namespace p2ptrace::shim::graphs
