@@ -823,6 +823,15 @@ cudaError_t RecordEvent(State& st, cudaEvent_t e, cudaStream_t s, bool ptsz) {
   return EventRecord(st, e, s, ptsz);
 }
 
+// Whether an event's work is done (cudaEventQuery, cuEventQuery): never recorded counts as done.
+cudaError_t QueryEvent(State& st, cudaEvent_t ev) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!st.events.count(e)) return cudaErrorInvalidResourceHandle;
+  if (!e->recorded) return cudaSuccess;
+  return Completed(st, e->t) ? cudaSuccess : cudaErrorNotReady;
+}
+
 cudaError_t EventSync(State& st, cudaEvent_t ev) {
   if (T().in_host_func) return cudaErrorNotPermitted;
   std::unique_lock<std::mutex> lock(Mu());

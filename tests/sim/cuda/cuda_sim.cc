@@ -809,6 +809,10 @@ SIM_API CUresult cuEventSynchronize(CUevent e) {
   DRV_ENTER();
   return Cu(EventSync(st, reinterpret_cast<cudaEvent_t>(e)));
 }
+SIM_API CUresult cuEventQuery(CUevent e) {
+  DRV_ENTER();
+  return Cu(QueryEvent(st, reinterpret_cast<cudaEvent_t>(e)));
+}
 SIM_API CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
   DRV_ENTER();
   return Cu(ElapsedTime(st, ms, reinterpret_cast<cudaEvent_t>(a), reinterpret_cast<cudaEvent_t>(b)));

@@ -923,11 +923,7 @@ SIM_API cudaError_t cudaEventRecordWithFlags_ptsz(cudaEvent_t e, cudaStream_t s,
 
 SIM_API cudaError_t cudaEventQuery(cudaEvent_t ev) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* e = reinterpret_cast<Event*>(ev);
-  if (!st.events.count(e)) return Ret(cudaErrorInvalidResourceHandle);
-  if (!e->recorded) return cudaSuccess;  // CUDA: an event never recorded counts as complete
-  return Completed(st, e->t) ? cudaSuccess : cudaErrorNotReady;
+  return Ret(QueryEvent(st, ev));
 }
 
 SIM_API cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
