@@ -90,9 +90,6 @@ ApiCopy Copy3D(uint8_t api, uint32_t flags, const CUDA_MEMCPY3D_PEER* p, CUstrea
 
 namespace driver_hooks {
 
-template <typename F>
-using Real = F;
-
 // ================================================================================================
 // Bookkeeping: driver allocations enter the shim's pointer map as the runtime's do.
 
