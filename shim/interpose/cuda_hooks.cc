@@ -625,13 +625,7 @@ cudaError_t TraceApiCopy(const CudaRuntime& rt, const ApiCopy& a, InvokeReal inv
   if (src >= 0 && src == dst) return real();  // within one device: not peer traffic
   if (src == MemoryMap::kHost || dst == MemoryMap::kHost) return real();
   if (!ValidDevice(src) || !ValidDevice(dst) || !RuntimeAnswered(rt)) return AfterUnknownSide(rt, c, src, dst, real());
-  uint8_t route = Route(rt, src, dst);
-  p2ptrace_pair_counters* counter = TraceWriter::Counter(src, dst, RoutePath(route));
-  if (CopySampled(counter, c.bytes)) return TimedPairCopy(rt, c, src, dst, route, counter, real);
-  cudaError_t r = real();
-  AccountAt(counter, r, c.bytes);
-  WriteCopy(c, src, dst, RouteTransport(route), r, 0, 0);
-  return r;
+  return PairCopy<void>(rt, c, src, dst, invoke, call);  // the runtime copies' own accounting
 }
 
 bool ReadyAfter(const CudaRuntime& rt, cudaError_t r) { return Ready(rt, r); }

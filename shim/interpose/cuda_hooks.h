@@ -32,8 +32,9 @@ struct ApiCopy {
 };
 // The real call, made exactly once by TraceApiCopy: invoke(call) returns its result.
 using InvokeReal = cudaError_t (*)(const void* call);
-// Counts, records and samples for timing a copy as the runtime's copies are (one pair counter per
-// pair, whichever API moved the bytes), without their fast path. Returns the real call's result.
+// Counts, records and samples for timing a copy through the runtime copies' own PairCopy (one pair
+// counter per pair whichever API moved the bytes; capture-aware), without their fast path. Returns
+// the real call's result.
 cudaError_t TraceApiCopy(const CudaRuntime& rt, const ApiCopy& c, InvokeReal invoke, const void* call);
 // Whether to record after a call of rt that returned r: opens the trace, describes rt in it.
 bool ReadyAfter(const CudaRuntime& rt, cudaError_t r);
