@@ -21,12 +21,15 @@
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/trace_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using p2ptrace::testing::CounterCells;
 using p2ptrace::testing::Env;
+using p2ptrace::testing::ReadTraceDir;
 using p2ptrace::testing::RunProgram;
 using p2ptrace::testing::RunResult;
 using p2ptrace::testing::TempDir;
@@ -82,37 +85,12 @@ std::map<std::string, std::string> ByRank(const std::string& out) {
   return ranks;
 }
 
-std::vector<p2ptrace::Trace> Traces(const std::string& dir) {
-  std::vector<p2ptrace::Trace> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() != ".p2ptrace") continue;
-    auto t = p2ptrace::ReadTrace(e.path().string());
-    if (!t.ok()) ADD_FAILURE() << t.error().message;
-    else out.push_back(std::move(t.value()));
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.header.rank < b.header.rank; });
-  return out;
-}
-
 template <typename R>
 std::vector<R> Records(const p2ptrace::Trace& t) {
   std::vector<R> out;
   for (const auto& r : t.records)
     if (const auto* c = std::get_if<R>(&r.body)) out.push_back(*c);
   return out;
-}
-
-// Every nonzero counter cell of a trace, "src->dst/path calls bytes".
-std::vector<std::string> Cells(const p2ptrace::Trace& t) {
-  std::vector<std::string> cells;
-  for (int s = 0; s < 8; ++s)
-    for (int d = 0; d < 8; ++d)
-      for (int p = 0; p < 2; ++p)
-        if (const auto& c = t.Counter(s, d, p); c.calls != 0)
-          cells.push_back(std::to_string(s) + "->" + std::to_string(d) + "/" + std::to_string(p) + " " +
-                          std::to_string(c.calls) + " " + std::to_string(c.bytes));
-  return cells;
 }
 
 json ReportJson(const std::string& dir) {
@@ -125,7 +103,7 @@ json ReportJson(const std::string& dir) {
 // 1 MiB, one cudaIpcGetMemHandle; `peer_copy`: one 256 KiB cudaMemcpyPeer to the other GPU, host
 // staged (no peer access enabled).
 void ExpectTracedExactly(const std::string& dir, bool peer_copy) {
-  std::vector<p2ptrace::Trace> traces = Traces(dir + "/trace");
+  std::vector<p2ptrace::Trace> traces = ReadTraceDir(dir + "/trace");
   ASSERT_EQ(traces.size(), 2u) << "one trace per rank (the launcher makes no CUDA call)";
   for (int r = 0; r < 2; ++r) {
     const p2ptrace::Trace& t = traces[r];
@@ -151,10 +129,10 @@ void ExpectTracedExactly(const std::string& dir, bool peer_copy) {
     EXPECT_EQ(ipc[0].api, P2PTRACE_API_cudaIpcGetMemHandle);
     EXPECT_EQ(ipc[0].result, 0);
     EXPECT_EQ(ipc[0].owner_device, r);
-    std::vector<std::string> cells = Cells(t);
+    std::vector<std::string> cells = CounterCells(t);
     if (peer_copy) {
       ASSERT_EQ(cells.size(), 1u);
-      EXPECT_EQ(cells[0], std::to_string(r) + "->" + std::to_string(1 - r) + "/1 1 " + std::to_string(256 * KiB));
+      EXPECT_EQ(cells[0], std::to_string(r) + "->" + std::to_string(1 - r) + "/1 1 " + std::to_string(256 * KiB) + " 0");
     } else {
       EXPECT_TRUE(cells.empty());
     }
@@ -203,7 +181,7 @@ void CheckProgram(const std::string& name, const std::vector<std::string>& progr
   RunResult preload = Job(dir + "/preload", program, Mode::kPreloadOnly);
   ASSERT_EQ(preload.exit_code, 0) << preload.err;
   EXPECT_EQ(ByRank(preload.out), want);
-  EXPECT_TRUE(Traces(dir + "/preload/trace").empty());
+  EXPECT_TRUE(ReadTraceDir(dir + "/preload/trace").empty());
 
   // LD_AUDIT alone (no shim): the module changes nothing and says nothing.
   RunResult audit_only = Job(dir + "/audit", program, Mode::kAuditOnly);
@@ -269,7 +247,7 @@ TEST_P(RealNccl, UniqueIdThroughDlsymIsTraced) {
   EXPECT_NE(bare.out.find("ncclGetUniqueId 0\n"), std::string::npos) << bare.out;
   RunResult traced = RunProgram({P2PTRACE_CLI, "run", "--dir", dir + "/trace", "--", DLSYM_WORKLOAD, lib}, env);
   EXPECT_EQ(traced.out.substr(0, bare.out.size()), bare.out) << traced.err;
-  std::vector<p2ptrace::Trace> traces = Traces(dir + "/trace");
+  std::vector<p2ptrace::Trace> traces = ReadTraceDir(dir + "/trace");
   ASSERT_EQ(traces.size(), 1u) << traced.out << traced.err;
   EXPECT_TRUE(traces[0].header.capture_flags & P2PTRACE_CAPTURE_NCCL_DLSYM);
   EXPECT_FALSE(traces[0].header.capture_flags & P2PTRACE_CAPTURE_CUDART_DLSYM);

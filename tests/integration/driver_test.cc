@@ -17,12 +17,15 @@
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/trace_files.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using p2ptrace::testing::CounterCells;
 using p2ptrace::testing::Env;
+using p2ptrace::testing::ReadTraceDir;
 using p2ptrace::testing::RunProgram;
 using p2ptrace::testing::RunResult;
 using p2ptrace::testing::TempDir;
@@ -50,27 +53,9 @@ RunResult Job(const std::string& dir, Mode mode) {
 }
 
 p2ptrace::Trace OnlyTrace(const std::string& dir) {
-  std::vector<p2ptrace::Trace> out;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".p2ptrace") {
-      auto t = p2ptrace::ReadTrace(e.path().string());
-      EXPECT_TRUE(t.ok()) << t.error().message;
-      if (t.ok()) out.push_back(std::move(t.value()));
-    }
+  std::vector<p2ptrace::Trace> out = ReadTraceDir(dir);
   EXPECT_EQ(out.size(), 1u);
   return out.empty() ? p2ptrace::Trace{} : std::move(out[0]);
-}
-
-// Every nonzero counter cell, "src->dst/path calls bytes errors".
-std::vector<std::string> Cells(const p2ptrace::Trace& t) {
-  std::vector<std::string> cells;
-  for (int s = 0; s < 8; ++s)
-    for (int d = 0; d < 8; ++d)
-      for (int p = 0; p < 2; ++p)
-        if (const auto& c = t.Counter(s, d, p); c.calls != 0 || c.errors != 0)
-          cells.push_back(std::to_string(s) + "->" + std::to_string(d) + "/" + std::to_string(p) + " " +
-                          std::to_string(c.calls) + " " + std::to_string(c.bytes) + " " + std::to_string(c.errors));
-  return cells;
 }
 
 std::map<std::string, int> CopyApis(const p2ptrace::Trace& t) {
@@ -129,7 +114,7 @@ TEST_F(Driver, EveryPairHasExactlyItsCallsAndBytes) {
       "1->2/1 2 " + std::to_string(96 * KiB) + " 0",
       "2->0/1 1 " + std::to_string(256 * KiB) + " 0",
       "2->1/1 1 " + std::to_string(8 * KiB) + " 0"};
-  EXPECT_EQ(Cells(t), want);
+  EXPECT_EQ(CounterCells(t), want);
   std::map<std::string, int> apis = CopyApis(t);
   EXPECT_EQ(apis["cuMemcpyPeer"], 2);  // one refused
   EXPECT_EQ(apis["cuMemcpyPeerAsync"], 2);
@@ -160,7 +145,7 @@ TEST_F(Driver, PeerCallsAreRecordedWithTheDriversResults) {
 // LD_PRELOAD alone: the linked calls and the entry points are seen, the dlsym one is not.
 TEST_F(Driver, PreloadAloneSeesAllButTheDlsymCall) {
   p2ptrace::Trace t = OnlyTrace(dir_ + "/preload/trace");
-  std::vector<std::string> cells = Cells(t);
+  std::vector<std::string> cells = CounterCells(t);
   EXPECT_EQ(std::count_if(cells.begin(), cells.end(), [](const std::string& c) { return c.rfind("1->0/", 0) == 0; }), 0);
   EXPECT_NE(std::find(cells.begin(), cells.end(), "1->2/1 2 " + std::to_string(96 * KiB) + " 0"), cells.end());
   EXPECT_EQ(cells.size(), 5u);
