@@ -281,7 +281,8 @@ class PairPredictor {
     }
     if (pf_.cuda_can_access && !*pf_.cuda_can_access) {
       Add("cuda-no-peer-access", refused ? "contributes" : "decided",
-          {"cudaDeviceCanAccessPeer(" + std::to_string(out_.a) + ", " + std::to_string(out_.b) + ") = 0"});
+          // The node's GPU names, not call arguments: the process's CUDA ordinals may differ.
+          {"cudaDeviceCanAccessPeer says 0 between " + Gpu(out_.a) + " and " + Gpu(out_.b)});
       refused = true;
     }
     bool consumer = !nv_ && (IsConsumer(ga_) || IsConsumer(gb_));

@@ -145,6 +145,16 @@ def copies(case, visible):
         check(p["src"]["name"] == f"GPU{a}" and p["dst"]["name"] == f"GPU{b}", f"names {p['src']} {p['dst']}")
     (rank,) = report["ranks"]
     check(rank["gpus"] == physical, f"the process's CUDA ordinals name GPUs {rank['gpus']}, want {physical}")
+    # A refused peer check is told by the node's GPU names, never the process's ordinals.
+    staged = {(a, b) for (a, b) in want if copy_class(a, b) == "host_staged"}
+    told = 0
+    for f in report["findings"]:
+        for ev in f["evidence"]:
+            if ev.startswith("cudaDeviceCanAccessPeer says 0 between "):
+                told += 1
+                a, b = (int(g[3:]) for g in ev.split("between ")[1].split(" and "))
+                check((a, b) in staged or (b, a) in staged, f"evidence names no host-staged pair of the job: {ev}")
+    check(told > 0 or not staged, "no finding tells the refused peer check of the host-staged pairs")
 
 
 # train.py's sizes (float32 elements).
