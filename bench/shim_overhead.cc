@@ -25,6 +25,8 @@
 //   event2       two cudaEventRecord on the stream (no copy): what a timed copy may add
 //   graph        cudaGraphLaunch of a graph captured from one cross copy (0 -> 1) on the stream
 //   graph16      the same, the graph captured from 16 cross copies (the shim's cost must not grow)
+//   cugraph      the driver's cuGraphLaunch of a graph captured through the driver (cuStreamBeginCapture,
+//                one cuMemcpyAsync 0 -> 1)
 // With one GPU only same, h2d, same_small and event2 run (the others say why and are skipped).
 // And, as a benchmark only, clock/ (clock_gettime(CLOCK_MONOTONIC), what each recorded copy's
 // timestamp costs natively).
@@ -34,6 +36,7 @@
 #if P2PTRACE_HAVE_GBENCH
 #include <benchmark/benchmark.h>
 #endif
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -75,6 +78,7 @@ struct Setup {
   void* host = nullptr;           // pinned
   cudaEvent_t ev_start = nullptr, ev_end = nullptr;  // device 0
   cudaGraphExec_t graph1 = nullptr, graph16 = nullptr;  // captured cross copies: 1, 16
+  CUgraphExec cugraph = nullptr;  // captured through the driver: 1 cross copy
   bool two_devices = false;  // device 1 exists and device 0 can map it
 };
 
@@ -97,6 +101,21 @@ cudaGraphExec_t CaptureCopies(int n) {
   for (int i = 0; i < n; ++i) CHECK(cudaMemcpyAsync(g.a1, g.a0, kCopyBytes, cudaMemcpyDeviceToDevice, g.stream));
   CHECK(cudaStreamEndCapture(g.stream, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  return exec;
+}
+
+// The same through the driver API (as XLA's command buffers do).
+CUgraphExec CaptureDriverCopy() {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  auto dev = [](const char* p) { return static_cast<CUdeviceptr>(reinterpret_cast<uintptr_t>(p)); };
+  auto check = [](CUresult r, const char* what) {
+    if (r != CUDA_SUCCESS) Fail(static_cast<cudaError_t>(r), what);
+  };
+  check(cuStreamBeginCapture(g.stream, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  check(cuMemcpyAsync(dev(g.a1), dev(g.a0), kCopyBytes, g.stream), "cuMemcpyAsync");
+  check(cuStreamEndCapture(g.stream, &graph), "cuStreamEndCapture");
+  check(cuGraphInstantiate(&exec, graph, 0), "cuGraphInstantiate");
   return exec;
 }
 
@@ -129,16 +148,18 @@ void SetUp() {
   if (g.two_devices) {
     g.graph1 = CaptureCopies(1);
     g.graph16 = CaptureCopies(16);
+    g.cugraph = CaptureDriverCopy();
   }
   CHECK(cudaEventCreate(&g.ev_start));
   CHECK(cudaEventCreate(&g.ev_end));
   CHECK(cudaDeviceSynchronize());
 }
 
-enum class Kind { kSame, kCross, kPeer, kH2D, kSameSmall, kCrossSmall, kEvent2, kGraph, kGraph16 };
+enum class Kind { kSame, kCross, kPeer, kH2D, kSameSmall, kCrossSmall, kEvent2, kGraph, kGraph16, kCuGraph };
 
 bool NeedsTwoDevices(Kind k) {
-  return k == Kind::kCross || k == Kind::kPeer || k == Kind::kCrossSmall || k == Kind::kGraph || k == Kind::kGraph16;
+  return k == Kind::kCross || k == Kind::kPeer || k == Kind::kCrossSmall || k == Kind::kGraph || k == Kind::kGraph16 ||
+         k == Kind::kCuGraph;
 }
 
 bool ParseKind(const std::string& s, Kind* k) {
@@ -151,6 +172,7 @@ bool ParseKind(const std::string& s, Kind* k) {
   else if (s == "event2") *k = Kind::kEvent2;
   else if (s == "graph") *k = Kind::kGraph;
   else if (s == "graph16") *k = Kind::kGraph16;
+  else if (s == "cugraph") *k = Kind::kCuGraph;
   else return false;
   return true;
 }
@@ -178,6 +200,8 @@ inline __attribute__((always_inline)) cudaError_t Call(Kind k) {
       return cudaGraphLaunch(g.graph1, g.stream);
     case Kind::kGraph16:
       return cudaGraphLaunch(g.graph16, g.stream);
+    case Kind::kCuGraph:
+      return static_cast<cudaError_t>(cuGraphLaunch(g.cugraph, g.stream));
   }
   return cudaErrorInvalidValue;
 }
@@ -215,6 +239,7 @@ BENCHMARK(BM_Copy<Kind::kCrossSmall>)->Name("cross_small/cudaMemcpyAsync_D2D_0to
 BENCHMARK(BM_Copy<Kind::kEvent2>)->Name("event2/2x_cudaEventRecord");
 BENCHMARK(BM_Copy<Kind::kGraph>)->Name("graph/cudaGraphLaunch_1_copy_0to1_4KiB");
 BENCHMARK(BM_Copy<Kind::kGraph16>)->Name("graph16/cudaGraphLaunch_16_copies_0to1_4KiB");
+BENCHMARK(BM_Copy<Kind::kCuGraph>)->Name("cugraph/cuGraphLaunch_1_copy_0to1_4KiB");
 
 // What the shim's timestamp per recorded copy costs natively (callgrind cannot see the vDSO).
 void BM_Clock(benchmark::State& state) {
@@ -268,7 +293,7 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     long n = argc == 4 ? std::strtol(argv[2], &end, 10) : -1;
     if (argc != 4 || end == argv[2] || *end != '\0' || n < 0 || !ParseKind(argv[3], &k)) {
-      std::fprintf(stderr, "usage: %s --time-loop N same|cross|peer|h2d|same_small|cross_small|event2|graph|graph16\n",
+      std::fprintf(stderr, "usage: %s --time-loop N same|cross|peer|h2d|same_small|cross_small|event2|graph|graph16|cugraph\n",
                    argv[0]);
       return 2;
     }
@@ -280,7 +305,7 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     long n = argc == 4 ? std::strtol(argv[2], &end, 10) : -1;
     if (argc != 4 || end == argv[2] || *end != '\0' || n < 0 || !ParseKind(argv[3], &k)) {
-      std::fprintf(stderr, "usage: %s --callgrind-loop N same|cross|peer|h2d|same_small|cross_small|event2|graph|graph16\n",
+      std::fprintf(stderr, "usage: %s --callgrind-loop N same|cross|peer|h2d|same_small|cross_small|event2|graph|graph16|cugraph\n",
                    argv[0]);
       return 2;
     }

@@ -38,7 +38,10 @@ constexpr std::array<std::string_view, P2PTRACE_API_COUNT_> kApis = {
     "cuMemcpyDtoD",
     "cuMemcpyDtoDAsync",
     "cuMemcpy3DPeer",
-    "cuMemcpy3DPeerAsync"};
+    "cuMemcpy3DPeerAsync",
+    "cudaGraphAddMemcpyNode",
+    "cudaGraphAddMemcpyNode1D",
+    "cuGraphAddMemcpyNode"};
 
 constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
     "unknown",       "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommInitRankScalable",

@@ -16,6 +16,11 @@ std::optional<int> ParseTransport(std::string_view name);
 bool IsDirect(int transport);
 // "cudaMemcpyPeer", …; "unknown" for values it does not know.
 std::string_view ApiName(int api);
+// Whether a p2ptrace_api is the CUDA driver's (cu*) rather than the runtime's (cuda*).
+inline bool IsDriverApi(int api) {
+  return (api >= P2PTRACE_API_cuDeviceCanAccessPeer && api <= P2PTRACE_API_cuMemcpy3DPeerAsync) ||
+         api == P2PTRACE_API_cuGraphAddMemcpyNode;
+}
 // "ncclAllReduce", "ncclCommInitRank", …; "unknown" for values it does not know.
 std::string_view NcclApiName(int api);
 

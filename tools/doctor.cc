@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "shim/probe.h"
 #include "tools/json_text.h"
+#include "tools/prometheus.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -81,6 +82,11 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   Prediction pred = PredictNode(probe);
   std::vector<std::string> warnings = probe.gpus.size() >= 2 ? WarningLines(probe, pred) : std::vector<std::string>{};
   std::string host = probe.hostname.empty() ? "this machine" : probe.hostname;
+  if (!o.prometheus.empty())
+    if (std::string why = WriteFileAtomically(o.prometheus, PrometheusFromDoctor(probe, pred)); !why.empty()) {
+      err << "p2ptrace doctor: " << why << "\n";
+      return 2;
+    }
 
   // Findings: one per cause, over the pairs it holds for (context causes are not findings).
   struct Agg {
@@ -166,13 +172,18 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   }
   out << "\nat job start the shim would print:\n";
   for (const std::string& w : warnings) out << "  " << w << "\n";
-  (void)err;
   return error ? 1 : 0;
 }
 
 }  // namespace
 
 int RunDoctor(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
+  // Before probing (NVML may take seconds): an unwritable --prometheus target is a usage error.
+  if (!o.prometheus.empty())
+    if (std::string why = PrometheusTargetProblem(o.prometheus); !why.empty()) {
+      err << "p2ptrace doctor: " << why << "\n";
+      return 2;
+    }
   // The text in one pass through Printable: names and paths come from /sys, /proc and the driver.
   std::ostringstream text;
   int code = Diagnose(o, text, err);

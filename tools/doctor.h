@@ -15,6 +15,7 @@ struct DoctorOptions {
   bool json = false;
   std::string sysroot;  // --sysroot, else P2PTRACE_SYSROOT, else /
   bool cuda = true;     // --no-cuda: do not load libcudart
+  std::string prometheus;  // --prometheus FILE: also write the prediction for node_exporter (tools/prometheus.h)
 };
 
 int RunDoctor(const DoctorOptions& options, std::ostream& out, std::ostream& err);

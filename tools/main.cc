@@ -16,7 +16,9 @@
 #include "tools/export.h"
 #include "tools/explain.h"
 #include "tools/html.h"
+#include "tools/prometheus.h"
 #include "tools/report.h"
+#include "tools/rows.h"
 #include "tools/run.h"
 #include "tools/synth.h"
 #include "tools/traces.h"
@@ -30,10 +32,12 @@ constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, 
   p2ptrace run [--dir D] [--json] -- CMD …   run CMD with libp2ptrace.so preloaded, then print the report
   p2ptrace report DIR [--json]               merged view of every trace in DIR (or one trace file)
   p2ptrace dump FILE [--json]                one trace file, record by record (--json: JSON lines)
-  p2ptrace doctor [--json]                   probe this node now: paths each GPU pair will take, and why
+  p2ptrace doctor [--json] [--prometheus F] probe this node now: paths each GPU pair will take, and why
   p2ptrace explain FILE… [--json]            explain NCCL_DEBUG=INFO logs and `nvidia-smi topo -m`: paths per pair, and why
   p2ptrace html DIR -o FILE                  the report as one self-contained page: pair heatmaps, GB/s, causes
   p2ptrace export DIR --perfetto OUT         the job as a timeline for ui.perfetto.dev (Chrome trace JSON)
+  p2ptrace export DIR --prometheus FILE      the job's GPU pairs for node_exporter's textfile collector
+  p2ptrace export DIR --rows FILE            one JSON row per pair and NCCL operation, for fleet SQL (DuckDB, Spark, Trino)
   p2ptrace diff A B [--json]                 what changed between two runs; exit 1 when a pair got worse
   p2ptrace synth --ranks N --events M --out DIR   a synthetic job's traces (demos, tests, benchmarks)
 
@@ -115,16 +119,32 @@ int main(int argc, char** argv) {
       "cost, and a timeline summary. Open it in any browser; it loads nothing from the network.");
   std::string perfetto_out;
   ExportOptions export_options;
-  auto* exporter = app.add_subcommand("export", "the job as a timeline for ui.perfetto.dev (Chrome trace JSON)");
+  auto* exporter = app.add_subcommand(
+      "export", "the job for other tools: a Perfetto timeline, Prometheus metrics, fleet rows for SQL");
   exporter->add_option("DIR", path, "directory of trace files (P2PTRACE_DIR of the job)")->required();
-  exporter->add_option("--perfetto", perfetto_out, "write the Chrome trace-event JSON to this file")->required();
+  exporter->add_option("--perfetto", perfetto_out, "write the Chrome trace-event JSON to this file")->option_text("OUT");
+  std::string prometheus_out;
+  exporter->add_option("--prometheus", prometheus_out,
+                       "write the job's GPU pairs in Prometheus text format for node_exporter's textfile collector "
+                       "(atomically: a temporary file in the same directory, then rename)")
+      ->option_text("FILE");
+  std::string rows_out;  // tools/rows.h
+  exporter->add_option("--rows", rows_out, "write newline-delimited JSON rows (p2ptrace.rows/1: one per pair and "
+                       "per NCCL operation, for DuckDB/Spark/Trino) to this file, atomically; '-': stdout")
+      ->option_text("FILE");
   exporter->add_option("--max-slices", export_options.max_slices,
                        "keep at most this many slices (every k-th per track past it; 0: all)")
       ->capture_default_str();
   exporter->footer(
       "Open OUT in https://ui.perfetto.dev or chrome://tracing: a process per rank (host, rank, GPU), a track per\n"
       "GPU pair or NCCL peer with a slice per timed copy or operation, arrows from each ncclSend to its ncclRecv,\n"
-      "GB/s counters per pair, and a 'p2ptrace job' process holding the pair matrix and the findings.");
+      "GB/s counters per pair, and a 'p2ptrace job' process holding the pair matrix and the findings.\n"
+      "--prometheus FILE: per GPU pair the path class available and used, bytes, calls, measured bytes/s, a\n"
+      "fallback gauge with its cause, seconds lost, and the host's pairs without P2P (metric list: README.md,\n"
+      "\"Prometheus\").\n"
+      "--rows FILE: the schema, and the same fleet questions in DuckDB, Spark SQL and Trino: docs/ROWS.md.\n"
+      "At least one of --perfetto, --prometheus and --rows. Several are written one after another\n"
+      "(prometheus, rows, then perfetto); the first that fails ends the command with its error.");
   std::string path_b;
   auto* differ = app.add_subcommand("diff", "what changed between two runs; exit 1 when a pair got worse");
   differ->add_option("A", path, "the earlier run's trace directory")->required();
@@ -152,6 +172,12 @@ int main(int argc, char** argv) {
   synth->add_flag("--stacks", synth_options.stacks,
                   "call sites, as P2PTRACE_STACKS records them: copies, allreduce and send/recv from three program "
                   "locations");
+  synth->add_option("--host-names", synth_options.host_names, "the hosts' names, comma-separated (default node0, …)");
+  synth->add_option("--job-id", synth_options.job_id, "the job id the trace headers carry (default synth-SCENARIO-SEED)");
+  synth->add_option("--env", synth_options.env, "NAME=VALUE in every rank's recorded environment (repeatable; "
+                    "{host} and {rank} are the rank's), e.g. SLURM_JOB_ID=42");
+  synth->add_option("--start-time", synth_options.start_time, "when the job started, seconds since 1970 (UTC)")
+      ->capture_default_str();
   synth->footer(
       "Writes one trace per rank in the real format (trace_format.h) and the NCCL log its shim would have tapped, so that\n"
       "report, html, export and diff run on them. Ranks 0..N-1 fill hosts in order; each rank copies to the other\n"
@@ -162,6 +188,15 @@ int main(int argc, char** argv) {
   doctor->add_option("--sysroot", doctor_options.sysroot, "read /proc and /sys under this directory (default: "
                      "P2PTRACE_SYSROOT, else /)");
   doctor->add_flag("--no-cuda", [&](int64_t) { doctor_options.cuda = false; }, "do not load libcudart");
+  doctor->add_option("--prometheus", doctor_options.prometheus,
+                     "also write the prediction in Prometheus text format for node_exporter's textfile collector, "
+                     "e.g. /var/lib/node_exporter/textfile_collector/p2ptrace.prom (atomically: a temporary file in "
+                     "the same directory, then rename)")
+      ->option_text("FILE");
+  doctor->footer(
+      "--prometheus FILE: per directional GPU pair the path class available and a fallback gauge with its cause,\n"
+      "and the node's pairs without P2P (metric list and a cron/systemd recipe: README.md, \"Prometheus\").\n"
+      "Exit status: 0, 1 when an error-severity cause holds, 2 when FILE cannot be written (nothing is left behind).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -176,7 +211,18 @@ int main(int argc, char** argv) {
     return RunDoctor(doctor_options, std::cout, std::cerr);
   }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);
-  if (exporter->parsed()) return RunExport(path, perfetto_out, export_options, std::cerr, isatty(2));
+  if (exporter->parsed()) {
+    if (perfetto_out.empty() && prometheus_out.empty() && rows_out.empty()) {
+      std::cerr << "p2ptrace export: nothing to write (give --perfetto OUT, --prometheus FILE and/or --rows FILE)\n";
+      return 2;
+    }
+    if (!prometheus_out.empty())
+      if (int code = RunExportPrometheus(path, prometheus_out, std::cerr, isatty(2)); code != 0) return code;
+    if (!rows_out.empty())
+      if (int code = RunRowsExport(path, rows_out, std::cerr, isatty(2)); code != 0) return code;
+    if (!perfetto_out.empty()) return RunExport(path, perfetto_out, export_options, std::cerr, isatty(2));
+    return 0;
+  }
   if (html->parsed()) return RunHtml(path, html_out, std::cerr, isatty(2));
   if (differ->parsed()) return RunDiff(path, path_b, json, std::cout, std::cerr, isatty(2));
 

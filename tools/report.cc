@@ -191,28 +191,42 @@ std::string NcclLogStatus(const Trace& t) {
   return "not seen: the shim set up no NCCL log tap for this process";
 }
 
+// Which API's calls moved a pair's bytes: the runtime's, the driver's, or both (DESIGN.md §4).
+struct PairApis {
+  bool runtime = false, driver = false;
+  // The names the cause's text uses: the API the program called.
+  const char* Copies() const { return driver && !runtime ? "cuMemcpy*" : runtime && driver ? "cudaMemcpy*/cuMemcpy*" : "cudaMemcpy*"; }
+  const char* Enable() const {
+    return driver && !runtime ? "cuCtxEnablePeerAccess" : runtime && driver ? "cudaDeviceEnablePeerAccess or cuCtxEnablePeerAccess" : "cudaDeviceEnablePeerAccess";
+  }
+  const char* CanAccess() const { return driver && !runtime ? "cuDeviceCanAccessPeer" : "cudaDeviceCanAccessPeer"; }
+};
+
 // The cause of a host-staged CUDA pair, from what the node allows and what the process did.
 Cause HostStagedCause(const p2ptrace_pair_counters& c, const GpuRef& src, const GpuRef& dst, int status,
-                      const PeerFacts& f, bool p2p_possible, bool p2p_impossible) {
+                      const PeerFacts& f, bool p2p_possible, bool p2p_impossible, const PairApis& apis) {
   Cause cause;
   if (p2p_possible) {
     cause.id = "peer-access-not-enabled";
-    cause.evidence.push_back(fmt::format("{} cudaMemcpy* calls ({}) from GPU {} to GPU {} went through host memory",
-                                         c.calls, BytesText(c.bytes), src.bus_id, dst.bus_id));
+    cause.evidence.push_back(fmt::format("{} {} calls ({}) from GPU {} to GPU {} went through host memory", c.calls,
+                                         apis.Copies(), BytesText(c.bytes), src.bus_id, dst.bus_id));
     if (f.enabled_ever)
       cause.evidence.push_back("peer access between them was not enabled when these copies ran "
                                "(it was enabled at another time)");
     else if (f.failed_enables.empty())
-      cause.evidence.push_back("cudaDeviceEnablePeerAccess was never called between these two devices");
+      cause.evidence.push_back(fmt::format("{} was never called between these two devices", apis.Enable()));
     for (const std::string& fe : f.failed_enables) cause.evidence.push_back(fe);
     if (status == 1) cause.evidence.push_back("NVML P2P status between them: OK");
-    if (f.can_access == 1) cause.evidence.push_back("cudaDeviceCanAccessPeer said 1");
-    cause.fix = "enable peer access before copying: on each device cudaSetDevice(a); "
-                "cudaDeviceEnablePeerAccess(b, 0) for every peer b it copies with";
+    if (f.can_access == 1) cause.evidence.push_back(fmt::format("{} said 1", apis.CanAccess()));
+    cause.fix = apis.driver && !apis.runtime
+                    ? "enable peer access before copying: with each device's context current, "
+                      "cuCtxEnablePeerAccess(ctx_b, 0) for the context of every peer b it copies with"
+                    : "enable peer access before copying: on each device cudaSetDevice(a); "
+                      "cudaDeviceEnablePeerAccess(b, 0) for every peer b it copies with";
   } else if (p2p_impossible) {
     cause.id = status > 1 ? "nvml-p2p-status" : "cuda-no-peer-access";
     if (status > 1) cause.evidence.push_back(fmt::format("NVML P2P status: {}", NvmlStatusText(status)));
-    if (f.can_access == 0) cause.evidence.push_back("cudaDeviceCanAccessPeer said 0");
+    if (f.can_access == 0) cause.evidence.push_back(fmt::format("{} said 0", apis.CanAccess()));
     cause.fix = "this pair cannot use P2P on this node; place communicating ranks on GPUs that can "
                 "(nvidia-smi topo -p2p r), or see `p2ptrace doctor` for why";
   } else {
@@ -627,7 +641,10 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
     else if (p2p_impossible) e.expected = P2PTRACE_TRANSPORT_HOST_STAGED;
     if (transport != P2PTRACE_TRANSPORT_HOST_STAGED || !e.causes.empty()) continue;
     if (p2p_possible) e.fallback = true;
-    e.causes.push_back(HostStagedCause(c, src, dst, status, f, p2p_possible, p2p_impossible));
+    PairApis apis;
+    if (auto ai = fold.copy_apis.find({a, b, path_kind}); ai != fold.copy_apis.end())
+      for (const auto& [api, n] : ai->second) (IsDriverApi(api) ? apis.driver : apis.runtime) = true;
+    e.causes.push_back(HostStagedCause(c, src, dst, status, f, p2p_possible, p2p_impossible, apis));
   }
 }
 

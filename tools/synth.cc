@@ -60,10 +60,15 @@ Links LinksOf(const std::string& scenario) {
 
 struct Layout {
   int ranks, hosts, ranks_per_host, gpus;
+  std::vector<std::string> names;  // --host-names; empty: node0, node1, …
   int Host(int rank) const { return rank / ranks_per_host; }
   int Gpu(int rank) const { return rank % ranks_per_host; }
 };
 
+std::string HostName(int host, int hosts);
+std::string HostName(const Layout& L, int host) {
+  return static_cast<size_t>(host) < L.names.size() ? L.names[static_cast<size_t>(host)] : HostName(host, L.hosts);
+}
 std::string HostName(int host, int hosts) {
   int width = static_cast<int>(std::to_string(std::max(hosts - 1, 0)).size());
   return fmt::format("node{:0{}d}", host, width);
@@ -184,7 +189,7 @@ std::vector<RingConn> RingConns(const SynthOptions& o, const Layout& L, const Li
 // NCCL 2.28's INIT lines for one rank of the job-wide communicator, with the ring connections
 // printed during init: what the shim's log tap writes.
 std::string NcclLog(const SynthOptions& o, const Layout& L, const Links& links, int rank, uint64_t comm_id) {
-  std::string host = HostName(L.Host(rank), L.hosts);
+  std::string host = HostName(L, L.Host(rank));
   int dev = L.Gpu(rank), pid = Pid(rank);
   std::string prefix = fmt::format("{}:{}:{} [{}] NCCL INFO ", host, pid, pid, dev);
   std::string out = prefix + "NCCL version 2.28.9+cuda13.0\n";
@@ -233,10 +238,11 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
   h.local_world_size = L.ranks_per_host;
   // Each host's monotonic clock started at its own boot; the wall clock is shared (NTP).
   h.start_monotonic_ns = (1000ull + 37ull * static_cast<uint64_t>(host)) * 1000000000ull + rng.Next() % 1000000;
-  h.start_realtime_ns = 1767225600ull * 1000000000ull + rng.Next() % 5000000;
-  std::snprintf(h.host, sizeof h.host, "%s", HostName(host, L.hosts).c_str());
+  h.start_realtime_ns = o.start_time * 1000000000ull + rng.Next() % 5000000;
+  std::snprintf(h.host, sizeof h.host, "%s", HostName(L, host).c_str());
   std::snprintf(h.boot_id, sizeof h.boot_id, "synth-boot-%d", host);
-  std::snprintf(h.job_id, sizeof h.job_id, "synth-%s-%llu", o.scenario.c_str(), static_cast<unsigned long long>(o.seed));
+  if (!o.job_id.empty()) std::snprintf(h.job_id, sizeof h.job_id, "%s", o.job_id.c_str());
+  else std::snprintf(h.job_id, sizeof h.job_id, "synth-%s-%llu", o.scenario.c_str(), static_cast<unsigned long long>(o.seed));
   std::snprintf(h.exe, sizeof h.exe, "p2ptrace-synth");
   h.sample_first = UINT32_MAX;
   h.sample_every = 1;
@@ -252,6 +258,12 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
   b.AddEnv(fmt::format("LOCAL_RANK={}", dev));
   b.AddEnv(fmt::format("WORLD_SIZE={}", o.ranks));
   b.AddEnv("P2PTRACE_NCCL_TAP=1");
+  for (std::string kv : o.env) {  // --env: {host} and {rank} are this rank's
+    for (auto [key, value] : {std::pair<std::string, std::string>{"{host}", HostName(L, host)},
+                              std::pair<std::string, std::string>{"{rank}", std::to_string(rank)}})
+      for (size_t at; (at = kv.find(key)) != std::string::npos;) kv.replace(at, key.size(), value);
+    b.AddEnv(kv);
+  }
   if (links.p2p_disabled) b.AddEnv("NCCL_P2P_DISABLE=1");
 
   uint64_t t = h.start_monotonic_ns + 2000000;
@@ -414,6 +426,23 @@ absl::Status WriteSyntheticJob(const SynthOptions& o) {
     return absl::InvalidArgumentError(fmt::format("{} ranks on {} hosts need {} GPUs per host; --gpus-per-host is {}",
                                                   o.ranks, L.hosts, L.ranks_per_host, o.gpus_per_host));
   L.hosts = (o.ranks + L.ranks_per_host - 1) / L.ranks_per_host;  // the hosts that actually hold ranks
+  for (size_t at = 0; !o.host_names.empty() && at <= o.host_names.size();) {
+    size_t comma = std::min(o.host_names.find(',', at), o.host_names.size());
+    L.names.push_back(o.host_names.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (!L.names.empty() && static_cast<int>(L.names.size()) < L.hosts)
+    return absl::InvalidArgumentError(fmt::format("--host-names names {} host{}; the job has {}", L.names.size(),
+                                                  L.names.size() == 1 ? "" : "s", L.hosts));
+  for (const std::string& n : L.names)
+    if (n.empty() || n.size() >= sizeof(p2ptrace_file_header{}.host) || n.find_first_of("/ \t") != std::string::npos)
+      return absl::InvalidArgumentError("--host-names: '" + n + "' is not a host name");
+  for (const std::string& kv : o.env)
+    if (kv.find('=') == std::string::npos || kv.front() == '=')
+      return absl::InvalidArgumentError("--env " + kv + ": NAME=VALUE");
+  if (o.start_time > 4102444800ull) return absl::InvalidArgumentError("--start-time: seconds since 1970, before 2100");
+  if (o.job_id.size() >= sizeof(p2ptrace_file_header{}.job_id))
+    return absl::InvalidArgumentError("--job-id: at most 63 characters");
   std::error_code ec;
   std::filesystem::create_directories(o.out, ec);
   if (ec) return absl::PermissionDeniedError(o.out + ": " + ec.message());
@@ -425,7 +454,7 @@ absl::Status WriteSyntheticJob(const SynthOptions& o) {
   Links links = LinksOf(o.scenario);
   uint64_t comm_id = (o.seed * 0x9e3779b97f4a7c15ull) | 1;
   for (int rank = 0; rank < o.ranks; ++rank) {
-    std::string host = HostName(L.Host(rank), L.hosts);
+    std::string host = HostName(L, L.Host(rank));
     std::string stem = fmt::format("{}/{}.r{}.p{}", o.out, host, rank, Pid(rank));
     if (absl::Status s = WriteFile(stem + ".p2ptrace", RankTrace(o, L, links, rank, comm_id)); !s.ok()) return s;
     if (o.ranks > 1)

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -26,6 +27,14 @@ struct SynthOptions {
   // Call sites as P2PTRACE_STACKS records them: every copy and NCCL operation names one of three
   // program locations (halo exchange copies, allreduce, ring send/recv), described in each file.
   bool stacks = false;
+  // Fleet tests and demos: the hosts' names in order (comma-separated; default node0, node1, …), the
+  // job id the headers carry (default synth-<scenario>-<seed>), and variables every rank's
+  // recorded environment holds (NAME=VALUE; "{host}" and "{rank}" in VALUE are the rank's own),
+  // e.g. a scheduler's: SLURM_JOB_ID=42, SLURMD_NODENAME={host}.
+  std::string host_names;
+  std::string job_id;
+  std::vector<std::string> env;
+  uint64_t start_time = 1767225600;  // when rank 0 started, seconds since 1970 (UTC); default 2026-01-01
 };
 
 // Writes `ranks` trace files and, when ranks > 1, one nccl.<host>.<pid>.log per rank into `out`.

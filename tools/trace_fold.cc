@@ -71,15 +71,40 @@ void TraceFold::Finish() {
   for (const auto& [seq, g] : groups)
     if (g.timed) TimedGroup(g);
   groups.clear();
+  // How many times each graph id's own work ran: its launches, plus one run per run of every graph
+  // that includes it (each INCLUDE once: a child added twice runs twice). Holders before what they
+  // include (Kahn's order), so each id is replayed once, whatever the nesting or sharing; the ids of
+  // a cycle (only a damaged file has one) keep what reached them from outside it.
+  std::unordered_map<uint32_t, uint64_t> runs, waiting;  // id -> runs; id -> holders not yet done
+  for (const auto& [id, c] : captures) {
+    runs[id] += c.failed ? 0 : c.launches;
+    for (uint32_t inc : c.includes) ++waiting[inc];
+  }
+  std::vector<uint32_t> ready;
   for (const auto& [id, c] : captures)
-    if (!c.failed && c.launches > 0) Replay(c);
+    if (!waiting.count(id)) ready.push_back(id);
+  while (!ready.empty()) {
+    uint32_t id = ready.back();
+    ready.pop_back();
+    const Capture& c = captures[id];
+    uint64_t n = c.failed ? 0 : runs[id];  // a failed capture made no graph: nothing of it runs
+    for (uint32_t inc : c.includes) {
+      uint64_t& r = runs[inc];
+      r = r + n < r || r + n > kMaxRuns ? kMaxRuns : r + n;
+      if (--waiting[inc] == 0 && captures.count(inc)) ready.push_back(inc);
+    }
+  }
+  for (const auto& [id, c] : captures)
+    if (!c.failed && runs[id] > 0) Replay(c, runs[id]);
   captures.clear();
 }
 
-// One capture's work, once per launch: into the pairs, the NCCL operations and the call sites,
-// marked as replays.
-void TraceFold::Replay(const Capture& c) {
-  const uint64_t n = c.launches;
+// copy_apis' path of a transport: 0 direct, 1 host-staged.
+static int PathKind(int transport) { return transport == P2PTRACE_TRANSPORT_HOST_STAGED ? 1 : 0; }
+
+// One graph id's own work, n times: into the pairs, the NCCL operations and the call sites, marked
+// as replays.
+void TraceFold::Replay(const Capture& c, const uint64_t n) {
   for (const auto& [k, v] : c.copies) {
     const auto& [site, src, dst, transport] = k;
     CapturedCopy& r = replayed[{src, dst, transport}];
@@ -93,6 +118,12 @@ void TraceFold::Replay(const Capture& c) {
       p.first += v.calls * n;
       p.second += v.bytes * n;
     }
+  }
+  for (const auto& [k, v] : c.by_api) {
+    const auto& [src, dst, path, api] = k;
+    auto& a = copy_apis[{src, dst, path}][api];
+    a.first += v.calls * n;
+    a.second += v.bytes * n;
   }
   for (const auto& [k, calls] : c.ops) {
     const auto& [comm_ptr, api, peer, bytes, site] = k;
@@ -120,6 +151,8 @@ void TraceFold::AddGraph(const p2ptrace_graph_record& g) {
   if (c == nullptr) return;
   if (g.event == P2PTRACE_GRAPH_END_CAPTURE && g.result != 0) {
     c->failed = true;
+  } else if (g.event == P2PTRACE_GRAPH_INCLUDE && g.included_id != 0 && g.included_id != g.graph_id) {
+    if (c->includes.size() < kMaxIncludes) c->includes.push_back(g.included_id);
   } else if (g.event == P2PTRACE_GRAPH_LAUNCH && g.result == 0) {
     ++c->launches;
     ++graph_launches;
@@ -139,11 +172,14 @@ void TraceFold::Add(const TraceRecord& r) {
         CapturedCopy& c = g->copies[{cr->site, cr->src_device, cr->dst_device, cr->transport}];
         ++c.calls;
         c.bytes += cr->bytes;
+        CapturedCopy& a = g->by_api[{cr->src_device, cr->dst_device, PathKind(cr->transport), cr->api}];
+        ++a.calls;
+        a.bytes += cr->bytes;
       }
       return;
     }
     if (cr->result == 0) {  // made directly (a graph's replays count as graph_calls)
-      auto& a = copy_apis[{cr->src_device, cr->dst_device, cr->transport == P2PTRACE_TRANSPORT_HOST_STAGED ? 1 : 0}][cr->api];
+      auto& a = copy_apis[{cr->src_device, cr->dst_device, PathKind(cr->transport)}][cr->api];
       ++a.first;
       a.second += cr->bytes;
     }

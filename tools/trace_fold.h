@@ -45,8 +45,9 @@ struct TraceFold {
   };
   std::map<std::pair<int, int>, PeerFacts> facts;               // per unordered device pair
   // Successful copy records per (src, dst, path: 0 direct, 1 host-staged) and API (p2ptrace_api):
-  // calls, bytes. Which API moved a pair's bytes (the runtime's or the driver's); the counters stay
-  // the totals (records can be dropped, counters cannot).
+  // calls, bytes, graph replays of captured copies included (under the API that captured them).
+  // Which API moved a pair's bytes (the runtime's or the driver's); the counters stay the totals
+  // (records can be dropped, counters cannot).
   std::map<std::tuple<int, int, int>, std::map<int, std::pair<uint64_t, uint64_t>>> copy_apis;
   struct CommSeen {
     uint64_t id_hash = 0;
@@ -87,9 +88,11 @@ struct TraceFold {
   };
   struct Capture {
     std::map<std::tuple<uint32_t, int, int, int>, CapturedCopy> copies;  // (site, src, dst, transport)
+    std::map<std::tuple<int, int, int, int>, CapturedCopy> by_api;      // (src, dst, path as copy_apis, api)
     std::map<std::tuple<uint64_t, int, int, uint64_t, uint32_t>, uint64_t> ops;  // (comm, api, peer, bytes, site) -> calls
     uint64_t launches = 0;
     bool failed = false;  // its capture ended in an error: no graph, never replayed
+    std::vector<uint32_t> includes;  // ids whose work this one also holds, once per INCLUDE (minor 6)
   };
   std::map<uint32_t, Capture> captures;  // by graph id
   Capture* CaptureOf(uint32_t id);        // nullptr past kMaxPending captures (a damaged file)
@@ -98,7 +101,9 @@ struct TraceFold {
   std::map<std::tuple<int, int, int>, CapturedCopy> replayed;
   uint64_t graph_launches = 0;  // successful launches of graphs with recorded work
   void AddGraph(const p2ptrace_graph_record& g);
-  void Replay(const Capture& c);
+  void Replay(const Capture& c, uint64_t n);            // c's own work, n times
+  static constexpr uint64_t kMaxRuns = 1ull << 48;     // runs of one id (a damaged file's includes multiply)
+  static constexpr size_t kMaxIncludes = 1 << 16;      // INCLUDEs of one id kept
 
   bool nccl_used = false;
   // NCCL calls that returned an error: (p2ptrace_nccl_api, ncclResult_t) -> how many.

@@ -47,7 +47,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 5
+#define P2PTRACE_FORMAT_MINOR 6
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -354,14 +354,22 @@ typedef struct p2ptrace_nccl_conn_record {
  *                this seq follows: the whole launch's duration); h.time_ns in CPU ticks when
  *                P2PTRACE_GRAPH_TICKS (converted like P2PTRACE_COPY_TICKS)
  *   EXEC_UPDATE  cudaGraphExecUpdate: the exec `handle` now runs graph_id's work
- *   EXEC_DESTROY the exec `handle` is gone; GRAPH_DESTROY: the graph `handle` */
+ *   EXEC_DESTROY the exec `handle` is gone; GRAPH_DESTROY: the graph `handle`
+ * Added in minor 6: graphs built node by node. A copy added as a node (cudaGraphAddMemcpyNode(1D),
+ * cuGraphAddMemcpyNode) is recorded as a captured copy of its graph's id (P2PTRACE_COPY_CAPTURED,
+ * the id in h.seq, api cudaGraphAddMemcpyNode*), whichever way the graph began. A graph id's work
+ * never changes once an exec, a clone or a parent took it: a node added to such a graph gives the
+ * graph a new id that INCLUDEs the old one.
+ *   INCLUDE      graph_id's work also holds all of included_id's (a child graph node, a clone, a
+ *                graph that grew after being instantiated); handle = the cudaGraph_t of graph_id */
 enum p2ptrace_graph_event {
   P2PTRACE_GRAPH_END_CAPTURE = 1,
   P2PTRACE_GRAPH_INSTANTIATE = 2,
   P2PTRACE_GRAPH_LAUNCH = 3,
   P2PTRACE_GRAPH_EXEC_UPDATE = 4,
   P2PTRACE_GRAPH_EXEC_DESTROY = 5,
-  P2PTRACE_GRAPH_DESTROY = 6
+  P2PTRACE_GRAPH_DESTROY = 6,
+  P2PTRACE_GRAPH_INCLUDE = 7 /* minor 6 */
 };
 enum p2ptrace_graph_flag { P2PTRACE_GRAPH_TIMED = 1u << 0, P2PTRACE_GRAPH_TICKS = 1u << 1 };
 typedef struct p2ptrace_graph_record {
@@ -373,7 +381,7 @@ typedef struct p2ptrace_graph_record {
   uint8_t event;      /* p2ptrace_graph_event */
   uint8_t flags;      /* p2ptrace_graph_flag */
   uint16_t reserved0;
-  uint32_t reserved1;
+  uint32_t included_id; /* INCLUDE (minor 6): the graph id whose work graph_id holds; 0 otherwise */
 } p2ptrace_graph_record;
 
 #ifdef __cplusplus

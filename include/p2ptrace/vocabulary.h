@@ -59,6 +59,10 @@ enum p2ptrace_api {
   P2PTRACE_API_cuMemcpyDtoDAsync = 26,
   P2PTRACE_API_cuMemcpy3DPeer = 27,
   P2PTRACE_API_cuMemcpy3DPeerAsync = 28,
+  /* trace 1.6: copies added to a graph as nodes (recorded like captured copies) */
+  P2PTRACE_API_cudaGraphAddMemcpyNode = 29,
+  P2PTRACE_API_cudaGraphAddMemcpyNode1D = 30,
+  P2PTRACE_API_cuGraphAddMemcpyNode = 31,
   P2PTRACE_API_COUNT_
 };
 

@@ -21,4 +21,16 @@ cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
   X(cudaGraphExecDestroy, (cudaGraphExec_t e), (e))                                                        \
   X(cudaGraphDestroy, (cudaGraph_t g), (g))                                                                \
   X(cudaGraphLaunch, (cudaGraphExec_t e, cudaStream_t s), (e, s))                                          \
-  X(cudaGraphLaunch_ptsz, (cudaGraphExec_t e, cudaStream_t s), (e, s))
+  X(cudaGraphLaunch_ptsz, (cudaGraphExec_t e, cudaStream_t s), (e, s))                                     \
+  X(cudaGraphAddMemcpyNode,                                                                                \
+    (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, const cudaMemcpy3DParms* p),  \
+    (n, g, d, nd, p))                                                                                      \
+  X(cudaGraphAddMemcpyNode1D,                                                                              \
+    (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, void* dst, const void* src,   \
+     size_t count, cudaMemcpyKind kind),                                                                   \
+    (n, g, d, nd, dst, src, count, kind))                                                                  \
+  X(cudaGraphAddChildGraphNode,                                                                            \
+    (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, cudaGraph_t child),           \
+    (n, g, d, nd, child))                                                                                  \
+  X(cudaGraphClone, (cudaGraph_t * clone, cudaGraph_t g), (clone, g))                                      \
+  X(cudaGraphCreate, (cudaGraph_t * g, unsigned int flags), (g, flags))

@@ -103,6 +103,7 @@ void ShutFastPairs() {
 // stream missed while the table is rebuilt, or past its capacity, goes untimed (counted as skipped).
 std::mutex g_streams_mu;
 constinit HandleTable<int, 4096> g_streams;
+constexpr int kDriverStream = 1 << 16;  // added to the device of a stream made through the driver
 
 bool ValidDevice(int d) { return d >= 0 && d < kMaxDev; }
 
@@ -265,7 +266,9 @@ bool HostSide(cudaMemcpyKind k) {
 int StreamDevice(const CudaRuntime& rt, cudaStream_t stream) {
   uintptr_t s = reinterpret_cast<uintptr_t>(stream);
   if (s == 0 || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return CurrentDevice(rt);
-  return g_streams.Lookup(s, -1);
+  int d = g_streams.Lookup(s, -1);
+  if (d >= kDriverStream) return rt.node == Node::kDriver ? d - kDriverStream : -1;
+  return d;
 }
 
 inline __attribute__((always_inline)) void AccountAt(p2ptrace_pair_counters* c, cudaError_t r, uint64_t bytes) {
@@ -639,11 +642,85 @@ void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value,
   WritePeer(api, device, peer, r, value, attr);
 }
 
-// ================================================================================================
-// Bookkeeping
+// A copy added to `graph` as a node (the call returned r): recorded like a captured copy of the
+// graph's id when it is between two devices; nothing moved yet (the launches replay it).
+void RecordGraphNodeCopy(const CudaRuntime& rt, const ApiCopy& a, cudaGraph_t graph, cudaError_t r) {
+  if (r != cudaSuccess || graph == nullptr || !Ready(rt, r)) return;
+  KeepErrno keep;
+  NoteRuntime(rt);
+  int dev[2] = {MemoryMap::Lookup(a.src), MemoryMap::Lookup(a.dst)};
+  const void* ptr[2] = {a.src, a.dst};
+  for (int i = 0; i < 2; ++i) {  // a side the shim did not allocate: the runtime knows it
+    if (dev[i] != MemoryMap::kUnknown) continue;
+    cudaPointerAttributes attr{};
+    if (rt.PointerGetAttributes(&attr, ptr[i]) != cudaSuccess) return;
+    dev[i] = attr.type == cudaMemoryTypeDevice ? attr.device : MemoryMap::kHost;
+    MemoryMap::Learn(ptr[i], dev[i]);
+  }
+  int src = dev[0], dst = dev[1];
+  if (!ValidDevice(src) || !ValidDevice(dst) || src == dst) return;
+  Copy c{a.api, a.flags, a.dst, a.src, dst, src, a.bytes, cudaMemcpyDeviceToDevice, nullptr};
+  WriteCopy(c, src, dst, RouteTransport(Route(rt, src, dst)), r, graphs::NodeAdded(graph), P2PTRACE_COPY_CAPTURED);
+}
 
+// A stream's device, for timing copies on it: the current device's when it was made.
+void StreamCreated(const CudaRuntime& rt, cudaError_t r, const cudaStream_t* s) {
+  if (r != cudaSuccess || s == nullptr) return;
+  int d = CurrentDevice(rt);
+  if (d < 0) return;
+  // A driver stream may belong to a context of the program's own (cuCtxCreate), where the runtime's
+  // timing events cannot be recorded: only driver calls time on it (their events are the driver's).
+  if (rt.node == Node::kDriver) d += kDriverStream;
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  g_streams.Put(reinterpret_cast<uintptr_t>(*s), d);
+}
+// Forgotten before the real call: afterwards the handle may already be reused.
+void StreamDestroying(cudaStream_t s) {
+  std::lock_guard<std::mutex> lock(g_streams_mu);
+  g_streams.Erase(reinterpret_cast<uintptr_t>(s));
+}
+
+// ================================================================================================
+// Captures and graph launches, shared with the driver's hooks (cuda_hooks.h). Nothing is timed while
+// a capture runs (CopyTimer), and graphs.h learns each capture's id.
+
+void CaptureBeginning() {
+  CopyTimer::CaptureBegan();  // before the capture starts, so no event lands inside it
+  graphs::CaptureStarting();
+  ShutFastPairs();
+}
+void CaptureBegun(const CudaRuntime& rt, cudaStream_t named, cudaError_t r) {
+  if (r != cudaSuccess) CopyTimer::CaptureEnded();
+  graphs::CaptureStarted(rt, named, r);
+}
+// A capture ends with a graph or invalidated; any other answer (no capture, the wrong stream or
+// thread, a stub driver's 34) left it as it was. Timing resumes only for a capture the shim saw begin.
+void CaptureEnding(cudaStream_t named, unsigned long long runtime_id, cudaError_t r, const cudaGraph_t* g) {
+  if (r != cudaSuccess && r != cudaErrorStreamCaptureInvalidated) return;
+  if (graphs::CaptureEnded(named, runtime_id, r, r == cudaSuccess && g ? *g : nullptr)) CopyTimer::CaptureEnded();
+}
+// Launched into a capturing stream the graph runs nothing now: the new graph holds its work (INCLUDE).
+cudaError_t TracedGraphLaunch(const CudaRuntime& rt, uint32_t id, cudaGraphExec_t e, cudaStream_t named,
+                              InvokeReal invoke, const void* call) {
+  if (graphs::AnyCapture()) {
+    cudaError_t r = invoke(call);
+    uint32_t outer = 0;
+    KeepErrno keep;
+    if (r == cudaSuccess && graphs::CapturedOn(rt, named, &outer)) graphs::LaunchCaptured(outer, id, e);
+    else graphs::RecordLaunch(id, e, named, r, nullptr);
+    return r;
+  }
+  TimedCopy t;
+  bool timed = detail::g_sample.enabled && graphs::BeginLaunchTiming(rt, StreamDevice(rt, named), named, &t);
+  cudaError_t r = invoke(call);
+  graphs::RecordLaunch(id, e, named, r, timed ? &t : nullptr);
+  return r;
+}
 
 namespace hooks {
+
+// ================================================================================================
+// Bookkeeping
 
 // A process that allocates device memory "used CUDA": its trace exists even if it never copies.
 static void NoteAlloc(NodeRuntime rt, cudaError_t r, void** p, size_t n) {
@@ -686,46 +763,33 @@ cudaError_t cudaFreeAsync_ptsz(NodeRuntime, Real<decltype(&::cudaFreeAsync_ptsz)
   return real(p, s);
 }
 
-static void NoteStream(NodeRuntime rt, cudaError_t r, cudaStream_t* s) {
-  if (r != cudaSuccess || s == nullptr) return;
-  int d = CurrentDevice(rt);
-  std::lock_guard<std::mutex> lock(g_streams_mu);
-  g_streams.Put(reinterpret_cast<uintptr_t>(*s), d);
-}
 cudaError_t cudaStreamCreate(NodeRuntime rt, Real<decltype(&::cudaStreamCreate)> real, cudaStream_t* s) {
   cudaError_t r = real(s);
-  NoteStream(rt, r, s);
+  StreamCreated(rt, r, s);
   return r;
 }
 cudaError_t cudaStreamCreateWithFlags(NodeRuntime rt, Real<decltype(&::cudaStreamCreateWithFlags)> real,
                                       cudaStream_t* s, unsigned int f) {
   cudaError_t r = real(s, f);
-  NoteStream(rt, r, s);
+  StreamCreated(rt, r, s);
   return r;
 }
 cudaError_t cudaStreamCreateWithPriority(NodeRuntime rt, Real<decltype(&::cudaStreamCreateWithPriority)> real,
                                          cudaStream_t* s, unsigned int f, int prio) {
   cudaError_t r = real(s, f, prio);
-  NoteStream(rt, r, s);
+  StreamCreated(rt, r, s);
   return r;
 }
 cudaError_t cudaStreamDestroy(NodeRuntime, Real<decltype(&::cudaStreamDestroy)> real, cudaStream_t s) {
-  {
-    std::lock_guard<std::mutex> lock(g_streams_mu);
-    g_streams.Erase(reinterpret_cast<uintptr_t>(s));
-  }
+  StreamDestroying(s);
   return real(s);
 }
 
-// Captures: nothing is timed while one runs (CopyTimer), and graphs.h learns each capture's id.
 static cudaError_t BeginCapture(NodeRuntime rt, cudaError_t (*real)(cudaStream_t, cudaStreamCaptureMode),
                                 cudaStream_t s, cudaStreamCaptureMode m, cudaStream_t named) {
-  CopyTimer::CaptureBegan();  // before the capture starts, so no event lands inside it
-  graphs::CaptureStarting();
-  ShutFastPairs();
+  CaptureBeginning();
   cudaError_t r = real(s, m);
-  if (r != cudaSuccess) CopyTimer::CaptureEnded();
-  graphs::CaptureStarted(rt, named, r);
+  CaptureBegun(rt, named, r);
   return r;
 }
 cudaError_t cudaStreamBeginCapture(NodeRuntime rt, Real<decltype(&::cudaStreamBeginCapture)> real,
@@ -736,14 +800,13 @@ cudaError_t cudaStreamBeginCapture_ptsz(NodeRuntime rt, Real<decltype(&::cudaStr
                                         cudaStream_t s, cudaStreamCaptureMode m) {
   return BeginCapture(rt, real, s, m, PerThread(s));
 }
-// A capture ends with EndCapture whether it succeeded or was invalidated; IllegalState: none was running.
+// A capture ends with EndCapture whether it succeeded or was invalidated; IllegalState: none was
+// running (the driver's codes are the same).
 static cudaError_t EndCapture(NodeRuntime rt, cudaError_t (*real)(cudaStream_t, cudaGraph_t*), cudaStream_t s,
                               cudaGraph_t* g, cudaStream_t named) {
+  unsigned long long id = graphs::AnyCapture() ? graphs::CaptureIdOf(rt, named) : 0;
   cudaError_t r = real(s, g);
-  if (r != cudaErrorIllegalState && r != cudaErrorInvalidResourceHandle && r != cudaErrorInvalidValue)
-    CopyTimer::CaptureEnded();
-  if (r != cudaErrorInvalidValue && r != cudaErrorStreamCaptureUnmatched)  // else the capture goes on
-    graphs::CaptureEnded(rt.node, named, r, r == cudaSuccess && g ? *g : nullptr);
+  CaptureEnding(named, id, r, g);
   return r;
 }
 cudaError_t cudaStreamEndCapture(NodeRuntime rt, Real<decltype(&::cudaStreamEndCapture)> real, cudaStream_t s,
@@ -799,29 +862,57 @@ cudaError_t cudaGraphDestroy(NodeRuntime, Real<decltype(&::cudaGraphDestroy)> re
   return real(g);
 }
 
-// A launch of an exec the shim knows nothing of costs one lookup. Launched into a capturing stream
-// the graph runs nothing now (it becomes part of the new graph): not recorded, not covered.
-__attribute__((noinline)) cudaError_t TracedLaunch(NodeRuntime node, cudaError_t (*real)(cudaGraphExec_t, cudaStream_t),
-                                                   uint32_t id, cudaGraphExec_t e, cudaStream_t s, cudaStream_t named) {
-  const CudaRuntime& rt = node;
-  if (graphs::AnyCapture()) {
-    cudaError_t r = real(e, s);
-    uint32_t ignored;
-    KeepErrno keep;
-    if (r != cudaSuccess || !graphs::CapturedOn(rt, named, &ignored)) graphs::RecordLaunch(id, e, named, r, nullptr);
-    return r;
-  }
-  TimedCopy t;
-  bool timed = detail::g_sample.enabled && graphs::BeginLaunchTiming(rt, StreamDevice(rt, named), named, &t);
-  cudaError_t r = real(e, s);
-  graphs::RecordLaunch(id, e, named, r, timed ? &t : nullptr);
+// Graphs built node by node: a copy node between devices, a child graph, a clone (graphs.h).
+static const void* At(const cudaPitchedPtr& p, const cudaPos& pos) {
+  return static_cast<const char*>(p.ptr) + pos.z * p.pitch * p.ysize + pos.y * p.pitch + pos.x;
+}
+cudaError_t cudaGraphAddMemcpyNode(NodeRuntime rt, Real<decltype(&::cudaGraphAddMemcpyNode)> real, cudaGraphNode_t* n,
+                                   cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, const cudaMemcpy3DParms* p) {
+  cudaError_t r = real(n, g, d, nd, p);
+  // Arrays and host sides move nothing between GPUs.
+  if (r == cudaSuccess && p != nullptr && p->srcArray == nullptr && p->dstArray == nullptr && !HostSide(p->kind))
+    RecordGraphNodeCopy(rt,
+                        ApiCopy{P2PTRACE_API_cudaGraphAddMemcpyNode, 0, At(p->dstPtr, p->dstPos),
+                                At(p->srcPtr, p->srcPos), -1, -1,
+                                static_cast<uint64_t>(p->extent.width) * p->extent.height * p->extent.depth, nullptr},
+                        g, r);
   return r;
 }
+cudaError_t cudaGraphAddMemcpyNode1D(NodeRuntime rt, Real<decltype(&::cudaGraphAddMemcpyNode1D)> real,
+                                     cudaGraphNode_t* n, cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, void* dst,
+                                     const void* src, size_t count, cudaMemcpyKind kind) {
+  cudaError_t r = real(n, g, d, nd, dst, src, count, kind);
+  if (r == cudaSuccess && !HostSide(kind))
+    RecordGraphNodeCopy(rt, ApiCopy{P2PTRACE_API_cudaGraphAddMemcpyNode1D, 0, dst, src, -1, -1, count, nullptr}, g, r);
+  return r;
+}
+cudaError_t cudaGraphCreate(NodeRuntime, Real<decltype(&::cudaGraphCreate)> real, cudaGraph_t* g, unsigned int flags) {
+  cudaError_t r = real(g, flags);
+  graphs::GraphCreated(r, g);
+  return r;
+}
+cudaError_t cudaGraphAddChildGraphNode(NodeRuntime, Real<decltype(&::cudaGraphAddChildGraphNode)> real,
+                                       cudaGraphNode_t* n, cudaGraph_t g, const cudaGraphNode_t* d, size_t nd,
+                                       cudaGraph_t child) {
+  cudaError_t r = real(n, g, d, nd, child);
+  graphs::ChildAdded(r, g, child);
+  return r;
+}
+cudaError_t cudaGraphClone(NodeRuntime, Real<decltype(&::cudaGraphClone)> real, cudaGraph_t* clone, cudaGraph_t g) {
+  cudaError_t r = real(clone, g);
+  graphs::Cloned(r, clone, g);
+  return r;
+}
+
+// A launch of an exec the shim knows nothing of costs one lookup.
 inline __attribute__((always_inline)) cudaError_t Launch(NodeRuntime rt, cudaError_t (*real)(cudaGraphExec_t, cudaStream_t),
                                                          cudaGraphExec_t e, cudaStream_t s, cudaStream_t named) {
   uint32_t id = graphs::ExecGraph(e);
   if (__builtin_expect(id == 0, 1)) return real(e, s);
-  if (__builtin_expect(detail::g_sample.enabled || graphs::AnyCapture(), 0)) return TracedLaunch(rt, real, id, e, s, named);
+  if (__builtin_expect(detail::g_sample.enabled || graphs::AnyCapture(), 0)) {
+    const BoundCall<decltype(real), cudaGraphExec_t, cudaStream_t> call{real, {e, s}};
+    return TracedGraphLaunch(rt, id, e, named, &decltype(call)::Invoke, &call);
+  }
   cudaError_t r = real(e, s);
   graphs::RecordLaunch(id, e, named, r, nullptr);
   return r;

@@ -2,6 +2,9 @@
 // hooks::name(runtime, real function, the call's arguments) → the real function's result.
 #pragma once
 
+#include <cstdint>
+#include <tuple>
+
 #include "shim/interpose/cuda_functions.h"
 #include "shim/interpose/cuda_graph_functions.h"
 #include "shim/interpose/cuda_runtime.h"
@@ -30,8 +33,19 @@ struct ApiCopy {
   uint64_t bytes = 0;
   cudaStream_t stream = nullptr;
 };
-// The real call, made exactly once by TraceApiCopy: invoke(call) returns its result.
+// The real call, made exactly once by shared code that knows neither the function nor its
+// arguments (TraceApiCopy, TracedGraphLaunch): invoke(call) returns its result.
 using InvokeReal = cudaError_t (*)(const void* call);
+// A real call bound to its arguments: BoundCall<F, A...>{real, {args...}} with &BoundCall::Invoke.
+template <typename F, typename... A>
+struct BoundCall {
+  F real;
+  std::tuple<A...> args;
+  static cudaError_t Invoke(const void* call) {
+    const auto& k = *static_cast<const BoundCall*>(call);
+    return static_cast<cudaError_t>(std::apply(k.real, k.args));  // CUresult: the same codes
+  }
+};
 // Counts, records and samples for timing a copy through the runtime copies' own PairCopy (one pair
 // counter per pair whichever API moved the bytes; capture-aware), without their fast path. Returns
 // the real call's result.
@@ -43,6 +57,23 @@ int AnsweredDevice(const CudaRuntime& rt);
 // A peer mapping from `from` to `to` appeared (set) or went away.
 void PeerMappingChanged(int from, int to, bool set);
 void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value, int attr);
+// A copy added to `graph` as a node through any API (the call returned r): recorded with the
+// graph's id when it is between two devices, as a captured copy (graphs.h).
+void RecordGraphNodeCopy(const CudaRuntime& rt, const ApiCopy& a, cudaGraph_t graph, cudaError_t r);
+// Streams made and destroyed through any API: copies on a known stream can be timed.
+void StreamCreated(const CudaRuntime& rt, cudaError_t r, const cudaStream_t* s);
+void StreamDestroying(cudaStream_t s);
+// Stream captures and graph launches, whichever API (graphs.h says what is recorded). A capture
+// begins: CaptureBeginning() before the real call, CaptureBegun(rt, stream, r) after it; it ends:
+// CaptureEnding(stream, graphs::CaptureIdOf(rt, stream) read before it, r, graph) after the real
+// end call. `stream` names the per-thread stream by
+// its handle. A launch of an exec whose graph id is not 0 goes to TracedGraphLaunch when sampling
+// or while a capture runs, else is recorded with graphs::RecordLaunch.
+void CaptureBeginning();
+void CaptureBegun(const CudaRuntime& rt, cudaStream_t stream, cudaError_t r);
+void CaptureEnding(cudaStream_t stream, unsigned long long runtime_id, cudaError_t r, const cudaGraph_t* graph);
+cudaError_t TracedGraphLaunch(const CudaRuntime& rt, uint32_t id, cudaGraphExec_t exec, cudaStream_t stream,
+                              InvokeReal invoke, const void* call);
 // The shim's wrapper of a driver function handed out by address (cuGetProcAddress,
 // cudaGetDriverEntryPoint*), or `fn` itself when the shim wraps no function there.
 void* DriverWrapperFor(void* fn);

@@ -102,6 +102,8 @@ bool FillDriverTable(CudaRuntime* r) {
   r->DriverGetVersion = DriverVersion;
   if (get(d.DeviceCanAccessPeer, "cuDeviceCanAccessPeer")) r->CanAccessPeer = DriverCanAccessPeer;
   if (get(d.DeviceGetP2PAttribute, "cuDeviceGetP2PAttribute")) r->GetP2PAttribute = DriverP2PAttribute;
+  // The 11.x-shaped form (stream, status, id) under the plain name in every driver since 10.1.
+  r->StreamGetCaptureInfo = ResolveReal("cuStreamGetCaptureInfo", Node::kDriver);
   Dl_info info{};
   r->anchor = reinterpret_cast<const void*>(d.CtxGetDevice);
   if (r->anchor != nullptr && dladdr(r->anchor, &info) != 0) r->base = info.dli_fbase;

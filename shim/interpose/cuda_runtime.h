@@ -29,7 +29,8 @@ struct CudaRuntime {
   // For the job-start check; may be null.
   cudaError_t (*CanAccessPeer)(int*, int, int);
   cudaError_t (*GetP2PAttribute)(int*, cudaDeviceP2PAttr, int, int);
-  // cudaStreamGetCaptureInfo, whose signature depends on the node (graphs.cc); null when absent.
+  // cudaStreamGetCaptureInfo (the driver: cuStreamGetCaptureInfo), whose signature depends on the
+  // node (graphs.cc); null when absent.
   void* StreamGetCaptureInfo;
   // Where the library the pointers are in was loaded (dladdr's dli_fbase), and whether it has been
   // unloaded since (set under UnloadMutex(), unload.h; the table is then replaced, never freed).

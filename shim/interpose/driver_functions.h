@@ -7,8 +7,15 @@
 
 #include <cuda.h>
 
-// cuda.h renames the entry point to its newest form; the shim wraps each form by its own name.
+// cuda.h renames entry points to their newest forms; the shim wraps each form by its own name.
 #undef cuGetProcAddress
+#undef cuStreamBeginCapture
+#undef cuStreamDestroy
+#undef cuStreamEndCapture
+#undef cuGraphInstantiate
+#undef cuGraphInstantiateWithParams
+#undef cuGraphExecUpdate
+#undef cuGraphLaunch
 
 #define P2PTRACE_DRIVER_FUNCTIONS(X)                                                                          \
   /* bookkeeping: which device owns a pointer */                                                             \
@@ -41,6 +48,38 @@
   X(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER* p), (p))                                                 \
   X(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER* p, CUstream s), (p, s))                                  \
   X(cuMemcpy3DPeerAsync_ptsz, (const CUDA_MEMCPY3D_PEER* p, CUstream s), (p, s))                             \
+  /* streams: their device, for timing */                                                                     \
+  X(cuStreamCreate, (CUstream * s, unsigned int flags), (s, flags))                                          \
+  X(cuStreamCreateWithPriority, (CUstream * s, unsigned int flags, int priority), (s, flags, priority))      \
+  X(cuStreamDestroy, (CUstream s), (s))                                                                      \
+  X(cuStreamDestroy_v2, (CUstream s), (s))                                                                   \
+  /* stream capture and graphs (graphs.h); the legacy forms keep their own arguments */                     \
+  X(cuStreamBeginCapture, (CUstream s), (s))                                                                 \
+  X(cuStreamBeginCapture_ptsz, (CUstream s), (s))                                                            \
+  X(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode m), (s, m))                                   \
+  X(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode m), (s, m))                              \
+  X(cuStreamEndCapture, (CUstream s, CUgraph * g), (s, g))                                                   \
+  X(cuStreamEndCapture_ptsz, (CUstream s, CUgraph * g), (s, g))                                              \
+  X(cuGraphInstantiate, (CUgraphExec * x, CUgraph g, CUgraphNode * e, char* log, size_t n), (x, g, e, log, n)) \
+  X(cuGraphInstantiate_v2, (CUgraphExec * x, CUgraph g, CUgraphNode * e, char* log, size_t n),               \
+    (x, g, e, log, n))                                                                                       \
+  X(cuGraphInstantiateWithFlags, (CUgraphExec * x, CUgraph g, unsigned long long f), (x, g, f))              \
+  X(cuGraphInstantiateWithParams, (CUgraphExec * x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS * p), (x, g, p)) \
+  X(cuGraphInstantiateWithParams_ptsz, (CUgraphExec * x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS * p),      \
+    (x, g, p))                                                                                               \
+  X(cuGraphExecUpdate, (CUgraphExec x, CUgraph g, CUgraphNode * e, CUgraphExecUpdateResult * u), (x, g, e, u)) \
+  X(cuGraphExecUpdate_v2, (CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo * i), (x, g, i))            \
+  X(cuGraphExecDestroy, (CUgraphExec x), (x))                                                                \
+  X(cuGraphDestroy, (CUgraph g), (g))                                                                        \
+  X(cuGraphLaunch, (CUgraphExec x, CUstream s), (x, s))                                                      \
+  X(cuGraphLaunch_ptsz, (CUgraphExec x, CUstream s), (x, s))                                                 \
+  X(cuGraphAddMemcpyNode,                                                                                    \
+    (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t nd, const CUDA_MEMCPY3D* p, CUcontext ctx),     \
+    (n, g, d, nd, p, ctx))                                                                                   \
+  X(cuGraphAddChildGraphNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t nd, CUgraph child),  \
+    (n, g, d, nd, child))                                                                                    \
+  X(cuGraphClone, (CUgraph * clone, CUgraph g), (clone, g))                                                  \
+  X(cuGraphCreate, (CUgraph * g, unsigned int flags), (g, flags))                                            \
   /* entry points: hand out the wrappers above instead of the functions they wrap */                         \
   X(cuGetProcAddress, (const char* sym, void** pfn, int version, cuuint64_t flags), (sym, pfn, version, flags)) \
   X(cuGetProcAddress_v2,                                                                                     \

@@ -12,7 +12,6 @@
 #include <atomic>
 #include <cstdint>
 #include <iterator>
-#include <tuple>
 
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
@@ -21,6 +20,8 @@
 #include "shim/interpose/memory_map.h"
 #include "shim/interpose/resolve.h"
 #include "shim/preflight.h"
+#include "shim/record/graphs.h"
+#include "shim/record/trace_writer.h"
 
 // The audit module's way of telling the shim it handed out a wrapper; the entry points say the same.
 extern "C" void p2ptrace_audit_bound(uint32_t capture_flag);
@@ -36,16 +37,8 @@ cudaError_t AsRuntime(CUresult r) { return static_cast<cudaError_t>(r); }
 
 template <typename F, typename... A>
 CUresult DriverCopy(const ApiCopy& c, F real, A... args) {
-  struct Call {
-    F real;
-    std::tuple<A...> args;
-  };
-  const Call call{real, {args...}};
-  InvokeReal invoke = [](const void* p) {
-    const Call& k = *static_cast<const Call*>(p);
-    return AsRuntime(std::apply(k.real, k.args));
-  };
-  return static_cast<CUresult>(TraceApiCopy(Driver(), c, invoke, &call));
+  const BoundCall<F, A...> call{real, {args...}};
+  return static_cast<CUresult>(TraceApiCopy(Driver(), c, &decltype(call)::Invoke, &call));
 }
 
 const void* Ptr(CUdeviceptr p) { return reinterpret_cast<const void*>(static_cast<uintptr_t>(p)); }
@@ -221,6 +214,164 @@ P2PTRACE_DRIVER_3D(cuMemcpy3DPeerAsync_ptsz, P2PTRACE_API_cuMemcpy3DPeerAsync,
                    P2PTRACE_COPY_ASYNC | P2PTRACE_COPY_PER_THREAD_STREAM, PerThread(s),
                    (const CUDA_MEMCPY3D_PEER* p, CUstream s), (p, s))
 #undef P2PTRACE_DRIVER_3D
+
+// ================================================================================================
+// Streams: a driver stream's copies and graph launches are timed like a runtime stream's.
+
+CUresult cuStreamCreate(CUresult (*real)(CUstream*, unsigned int), CUstream* s, unsigned int flags) {
+  CUresult r = real(s, flags);
+  StreamCreated(Driver(), AsRuntime(r), s);
+  return r;
+}
+CUresult cuStreamCreateWithPriority(CUresult (*real)(CUstream*, unsigned int, int), CUstream* s, unsigned int flags,
+                                    int priority) {
+  CUresult r = real(s, flags, priority);
+  StreamCreated(Driver(), AsRuntime(r), s);
+  return r;
+}
+CUresult cuStreamDestroy(CUresult (*real)(CUstream), CUstream s) {
+  StreamDestroying(s);
+  return real(s);
+}
+CUresult cuStreamDestroy_v2(CUresult (*real)(CUstream), CUstream s) {
+  StreamDestroying(s);
+  return real(s);
+}
+
+// ================================================================================================
+// Stream capture and graphs: the runtime's bookkeeping (cuda_hooks.h, graphs.h). One capture has
+// one id whichever API asks, so a driver copy is captured into a graph the runtime began, and back.
+
+template <typename F, typename... A>
+CUresult BeginCapture(F real, CUstream named, A... args) {
+  CaptureBeginning();
+  CUresult r = real(args...);
+  CaptureBegun(Driver(), named, AsRuntime(r));
+  return r;
+}
+CUresult cuStreamBeginCapture(CUresult (*real)(CUstream), CUstream s) { return BeginCapture(real, s, s); }
+CUresult cuStreamBeginCapture_ptsz(CUresult (*real)(CUstream), CUstream s) {
+  return BeginCapture(real, PerThread(s), s);
+}
+CUresult cuStreamBeginCapture_v2(CUresult (*real)(CUstream, CUstreamCaptureMode), CUstream s, CUstreamCaptureMode m) {
+  return BeginCapture(real, s, s, m);
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUresult (*real)(CUstream, CUstreamCaptureMode), CUstream s,
+                                      CUstreamCaptureMode m) {
+  return BeginCapture(real, PerThread(s), s, m);
+}
+CUresult EndCapture(CUresult (*real)(CUstream, CUgraph*), CUstream s, CUgraph* g, CUstream named) {
+  unsigned long long id = graphs::AnyCapture() ? graphs::CaptureIdOf(Driver(), named) : 0;
+  CUresult r = real(s, g);
+  CaptureEnding(named, id, AsRuntime(r), g);
+  return r;
+}
+CUresult cuStreamEndCapture(CUresult (*real)(CUstream, CUgraph*), CUstream s, CUgraph* g) {
+  return EndCapture(real, s, g, s);
+}
+CUresult cuStreamEndCapture_ptsz(CUresult (*real)(CUstream, CUgraph*), CUstream s, CUgraph* g) {
+  return EndCapture(real, s, g, PerThread(s));
+}
+
+template <typename F, typename... A>
+CUresult Instantiate(F real, CUgraphExec* x, CUgraph g, A... rest) {
+  CUresult r = real(x, g, rest...);
+  graphs::Instantiated(AsRuntime(r), x, g);
+  return r;
+}
+CUresult cuGraphInstantiate(CUresult (*real)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t), CUgraphExec* x,
+                            CUgraph g, CUgraphNode* e, char* log, size_t n) {
+  return Instantiate(real, x, g, e, log, n);
+}
+CUresult cuGraphInstantiate_v2(CUresult (*real)(CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t), CUgraphExec* x,
+                               CUgraph g, CUgraphNode* e, char* log, size_t n) {
+  return Instantiate(real, x, g, e, log, n);
+}
+CUresult cuGraphInstantiateWithFlags(CUresult (*real)(CUgraphExec*, CUgraph, unsigned long long), CUgraphExec* x,
+                                     CUgraph g, unsigned long long f) {
+  return Instantiate(real, x, g, f);
+}
+CUresult cuGraphInstantiateWithParams(CUresult (*real)(CUgraphExec*, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS*),
+                                      CUgraphExec* x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return Instantiate(real, x, g, p);
+}
+CUresult cuGraphInstantiateWithParams_ptsz(CUresult (*real)(CUgraphExec*, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS*),
+                                           CUgraphExec* x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return Instantiate(real, x, g, p);
+}
+CUresult cuGraphExecUpdate(CUresult (*real)(CUgraphExec, CUgraph, CUgraphNode*, CUgraphExecUpdateResult*),
+                           CUgraphExec x, CUgraph g, CUgraphNode* e, CUgraphExecUpdateResult* u) {
+  CUresult r = real(x, g, e, u);
+  graphs::ExecUpdated(AsRuntime(r), x, g);
+  return r;
+}
+CUresult cuGraphExecUpdate_v2(CUresult (*real)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo*), CUgraphExec x,
+                              CUgraph g, CUgraphExecUpdateResultInfo* i) {
+  CUresult r = real(x, g, i);
+  graphs::ExecUpdated(AsRuntime(r), x, g);
+  return r;
+}
+// Forgotten before the real call: afterwards the handle may already be reused.
+CUresult cuGraphExecDestroy(CUresult (*real)(CUgraphExec), CUgraphExec x) {
+  graphs::ExecDestroyed(cudaSuccess, x);
+  return real(x);
+}
+CUresult cuGraphDestroy(CUresult (*real)(CUgraph), CUgraph g) {
+  graphs::GraphDestroyed(cudaSuccess, g);
+  return real(g);
+}
+
+// Graphs built node by node: a copy node between two devices' memory, a child graph, a clone.
+CUresult cuGraphAddMemcpyNode(CUresult (*real)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_MEMCPY3D*,
+                                               CUcontext),
+                              CUgraphNode* n, CUgraph g, const CUgraphNode* d, size_t nd, const CUDA_MEMCPY3D* p,
+                              CUcontext ctx) {
+  CUresult r = real(n, g, d, nd, p, ctx);
+  if (r == CUDA_SUCCESS && p != nullptr && DeviceSide(p->srcMemoryType) && DeviceSide(p->dstMemoryType)) {
+    CUdeviceptr src = p->srcDevice + p->srcZ * p->srcPitch * p->srcHeight + p->srcY * p->srcPitch + p->srcXInBytes;
+    CUdeviceptr dst = p->dstDevice + p->dstZ * p->dstPitch * p->dstHeight + p->dstY * p->dstPitch + p->dstXInBytes;
+    ApiCopy c{P2PTRACE_API_cuGraphAddMemcpyNode, 0, Ptr(dst), Ptr(src), -1, -1,
+              static_cast<uint64_t>(p->WidthInBytes) * p->Height * p->Depth, nullptr};
+    RecordGraphNodeCopy(Driver(), c, g, AsRuntime(r));
+  }
+  return r;
+}
+CUresult cuGraphCreate(CUresult (*real)(CUgraph*, unsigned int), CUgraph* g, unsigned int flags) {
+  CUresult r = real(g, flags);
+  graphs::GraphCreated(AsRuntime(r), g);
+  return r;
+}
+CUresult cuGraphAddChildGraphNode(CUresult (*real)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraph),
+                                  CUgraphNode* n, CUgraph g, const CUgraphNode* d, size_t nd, CUgraph child) {
+  CUresult r = real(n, g, d, nd, child);
+  graphs::ChildAdded(AsRuntime(r), g, child);
+  return r;
+}
+CUresult cuGraphClone(CUresult (*real)(CUgraph*, CUgraph), CUgraph* clone, CUgraph g) {
+  CUresult r = real(clone, g);
+  graphs::Cloned(AsRuntime(r), clone, g);
+  return r;
+}
+
+// As cudaGraphLaunch: an exec the shim saw nothing captured into costs one lookup.
+inline __attribute__((always_inline)) CUresult Launch(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec x,
+                                                      CUstream s, CUstream named) {
+  uint32_t id = graphs::ExecGraph(x);
+  if (__builtin_expect(id == 0, 1)) return real(x, s);
+  if (__builtin_expect(detail::g_sample.enabled || graphs::AnyCapture(), 0)) {
+    const BoundCall<decltype(real), CUgraphExec, CUstream> call{real, {x, s}};
+    return static_cast<CUresult>(TracedGraphLaunch(Driver(), id, x, named, &decltype(call)::Invoke, &call));
+  }
+  CUresult r = real(x, s);
+  graphs::RecordLaunch(id, x, named, r, nullptr);
+  return r;
+}
+CUresult cuGraphLaunch(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec x, CUstream s) {
+  return Launch(real, x, s, s);
+}
+CUresult cuGraphLaunch_ptsz(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec x, CUstream s) {
+  return Launch(real, x, s, PerThread(s));
+}
 
 // ================================================================================================
 // Entry points: a function the driver hands out by address is the shim's wrapper where it has one.

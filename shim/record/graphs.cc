@@ -19,8 +19,7 @@ namespace {
 std::mutex g_mu;
 uint32_t g_next_id = 1;  // under g_mu
 struct Capture {
-  uintptr_t origin;
-  Node node;
+  uintptr_t origin;  // the stream that began it: a CUstream whichever API began and ends it
   unsigned long long runtime_id;  // the runtime's id of the capture sequence (0: it did not say)
   uint32_t graph_id;
   bool recorded;  // a copy or NCCL operation of it was recorded: only then are its launches
@@ -29,8 +28,14 @@ std::vector<Capture>& Captures() {  // running; under g_mu
   static auto* v = new std::vector<Capture>();
   return *v;
 }
-std::unordered_map<uintptr_t, uint32_t>& Graphs() {  // cudaGraph_t -> graph id; under g_mu
-  static auto* m = new std::unordered_map<uintptr_t, uint32_t>();
+// A graph the shim recorded work of: its id, and whether that id's work is fixed (an exec, a clone
+// or a parent took it: a node added later needs a new id, which INCLUDEs this one).
+struct GraphState {
+  uint32_t id;
+  bool fixed;
+};
+std::unordered_map<uintptr_t, GraphState>& Graphs() {  // cudaGraph_t -> its state; under g_mu
+  static auto* m = new std::unordered_map<uintptr_t, GraphState>();
   return *m;
 }
 // Exec -> graph id: read by every launch without a lock. More live execs of captured graphs than
@@ -39,11 +44,12 @@ constinit HandleTable<uint32_t, 4096> g_execs;
 std::atomic<uint64_t> g_launches{0};
 
 // The runtime's id of the capture `stream` takes part in, 0 when it is not capturing; false when
-// the runtime cannot say. cudaStreamGetCaptureInfo's plain symbol is the 11.x three-argument form
-// in cudart 11 and 12, and takes graph, dependencies and edges too in 13.
+// the runtime cannot say. The id is the driver's, so one capture has one id whichever API asks.
+// cudaStreamGetCaptureInfo's plain symbol is the 11.x three-argument form in cudart 11 and 12 (and
+// cuStreamGetCaptureInfo's in every driver), and takes graph, dependencies and edges too in 13.
 bool RuntimeCaptureId(const CudaRuntime& rt, cudaStream_t stream, unsigned long long* id) {
   if (rt.StreamGetCaptureInfo == nullptr) return false;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;  // CUstreamCaptureStatus's values
   unsigned long long seq = 0;
   cudaError_t r;
   if (rt.node == Node::kCudart13) {
@@ -71,7 +77,32 @@ void Write(uint8_t event, Fill&& fill) {
 
 uint32_t GraphIdLocked(cudaGraph_t graph) {
   auto it = Graphs().find(reinterpret_cast<uintptr_t>(graph));
-  return it == Graphs().end() ? 0 : it->second;
+  return it == Graphs().end() ? 0 : it->second.id;
+}
+
+// Its id's work is now another's too (instantiated, cloned, made a child): kept as it is.
+void FixLocked(cudaGraph_t graph) {
+  if (auto it = Graphs().find(reinterpret_cast<uintptr_t>(graph)); it != Graphs().end()) it->second.fixed = true;
+}
+
+// The id new work of `graph` goes to: its own while not fixed; else a new one, which includes the
+// old (*included = the old id, to be written as INCLUDE). A graph not known yet gets a new id.
+uint32_t GrowingIdLocked(cudaGraph_t graph, uint32_t* included) {
+  *included = 0;
+  auto [it, fresh] = Graphs().try_emplace(reinterpret_cast<uintptr_t>(graph), GraphState{0, false});
+  if (fresh || it->second.fixed) {
+    if (!fresh) *included = it->second.id;
+    it->second = {g_next_id++, false};
+  }
+  return it->second.id;
+}
+
+void WriteInclude(cudaGraph_t graph, uint32_t id, uint32_t included) {
+  Write(P2PTRACE_GRAPH_INCLUDE, [&](p2ptrace_graph_record& rec) {
+    rec.handle = reinterpret_cast<uintptr_t>(graph);
+    rec.graph_id = id;
+    rec.included_id = included;
+  });
 }
 
 }  // namespace
@@ -87,22 +118,33 @@ void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r) {
   unsigned long long id = 0;
   RuntimeCaptureId(rt, origin, &id);  // the stream just began capturing: the query cannot fail
   std::lock_guard<std::mutex> lock(g_mu);
-  Captures().push_back({reinterpret_cast<uintptr_t>(origin), rt.node, id, g_next_id++, false});
+  Captures().push_back({reinterpret_cast<uintptr_t>(origin), id, g_next_id++, false});
 }
 
-void CaptureEnded(Node node, cudaStream_t origin, cudaError_t r, cudaGraph_t graph) {
+unsigned long long CaptureIdOf(const CudaRuntime& rt, cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy) return 0;  // never captures; asking would be an error
+  KeepErrno keep;
+  unsigned long long id = 0;
+  if (!RuntimeCaptureId(rt, stream, &id) || id == ~0ull) return 0;  // invalidated: no sequence id to match
+  return id;
+}
+
+bool CaptureEnded(cudaStream_t origin, unsigned long long runtime_id, cudaError_t r, cudaGraph_t graph) {
   KeepErrno keep;
   uint32_t id = 0;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto& v = Captures();
-    auto it = std::find_if(v.begin(), v.end(), [&](const Capture& c) {
-      return c.origin == reinterpret_cast<uintptr_t>(origin) && c.node == node;
-    });
-    if (it == v.end()) return;  // not a capture the shim saw begin (or EndCapture failed before ending it)
+    // By the runtime's sequence id when it was read (two threads' per-thread streams share one
+    // handle), else by the stream that began it.
+    auto it = std::find_if(v.begin(), v.end(), [&](const Capture& c) { return runtime_id != 0 && c.runtime_id == runtime_id; });
+    if (it == v.end())
+      it = std::find_if(v.begin(), v.end(),
+                        [&](const Capture& c) { return c.origin == reinterpret_cast<uintptr_t>(origin); });
+    if (it == v.end()) return false;  // not a capture the shim saw begin
     id = it->graph_id;
     // A graph of kernels only (most of them) is not tracked: its launches cost one lookup, no record.
-    if (r == cudaSuccess && graph != nullptr && it->recorded) Graphs()[reinterpret_cast<uintptr_t>(graph)] = id;
+    if (r == cudaSuccess && graph != nullptr && it->recorded) Graphs()[reinterpret_cast<uintptr_t>(graph)] = {id, false};
     v.erase(it);
     g_captures.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -112,6 +154,7 @@ void CaptureEnded(Node node, cudaStream_t origin, cudaError_t r, cudaGraph_t gra
     rec.graph_id = id;
     rec.result = r;
   });
+  return true;
 }
 
 bool CapturedOn(const CudaRuntime& rt, cudaStream_t stream, uint32_t* graph_id) {
@@ -125,7 +168,7 @@ bool CapturedOn(const CudaRuntime& rt, cudaStream_t stream, uint32_t* graph_id) 
   *graph_id = 0;
   std::lock_guard<std::mutex> lock(g_mu);
   for (Capture& c : Captures())
-    if (c.runtime_id == id && c.node == rt.node) {
+    if (c.runtime_id == id) {  // a driver copy joins a capture the runtime began, and back
       *graph_id = c.graph_id;
       c.recorded = true;  // the caller records it now
     }
@@ -138,6 +181,7 @@ void Instantiated(cudaError_t r, const cudaGraphExec_t* exec, cudaGraph_t graph)
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if ((id = GraphIdLocked(graph)) == 0) return;  // nothing the shim recorded is in it
+    FixLocked(graph);
     g_execs.Put(reinterpret_cast<uintptr_t>(*exec), id);
   }
   KeepErrno keep;
@@ -155,6 +199,7 @@ void ExecUpdated(cudaError_t r, cudaGraphExec_t exec, cudaGraph_t graph) {
     bool known = g_execs.Lookup(e, 0) != 0;
     id = GraphIdLocked(graph);
     if (r != cudaSuccess || (!known && id == 0)) return;  // a failed update leaves the exec as it was
+    FixLocked(graph);
     if (id != 0) g_execs.Put(e, id);
     else g_execs.Erase(e);  // it now runs work the shim did not see captured
   }
@@ -188,7 +233,7 @@ void GraphDestroyed(cudaError_t r, cudaGraph_t graph) {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = Graphs().find(g);
     if (r != cudaSuccess || it == Graphs().end()) return;
-    id = it->second;
+    id = it->second.id;
     Graphs().erase(it);
   }
   KeepErrno keep;
@@ -196,6 +241,61 @@ void GraphDestroyed(cudaError_t r, cudaGraph_t graph) {
     rec.handle = g;
     rec.graph_id = id;
   });
+}
+
+void GraphCreated(cudaError_t r, const cudaGraph_t* graph) {
+  if (r != cudaSuccess || graph == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  Graphs().erase(reinterpret_cast<uintptr_t>(*graph));  // a handle reused after a destruction the shim did not see
+}
+
+void LaunchCaptured(uint32_t capture_id, uint32_t exec_graph_id, const void* exec) {
+  if (capture_id == 0 || exec_graph_id == 0) return;
+  KeepErrno keep;
+  Write(P2PTRACE_GRAPH_INCLUDE, [&](p2ptrace_graph_record& rec) {
+    rec.handle = reinterpret_cast<uintptr_t>(exec);
+    rec.graph_id = capture_id;
+    rec.included_id = exec_graph_id;
+  });
+}
+
+uint32_t NodeAdded(cudaGraph_t graph) {
+  KeepErrno keep;
+  uint32_t id, included;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    id = GrowingIdLocked(graph, &included);
+  }
+  if (included != 0) WriteInclude(graph, id, included);
+  return id;
+}
+
+void ChildAdded(cudaError_t r, cudaGraph_t parent, cudaGraph_t child) {
+  if (r != cudaSuccess) return;
+  KeepErrno keep;
+  uint32_t id, included, child_id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if ((child_id = GraphIdLocked(child)) == 0) return;  // nothing the shim recorded is in it
+    FixLocked(child);  // the parent holds a copy of the child as it is now
+    id = GrowingIdLocked(parent, &included);
+  }
+  if (included != 0) WriteInclude(parent, id, included);
+  WriteInclude(parent, id, child_id);
+}
+
+void Cloned(cudaError_t r, const cudaGraph_t* clone, cudaGraph_t original) {
+  if (r != cudaSuccess || clone == nullptr) return;
+  KeepErrno keep;
+  uint32_t id, original_id;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if ((original_id = GraphIdLocked(original)) == 0) return;
+    FixLocked(original);
+    id = g_next_id++;
+    Graphs()[reinterpret_cast<uintptr_t>(*clone)] = {id, false};
+  }
+  WriteInclude(*clone, id, original_id);
 }
 
 uint32_t ExecGraph(const void* exec) { return g_execs.Lookup(reinterpret_cast<uintptr_t>(exec), 0); }

@@ -3,12 +3,11 @@
 // into a graph is recorded once, flagged, with the graph id; each launch of an exec of that graph
 // is one GRAPH record, and readers replay the id's captured work once per launch.
 //
-// The runtime (cuda_hooks.cc) and a driver-API wrapper (cuGraphLaunch) share this: a launch is
+// The runtime's and the driver's launch wrappers share this: a launch is
 //   uint32_t id = graphs::ExecGraph(exec);            // 0: not a graph the shim saw captured
 //   if (id == 0) return real(...);
-//   TimedCopy t; bool timed = graphs::BeginLaunchTiming(rt, device, stream, &t);
-//   r = real(...);
-//   graphs::RecordLaunch(id, exec, stream, r, timed ? &t : nullptr);
+//   sampling or a capture running: TracedGraphLaunch (cuda_hooks.h: timing, a launch into a capture)
+//   else r = real(...); graphs::RecordLaunch(id, exec, stream, r, nullptr);
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -32,8 +31,12 @@ inline bool AnyCapture() { return g_captures.load(std::memory_order_relaxed) != 
 // returns sees a capture running), Started after it with its result.
 void CaptureStarting();
 void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r);
-// After cudaStreamEndCapture on `origin` (graph: what it returned, null when it failed).
-void CaptureEnded(Node node, cudaStream_t origin, cudaError_t r, cudaGraph_t graph);
+// The runtime's id of the capture `stream` takes part in (0: none, or it cannot say), read before
+// the end call to tell apart captures on two threads' per-thread streams (one handle).
+unsigned long long CaptureIdOf(const CudaRuntime& rt, cudaStream_t stream);
+// After an end call on `origin` that ended its capture (graph: what it returned, null when it
+// failed); runtime_id from CaptureIdOf. False when the shim did not see that capture begin.
+bool CaptureEnded(cudaStream_t origin, unsigned long long runtime_id, cudaError_t r, cudaGraph_t graph);
 
 // Whether `stream` is capturing now (its own capture or one it joined through an event wait),
 // asked of the runtime; *graph_id is the shim's id of that capture (0: one the shim did not see
@@ -45,6 +48,18 @@ void Instantiated(cudaError_t r, const cudaGraphExec_t* exec, cudaGraph_t graph)
 void ExecUpdated(cudaError_t r, cudaGraphExec_t exec, cudaGraph_t graph);
 void ExecDestroyed(cudaError_t r, cudaGraphExec_t exec);
 void GraphDestroyed(cudaError_t r, cudaGraph_t graph);
+
+// Graphs built node by node (trace minor 6). NodeAdded: the graph id a copy just added to `graph` as
+// a node is recorded with (a new one, INCLUDE-ing the old, when the graph's work was already taken
+// by an exec, a clone or a parent). ChildAdded and Cloned, after the real call returned r.
+uint32_t NodeAdded(cudaGraph_t graph);
+// A graph just made (cudaGraphCreate): whatever the shim knew of an earlier graph at that handle is gone.
+void GraphCreated(cudaError_t r, const cudaGraph_t* graph);
+// An exec of graph id exec_graph_id launched into a stream capturing capture_id: the capture's graph
+// holds the exec's work (INCLUDE).
+void LaunchCaptured(uint32_t capture_id, uint32_t exec_graph_id, const void* exec);
+void ChildAdded(cudaError_t r, cudaGraph_t parent, cudaGraph_t child);
+void Cloned(cudaError_t r, const cudaGraph_t* clone, cudaGraph_t original);
 
 // The graph id an exec replays, lock-free; 0 for an exec of a graph the shim did not see captured.
 uint32_t ExecGraph(const void* exec);

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/printable.h"
+#include "core/scheduler.h"
 #include "shim/record/trace_dir.h"
 
 extern char** environ;
@@ -96,6 +97,11 @@ bool Allowed(const char* kv) {
   for (const char* p : kPrefixes)
     if (std::strncmp(kv, p, std::strlen(p)) == 0) return true;
   for (const char* n : kNames) {
+    size_t len = std::strlen(n);
+    if (std::strncmp(kv, n, len) == 0 && kv[len] == '=') return true;
+  }
+  // Who started the process (job id, rank, node, pod): what the viewer's rows carry (core/scheduler.h).
+  for (const char* n : SchedulerVariables()) {
     size_t len = std::strlen(n);
     if (std::strncmp(kv, n, len) == 0 && kv[len] == '=') return true;
   }
@@ -246,7 +252,10 @@ bool TraceWriter::Open() {
     return false;
   }
   std::string host = Host(c);
-  int rank = EnvInt({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"});
+  // The launcher's rank, local rank and world size (SLURM, torchrun, Open MPI/PMIx, Kubernetes):
+  // core/scheduler.h, the same reading the viewer applies to the recorded environment.
+  const SchedulerIds ids = ReadSchedulerIds([](const char* name) -> const char* { return std::getenv(name); });
+  int rank = ids.rank;
   int pid = getpid();
   std::string base = host + ".r" + (rank >= 0 ? std::to_string(rank) : std::string("x")) + ".p" + std::to_string(pid);
   for (char& ch : base)  // a file name, whatever the host is called
@@ -302,8 +311,8 @@ bool TraceWriter::Open() {
   h->pid = pid;
   h->ppid = getppid();
   h->rank = rank;
-  h->local_rank = EnvInt({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"});
-  h->world_size = EnvInt({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
+  h->local_rank = ids.local_rank;
+  h->world_size = ids.world_size;
   h->local_world_size = EnvInt({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"});
   timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);

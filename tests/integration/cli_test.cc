@@ -367,3 +367,76 @@ TEST(NcclReport, PathBeyondTheP2pLevelIsAFallbackWithThePredictedCause) {
 }
 
 }  // namespace
+
+// export --rows of a real traced program: the shim recorded who started it (core/scheduler.h), and
+// every row carries it — a SLURM job step, then a Kubernetes pod (downward API variables).
+TEST(Rows, CarryTheSchedulersIdsTheShimRecorded) {
+  struct Case {
+    std::string name;
+    std::map<std::string, std::optional<std::string>> env;
+    std::string scheduler, job_id;
+    nlohmann::json node, pod, ns;
+    int rank;
+  };
+  std::vector<Case> cases = {
+      {"slurm", {{"SLURM_JOB_ID", "918273"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"},
+                 {"SLURMD_NODENAME", "gpu-a17"}},
+       "slurm", "918273", "gpu-a17", nullptr, nullptr, 3},
+      {"k8s", {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}, {"POD_NAME", "train-worker-2"}, {"POD_NAMESPACE", "ml"},
+               {"NODE_NAME", "gke-a3-7"}, {"TORCHELASTIC_RUN_ID", "train-7f3"}, {"RANK", "2"}, {"WORLD_SIZE", "4"}},
+       "kubernetes", "train-7f3", "gke-a3-7", "train-worker-2", "ml", 2},
+  };
+  for (const Case& c : cases) {
+    std::string dir = TempDir() + "/rows_" + c.name, rows = dir + ".ndjson";
+    auto env = SimEnv();
+    for (const char* n : {"SLURM_JOB_ID", "SLURM_PROCID", "RANK", "TORCHELASTIC_RUN_ID", "KUBERNETES_SERVICE_HOST",
+                          "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMIX_NAMESPACE"})
+      env[n] = std::nullopt;
+    for (const auto& [k, v] : c.env) env[k] = v;
+    RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", PEER_COPY, "--size", "1M", "--iters", "1"}, env);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    r = RunProgram({P2PTRACE_CLI, "export", dir, "--rows", rows});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::string text = p2ptrace::testing::ReadFile(rows);
+    size_t pairs = 0;
+    for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+      nlohmann::json row = nlohmann::json::parse(text.substr(at, nl - at));
+      EXPECT_EQ(row["schema"], "p2ptrace.rows/1");
+      if (row["kind"] != "pair") continue;
+      ++pairs;
+      EXPECT_EQ(row["scheduler"], c.scheduler) << c.name;
+      EXPECT_EQ(row["job_id"], c.job_id) << c.name;
+      EXPECT_EQ(row["scheduler_job_id"], c.job_id) << c.name;
+      EXPECT_EQ(row["node"], c.node) << c.name;
+      EXPECT_EQ(row["k8s_pod"], c.pod) << c.name;
+      EXPECT_EQ(row["k8s_namespace"], c.ns) << c.name;
+      EXPECT_EQ(row["src_rank"], c.rank) << c.name;
+      EXPECT_EQ(row["trace_job_id"], "rows_" + c.name) << c.name;  // the trace directory's name
+      EXPECT_TRUE(row["class_used"] == "nvlink" || row["class_used"] == "host_staged") << row.dump();
+      EXPECT_EQ(row["source"], "cuda");
+      EXPECT_EQ(row["src_model"], "NVIDIA H100 80GB HBM3");  // the job-start probe's NVML names
+      EXPECT_EQ(row["gpu_models"], nlohmann::json::array({"NVIDIA H100 80GB HBM3"}));
+      EXPECT_FALSE(row["seconds"].is_null());  // --iters 1: the timed copy of each cell
+    }
+    EXPECT_EQ(pairs, 24u * 2 + 32u) << c.name;  // as the report: in-island pairs both ways, cross-island staged only
+  }
+  // Timing off: the same pairs, but no time, rate or cost was measured — null, never 0.
+  std::string dir = TempDir() + "/rows_untimed", rows = dir + ".ndjson";
+  auto env = SimEnv();
+  env["P2PTRACE_SAMPLE"] = "off";
+  ASSERT_EQ(RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", PEER_COPY, "--size", "1M", "--iters", "1"}, env)
+                .exit_code, 0);
+  ASSERT_EQ(RunProgram({P2PTRACE_CLI, "export", dir, "--rows", rows}).exit_code, 0);
+  std::string text = p2ptrace::testing::ReadFile(rows);
+  size_t pairs = 0;
+  for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    nlohmann::json row = nlohmann::json::parse(text.substr(at, nl - at));
+    ++pairs;
+    EXPECT_GT(row["bytes"].get<uint64_t>(), 0u);  // counted exactly…
+    EXPECT_EQ(row["timed_calls"], 0);
+    EXPECT_TRUE(row["seconds"].is_null()) << row.dump();  // …but never timed
+    EXPECT_TRUE(row["gbps"].is_null()) << row.dump();
+    EXPECT_TRUE(row["lost_seconds"].is_null()) << row.dump();
+  }
+  EXPECT_EQ(pairs, 24u * 2 + 32u);
+}

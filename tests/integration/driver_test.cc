@@ -35,7 +35,7 @@ const std::string kShim = std::string(P2PTRACE_LIB_DIR) + "/libp2ptrace.so";
 
 enum class Mode { kBare, kRun, kPreloadOnly };
 
-RunResult Job(const std::string& dir, Mode mode) {
+RunResult Job(const std::string& dir, Mode mode, const char* arg = nullptr) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   Env env{{"P2PTRACE_SAMPLE", std::nullopt}, {"P2PTRACE_DIR", std::nullopt}, {"CUDA_VISIBLE_DEVICES", std::nullopt},
@@ -49,6 +49,7 @@ RunResult Job(const std::string& dir, Mode mode) {
   }
   for (const char* a : {P2PSIM, "launch", "--topology", kMixed.c_str(), "--hosts", "node0:1", "--", DRIVER_WORKLOAD})
     cmd.push_back(a);
+  if (arg != nullptr) cmd.push_back(arg);
   return RunProgram(cmd, env);
 }
 
@@ -91,16 +92,34 @@ std::string Printed(const std::string& out) {
   return lines;
 }
 
+// The program ran to its end, every destination equal to its source, and the traced run printed
+// exactly what the bare one did.
+void ExpectSameBareAndTraced(const RunResult& bare, const RunResult& traced) {
+  ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
+  EXPECT_NE(bare.out.find("[rank 0] done\n"), std::string::npos) << bare.out;
+  EXPECT_EQ(bare.out.find("DIFFERENT"), std::string::npos) << bare.out;
+  EXPECT_EQ(traced.exit_code, 0) << traced.err;
+  EXPECT_EQ(Printed(traced.out), Printed(bare.out));
+}
+
+// One run of `driver_workload MODE`, bare and under `p2ptrace run`, for a whole suite.
+template <const char* kMode>
+class ModeJobs : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = TempDir() + "/driver-" + kMode;
+    bare_ = Job(dir_ + "/bare", Mode::kBare, kMode);
+    run_ = Job(dir_ + "/run", Mode::kRun, kMode);
+  }
+  static inline std::string dir_;
+  static inline RunResult bare_, run_;
+};
+
 TEST_F(Driver, RunsAndPrintsTheSameBareAndTraced) {
-  ASSERT_EQ(bare_.exit_code, 0) << bare_.out << bare_.err;
-  EXPECT_NE(bare_.out.find("[rank 0] done\n"), std::string::npos) << bare_.out;
-  EXPECT_EQ(bare_.out.find("DIFFERENT"), std::string::npos) << bare_.out;
+  ExpectSameBareAndTraced(bare_, run_);
+  ExpectSameBareAndTraced(bare_, preload_);
   // The simulated driver refuses a null context as the real one does.
   EXPECT_NE(bare_.out.find("cuMemcpyPeer bad context 201\n"), std::string::npos) << bare_.out;
-  EXPECT_EQ(run_.exit_code, 0) << run_.err;
-  EXPECT_EQ(Printed(run_.out), Printed(bare_.out));
-  EXPECT_EQ(preload_.exit_code, 0) << preload_.err;
-  EXPECT_EQ(Printed(preload_.out), Printed(bare_.out));
 }
 
 // The program's copies (driver_workload.c's table), each once: the runtime's cudaMemcpyPeer 1->2
@@ -188,8 +207,142 @@ TEST_F(Driver, ReportNamesTheDriverPathAndThePairsClasses) {
   EXPECT_NE(text.out.find("2 copies (1 by the driver API)"), std::string::npos) << text.out;
 }
 
+// Graphs through the driver (driver_workload.c's Graphs()): captures begun with
+// cuStreamBeginCapture and with cudaStreamBeginCapture, each holding driver and runtime copies,
+// instantiated by the three-argument, legacy five-argument and runtime forms, launched by
+// cuGraphLaunch, through cuGetProcAddress and by cudaGraphLaunch, one exec updated, one capture
+// invalidated. Each captured copy counts once per launch, under the API that captured it.
+constexpr char kGraphMode[] = "graph", kNodesMode[] = "nodes";
+class DriverGraphs : public ModeJobs<kGraphMode> {};
+
+TEST_F(DriverGraphs, RunsAndPrintsTheSameBareAndTraced) {
+  ExpectSameBareAndTraced(bare_, run_);
+  // The simulated driver's answers, as the real driver's: a query invalidates the capture, which
+  // then ends with 901 and no graph; the legacy instantiate clears its error node and log.
+  EXPECT_NE(bare_.out.find("cuStreamQuery while capturing 900\n"), std::string::npos) << bare_.out;
+  EXPECT_NE(bare_.out.find("cuStreamEndCapture invalidated 901 null\n"), std::string::npos) << bare_.out;
+  EXPECT_NE(bare_.out.find("instantiate error node null log ''\n"), std::string::npos) << bare_.out;
+}
+
+TEST_F(DriverGraphs, EachCapturedCopyCountsOncePerLaunch) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json rep = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(rep.is_discarded());
+  std::map<std::string, std::string> got;
+  for (const json& p : rep["pairs"])
+    got[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] =
+        std::to_string(p["calls"].get<uint64_t>()) + " " + std::to_string(p["bytes"].get<uint64_t>()) + " graph " +
+        std::to_string(p["graph_calls"].get<uint64_t>()) + " " + std::to_string(p["graph_bytes"].get<uint64_t>()) + " " +
+        p["apis"].dump();
+  auto row = [](uint64_t calls, uint64_t bytes, const char* api) {
+    std::string n = std::to_string(calls) + " " + std::to_string(bytes);
+    return n + " graph " + n + " {\"" + api + "\":{\"bytes\":" + std::to_string(bytes) + ",\"calls\":" +
+           std::to_string(calls) + "}}";
+  };
+  std::map<std::string, std::string> want = {
+      {"0->1", row(5, 5 * 64 * KiB, "cuMemcpyPeerAsync")},       // A: 4 linked launches + 1 through cuGetProcAddress
+      {"1->2", row(5, 5 * 32 * KiB, "cuMemcpyDtoDAsync")},       // A
+      {"2->0", row(3, 3 * 16 * KiB, "cuMemcpyAsync")},           // B: a driver copy in a runtime capture
+      {"0->2", row(3, 3 * 8 * KiB, "cudaMemcpyPeerAsync")},      // B
+      {"1->0", row(3, 2 * 4 * KiB + 2 * KiB, "cudaMemcpyPeerAsync")}};  // C: 2 launches, then 1 of the update
+  EXPECT_EQ(got, want) << rep["pairs"].dump();
+  // A pair only the driver copied is told in the driver's terms, its fix included.
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace"}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("5 cuMemcpy* calls (320.0 KiB) from GPU 0000:18:00.0 to GPU 0000:2a:00.0 went through host "
+                          "memory; cuCtxEnablePeerAccess was never called"),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("3 cudaMemcpy* calls (24.0 KiB) from GPU 0000:18:00.0 to GPU 0000:3a:00.0"), std::string::npos);
+  EXPECT_NE(text.out.find("fix: enable peer access before copying: with each device's context current, "
+                          "cuCtxEnablePeerAccess(ctx_b, 0)"),
+            std::string::npos);
+  EXPECT_NE(text.out.find("5 copies (5 by the driver API)"), std::string::npos);
+  EXPECT_TRUE(rep["capture"]["driver"].get<bool>());
+  EXPECT_TRUE(rep["capture"]["driver_via_entry_point"].get<bool>());
+}
+
+// The trace: every launch recorded against its capture, the invalidated capture's copy never
+// replayed, driver launches on driver streams sampled for timing (P2PTRACE_SAMPLE's first 8).
+TEST_F(DriverGraphs, TraceHoldsEveryLaunchAndTimesTheFirst) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::map<int, int> launches;  // graph id -> successful launches
+  int timed = 0, failed_captures = 0, captured_copies = 0;
+  for (const auto& rec : t.records) {
+    if (const auto* g = std::get_if<p2ptrace_graph_record>(&rec.body)) {
+      if (g->event == P2PTRACE_GRAPH_LAUNCH && g->result == 0) ++launches[static_cast<int>(g->graph_id)];
+      if (g->event == P2PTRACE_GRAPH_LAUNCH && (g->flags & P2PTRACE_GRAPH_TIMED)) ++timed;
+      if (g->event == P2PTRACE_GRAPH_END_CAPTURE && g->result != 0) ++failed_captures;
+    }
+    if (const auto* c = std::get_if<p2ptrace_copy_record>(&rec.body))
+      if (c->flags & P2PTRACE_COPY_CAPTURED) ++captured_copies;
+  }
+  EXPECT_EQ(launches, (std::map<int, int>{{1, 5}, {2, 3}, {3, 2}, {4, 1}}));
+  // The first 8 launches are sampled: A's 5 (the driver's, on a driver stream) are timed; B's 3
+  // (cudaGraphLaunch on a driver stream) are not: the runtime's events cannot be trusted to record
+  // on a stream of a context the program may have made itself.
+  EXPECT_EQ(timed, 5);
+  EXPECT_EQ(failed_captures, 1);
+  EXPECT_EQ(captured_copies, 7);  // A 2, B 2, C 1, C' 1, the invalidated capture's 1
+  // Nothing of the graphs reached the pair counters: replays are the readers' work.
+  EXPECT_EQ(CounterCells(t), std::vector<std::string>{});
+}
+
+// Graphs built node by node (driver_workload.c's Nodes()): copy nodes through both APIs, a graph
+// that grows after an exec was made of it (the exec keeps what it had), a clone and a clone of it,
+// a child graph added twice, an exec launched into a capture.
+class DriverNodes : public ModeJobs<kNodesMode> {};
+
+TEST_F(DriverNodes, RunsAndPrintsTheSameBareAndTraced) { ExpectSameBareAndTraced(bare_, run_); }
+
+TEST_F(DriverNodes, EachCopyNodeCountsOncePerLaunchOfEveryGraphHoldingIt) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json rep = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(rep.is_discarded());
+  std::map<std::string, std::string> got;
+  for (const json& p : rep["pairs"])
+    got[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] =
+        p["transport"].get<std::string>() + " " + std::to_string(p["calls"].get<uint64_t>()) + " " +
+        std::to_string(p["bytes"].get<uint64_t>()) + " graph " + std::to_string(p["graph_calls"].get<uint64_t>()) +
+        " " + p["apis"].dump();
+  // G1's first exec: 3 launches of its first two copies; the grown G1: 3 launches of three; the
+  // clone: 1; G3 (one node of its own and G1 as a child twice): 2 launches; the clone of the clone:
+  // 1; the capture holding a launch of the clone's exec: 1. The host-to-device node is no pair.
+  std::map<std::string, std::string> want = {
+      {"0->1", "host_staged 13 106496 graph 13 {\"cudaGraphAddMemcpyNode1D\":{\"bytes\":106496,\"calls\":13}}"},
+      {"2->1", "host_staged 13 53248 graph 13 {\"cudaGraphAddMemcpyNode\":{\"bytes\":53248,\"calls\":13}}"},
+      {"0->2", "host_staged 10 20480 graph 10 {\"cudaGraphAddMemcpyNode1D\":{\"bytes\":20480,\"calls\":10}}"},
+      {"1->0", "host_staged 2 32768 graph 2 {\"cuGraphAddMemcpyNode\":{\"bytes\":32768,\"calls\":2}}"}};
+  EXPECT_EQ(got, want) << rep["pairs"].dump();
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace"}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("13 calls (104.0 KiB) from graph replays"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("2 copies (2 by the driver API)"), std::string::npos) << text.out;
+}
+
+// The trace says how the graphs were made: a new id for the grown G1 that includes the old one,
+// the clone's and G3's includes (G3's of the grown G1, which the child node copied).
+TEST_F(DriverNodes, TraceRecordsWhichGraphHoldsWhich) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::vector<std::string> includes;
+  int node_copies = 0;
+  for (const auto& rec : t.records) {
+    if (const auto* g = std::get_if<p2ptrace_graph_record>(&rec.body); g && g->event == P2PTRACE_GRAPH_INCLUDE)
+      includes.push_back(std::to_string(g->graph_id) + "<" + std::to_string(g->included_id));
+    if (const auto* c = std::get_if<p2ptrace_copy_record>(&rec.body); c && (c->flags & P2PTRACE_COPY_CAPTURED)) {
+      ++node_copies;
+      EXPECT_EQ(c->stream, 0u);
+    }
+  }
+  // The grown G1, the clone, G3's two child nodes, the clone of the clone, the capture's launch.
+  EXPECT_EQ(includes, (std::vector<std::string>{"2<1", "3<2", "4<2", "4<2", "5<3", "6<3"}));
+  EXPECT_EQ(node_copies, 4);
+  EXPECT_EQ(CounterCells(t), std::vector<std::string>{});
+}
+
 // The toolkit's stub libcuda (a real NVIDIA library) answers every call with
-// CUDA_ERROR_STUB_LIBRARY: through the shim each wrapped function returns exactly that, and writes
+// CUDA_ERROR_STUB_LIBRARY: through the shim each wrapped function (copies, streams, captures,
+// graphs) returns exactly that, and writes
 // nothing the stub did not (the program prints every result and out-parameter).
 TEST(DriverStub, ErrorsPassThroughExactly) {
   std::string dir = TempDir() + "/driver-stub";
@@ -202,6 +355,8 @@ TEST(DriverStub, ErrorsPassThroughExactly) {
   ASSERT_EQ(bare.exit_code, 0) << bare.err;
   EXPECT_NE(bare.out.find("cuMemcpyPeer 34\n"), std::string::npos) << bare.out;
   EXPECT_NE(bare.out.find("cuMemcpyDtoDAsync 34\n"), std::string::npos) << bare.out;
+  EXPECT_NE(bare.out.find("cuGraphLaunch 34\n"), std::string::npos) << bare.out;
+  EXPECT_NE(bare.out.find("cuStreamEndCapture 34 untouched\n"), std::string::npos) << bare.out;
   env["LD_PRELOAD"] = kShim;
   env["P2PTRACE_DIR"] = dir + "/trace";
   RunResult traced = RunProgram({DRIVER_WORKLOAD, "errors"}, env);

@@ -12,6 +12,9 @@
  *               cudaMemcpyPeer 32 KiB                                                   host-staged
  *   GPU 2 -> 1  cuMemcpy3DPeer 1024 x 4 x 2 = 8 KiB                                     host-staged
  *   GPU 1 -> 0  cuMemcpyDtoDAsync (dlsym on libcuda, RTLD_LOCAL) 16 KiB                 direct
+ *
+ * With the argument `graph`, see Graphs(): copies captured into CUDA graphs through the driver;
+ * `nodes`, see Nodes(): graphs built node by node.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -51,9 +54,25 @@ static void Same(const char* what, CUdeviceptr dst, size_t doff, CUdeviceptr src
   free(b);
 }
 
+/* Each of 3 GPUs' primary context and a SIZE buffer filled with the pattern of seed d * mul + add;
+ * leaves GPU 0's context current (driver and runtime). */
+static void SetUp3(CUcontext ctx[3], CUdeviceptr buf[3], unsigned mul, unsigned add) {
+  for (int d = 0; d < 3; ++d) {
+    Check("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&ctx[d], d));
+    Check("cuCtxSetCurrent", cuCtxSetCurrent(ctx[d]));
+    Check("cuMemAlloc", cuMemAlloc(&buf[d], SIZE));
+    Fill(buf[d], (unsigned)d * mul + add);
+  }
+  Check("cuCtxSetCurrent", cuCtxSetCurrent(ctx[0]));
+}
+
 typedef CUresult (*PeerAsyncFn)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
 typedef CUresult (*DtoDFn)(CUdeviceptr, CUdeviceptr, size_t);
 typedef CUresult (*DtoDAsyncFn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+
+/* The legacy five-argument instantiate, still exported (cuda.h now names cuGraphInstantiate the
+ * three-argument WithFlags form). */
+CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_size);
 
 /* `errors`: every wrapped driver function once, with arguments a driver refuses or that need no GPU,
  * each result printed (the toolkit's stub libcuda answers 34 to all; the shim must pass each on). */
@@ -77,6 +96,24 @@ static int Errors(void) {
   printf("cuMemcpyDtoDAsync %d\n", (int)cuMemcpyDtoDAsync(0x1000, 0x2000, 64, NULL));
   printf("cuMemcpy3DPeer %d\n", (int)cuMemcpy3DPeer(NULL));
   printf("cuMemcpy3DPeerAsync %d\n", (int)cuMemcpy3DPeerAsync(NULL, NULL));
+  CUstream st = (CUstream)&p;
+  printf("cuStreamCreate %d %s\n", (int)cuStreamCreate(&st, 0), st == (CUstream)&p ? "untouched" : "set");
+  printf("cuStreamCreateWithPriority %d\n", (int)cuStreamCreateWithPriority(&st, 0, 0));
+  printf("cuStreamDestroy %d\n", (int)cuStreamDestroy(NULL));
+  printf("cuStreamBeginCapture %d\n", (int)cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  CUgraph g = (CUgraph)&p;
+  printf("cuStreamEndCapture %d %s\n", (int)cuStreamEndCapture(NULL, &g), g == (CUgraph)&p ? "untouched" : "set");
+  CUgraphExec x = (CUgraphExec)&p;
+  printf("cuGraphInstantiate %d %s\n", (int)cuGraphInstantiate(&x, NULL, 0), x == (CUgraphExec)&p ? "untouched" : "set");
+  printf("cuGraphInstantiate_v2 %d\n", (int)cuGraphInstantiate_v2(&x, NULL, NULL, NULL, 0));
+  CUDA_GRAPH_INSTANTIATE_PARAMS ip;
+  memset(&ip, 0, sizeof ip);
+  printf("cuGraphInstantiateWithParams %d\n", (int)cuGraphInstantiateWithParams(&x, NULL, &ip));
+  CUgraphExecUpdateResultInfo info;
+  printf("cuGraphExecUpdate %d\n", (int)cuGraphExecUpdate(NULL, NULL, &info));
+  printf("cuGraphExecDestroy %d\n", (int)cuGraphExecDestroy(NULL));
+  printf("cuGraphDestroy %d\n", (int)cuGraphDestroy(NULL));
+  printf("cuGraphLaunch %d\n", (int)cuGraphLaunch(NULL, NULL));
   void* fn = (void*)&Errors;
   CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SUCCESS;
   printf("cuGetProcAddress %d %s %d\n", (int)cuGetProcAddress("cuMemcpyPeer", &fn, 12000, 0, &q),
@@ -84,9 +121,237 @@ static int Errors(void) {
   return 0;
 }
 
+typedef CUresult (*GraphLaunchFn)(CUgraphExec, CUstream);
+
+/* `graph` (3 GPUs): copies captured into graphs through the driver and launched many times, as
+ * XLA's command buffers do. What each launch moves (driver_test.cc asserts it, times the launches):
+ *   A  driver capture (cuStreamBeginCapture_v2) on a driver stream: cuMemcpyPeerAsync 0->1 64 KiB,
+ *      cuMemcpyDtoDAsync 1->2 32 KiB; instantiated with cuGraphInstantiateWithFlags; launched 4 times
+ *      with cuGraphLaunch and once through cuGetProcAddress("cuGraphLaunch", per-thread flag): 5.
+ *   B  runtime capture (cudaStreamBeginCapture) on the same kind of stream: a driver cuMemcpyAsync
+ *      2->0 16 KiB and a runtime cudaMemcpyPeerAsync 0->2 8 KiB; cudaGraphInstantiate,
+ *      cudaGraphLaunch 3 times.
+ *   C  driver capture: a runtime cudaMemcpyPeerAsync 1->0 4 KiB; the legacy cuGraphInstantiate_v2,
+ *      cuGraphLaunch twice, then cuGraphExecUpdate_v2 from a second capture of the same shape
+ *      (1->0 2 KiB) and one more launch.
+ * Then a capture invalidated (cuStreamQuery on a capturing stream is illegal) ends with no
+ * graph, and everything is destroyed. Each destination is checked after the launches. */
+static int Graphs(void) {
+  Check("cuInit", cuInit(0));
+  CUcontext ctx[3];
+  CUdeviceptr buf[3];
+  SetUp3(ctx, buf, 17u, 3u);
+  Check("cudaSetDevice", cudaSetDevice(0));
+  CUstream s;
+  Check("cuStreamCreate", cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+
+  /* A */
+  CUgraph ga = NULL;
+  CUgraphExec xa = NULL;
+  Check("cuStreamBeginCapture", cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  Check("cuMemcpyPeerAsync (captured)", cuMemcpyPeerAsync(buf[1], ctx[1], buf[0], ctx[0], 64 * KiB, s));
+  Check("cuMemcpyDtoDAsync (captured)", cuMemcpyDtoDAsync(buf[2], buf[1] + 64 * KiB, 32 * KiB, s));
+  Check("cuStreamEndCapture", cuStreamEndCapture(s, &ga));
+  Check("cuGraphInstantiate", cuGraphInstantiate(&xa, ga, 0));
+  for (int i = 0; i < 4; ++i) Check("cuGraphLaunch", cuGraphLaunch(xa, s));
+  GraphLaunchFn launch = NULL;
+  CUdriverProcAddressQueryResult q;
+  Check("cuGetProcAddress cuGraphLaunch",
+        cuGetProcAddress("cuGraphLaunch", (void**)&launch, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q));
+  Check("cuGraphLaunch (entry point)", launch != NULL ? launch(xa, s) : 1);
+  Check("cuStreamSynchronize", cuStreamSynchronize(s));
+  Same("A 0->1", buf[1], 0, buf[0], 0, 64 * KiB);
+  Same("A 1->2", buf[2], 0, buf[1], 64 * KiB, 32 * KiB);
+
+  /* B */
+  CUstream s2;
+  Check("cuStreamCreate", cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  cudaGraph_t gb = NULL;
+  cudaGraphExec_t xb = NULL;
+  Check("cudaStreamBeginCapture", cudaStreamBeginCapture((cudaStream_t)s2, cudaStreamCaptureModeThreadLocal));
+  Check("cuMemcpyAsync (captured)", cuMemcpyAsync(buf[0] + MiB, buf[2] + MiB, 16 * KiB, s2));
+  Check("cudaMemcpyPeerAsync (captured)",
+        cudaMemcpyPeerAsync((void*)(buf[2] + 1280 * KiB), 2, (const void*)(buf[0] + 1280 * KiB), 0, 8 * KiB,
+                            (cudaStream_t)s2));
+  Check("cudaStreamEndCapture", cudaStreamEndCapture((cudaStream_t)s2, &gb));
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&xb, gb, 0));
+  for (int i = 0; i < 3; ++i) Check("cudaGraphLaunch", cudaGraphLaunch(xb, (cudaStream_t)s2));
+  Check("cuStreamSynchronize", cuStreamSynchronize(s2));
+  Same("B 2->0", buf[0], MiB, buf[2], MiB, 16 * KiB);
+  Same("B 0->2", buf[2], 1280 * KiB, buf[0], 1280 * KiB, 8 * KiB);
+
+  /* C */
+  CUgraph gc = NULL, gc2 = NULL;
+  CUgraphExec xc = NULL;
+  Check("cuStreamBeginCapture", cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  Check("cudaMemcpyPeerAsync (captured)",
+        cudaMemcpyPeerAsync((void*)(buf[0] + 1536 * KiB), 0, (const void*)(buf[1] + 1536 * KiB), 1, 4 * KiB,
+                            (cudaStream_t)s));
+  Check("cuStreamEndCapture", cuStreamEndCapture(s, &gc));
+  CUgraphNode error_node = (CUgraphNode)&error_node;
+  char log[16] = "untouched";
+  Check("cuGraphInstantiate_v2", cuGraphInstantiate_v2(&xc, gc, &error_node, log, sizeof log));
+  printf("instantiate error node %s log '%s'\n", error_node == NULL ? "null" : "set", log);
+  for (int i = 0; i < 2; ++i) Check("cuGraphLaunch", cuGraphLaunch(xc, s));
+  Check("cuStreamBeginCapture", cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  Check("cudaMemcpyPeerAsync (captured)",
+        cudaMemcpyPeerAsync((void*)(buf[0] + 1600 * KiB), 0, (const void*)(buf[1] + 1600 * KiB), 1, 2 * KiB,
+                            (cudaStream_t)s));
+  Check("cuStreamEndCapture", cuStreamEndCapture(s, &gc2));
+  CUgraphExecUpdateResultInfo info;
+  Check("cuGraphExecUpdate", cuGraphExecUpdate(xc, gc2, &info));
+  printf("update result %d\n", (int)info.result);
+  Check("cuGraphLaunch", cuGraphLaunch(xc, s));
+  Check("cuStreamSynchronize", cuStreamSynchronize(s));
+  Same("C 1->0", buf[0], 1536 * KiB, buf[1], 1536 * KiB, 4 * KiB);
+  Same("C' 1->0", buf[0], 1600 * KiB, buf[1], 1600 * KiB, 2 * KiB);
+
+  /* An invalidated capture: querying a capturing stream is illegal; the capture ends without a graph. */
+  CUgraph gd = (CUgraph)&gd;
+  Check("cuStreamBeginCapture", cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  Check("cuMemcpyPeerAsync (captured, then invalidated)", cuMemcpyPeerAsync(buf[2], ctx[2], buf[0], ctx[0], 4 * KiB, s));
+  printf("cuStreamQuery while capturing %d\n", (int)cuStreamQuery(s));
+  int ended = (int)cuStreamEndCapture(s, &gd);
+  printf("cuStreamEndCapture invalidated %d %s\n", ended, gd == NULL ? "null" : "set");
+
+  Check("cuGraphExecDestroy", cuGraphExecDestroy(xa));
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(xb));
+  Check("cuGraphExecDestroy", cuGraphExecDestroy(xc));
+  Check("cuGraphDestroy", cuGraphDestroy(ga));
+  Check("cudaGraphDestroy", cudaGraphDestroy(gb));
+  Check("cuGraphDestroy", cuGraphDestroy(gc));
+  Check("cuGraphDestroy", cuGraphDestroy(gc2));
+  Check("cuStreamDestroy", cuStreamDestroy(s));
+  Check("cuStreamDestroy", cuStreamDestroy(s2));
+  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
+  printf("%s\n", g_failed ? "FAILED" : "done");
+  return g_failed;
+}
+
+/* `nodes` (3 GPUs): graphs built node by node, through both APIs. What each launch moves
+ * (driver_test.cc asserts the totals):
+ *   G1  cudaGraphCreate; a host->device 1D node (not GPU to GPU); cudaGraphAddMemcpyNode1D 0->1 8 KiB;
+ *       cudaGraphAddMemcpyNode (3D parameters, pitched, 1024 x 4) 2->1 4 KiB. Exec x1, launched twice.
+ *       Then a 1D node 0->2 2 KiB is added (x1 keeps the two copies it was made with); exec x2 of
+ *       the grown graph launched 3 times, x1 once more.
+ *   G2  cudaGraphClone of G1 (its three copies), instantiated and launched once.
+ *   G3  cuGraphCreate; cuGraphAddMemcpyNode 1->0 16 KiB; cuGraphAddChildGraphNode with G1 as the
+ *       child twice (its three copies, twice); cuGraphInstantiate, cuGraphLaunch twice.
+ *   G4  cuGraphClone of G2 (a clone of a clone), launched once.
+ *   G5  a capture into which G2's exec is launched (cudaGraphLaunch on the capturing stream: the
+ *       new graph holds G2's work), instantiated and launched once.
+ * Totals: 0->1 13 x 8 KiB, 2->1 13 x 4 KiB, 0->2 10 x 2 KiB, 1->0 2 x 16 KiB. */
+static int Nodes(void) {
+  Check("cuInit", cuInit(0));
+  CUcontext ctx[3];
+  CUdeviceptr buf[3];
+  SetUp3(ctx, buf, 23u, 5u);
+  Check("cudaSetDevice", cudaSetDevice(0));
+  CUstream s;
+  Check("cuStreamCreate", cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  static unsigned char host[KiB];
+  memset(host, 9, sizeof host);
+
+  /* G1 */
+  cudaGraph_t g1 = NULL;
+  cudaGraphNode_t n = NULL;
+  Check("cudaGraphCreate", cudaGraphCreate(&g1, 0));
+  Check("cudaGraphAddMemcpyNode1D h2d", cudaGraphAddMemcpyNode1D(&n, g1, NULL, 0, (void*)(buf[0] + 1900 * KiB), host,
+                                                                 sizeof host, cudaMemcpyHostToDevice));
+  Check("cudaGraphAddMemcpyNode1D", cudaGraphAddMemcpyNode1D(&n, g1, NULL, 0, (void*)buf[1], (const void*)buf[0],
+                                                             8 * KiB, cudaMemcpyDefault));
+  struct cudaMemcpy3DParms p3;
+  memset(&p3, 0, sizeof p3);
+  p3.srcPtr.ptr = (void*)(buf[2] + 64 * KiB);
+  p3.dstPtr.ptr = (void*)(buf[1] + 64 * KiB);
+  p3.srcPtr.pitch = p3.dstPtr.pitch = 1024;
+  p3.srcPtr.xsize = p3.dstPtr.xsize = 1024;
+  p3.srcPtr.ysize = p3.dstPtr.ysize = 4;
+  p3.extent.width = 1024;
+  p3.extent.height = 4;
+  p3.extent.depth = 1;
+  p3.kind = cudaMemcpyDeviceToDevice;
+  Check("cudaGraphAddMemcpyNode", cudaGraphAddMemcpyNode(&n, g1, NULL, 0, &p3));
+  cudaGraphExec_t x1 = NULL, x2 = NULL;
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x1, g1, 0));
+  for (int i = 0; i < 2; ++i) Check("cudaGraphLaunch", cudaGraphLaunch(x1, (cudaStream_t)s));
+  Check("cudaGraphAddMemcpyNode1D (after instantiating)",
+        cudaGraphAddMemcpyNode1D(&n, g1, NULL, 0, (void*)(buf[2] + 128 * KiB), (const void*)(buf[0] + 128 * KiB),
+                                 2 * KiB, cudaMemcpyDeviceToDevice));
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x2, g1, 0));
+  for (int i = 0; i < 3; ++i) Check("cudaGraphLaunch", cudaGraphLaunch(x2, (cudaStream_t)s));
+  Check("cudaGraphLaunch (the first exec)", cudaGraphLaunch(x1, (cudaStream_t)s));
+  Check("cuStreamSynchronize", cuStreamSynchronize(s));
+  Same("G1 0->1", buf[1], 0, buf[0], 0, 8 * KiB);
+  Same("G1 2->1", buf[1], 64 * KiB, buf[2], 64 * KiB, 4 * KiB);
+  Same("G1 0->2", buf[2], 128 * KiB, buf[0], 128 * KiB, 2 * KiB);
+
+  /* G2 */
+  cudaGraph_t g2 = NULL;
+  cudaGraphExec_t x3 = NULL;
+  Check("cudaGraphClone", cudaGraphClone(&g2, g1));
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x3, g2, 0));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x3, (cudaStream_t)s));
+
+  /* G3 */
+  CUgraph g3 = NULL;
+  CUgraphNode cn = NULL;
+  Check("cuGraphCreate", cuGraphCreate(&g3, 0));
+  CUDA_MEMCPY3D c3;
+  memset(&c3, 0, sizeof c3);
+  c3.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+  c3.srcDevice = buf[1] + 256 * KiB;
+  c3.srcPitch = 16 * KiB;
+  c3.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c3.dstDevice = buf[0] + 256 * KiB;
+  c3.dstPitch = 16 * KiB;
+  c3.WidthInBytes = 16 * KiB;
+  c3.Height = 1;
+  c3.Depth = 1;
+  Check("cuGraphAddMemcpyNode", cuGraphAddMemcpyNode(&cn, g3, NULL, 0, &c3, ctx[0]));
+  Check("cuGraphAddChildGraphNode", cuGraphAddChildGraphNode(&cn, g3, NULL, 0, (CUgraph)g1));
+  Check("cuGraphAddChildGraphNode (again)", cuGraphAddChildGraphNode(&cn, g3, NULL, 0, (CUgraph)g1));
+  CUgraphExec x4 = NULL;
+  Check("cuGraphInstantiate", cuGraphInstantiate(&x4, g3, 0));
+  for (int i = 0; i < 2; ++i) Check("cuGraphLaunch", cuGraphLaunch(x4, s));
+  Check("cuStreamSynchronize", cuStreamSynchronize(s));
+  Same("G3 1->0", buf[0], 256 * KiB, buf[1], 256 * KiB, 16 * KiB);
+
+  /* G4: a clone of the clone; G5: a capture into which G2's exec is launched. */
+  CUgraph g4 = NULL, g5 = NULL;
+  CUgraphExec x5 = NULL, x6 = NULL;
+  Check("cuGraphClone", cuGraphClone(&g4, (CUgraph)g2));
+  Check("cuGraphInstantiate", cuGraphInstantiate(&x5, g4, 0));
+  Check("cuGraphLaunch", cuGraphLaunch(x5, s));
+  Check("cuStreamBeginCapture", cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  Check("cudaGraphLaunch (captured)", cudaGraphLaunch(x3, (cudaStream_t)s));
+  Check("cuStreamEndCapture", cuStreamEndCapture(s, &g5));
+  Check("cuGraphInstantiate", cuGraphInstantiate(&x6, g5, 0));
+  Check("cuGraphLaunch", cuGraphLaunch(x6, s));
+  Check("cuStreamSynchronize", cuStreamSynchronize(s));
+  Check("cuGraphExecDestroy", cuGraphExecDestroy(x5));
+  Check("cuGraphExecDestroy", cuGraphExecDestroy(x6));
+  Check("cuGraphDestroy", cuGraphDestroy(g4));
+  Check("cuGraphDestroy", cuGraphDestroy(g5));
+
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x1));
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x2));
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x3));
+  Check("cuGraphExecDestroy", cuGraphExecDestroy(x4));
+  Check("cudaGraphDestroy", cudaGraphDestroy(g1));
+  Check("cudaGraphDestroy", cudaGraphDestroy(g2));
+  Check("cuGraphDestroy", cuGraphDestroy(g3));
+  Check("cuStreamDestroy", cuStreamDestroy(s));
+  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
+  printf("%s\n", g_failed ? "FAILED" : "done");
+  return g_failed;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "errors") == 0) return Errors();
+  if (argc > 1 && strcmp(argv[1], "graph") == 0) return Graphs();
+  if (argc > 1 && strcmp(argv[1], "nodes") == 0) return Nodes();
   Check("cuInit", cuInit(0));
   int n = 0;
   Check("cuDeviceGetCount", cuDeviceGetCount(&n));
@@ -96,12 +361,7 @@ int main(int argc, char** argv) {
   }
   CUcontext ctx[3];
   CUdeviceptr buf[3];
-  for (int d = 0; d < 3; ++d) {
-    Check("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&ctx[d], d));
-    Check("cuCtxSetCurrent", cuCtxSetCurrent(ctx[d]));
-    Check("cuMemAlloc", cuMemAlloc(&buf[d], SIZE));
-    Fill(buf[d], (unsigned)d * 31u + 1u);
-  }
+  SetUp3(ctx, buf, 31u, 1u);
   int can = -1;
   Check("cuDeviceCanAccessPeer", cuDeviceCanAccessPeer(&can, 0, 1));
   printf("can 0->1 %d\n", can);

@@ -43,4 +43,24 @@ TEST(Config, StacksFromTheEnvironment) {
   unsetenv("P2PTRACE_STACKS");
 }
 
+// The default trace directory is named after the job, whichever launcher started it, so that every
+// rank of one job lands in one directory.
+TEST(Config, DefaultDirNamedAfterTheJob) {
+  const char* ids[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID",
+                       "PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "P2PTRACE_DIR"};
+  for (const char* n : ids) unsetenv(n);
+  auto dir = [] {
+    std::string d = p2ptrace::shim::ReadConfig(Collect).dir;
+    return d.substr(d.find_last_of('/') + 1);
+  };
+  EXPECT_EQ(dir().rfind("p2ptrace-", 0), 0u);  // no job: a timestamp
+  setenv("OMPI_MCA_orte_ess_jobid", "3056467969", 1);  // Open MPI 4's mpirun
+  EXPECT_EQ(dir(), "p2ptrace-3056467969");
+  setenv("PMIX_NAMESPACE", "prterun-node0-4242@1", 1);  // Open MPI 5's
+  EXPECT_EQ(dir(), "p2ptrace-prterun-node0-4242@1");
+  setenv("SLURM_JOB_ID", "918273", 1);
+  EXPECT_EQ(dir(), "p2ptrace-918273");
+  for (const char* n : ids) unsetenv(n);
+}
+
 }  // namespace

@@ -1,4 +1,4 @@
-// TraceFold's CUDA graph replays (trace format 1.5): captured copies and NCCL operations count
+// TraceFold's CUDA graph replays (trace format 1.5, includes 1.6): captured copies and NCCL operations count
 // once per successful launch of their graph id, whatever order the records come in; a failed
 // capture, a failed launch, a graph id 0 and records of no capture replay nothing.
 #include <gtest/gtest.h>
@@ -109,6 +109,70 @@ TEST(GraphFold, EachLaunchReplaysItsOwnGraph) {
   f.Finish();
   EXPECT_EQ((f.replayed[{0, 1, int{P2PTRACE_TRANSPORT_NVLINK}}].calls), 7u);
   EXPECT_EQ((f.replayed[{0, 1, int{P2PTRACE_TRANSPORT_NVLINK}}].bytes), 328u);
+}
+
+TraceRecord Include(uint32_t graph, uint32_t included) {
+  TraceRecord r = Graph(P2PTRACE_GRAPH_INCLUDE, graph);
+  std::get<p2ptrace_graph_record>(r.body).included_id = included;
+  return r;
+}
+
+// Trace 1.6: a graph id holds its own copies and all of each included id's, recursively, once per
+// launch of the including id; an included id's own launches count on their own; a cycle (only a
+// damaged file makes one) ends; an included failed capture adds nothing.
+TEST(GraphFold, IncludedGraphsReplayWithTheGraphThatHoldsThem) {
+  TraceFold f;
+  using Key = std::tuple<int, int, int>;
+  f.Add(Copy(0, 1, 100, 1));           // id 1: a copy node
+  f.Add(Include(2, 1));                // id 2: grew from 1 (read before its own copy)
+  f.Add(Copy(0, 2, 10, 2));
+  f.Add(Include(3, 2));                // id 3: a clone of 2
+  f.Add(Include(4, 2));                // id 4: a copy of its own and 2 as a child
+  f.Add(Copy(1, 0, 1000, 4));
+  f.Add(Copy(2, 1, 7, 5));             // id 5: a capture that failed, included by 4
+  f.Add(Graph(P2PTRACE_GRAPH_END_CAPTURE, 5, 901));
+  f.Add(Include(4, 5));
+  for (int i = 0; i < 2; ++i) f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 1));
+  for (int i = 0; i < 3; ++i) f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 2));
+  f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 3));
+  for (int i = 0; i < 2; ++i) f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 4));
+  f.Finish();
+  EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].calls, 2u + 3u + 1u + 2u);
+  EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].bytes, 800u);
+  EXPECT_EQ(f.replayed[Key(0, 2, P2PTRACE_TRANSPORT_NVLINK)].calls, 3u + 1u + 2u);
+  EXPECT_EQ(f.replayed[Key(1, 0, P2PTRACE_TRANSPORT_NVLINK)].calls, 2u);
+  EXPECT_EQ(f.replayed.count(Key(2, 1, P2PTRACE_TRANSPORT_NVLINK)), 0u);
+
+  TraceFold cycle;
+  cycle.Add(Copy(0, 1, 1, 8));
+  cycle.Add(Include(8, 9));
+  cycle.Add(Include(9, 8));
+  cycle.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 8));
+  cycle.Finish();  // ends; the cycle adds nothing to what its ids' own launches ran
+  EXPECT_EQ(cycle.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].calls, 1u);
+}
+
+// A child added twice runs twice per launch of its parent; a clone of a clone, a chain of graphs
+// grown after instantiation, and a graph shared by two parents each count once per path.
+TEST(GraphFold, SharedAndRepeatedIncludesCountOncePerPath) {
+  TraceFold f;
+  using Key = std::tuple<int, int, int>;
+  f.Add(Copy(0, 1, 10, 1));
+  f.Add(Include(2, 1));  // parent 2: child 1 twice
+  f.Add(Include(2, 1));
+  f.Add(Include(3, 1));  // parent 3: child 1 once
+  f.Add(Include(4, 2));  // 4 holds 2 and 3 (1 reached by three paths, twice through 2)
+  f.Add(Include(4, 3));
+  f.Add(Include(5, 4));  // clone of 4, then a clone of the clone
+  f.Add(Include(6, 5));
+  for (uint32_t id = 7; id < 300; ++id) f.Add(Include(id, id - 1));  // 293 growths in a row
+  f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 6));
+  f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 299));
+  f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 2));
+  f.Finish();
+  // 6 and 299 each hold 4, which holds 1 three times; 2 holds 1 twice.
+  EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].calls, 3u + 3u + 2u);
+  EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].bytes, 80u);
 }
 
 }  // namespace

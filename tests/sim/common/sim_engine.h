@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/sim/common/gpu_model.h"
@@ -148,6 +149,8 @@ struct State {
   std::condition_variable work_cv;            // host functions queued
   std::atomic<bool> driver_init{false};       // cuInit succeeded (or the runtime initialised)
   std::vector<std::unique_ptr<Context>> primary;  // per ordinal
+  unsigned long long capture_ids = 0;         // the last capture sequence's id
+  unsigned long long node_ids = 0;            // graph node tokens handed out
 };
 
 // Per thread, shared by driver and runtimes: the context stack (top = current context; its device
@@ -159,7 +162,7 @@ struct ThreadData {
   bool in_host_func = false;
 };
 
-constexpr int kSharedAbi = 1;  // bump when State, ThreadData, Context or Shared change
+constexpr int kSharedAbi = 3;  // bump when State, ThreadData, Context or Shared change
 struct Shared {
   int abi;
   size_t state_size, thread_size;
@@ -478,22 +481,34 @@ bool Captured(Stream* s, cudaError_t* result, const GraphWork* work = nullptr) {
 
 // One copy on one stream. `sync`: the host waits for it (cudaMemcpy, cudaMemcpyPeer, …);
 // no_stream: issued without a stream argument (ordered after both devices' work).
+// A copy's direction and pitches, and then its two sides, whether it runs now or as a graph node.
+cudaError_t CheckShape(const Rows& rows, cudaMemcpyKind kind) {
+  if (static_cast<int>(kind) < 0 || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
+  if (rows.width > rows.spitch || rows.width > rows.dpitch) return cudaErrorInvalidPitchValue;
+  return cudaSuccess;
+}
+cudaError_t CheckSides(State& st, void* dst, const void* src, const Rows& rows, cudaMemcpyKind kind, Where* ws,
+                       Where* wd) {
+  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
+  *ws = Locate(st, src), *wd = Locate(st, dst);
+  if ((ClaimsDevice(kind, true) && ws->host_gpu < 0) || (ClaimsDevice(kind, false) && wd->host_gpu < 0))
+    return cudaErrorInvalidValue;
+  size_t span_s = rows.spitch * (rows.height - 1) + rows.width;
+  size_t span_d = rows.dpitch * (rows.height - 1) + rows.width;
+  if (!InBounds(*ws, src, span_s) || !InBounds(*wd, dst, span_d)) return cudaErrorInvalidValue;
+  return cudaSuccess;
+}
+
 cudaError_t Copy(State& st, std::unique_lock<std::mutex>& lock, void* dst, const void* src, Rows rows,
                  cudaMemcpyKind kind, cudaStream_t handle, bool ptsz, bool sync, bool no_stream) {
   if (T().in_host_func) return cudaErrorNotPermitted;
-  if (static_cast<int>(kind) < 0 || kind > cudaMemcpyDefault) return cudaErrorInvalidMemcpyDirection;
-  if (rows.width > rows.spitch || rows.width > rows.dpitch) return cudaErrorInvalidPitchValue;
+  if (cudaError_t r = CheckShape(rows, kind); r != cudaSuccess) return r;
   size_t bytes = rows.width * rows.height;
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (bytes == 0) return cudaSuccess;
-  if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
-  Where ws = Locate(st, src), wd = Locate(st, dst);
-  if ((ClaimsDevice(kind, true) && ws.host_gpu < 0) || (ClaimsDevice(kind, false) && wd.host_gpu < 0))
-    return cudaErrorInvalidValue;
-  size_t span_s = rows.spitch * (rows.height - 1) + rows.width;
-  size_t span_d = rows.dpitch * (rows.height - 1) + rows.width;
-  if (!InBounds(ws, src, span_s) || !InBounds(wd, dst, span_d)) return cudaErrorInvalidValue;
+  Where ws, wd;
+  if (cudaError_t r = CheckSides(st, dst, src, rows, kind, &ws, &wd); r != cudaSuccess) return r;
   GraphWork node{true, dst, src, rows, 0};
   if (cudaError_t r = cudaSuccess; Captured(s, &r, &node)) return r;  // moves nothing until launched
   for (size_t r = 0; r < rows.height; ++r)
@@ -852,6 +867,234 @@ cudaError_t ElapsedTime(State& st, float* ms, cudaEvent_t a, cudaEvent_t b) {
   double now = SimNow(st);
   if (start->t > now || end->t > now) return cudaErrorNotReady;
   *ms = static_cast<float>((end->t - start->t) * 1e3);
+  return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream capture and graphs, for both APIs (a CUgraph is a cudaGraph_t, a CUgraphExec a
+// cudaGraphExec_t): captured work becomes the graph's nodes, not executed; a launch runs the
+// graph's copies (moving their bytes then) and advances the stream's clock by all of its work.
+
+// Whether a stream's work is done; asking a capturing stream is illegal and invalidates its capture.
+cudaError_t QueryStream(State& st, cudaStream_t handle, bool ptsz) {
+  std::lock_guard<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (s->capture != cudaStreamCaptureStatusNone) {
+    s->capture = cudaStreamCaptureStatusInvalidated;
+    return cudaErrorStreamCaptureUnsupported;
+  }
+  if (s->pending_host_funcs > 0) return cudaErrorNotReady;
+  return Completed(st, StartTime(st, s)) ? cudaSuccess : cudaErrorNotReady;
+}
+
+// Waiting for an event recorded in a capture makes the stream join that capture (cross-stream
+// capture): its later work goes into the same graph until the origin stream ends the capture.
+cudaError_t WaitEventOn(State& st, cudaStream_t handle, cudaEvent_t ev, unsigned flags, bool ptsz) {
+  std::lock_guard<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, ptsz);
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (s == nullptr || !st.events.count(e)) return cudaErrorInvalidResourceHandle;
+  if (flags & ~1u) return cudaErrorInvalidValue;
+  if (e->capture_id != 0 && s->capture == cudaStreamCaptureStatusNone) {
+    for (Stream* o : st.streams)
+      if (o->capture_origin && o->capture_id == e->capture_id && o->capture == cudaStreamCaptureStatusActive) {
+        s->capture = cudaStreamCaptureStatusActive;
+        s->capture_id = o->capture_id;
+        s->capture_graph = o->capture_graph;
+        s->capture_origin = false;
+        break;
+      }
+  }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  if (e->recorded) s->t = std::max(s->t, e->t);
+  return cudaSuccess;
+}
+
+cudaError_t CaptureBegin(State& st, cudaStream_t handle, int mode, bool ptsz) {
+  std::lock_guard<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (s->legacy) return cudaErrorStreamCaptureUnsupported;
+  if (mode < 0 || mode > cudaStreamCaptureModeRelaxed) return cudaErrorInvalidValue;
+  if (s->capture != cudaStreamCaptureStatusNone) return cudaErrorIllegalState;
+  s->capture = cudaStreamCaptureStatusActive;
+  s->capture_id = ++st.capture_ids;
+  s->capture_graph = new Graph{};
+  s->capture_origin = true;
+  return cudaSuccess;
+}
+
+cudaError_t CaptureEnd(State& st, cudaStream_t handle, cudaGraph_t* graph, bool ptsz) {
+  std::lock_guard<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (graph == nullptr) return cudaErrorInvalidValue;
+  if (s->capture == cudaStreamCaptureStatusNone) return cudaErrorIllegalState;
+  if (!s->capture_origin) return cudaErrorStreamCaptureUnmatched;
+  bool invalidated = false;
+  for (Stream* o : st.streams)  // the streams that joined end with it
+    if (o != s && o->capture != cudaStreamCaptureStatusNone && o->capture_id == s->capture_id) {
+      invalidated |= o->capture == cudaStreamCaptureStatusInvalidated;
+      o->capture = cudaStreamCaptureStatusNone;
+      o->capture_graph = nullptr;
+      o->capture_id = 0;
+    }
+  invalidated |= s->capture == cudaStreamCaptureStatusInvalidated;
+  s->capture = cudaStreamCaptureStatusNone;
+  s->capture_origin = false;
+  Graph* g = std::exchange(s->capture_graph, nullptr);
+  if (invalidated) {
+    delete g;
+    *graph = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  st.graphs.insert(g);
+  *graph = reinterpret_cast<cudaGraph_t>(g);
+  return cudaSuccess;
+}
+
+// The status, the capture sequence's id and its graph; the sim's graphs have no dependency nodes,
+// so the dependency set is always empty. Any output may be null but the status.
+cudaError_t CaptureQuery(State& st, cudaStream_t handle, bool ptsz, cudaStreamCaptureStatus* status,
+                        unsigned long long* id, cudaGraph_t* graph, const cudaGraphNode_t** deps,
+                        const cudaGraphEdgeData** edges, size_t* num_deps) {
+  if (status == nullptr) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  *status = s->capture;
+  bool active = s->capture == cudaStreamCaptureStatusActive;
+  if (id) *id = active ? s->capture_id : 0;
+  if (graph) *graph = active ? reinterpret_cast<cudaGraph_t>(s->capture_graph) : nullptr;
+  if (deps) *deps = nullptr;
+  if (edges) *edges = nullptr;
+  if (num_deps) *num_deps = 0;
+  return cudaSuccess;
+}
+
+cudaError_t DestroyGraph(State& st, cudaGraph_t graph) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (!st.graphs.erase(g)) return cudaErrorInvalidValue;
+  delete g;
+  return cudaSuccess;
+}
+
+cudaError_t InstantiateGraph(State& st, cudaGraphExec_t* exec, cudaGraph_t graph) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (exec == nullptr || !st.graphs.count(g)) return cudaErrorInvalidValue;
+  auto* x = new GraphExec{g->nodes, g->work};
+  st.execs.insert(x);
+  *exec = reinterpret_cast<cudaGraphExec_t>(x);
+  return cudaSuccess;
+}
+
+// The exec takes the graph's work when the two have the same shape (the sim compares node counts):
+// false in *same_shape (and cudaErrorGraphExecUpdateFailure) when they differ.
+cudaError_t UpdateExec(State& st, cudaGraphExec_t exec, cudaGraph_t graph, bool* same_shape) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  auto* g = reinterpret_cast<Graph*>(graph);
+  *same_shape = false;
+  if (!st.execs.count(x) || !st.graphs.count(g)) return cudaErrorInvalidValue;
+  if (g->nodes != x->nodes) return cudaErrorGraphExecUpdateFailure;
+  *same_shape = true;
+  x->work = g->work;
+  return cudaSuccess;
+}
+
+cudaError_t DestroyExec(State& st, cudaGraphExec_t exec) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  if (!st.execs.erase(x)) return cudaErrorInvalidValue;
+  delete x;
+  return cudaSuccess;
+}
+
+// A launch runs the exec's work in order on the stream: copies move their bytes now. Launched into
+// a capturing stream, the graph's work joins that capture (a child graph on a real GPU).
+cudaError_t LaunchExec(State& st, cudaGraphExec_t exec, cudaStream_t handle, bool ptsz) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  if (!st.execs.count(x)) return cudaErrorInvalidValue;
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (s->capture == cudaStreamCaptureStatusActive) {
+    s->capture_graph->nodes += x->nodes;
+    s->capture_graph->work.insert(s->capture_graph->work.end(), x->work.begin(), x->work.end());
+    return cudaSuccess;
+  }
+  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+  for (const GraphWork& w : x->work) {
+    double seconds = w.seconds;
+    if (w.copy) {
+      const Rows& rows = w.rows;
+      for (size_t r = 0; r < rows.height; ++r)
+        std::memmove(static_cast<char*>(w.dst) + r * rows.dpitch, static_cast<const char*>(w.src) + r * rows.spitch,
+                     rows.width);
+      seconds = CopySeconds(st, Locate(st, w.src), Locate(st, w.dst), rows.width * rows.height);
+    }
+    Enqueue(st, s, seconds);
+  }
+  return cudaSuccess;
+}
+
+// Graphs built node by node. Node handles are opaque tokens (the sim keeps no per-node state: its
+// dependencies are ignored and work runs in the order added).
+cudaGraphNode_t NewNode(State& st) {
+  return reinterpret_cast<cudaGraphNode_t>(static_cast<uintptr_t>(0x10000 + 16 * ++st.node_ids));
+}
+cudaError_t CreateGraph(State& st, cudaGraph_t* graph, unsigned flags) {
+  if (graph == nullptr || flags != 0) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = new Graph{};
+  st.graphs.insert(g);
+  *graph = reinterpret_cast<cudaGraph_t>(g);
+  return cudaSuccess;
+}
+// A copy node: checked as the copy itself would be, moving nothing until a launch.
+cudaError_t AddCopyNode(State& st, cudaGraphNode_t* node, cudaGraph_t graph, void* dst, const void* src, Rows rows,
+                        cudaMemcpyKind kind) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (node == nullptr || !st.graphs.count(g)) return cudaErrorInvalidValue;
+  if (cudaError_t r = CheckShape(rows, kind); r != cudaSuccess) return r;
+  Where ws, wd;
+  if (cudaError_t r = CheckSides(st, dst, src, rows, kind, &ws, &wd); r != cudaSuccess) return r;
+  ++g->nodes;
+  g->work.push_back(GraphWork{true, dst, src, rows, 0});
+  *node = NewNode(st);
+  return cudaSuccess;
+}
+// A child graph node holds a copy of the child as it is now.
+cudaError_t AddChildNode(State& st, cudaGraphNode_t* node, cudaGraph_t graph, cudaGraph_t child) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  auto* c = reinterpret_cast<Graph*>(child);
+  if (node == nullptr || !st.graphs.count(g) || !st.graphs.count(c) || g == c) return cudaErrorInvalidValue;
+  ++g->nodes;
+  g->work.insert(g->work.end(), c->work.begin(), c->work.end());
+  *node = NewNode(st);
+  return cudaSuccess;
+}
+cudaError_t CloneGraph(State& st, cudaGraph_t* clone, cudaGraph_t original) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(original);
+  if (clone == nullptr || !st.graphs.count(g)) return cudaErrorInvalidValue;
+  auto* c = new Graph{*g};
+  st.graphs.insert(c);
+  *clone = reinterpret_cast<cudaGraph_t>(c);
+  return cudaSuccess;
+}
+
+cudaError_t GraphNodeCount(State& st, cudaGraph_t graph, size_t* count) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (!st.graphs.count(g) || count == nullptr) return cudaErrorInvalidValue;
+  *count = static_cast<size_t>(g->nodes);
   return cudaSuccess;
 }
 

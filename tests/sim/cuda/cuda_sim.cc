@@ -818,3 +818,198 @@ SIM_API CUresult cuEventElapsedTime(float* ms, CUevent a, CUevent b) {
   return Cu(ElapsedTime(st, ms, reinterpret_cast<cudaEvent_t>(a), reinterpret_cast<cudaEvent_t>(b)));
 }
 SIM_API CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) { return cuEventElapsedTime(ms, a, b); }
+
+// =============================================================================================
+// Stream capture and graphs: the engine's, as the runtime's (a CUgraph is a cudaGraph_t). The
+// legacy forms keep their exports: cuStreamBeginCapture without a mode (global), the five-argument
+// cuGraphInstantiate(_v2), the four-argument cuGraphExecUpdate.
+
+#define DRV_STREAM(s) reinterpret_cast<cudaStream_t>(s)
+#define DRV_EVENT(e) reinterpret_cast<cudaEvent_t>(e)
+#define DRV_GRAPH(g) reinterpret_cast<cudaGraph_t>(g)
+#define DRV_EXEC(x) reinterpret_cast<cudaGraphExec_t>(x)
+
+SIM_API CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags) {
+  DRV_CTX();
+  return Cu(WaitEventOn(st, DRV_STREAM(s), DRV_EVENT(e), flags, false));
+}
+SIM_API CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags) {
+  DRV_CTX();
+  return Cu(WaitEventOn(st, DRV_STREAM(s), DRV_EVENT(e), flags, true));
+}
+
+SIM_API CUresult cuStreamQuery(CUstream s) {
+  DRV_CTX();
+  return Cu(QueryStream(st, DRV_STREAM(s), false));
+}
+SIM_API CUresult cuStreamQuery_ptsz(CUstream s) {
+  DRV_CTX();
+  return Cu(QueryStream(st, DRV_STREAM(s), true));
+}
+
+SIM_API CUresult cuStreamBeginCapture(CUstream s) {
+  DRV_CTX();
+  return Cu(CaptureBegin(st, DRV_STREAM(s), CU_STREAM_CAPTURE_MODE_GLOBAL, false));
+}
+SIM_API CUresult cuStreamBeginCapture_ptsz(CUstream s) {
+  DRV_CTX();
+  return Cu(CaptureBegin(st, DRV_STREAM(s), CU_STREAM_CAPTURE_MODE_GLOBAL, true));
+}
+SIM_API CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+  DRV_CTX();
+  return Cu(CaptureBegin(st, DRV_STREAM(s), mode, false));
+}
+SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+  DRV_CTX();
+  return Cu(CaptureBegin(st, DRV_STREAM(s), mode, true));
+}
+SIM_API CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
+  DRV_CTX();
+  return Cu(CaptureEnd(st, DRV_STREAM(s), reinterpret_cast<cudaGraph_t*>(g), false));
+}
+SIM_API CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
+  DRV_CTX();
+  return Cu(CaptureEnd(st, DRV_STREAM(s), reinterpret_cast<cudaGraph_t*>(g), true));
+}
+
+static CUresult DrvCaptureInfo(CUstream s, bool ptsz, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* g,
+                               const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n) {
+  DRV_CTX();
+  static_assert(sizeof(cuuint64_t) == sizeof(unsigned long long));
+  return Cu(CaptureQuery(st, DRV_STREAM(s), ptsz, reinterpret_cast<cudaStreamCaptureStatus*>(status),
+                        reinterpret_cast<unsigned long long*>(id), reinterpret_cast<cudaGraph_t*>(g),
+                        reinterpret_cast<const cudaGraphNode_t**>(deps), reinterpret_cast<const cudaGraphEdgeData**>(edges),
+                        n));
+}
+SIM_API CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* status) {
+  return DrvCaptureInfo(s, false, status, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+SIM_API CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus* status) {
+  return DrvCaptureInfo(s, true, status, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+SIM_API CUresult cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  return DrvCaptureInfo(s, false, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+SIM_API CUresult cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  return DrvCaptureInfo(s, true, status, id, nullptr, nullptr, nullptr, nullptr);
+}
+SIM_API CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* g,
+                                           const CUgraphNode** deps, size_t* n) {
+  return DrvCaptureInfo(s, false, status, id, g, deps, nullptr, n);
+}
+SIM_API CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                CUgraph* g, const CUgraphNode** deps, size_t* n) {
+  return DrvCaptureInfo(s, true, status, id, g, deps, nullptr, n);
+}
+SIM_API CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* g,
+                                           const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* n) {
+  return DrvCaptureInfo(s, false, status, id, g, deps, edges, n);
+}
+SIM_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                CUgraph* g, const CUgraphNode** deps, const CUgraphEdgeData** edges,
+                                                size_t* n) {
+  return DrvCaptureInfo(s, true, status, id, g, deps, edges, n);
+}
+
+SIM_API CUresult cuGraphDestroy(CUgraph g) {
+  DRV_ENTER();
+  return Cu(DestroyGraph(st, DRV_GRAPH(g)));
+}
+static CUresult DrvInstantiate(CUgraphExec* x, CUgraph g) {
+  DRV_CTX();
+  return Cu(InstantiateGraph(st, reinterpret_cast<cudaGraphExec_t*>(x), DRV_GRAPH(g)));
+}
+static CUresult DrvInstantiateLogged(CUgraphExec* x, CUgraph g, CUgraphNode* err_node, char* log, size_t log_size) {
+  CUresult r = DrvInstantiate(x, g);
+  if (err_node) *err_node = nullptr;
+  if (log && log_size > 0) log[0] = '\0';
+  return r;
+}
+SIM_API CUresult cuGraphInstantiate(CUgraphExec* x, CUgraph g, CUgraphNode* err_node, char* log, size_t log_size) {
+  return DrvInstantiateLogged(x, g, err_node, log, log_size);
+}
+SIM_API CUresult cuGraphInstantiate_v2(CUgraphExec* x, CUgraph g, CUgraphNode* err_node, char* log, size_t log_size) {
+  return DrvInstantiateLogged(x, g, err_node, log, log_size);
+}
+SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec* x, CUgraph g, unsigned long long) {
+  return DrvInstantiate(x, g);
+}
+static CUresult DrvInstantiateWithParams(CUgraphExec* x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = DrvInstantiate(x, g);
+  p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  p->hErrNode_out = nullptr;
+  return r;
+}
+SIM_API CUresult cuGraphInstantiateWithParams(CUgraphExec* x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return DrvInstantiateWithParams(x, g, p);
+}
+SIM_API CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* x, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return DrvInstantiateWithParams(x, g, p);
+}
+static CUresult DrvUpdate(CUgraphExec x, CUgraph g, CUgraphExecUpdateResult* result) {
+  DRV_CTX();
+  bool same_shape = false;
+  CUresult r = Cu(UpdateExec(st, DRV_EXEC(x), DRV_GRAPH(g), &same_shape));
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE)
+    *result = same_shape ? CU_GRAPH_EXEC_UPDATE_SUCCESS : CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+  return r;
+}
+SIM_API CUresult cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode* err_node, CUgraphExecUpdateResult* result) {
+  if (err_node == nullptr || result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *err_node = nullptr;
+  return DrvUpdate(x, g, result);
+}
+SIM_API CUresult cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo* info) {
+  if (info == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(info, 0, sizeof *info);
+  return DrvUpdate(x, g, &info->result);
+}
+SIM_API CUresult cuGraphExecDestroy(CUgraphExec x) {
+  DRV_ENTER();
+  return Cu(DestroyExec(st, DRV_EXEC(x)));
+}
+SIM_API CUresult cuGraphLaunch(CUgraphExec x, CUstream s) {
+  DRV_CTX();
+  return Cu(LaunchExec(st, DRV_EXEC(x), DRV_STREAM(s), false));
+}
+SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream s) {
+  DRV_CTX();
+  return Cu(LaunchExec(st, DRV_EXEC(x), DRV_STREAM(s), true));
+}
+SIM_API CUresult cuGraphCreate(CUgraph* g, unsigned int flags) {
+  DRV_CTX();
+  return Cu(CreateGraph(st, reinterpret_cast<cudaGraph_t*>(g), flags));
+}
+// Between device (or unified) memory, one slice: the sim's 3D copies are its 2D rows.
+SIM_API CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph g, const CUgraphNode*, size_t, const CUDA_MEMCPY3D* p,
+                                      CUcontext copy_ctx) {
+  DRV_CTX();
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (KnownContext(st, copy_ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  auto device = [](CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; };
+  if (!device(p->srcMemoryType) || !device(p->dstMemoryType) || p->Depth != 1) return CUDA_ERROR_NOT_SUPPORTED;
+  CUdeviceptr src = p->srcDevice + p->srcY * p->srcPitch + p->srcXInBytes;
+  CUdeviceptr dst = p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes;
+  return Cu(AddCopyNode(st, reinterpret_cast<cudaGraphNode_t*>(node), DRV_GRAPH(g), Ptr(dst), Ptr(src),
+                        Rows{p->WidthInBytes, p->Height, p->srcPitch ? p->srcPitch : p->WidthInBytes,
+                             p->dstPitch ? p->dstPitch : p->WidthInBytes},
+                        cudaMemcpyDeviceToDevice));
+}
+SIM_API CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CUgraphNode*, size_t, CUgraph child) {
+  DRV_CTX();
+  return Cu(AddChildNode(st, reinterpret_cast<cudaGraphNode_t*>(node), DRV_GRAPH(g), DRV_GRAPH(child)));
+}
+SIM_API CUresult cuGraphClone(CUgraph* clone, CUgraph g) {
+  DRV_CTX();
+  return Cu(CloneGraph(st, reinterpret_cast<cudaGraph_t*>(clone), DRV_GRAPH(g)));
+}
+SIM_API CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
+  DRV_ENTER();
+  if (nodes != nullptr) return CUDA_ERROR_INVALID_VALUE;  // the sim's graphs have no node handles
+  return Cu(GraphNodeCount(st, DRV_GRAPH(g), count));
+}
+#undef DRV_STREAM
+#undef DRV_EVENT
+#undef DRV_GRAPH
+#undef DRV_EXEC

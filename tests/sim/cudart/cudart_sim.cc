@@ -33,7 +33,6 @@ thread_local cudaError_t t_last_error = cudaSuccess;
 // cudaThreadExchangeStreamCaptureMode's per-thread mode; the sim records it but does not forbid
 // unsafe calls during another thread's global-mode capture.
 thread_local cudaStreamCaptureMode t_capture_mode = cudaStreamCaptureModeGlobal;
-unsigned long long g_capture_ids = 0;  // guarded by Mu()
 struct LaunchConfig { dim3 grid, block; size_t shmem; void* stream; };
 thread_local std::vector<LaunchConfig> t_launch_stack;
 
@@ -576,41 +575,14 @@ SIM_API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t s) { return StreamSy
 
 static cudaError_t StreamQuery(cudaStream_t handle, bool ptsz) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  Stream* s = Resolve(st, handle, ptsz);
-  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  if (s->capture != cudaStreamCaptureStatusNone) {
-    s->capture = cudaStreamCaptureStatusInvalidated;
-    return Ret(cudaErrorStreamCaptureUnsupported);
-  }
-  if (s->pending_host_funcs > 0) return cudaErrorNotReady;
-  return Completed(st, StartTime(st, s)) ? cudaSuccess : cudaErrorNotReady;
+  return Ret(QueryStream(st, handle, ptsz));
 }
 SIM_API cudaError_t cudaStreamQuery(cudaStream_t s) { return StreamQuery(s, false); }
 SIM_API cudaError_t cudaStreamQuery_ptsz(cudaStream_t s) { return StreamQuery(s, true); }
 
 static cudaError_t StreamWaitEvent(cudaStream_t handle, cudaEvent_t ev, unsigned flags, bool ptsz) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  Stream* s = Resolve(st, handle, ptsz);
-  auto* e = reinterpret_cast<Event*>(ev);
-  if (s == nullptr || !st.events.count(e)) return Ret(cudaErrorInvalidResourceHandle);
-  if (flags & ~1u) return Ret(cudaErrorInvalidValue);
-  // Waiting for an event recorded in a capture makes the stream join that capture (cross-stream
-  // capture): its later work goes into the same graph until the origin stream ends the capture.
-  if (e->capture_id != 0 && s->capture == cudaStreamCaptureStatusNone) {
-    for (Stream* o : st.streams)
-      if (o->capture_origin && o->capture_id == e->capture_id && o->capture == cudaStreamCaptureStatusActive) {
-        s->capture = cudaStreamCaptureStatusActive;
-        s->capture_id = o->capture_id;
-        s->capture_graph = o->capture_graph;
-        s->capture_origin = false;
-        break;
-      }
-  }
-  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
-  if (e->recorded) s->t = std::max(s->t, e->t);
-  return cudaSuccess;
+  return Ret(WaitEventOn(st, handle, ev, flags, ptsz));
 }
 SIM_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
   return StreamWaitEvent(s, e, flags, false);
@@ -652,57 +624,21 @@ SIM_API cudaError_t cudaStreamGetDevice_ptsz(cudaStream_t s, int* d) {
 // graph's copies (moving their bytes then) and advances the stream's clock by all of its work.
 static cudaError_t BeginCapture(cudaStream_t handle, cudaStreamCaptureMode mode, bool ptsz) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  Stream* s = Resolve(st, handle, ptsz);
-  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  if (s->legacy) return Ret(cudaErrorStreamCaptureUnsupported);
-  if (mode > cudaStreamCaptureModeRelaxed) return Ret(cudaErrorInvalidValue);
-  if (s->capture != cudaStreamCaptureStatusNone) return Ret(cudaErrorIllegalState);
-  s->capture = cudaStreamCaptureStatusActive;
-  s->capture_id = ++g_capture_ids;
-  s->capture_graph = new Graph{};
-  s->capture_origin = true;
-  return cudaSuccess;
+  return Ret(CaptureBegin(st, handle, mode, ptsz));
 }
 SIM_API cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode m) { return BeginCapture(s, m, false); }
 SIM_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, cudaStreamCaptureMode m) { return BeginCapture(s, m, true); }
 
 static cudaError_t EndCapture(cudaStream_t handle, cudaGraph_t* graph, bool ptsz) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  Stream* s = Resolve(st, handle, ptsz);
-  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  if (graph == nullptr) return Ret(cudaErrorInvalidValue);
-  if (s->capture == cudaStreamCaptureStatusNone) return Ret(cudaErrorIllegalState);
-  if (!s->capture_origin) return Ret(cudaErrorStreamCaptureUnmatched);
-  bool invalidated = false;
-  for (Stream* o : st.streams)  // the streams that joined end with it
-    if (o != s && o->capture != cudaStreamCaptureStatusNone && o->capture_id == s->capture_id) {
-      invalidated |= o->capture == cudaStreamCaptureStatusInvalidated;
-      o->capture = cudaStreamCaptureStatusNone;
-      o->capture_graph = nullptr;
-      o->capture_id = 0;
-    }
-  invalidated |= s->capture == cudaStreamCaptureStatusInvalidated;
-  s->capture = cudaStreamCaptureStatusNone;
-  s->capture_origin = false;
-  Graph* g = std::exchange(s->capture_graph, nullptr);
-  if (invalidated) { delete g; *graph = nullptr; return Ret(cudaErrorStreamCaptureInvalidated); }
-  st.graphs.insert(g);
-  *graph = reinterpret_cast<cudaGraph_t>(g);
-  return cudaSuccess;
+  return Ret(CaptureEnd(st, handle, graph, ptsz));
 }
 SIM_API cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) { return EndCapture(s, g, false); }
 SIM_API cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t s, cudaGraph_t* g) { return EndCapture(s, g, true); }
 
 static cudaError_t IsCapturing(cudaStream_t handle, cudaStreamCaptureStatus* status, bool ptsz) {
   SIM_ENTER();
-  if (status == nullptr) return Ret(cudaErrorInvalidValue);
-  std::lock_guard<std::mutex> lock(Mu());
-  Stream* s = Resolve(st, handle, ptsz);
-  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  *status = s->capture;
-  return cudaSuccess;
+  return Ret(CaptureQuery(st, handle, ptsz, status, nullptr, nullptr, nullptr, nullptr, nullptr));
 }
 SIM_API cudaError_t cudaStreamIsCapturing(cudaStream_t s, cudaStreamCaptureStatus* c) { return IsCapturing(s, c, false); }
 SIM_API cudaError_t cudaStreamIsCapturing_ptsz(cudaStream_t s, cudaStreamCaptureStatus* c) { return IsCapturing(s, c, true); }
@@ -713,18 +649,7 @@ static cudaError_t CaptureInfo(cudaStream_t handle, bool ptsz, cudaStreamCapture
                                unsigned long long* id, cudaGraph_t* graph, const cudaGraphNode_t** deps,
                                const cudaGraphEdgeData** edges, size_t* num_deps) {
   SIM_ENTER();
-  if (status == nullptr) return Ret(cudaErrorInvalidValue);
-  std::lock_guard<std::mutex> lock(Mu());
-  Stream* s = Resolve(st, handle, ptsz);
-  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  *status = s->capture;
-  bool active = s->capture == cudaStreamCaptureStatusActive;
-  if (id) *id = active ? s->capture_id : 0;
-  if (graph) *graph = active ? reinterpret_cast<cudaGraph_t>(s->capture_graph) : nullptr;
-  if (deps) *deps = nullptr;
-  if (edges) *edges = nullptr;
-  if (num_deps) *num_deps = 0;
-  return cudaSuccess;
+  return Ret(CaptureQuery(st, handle, ptsz, status, id, graph, deps, edges, num_deps));
 }
 #if P2PSIM_CUDART_MAJOR == 13
 SIM_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, cudaStreamCaptureStatus* c, unsigned long long* id,
@@ -782,22 +707,12 @@ SIM_API cudaError_t cudaThreadExchangeStreamCaptureMode(cudaStreamCaptureMode* m
 
 SIM_API cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* g = reinterpret_cast<Graph*>(graph);
-  if (!st.graphs.erase(g)) return Ret(cudaErrorInvalidValue);
-  delete g;
-  return cudaSuccess;
+  return Ret(DestroyGraph(st, graph));
 }
 
 static cudaError_t Instantiate(cudaGraphExec_t* exec, cudaGraph_t graph) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* g = reinterpret_cast<Graph*>(graph);
-  if (exec == nullptr || !st.graphs.count(g)) return Ret(cudaErrorInvalidValue);
-  auto* x = new GraphExec{g->nodes, g->work};
-  st.execs.insert(x);
-  *exec = reinterpret_cast<cudaGraphExec_t>(x);
-  return cudaSuccess;
+  return Ret(InstantiateGraph(st, exec, graph));
 }
 SIM_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph, unsigned long long) {
   return Instantiate(exec, graph);
@@ -824,68 +739,63 @@ SIM_API cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t* exec, c
 // The exec takes the graph's work when the two have the same shape (the sim compares node counts).
 SIM_API cudaError_t cudaGraphExecUpdate(cudaGraphExec_t exec, cudaGraph_t graph, cudaGraphExecUpdateResultInfo* info) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* x = reinterpret_cast<GraphExec*>(exec);
-  auto* g = reinterpret_cast<Graph*>(graph);
-  if (!st.execs.count(x) || !st.graphs.count(g) || info == nullptr) return Ret(cudaErrorInvalidValue);
+  if (info == nullptr) return Ret(cudaErrorInvalidValue);
+  bool same_shape = false;
+  cudaError_t r = UpdateExec(st, exec, graph, &same_shape);
+  if (r != cudaSuccess && r != cudaErrorGraphExecUpdateFailure) return Ret(r);
   std::memset(info, 0, sizeof *info);
-  if (g->nodes != x->nodes) {
-    info->result = cudaGraphExecUpdateErrorTopologyChanged;
-    return Ret(cudaErrorGraphExecUpdateFailure);
-  }
-  info->result = cudaGraphExecUpdateSuccess;
-  x->work = g->work;
-  return cudaSuccess;
+  info->result = same_shape ? cudaGraphExecUpdateSuccess : cudaGraphExecUpdateErrorTopologyChanged;
+  return Ret(r);
 }
 
 SIM_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* x = reinterpret_cast<GraphExec*>(exec);
-  if (!st.execs.erase(x)) return Ret(cudaErrorInvalidValue);
-  delete x;
-  return cudaSuccess;
+  return Ret(DestroyExec(st, exec));
 }
 
 // A launch runs the exec's work in order on the stream: copies move their bytes now. Launched into
 // a capturing stream, the graph's work joins that capture (a child graph on a real GPU).
 static cudaError_t GraphLaunch(cudaGraphExec_t exec, cudaStream_t handle, bool ptsz) {
   SIM_ENTER();
-  SIM_NO_HOST_FUNC();
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* x = reinterpret_cast<GraphExec*>(exec);
-  if (!st.execs.count(x)) return Ret(cudaErrorInvalidValue);
-  Stream* s = Resolve(st, handle, ptsz);
-  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  if (s->capture == cudaStreamCaptureStatusActive) {
-    s->capture_graph->nodes += x->nodes;
-    s->capture_graph->work.insert(s->capture_graph->work.end(), x->work.begin(), x->work.end());
-    return cudaSuccess;
-  }
-  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return Ret(r);
-  for (const GraphWork& w : x->work) {
-    double seconds = w.seconds;
-    if (w.copy) {
-      const Rows& rows = w.rows;
-      for (size_t r = 0; r < rows.height; ++r)
-        std::memmove(static_cast<char*>(w.dst) + r * rows.dpitch, static_cast<const char*>(w.src) + r * rows.spitch,
-                     rows.width);
-      seconds = CopySeconds(st, Locate(st, w.src), Locate(st, w.dst), rows.width * rows.height);
-    }
-    Enqueue(st, s, seconds);
-  }
-  return cudaSuccess;
+  return Ret(LaunchExec(st, exec, handle, ptsz));
 }
 SIM_API cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) { return GraphLaunch(exec, s, false); }
 SIM_API cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t exec, cudaStream_t s) { return GraphLaunch(exec, s, true); }
 
+SIM_API cudaError_t cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
+  SIM_ENTER();
+  return Ret(CreateGraph(st, graph, flags));
+}
+SIM_API cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*, size_t,
+                                           const cudaMemcpy3DParms* p) {
+  SIM_ENTER();
+  if (p == nullptr) return Ret(cudaErrorInvalidValue);
+  if (p->srcArray != nullptr || p->dstArray != nullptr || p->extent.depth != 1) return Ret(cudaErrorNotSupported);
+  auto at = [](const cudaPitchedPtr& q, const cudaPos& pos) {
+    return static_cast<char*>(q.ptr) + pos.z * q.pitch * q.ysize + pos.y * q.pitch + pos.x;
+  };
+  return Ret(AddCopyNode(st, node, graph, at(p->dstPtr, p->dstPos), at(p->srcPtr, p->srcPos),
+                         Rows{p->extent.width, p->extent.height, p->srcPtr.pitch, p->dstPtr.pitch}, p->kind));
+}
+SIM_API cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*, size_t,
+                                             void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
+  SIM_ENTER();
+  return Ret(AddCopyNode(st, node, graph, dst, src, Linear(count), kind));
+}
+SIM_API cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*,
+                                               size_t, cudaGraph_t child) {
+  SIM_ENTER();
+  return Ret(AddChildNode(st, node, graph, child));
+}
+SIM_API cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) {
+  SIM_ENTER();
+  return Ret(CloneGraph(st, clone, original));
+}
+
 SIM_API cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
   SIM_ENTER();
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* g = reinterpret_cast<Graph*>(graph);
-  if (!st.graphs.count(g) || count == nullptr || nodes != nullptr) return Ret(cudaErrorInvalidValue);
-  *count = static_cast<size_t>(g->nodes);
-  return cudaSuccess;
+  if (nodes != nullptr) return Ret(cudaErrorInvalidValue);  // the sim's graphs have no node handles
+  return Ret(GraphNodeCount(st, graph, count));
 }
 
 // =============================================================================================

@@ -1,0 +1,369 @@
+#include "tools/prometheus.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <ostream>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/printable.h"
+#include "core/vocabulary.h"
+#include "fmt/format.h"
+
+namespace p2ptrace::cli {
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// A label value: valid UTF-8 without control characters (bytes from traces and /sys are untrusted),
+// then the text format's escapes for backslash, double quote and line feed.
+std::string LabelValue(const std::string& raw) {
+  std::string out;
+  for (char c : Printable(raw, false)) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// HELP text escapes only backslash and line feed.
+std::string HelpText(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// The metric families of one file, in the order declared, each series once: a second sample with
+// the same labels adds to a counter's and is dropped for a gauge (it would be a duplicate series,
+// which node_exporter refuses).
+class Exposition {
+ public:
+  enum Type { kGauge, kCounter };
+  void Family(const std::string& name, Type type, std::string help) {
+    families_.push_back({name, type, std::move(help), {}, {}});
+  }
+  void Sample(const std::string& name, const Labels& labels, double value) { Add(name, labels, value, 0, false); }
+  void Count(const std::string& name, const Labels& labels, uint64_t value) { Add(name, labels, 0, value, true); }
+
+  std::string Text() const {
+    std::string out;
+    for (const Fam& f : families_) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, HelpText(f.help), f.name,
+                         f.type == kCounter ? "counter" : "gauge");
+      for (const Series& s : f.series)
+        out += fmt::format("{}{} {}\n", f.name, s.labels,
+                           s.integer ? fmt::format("{}", s.u) : fmt::format("{}", s.d));
+    }
+    return out;
+  }
+
+ private:
+  struct Series {
+    std::string labels;
+    bool integer = false;
+    uint64_t u = 0;
+    double d = 0;
+  };
+  struct Fam {
+    std::string name;
+    Type type;
+    std::string help;
+    std::vector<Series> series;
+    std::map<std::string, size_t> index;
+  };
+
+  void Add(const std::string& name, const Labels& labels, double d, uint64_t u, bool integer) {
+    if (!integer && !std::isfinite(d)) return;
+    Fam* fam = nullptr;
+    for (Fam& f : families_)
+      if (f.name == name) fam = &f;
+    if (fam == nullptr) return;
+    std::string text;
+    for (const auto& [k, v] : labels) {
+      if (v.empty()) continue;  // an empty value is the same series as no label at all
+      text += fmt::format("{}{}=\"{}\"", text.empty() ? "{" : ",", k, LabelValue(v));
+    }
+    if (!text.empty()) text += "}";
+    auto [it, fresh] = fam->index.emplace(text, fam->series.size());
+    if (fresh) {
+      fam->series.push_back(Series{text, integer, u, d});
+      return;
+    }
+    if (fam->type != kCounter) return;
+    Series& s = fam->series[it->second];
+    if (s.integer && integer) s.u += u;
+    else s.d = (s.integer ? static_cast<double>(s.u) : s.d) + (integer ? static_cast<double>(u) : d), s.integer = false;
+  }
+
+  std::vector<Fam> families_;
+};
+
+constexpr const char* kAvailable = "p2ptrace_pair_path_available_info";
+constexpr const char* kUsed = "p2ptrace_pair_path_used_info";
+constexpr const char* kBytes = "p2ptrace_pair_bytes_total";
+constexpr const char* kCalls = "p2ptrace_pair_calls_total";
+constexpr const char* kBandwidth = "p2ptrace_pair_bandwidth_bytes_per_second";
+constexpr const char* kFallback = "p2ptrace_pair_fallback";
+constexpr const char* kLost = "p2ptrace_pair_lost_seconds_total";
+constexpr const char* kWithoutP2p = "p2ptrace_node_pairs_without_p2p";
+constexpr const char* kGpus = "p2ptrace_node_gpus";
+
+// The HELP texts are the same whichever command writes the file: node_exporter refuses one metric
+// name with two HELP texts, and a node may hold doctor's file and a job's side by side.
+void DeclareFamilies(Exposition& x, bool job) {
+  x.Family(kAvailable, Exposition::kGauge,
+           "The path class a directional GPU pair can use (1; the class as a label): source=\"doctor\" the path "
+           "predicted for NCCL by probing the node, source=\"job\" the best class the node allowed the job "
+           "(the report's expected). No sample where it is not known.");
+  if (job) {
+    x.Family(kUsed, Exposition::kGauge,
+             "The path class a directional GPU pair's traffic took in the job (1; the class and the API, cuda "
+             "copies or nccl, as labels).");
+    x.Family(kBytes, Exposition::kCounter,
+             "Bytes the job moved over the pair, by API and path class: api=\"cuda\" its cross-device copies, "
+             "api=\"nccl\" its ncclSend calls to that peer (collectives are not split per pair).");
+    x.Family(kCalls, Exposition::kCounter,
+             "Calls the job made over the pair (CUDA cross-device copies, ncclSend calls), by API and path class.");
+    x.Family(kBandwidth, Exposition::kGauge,
+             "Measured bandwidth of the pair's timed calls in bytes per second (bytes over their measured time). "
+             "No sample where no call was timed.");
+  }
+  x.Family(kFallback, Exposition::kGauge,
+           "1 per cause when the pair takes a worse path than the node allows (the cause id as label, \"unknown\" "
+           "when none was found); 0, without a cause, when it does not.");
+  if (job)
+    x.Family(kLost, Exposition::kCounter,
+             "Seconds the job lost to the pair's fallback against the expected path's bandwidth; 0 for a pair on "
+             "its expected path; no sample where it cannot be computed (no timed calls).");
+  x.Family(kWithoutP2p, Exposition::kGauge,
+           "Directional GPU pairs of the host (both directions counted) whose available path class is not direct "
+           "P2P: source=\"doctor\" every pair of the node, source=\"job\" the pairs the job used whose available "
+           "class is known.");
+  if (!job)
+    x.Family(kGpus, Exposition::kGauge,
+             "GPUs doctor found on the host (NVML, else the PCI devices): 0 pairs without P2P on a host whose GPUs "
+             "vanished is told apart by this.");
+}
+
+std::string Index(int gpu) { return gpu >= 0 ? std::to_string(gpu) : ""; }
+
+}  // namespace
+
+std::string NvidiaSmiBusId(const std::string& bus_id) {
+  std::string n = NormalizeBusId(bus_id);  // "0000:1a:00.0"
+  if (n.empty()) return bus_id;
+  std::string out = "0000" + n;
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred) {
+  Exposition x;
+  DeclareFamilies(x, false);
+  const std::string host = probe.hostname.substr(0, probe.hostname.find('.'));  // as the report names hosts
+  int without = 0;
+  for (const PairPrediction& p : pred.pairs) {
+    const ProbedGpu* a = probe.Gpu(p.a);
+    const ProbedGpu* b = probe.Gpu(p.b);
+    // Both directions, as the report lists pairs: the prediction holds for either.
+    for (auto [src, dst] : {std::pair{a, b}, std::pair{b, a}}) {
+      int si = src == a ? p.a : p.b, di = src == a ? p.b : p.a;
+      Labels pair = {{"source", "doctor"}, {"host", host},
+                     {"src_gpu", Index(si)}, {"src_pci_bus_id", src ? NvidiaSmiBusId(src->bus_id) : ""},
+                     {"dst_gpu", Index(di)}, {"dst_pci_bus_id", dst ? NvidiaSmiBusId(dst->bus_id) : ""}};
+      if (p.transport != 0) {
+        Labels l = pair;
+        l.push_back({"class", std::string(TransportName(p.transport))});
+        l.push_back({"link", p.link});
+        x.Sample(kAvailable, l, 1);
+        if (!IsDirect(p.transport)) ++without;
+      }
+      if (!p.fallback) {
+        x.Sample(kFallback, pair, 0);
+        continue;
+      }
+      bool any = false;
+      for (const CauseHit& c : p.causes) {
+        if (c.role == "context") continue;  // as doctor's findings: context explains, it does not cause
+        Labels l = pair;
+        l.push_back({"cause", c.id});
+        x.Sample(kFallback, l, 1);
+        any = true;
+      }
+      if (!any) {
+        Labels l = pair;
+        l.push_back({"cause", "unknown"});
+        x.Sample(kFallback, l, 1);
+      }
+    }
+  }
+  x.Sample(kWithoutP2p, {{"source", "doctor"}, {"host", host}}, without);
+  x.Sample(kGpus, {{"source", "doctor"}, {"host", host}}, static_cast<double>(probe.gpus.size()));
+  return x.Text();
+}
+
+std::string PrometheusFromReport(const Report& report) {
+  Exposition x;
+  DeclareFamilies(x, true);
+  // Per host, each same-host GPU pair (by bus ids): whether any entry's available class is known,
+  // and whether any is direct.
+  std::map<std::string, std::map<std::pair<std::string, std::string>, std::pair<bool, bool>>> hosts;
+  for (const PairEntry& e : report.pairs) {
+    Labels pair = {{"source", "job"},
+                   {"host", e.src.host},
+                   {"src_gpu", Index(e.src.gpu)},
+                   {"src_pci_bus_id", NvidiaSmiBusId(e.src.bus_id)},
+                   {"dst_host", e.dst.host},
+                   {"dst_gpu", Index(e.dst.gpu)},
+                   {"dst_pci_bus_id", NvidiaSmiBusId(e.dst.bus_id)},
+                   {"api", e.source}};
+    Labels used = pair;
+    used.push_back({"class", std::string(TransportName(e.transport))});
+    if (e.expected != 0) {
+      Labels l = pair;
+      l.push_back({"class", std::string(TransportName(e.expected))});
+      l.push_back({"link", e.link});
+      x.Sample(kAvailable, l, 1);
+    }
+    if (e.src.host == e.dst.host) {
+      auto& known = hosts[e.src.host][{e.src.bus_id, e.dst.bus_id}];
+      if (e.expected != 0) known.first = true;
+      if (IsDirect(e.expected)) known.second = true;
+    }
+    x.Sample(kUsed, used, 1);
+    x.Count(kBytes, used, e.bytes);
+    x.Count(kCalls, used, e.calls);
+    if (e.timed_ns > 0)
+      x.Sample(kBandwidth, used, static_cast<double>(e.timed_bytes) / (static_cast<double>(e.timed_ns) * 1e-9));
+    if (!e.fallback) {
+      x.Sample(kFallback, used, 0);
+      x.Sample(kLost, used, 0);
+      continue;
+    }
+    std::set<std::string> ids;
+    for (const Cause& c : e.causes) ids.insert(c.id);
+    if (ids.empty()) ids.insert("unknown");
+    for (const std::string& id : ids) {
+      Labels l = used;
+      l.push_back({"cause", id});
+      x.Sample(kFallback, l, 1);
+    }
+    if (e.lost_seconds >= 0) x.Sample(kLost, used, e.lost_seconds);
+  }
+  for (const auto& [host, pairs] : hosts) {
+    int known = 0, without = 0;
+    for (const auto& [k, v] : pairs) {
+      known += v.first;
+      without += v.first && !v.second;
+    }
+    if (known > 0) x.Sample(kWithoutP2p, {{"source", "job"}, {"host", host}}, without);
+  }
+  return x.Text();
+}
+
+namespace {
+
+std::string DirOf(const std::string& file) {
+  size_t slash = file.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : file.substr(0, slash);
+}
+
+std::string BaseOf(const std::string& file) {
+  size_t slash = file.rfind('/');
+  return slash == std::string::npos ? file : file.substr(slash + 1);
+}
+
+}  // namespace
+
+std::string PrometheusTargetProblem(const std::string& file) {
+  std::string shown = Printable(file, false);
+  if (file.empty() || BaseOf(file).empty()) return fmt::format("{}: not a file name", shown);
+  std::string dir = DirOf(file);
+  struct stat st{};
+  if (stat(dir.c_str(), &st) != 0)
+    return fmt::format("{}: cannot write: directory {}: {}", shown, Printable(dir, false), std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return fmt::format("{}: cannot write: {} is not a directory", shown, Printable(dir, false));
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("{}: cannot write: directory {}: {}", shown, Printable(dir, false), std::strerror(errno));
+  if (stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return fmt::format("{}: cannot write: is a directory", shown);
+  return "";
+}
+
+std::string WriteFileAtomically(const std::string& file, const std::string& text) {
+  if (std::string why = PrometheusTargetProblem(file); !why.empty()) return why;
+  std::string shown = Printable(file, false);
+  std::string dir = DirOf(file);
+  std::string tmp = (dir == "/" ? "/" : dir + "/") + "." + BaseOf(file) + ".tmp.XXXXXX";
+  int fd = mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) return fmt::format("{}: cannot write: {}", shown, std::strerror(errno));
+  auto fail = [&](const char* what) {
+    std::string why = fmt::format("{}: {}: {}", shown, what, std::strerror(errno));
+    close(fd);
+    unlink(tmp.c_str());
+    return why;
+  };
+  // mkstemp's 0600 would keep a node_exporter running as another user out.
+  mode_t mask = umask(0);
+  umask(mask);
+  if (fchmod(fd, 0644 & ~mask) != 0) return fail("cannot set the mode");
+  for (size_t done = 0; done < text.size();) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return fail("write failed");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (fsync(fd) != 0) return fail("write failed");
+  if (close(fd) != 0) {
+    std::string why = fmt::format("{}: write failed: {}", shown, std::strerror(errno));
+    unlink(tmp.c_str());
+    return why;
+  }
+  if (rename(tmp.c_str(), file.c_str()) != 0) {
+    std::string why = fmt::format("{}: cannot write: {}", shown, std::strerror(errno));
+    unlink(tmp.c_str());
+    return why;
+  }
+  return "";
+}
+
+int RunExportPrometheus(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty) {
+  // Before reading anything: a job of many files should not be read to find the target unwritable.
+  if (std::string why = PrometheusTargetProblem(file); !why.empty()) {
+    err << "p2ptrace export: " << why << "\n";
+    return 2;
+  }
+  absl::StatusOr<Report> report = LoadReport(dir, err, err_is_tty);
+  if (!report.ok()) {
+    err << "p2ptrace export: " << Printable(std::string(report.status().message()), false) << "\n";
+    return 2;
+  }
+  if (std::string why = WriteFileAtomically(file, PrometheusFromReport(*report)); !why.empty()) {
+    err << "p2ptrace export: " << why << "\n";
+    return 2;
+  }
+  err << fmt::format("p2ptrace export: {} GPU pair entr{} -> {}\n", report->pairs.size(),
+                     report->pairs.size() == 1 ? "y" : "ies", Printable(file, false));
+  return 0;
+}
+
+}  // namespace p2ptrace::cli
