@@ -8,6 +8,8 @@
 extern "C" {
 cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t*, cudaGraph_t, cudaGraphInstantiateParams*);
 cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t, cudaGraph_t, const cudaGraphNode_t*,
+                                               const cudaGraphEdgeData*, size_t, cudaStreamCaptureMode);
 }
 
 #define P2PTRACE_CUDA_GRAPH_FUNCTIONS(X)                                                                   \
@@ -33,4 +35,13 @@ cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
     (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, cudaGraph_t child),           \
     (n, g, d, nd, child))                                                                                  \
   X(cudaGraphClone, (cudaGraph_t * clone, cudaGraph_t g), (clone, g))                                      \
-  X(cudaGraphCreate, (cudaGraph_t * g, unsigned int flags), (g, flags))
+  X(cudaGraphCreate, (cudaGraph_t * g, unsigned int flags), (g, flags))                                     \
+  /* CUDA 12.3+: a capture that appends to the program's graph */                                          \
+  X(cudaStreamBeginCaptureToGraph,                                                                         \
+    (cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t n,        \
+     cudaStreamCaptureMode m),                                                                             \
+    (s, g, d, e, n, m))                                                                                    \
+  X(cudaStreamBeginCaptureToGraph_ptsz,                                                                    \
+    (cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t n,        \
+     cudaStreamCaptureMode m),                                                                             \
+    (s, g, d, e, n, m))

@@ -689,9 +689,9 @@ void CaptureBeginning() {
   graphs::CaptureStarting();
   ShutFastPairs();
 }
-void CaptureBegun(const CudaRuntime& rt, cudaStream_t named, cudaError_t r) {
+void CaptureBegun(const CudaRuntime& rt, cudaStream_t named, cudaError_t r, cudaGraph_t into) {
   if (r != cudaSuccess) CopyTimer::CaptureEnded();
-  graphs::CaptureStarted(rt, named, r);
+  graphs::CaptureStarted(rt, named, r, into);
 }
 // A capture ends with a graph or invalidated; any other answer (no capture, the wrong stream or
 // thread, a stub driver's 34) left it as it was. Timing resumes only for a capture the shim saw begin.
@@ -799,6 +799,29 @@ cudaError_t cudaStreamBeginCapture(NodeRuntime rt, Real<decltype(&::cudaStreamBe
 cudaError_t cudaStreamBeginCapture_ptsz(NodeRuntime rt, Real<decltype(&::cudaStreamBeginCapture_ptsz)> real,
                                         cudaStream_t s, cudaStreamCaptureMode m) {
   return BeginCapture(rt, real, s, m, PerThread(s));
+}
+// Into the program's graph (CUDA 12.3+): the captured work is added to it, and EndCapture returns it.
+static cudaError_t BeginCaptureToGraph(NodeRuntime rt,
+                                       cudaError_t (*real)(cudaStream_t, cudaGraph_t, const cudaGraphNode_t*,
+                                                           const cudaGraphEdgeData*, size_t, cudaStreamCaptureMode),
+                                       cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d,
+                                       const cudaGraphEdgeData* e, size_t n, cudaStreamCaptureMode m,
+                                       cudaStream_t named) {
+  CaptureBeginning();
+  cudaError_t r = real(s, g, d, e, n, m);
+  CaptureBegun(rt, named, r, g);
+  return r;
+}
+cudaError_t cudaStreamBeginCaptureToGraph(NodeRuntime rt, Real<decltype(&::cudaStreamBeginCaptureToGraph)> real,
+                                          cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d,
+                                          const cudaGraphEdgeData* e, size_t n, cudaStreamCaptureMode m) {
+  return BeginCaptureToGraph(rt, real, s, g, d, e, n, m, s);
+}
+cudaError_t cudaStreamBeginCaptureToGraph_ptsz(NodeRuntime rt,
+                                               Real<decltype(&::cudaStreamBeginCaptureToGraph_ptsz)> real,
+                                               cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d,
+                                               const cudaGraphEdgeData* e, size_t n, cudaStreamCaptureMode m) {
+  return BeginCaptureToGraph(rt, real, s, g, d, e, n, m, PerThread(s));
 }
 // A capture ends with EndCapture whether it succeeded or was invalidated; IllegalState: none was
 // running (the driver's codes are the same).

@@ -70,7 +70,7 @@ void StreamDestroying(cudaStream_t s);
 // its handle. A launch of an exec whose graph id is not 0 goes to TracedGraphLaunch when sampling
 // or while a capture runs, else is recorded with graphs::RecordLaunch.
 void CaptureBeginning();
-void CaptureBegun(const CudaRuntime& rt, cudaStream_t stream, cudaError_t r);
+void CaptureBegun(const CudaRuntime& rt, cudaStream_t stream, cudaError_t r, cudaGraph_t into = nullptr);
 void CaptureEnding(cudaStream_t stream, unsigned long long runtime_id, cudaError_t r, const cudaGraph_t* graph);
 cudaError_t TracedGraphLaunch(const CudaRuntime& rt, uint32_t id, cudaGraphExec_t exec, cudaStream_t stream,
                               InvokeReal invoke, const void* call);

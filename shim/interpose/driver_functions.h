@@ -58,6 +58,12 @@
   X(cuStreamBeginCapture_ptsz, (CUstream s), (s))                                                            \
   X(cuStreamBeginCapture_v2, (CUstream s, CUstreamCaptureMode m), (s, m))                                   \
   X(cuStreamBeginCapture_v2_ptsz, (CUstream s, CUstreamCaptureMode m), (s, m))                              \
+  X(cuStreamBeginCaptureToGraph,                                                                             \
+    (CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e, size_t n, CUstreamCaptureMode m), \
+    (s, g, d, e, n, m))                                                                                      \
+  X(cuStreamBeginCaptureToGraph_ptsz,                                                                        \
+    (CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e, size_t n, CUstreamCaptureMode m), \
+    (s, g, d, e, n, m))                                                                                      \
   X(cuStreamEndCapture, (CUstream s, CUgraph * g), (s, g))                                                   \
   X(cuStreamEndCapture_ptsz, (CUstream s, CUgraph * g), (s, g))                                              \
   X(cuGraphInstantiate, (CUgraphExec * x, CUgraph g, CUgraphNode * e, char* log, size_t n), (x, g, e, log, n)) \

@@ -249,6 +249,27 @@ CUresult BeginCapture(F real, CUstream named, A... args) {
   CaptureBegun(Driver(), named, AsRuntime(r));
   return r;
 }
+// Into the program's graph (CUDA 12.3+): the captured work is added to it.
+template <typename F>
+CUresult BeginCaptureToGraph(F real, CUstream named, CUstream s, CUgraph g, const CUgraphNode* d,
+                             const CUgraphEdgeData* e, size_t n, CUstreamCaptureMode m) {
+  CaptureBeginning();
+  CUresult r = real(s, g, d, e, n, m);
+  CaptureBegun(Driver(), named, AsRuntime(r), g);  // a CUgraph is a cudaGraph_t
+  return r;
+}
+CUresult cuStreamBeginCaptureToGraph(CUresult (*real)(CUstream, CUgraph, const CUgraphNode*, const CUgraphEdgeData*,
+                                                      size_t, CUstreamCaptureMode),
+                                     CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e, size_t n,
+                                     CUstreamCaptureMode m) {
+  return BeginCaptureToGraph(real, s, s, g, d, e, n, m);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(CUresult (*real)(CUstream, CUgraph, const CUgraphNode*,
+                                                           const CUgraphEdgeData*, size_t, CUstreamCaptureMode),
+                                          CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e,
+                                          size_t n, CUstreamCaptureMode m) {
+  return BeginCaptureToGraph(real, PerThread(s), s, g, d, e, n, m);
+}
 CUresult cuStreamBeginCapture(CUresult (*real)(CUstream), CUstream s) { return BeginCapture(real, s, s); }
 CUresult cuStreamBeginCapture_ptsz(CUresult (*real)(CUstream), CUstream s) {
   return BeginCapture(real, PerThread(s), s);

@@ -23,6 +23,7 @@ struct Capture {
   unsigned long long runtime_id;  // the runtime's id of the capture sequence (0: it did not say)
   uint32_t graph_id;
   bool recorded;  // a copy or NCCL operation of it was recorded: only then are its launches
+  uintptr_t into;  // the program's graph it appends to (BeginCaptureToGraph); 0: a new graph
 };
 std::vector<Capture>& Captures() {  // running; under g_mu
   static auto* v = new std::vector<Capture>();
@@ -109,7 +110,7 @@ void WriteInclude(cudaGraph_t graph, uint32_t id, uint32_t included) {
 
 void CaptureStarting() { g_captures.fetch_add(1, std::memory_order_relaxed); }
 
-void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r) {
+void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r, cudaGraph_t into) {
   if (r != cudaSuccess) {
     g_captures.fetch_sub(1, std::memory_order_relaxed);
     return;
@@ -118,7 +119,7 @@ void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r) {
   unsigned long long id = 0;
   RuntimeCaptureId(rt, origin, &id);  // the stream just began capturing: the query cannot fail
   std::lock_guard<std::mutex> lock(g_mu);
-  Captures().push_back({reinterpret_cast<uintptr_t>(origin), id, g_next_id++, false});
+  Captures().push_back({reinterpret_cast<uintptr_t>(origin), id, g_next_id++, false, reinterpret_cast<uintptr_t>(into)});
 }
 
 unsigned long long CaptureIdOf(const CudaRuntime& rt, cudaStream_t stream) {
@@ -131,7 +132,7 @@ unsigned long long CaptureIdOf(const CudaRuntime& rt, cudaStream_t stream) {
 
 bool CaptureEnded(cudaStream_t origin, unsigned long long runtime_id, cudaError_t r, cudaGraph_t graph) {
   KeepErrno keep;
-  uint32_t id = 0;
+  uint32_t id = 0, holder = 0, included = 0;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     auto& v = Captures();
@@ -144,7 +145,13 @@ bool CaptureEnded(cudaStream_t origin, unsigned long long runtime_id, cudaError_
     if (it == v.end()) return false;  // not a capture the shim saw begin
     id = it->graph_id;
     // A graph of kernels only (most of them) is not tracked: its launches cost one lookup, no record.
-    if (r == cudaSuccess && graph != nullptr && it->recorded) Graphs()[reinterpret_cast<uintptr_t>(graph)] = {id, false};
+    // A capture into the program's graph is one more part of that graph's work: the graph's id
+    // includes the capture's (a failed capture's id never runs, and the graph keeps what it had).
+    if (r == cudaSuccess && graph != nullptr && it->recorded) {
+      auto g = reinterpret_cast<uintptr_t>(graph);
+      if (it->into == 0 || !Graphs().count(g)) Graphs()[g] = {id, false};
+      else holder = GrowingIdLocked(graph, &included);
+    }
     v.erase(it);
     g_captures.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -154,6 +161,8 @@ bool CaptureEnded(cudaStream_t origin, unsigned long long runtime_id, cudaError_
     rec.graph_id = id;
     rec.result = r;
   });
+  if (included != 0) WriteInclude(graph, holder, included);
+  if (holder != 0) WriteInclude(graph, holder, id);
   return true;
 }
 

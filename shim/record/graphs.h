@@ -28,9 +28,10 @@ extern std::atomic<int> g_captures __attribute__((visibility("hidden")));
 inline bool AnyCapture() { return g_captures.load(std::memory_order_relaxed) != 0; }
 
 // Around cudaStreamBeginCapture: Starting before the real call (so that work issued once it
-// returns sees a capture running), Started after it with its result.
+// returns sees a capture running), Started after it with its result. `into`: the program's graph a
+// capture appends to (cudaStreamBeginCaptureToGraph), null for a capture that makes a new graph.
 void CaptureStarting();
-void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r);
+void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r, cudaGraph_t into = nullptr);
 // The runtime's id of the capture `stream` takes part in (0: none, or it cannot say), read before
 // the end call to tell apart captures on two threads' per-thread streams (one handle).
 unsigned long long CaptureIdOf(const CudaRuntime& rt, cudaStream_t stream);

@@ -340,6 +340,49 @@ TEST_F(DriverNodes, TraceRecordsWhichGraphHoldsWhich) {
   EXPECT_EQ(CounterCells(t), std::vector<std::string>{});
 }
 
+// Captures that append to the program's own graph (driver_workload.c's ToGraph()): each captured
+// copy joins the graph's work, an exec keeps what the graph held when it was made, and a capture
+// that was invalidated adds nothing.
+constexpr char kToGraphMode[] = "tograph";
+class DriverToGraph : public ModeJobs<kToGraphMode> {};
+
+TEST_F(DriverToGraph, RunsAndPrintsTheSameBareAndTraced) {
+  ExpectSameBareAndTraced(bare_, run_);
+  EXPECT_NE(bare_.out.find("end capture returned the program's graph\n"), std::string::npos) << bare_.out;
+  for (const char* line : {"cudaStreamEndCapture invalidated 901 null\n", "H keeps 0 nodes\n", "done\n"})
+    EXPECT_NE(bare_.out.find(line), std::string::npos) << line << bare_.out;
+}
+
+TEST_F(DriverToGraph, EachCapturedCopyCountsOncePerLaunchOfTheGraphItJoined) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  json rep = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(rep.is_discarded());
+  std::map<std::string, std::string> got;
+  for (const json& p : rep["pairs"])
+    got[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] =
+        std::to_string(p["calls"].get<uint64_t>()) + " " + std::to_string(p["bytes"].get<uint64_t>()) + " graph " +
+        std::to_string(p["graph_calls"].get<uint64_t>()) + " " + p["apis"].dump();
+  // x1 (the node and the first capture): 4 launches; x2 (and the second capture): 2.
+  std::map<std::string, std::string> want = {
+      {"0->1", "6 49152 graph 6 {\"cudaGraphAddMemcpyNode1D\":{\"bytes\":49152,\"calls\":6}}"},
+      {"1->2", "6 24576 graph 6 {\"cudaMemcpyAsync\":{\"bytes\":24576,\"calls\":6}}"},
+      {"2->0", "2 4096 graph 2 {\"cuMemcpyAsync\":{\"bytes\":4096,\"calls\":2}}"}};
+  EXPECT_EQ(got, want) << rep["pairs"].dump();
+}
+
+// The graph's id includes each capture's: the first capture joins the graph's own id (1), the
+// second a new id (4) made when x1 had taken id 1, which includes 1 too; the invalidated one nothing.
+TEST_F(DriverToGraph, TraceRecordsEachCaptureAsPartOfTheGraph) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::vector<std::string> includes;
+  for (const auto& rec : t.records)
+    if (const auto* g = std::get_if<p2ptrace_graph_record>(&rec.body); g && g->event == P2PTRACE_GRAPH_INCLUDE)
+      includes.push_back(std::to_string(g->graph_id) + "<" + std::to_string(g->included_id));
+  EXPECT_EQ(includes, (std::vector<std::string>{"1<2", "4<1", "4<3"}));
+  EXPECT_EQ(CounterCells(t), std::vector<std::string>{});
+}
+
 // The toolkit's stub libcuda (a real NVIDIA library) answers every call with
 // CUDA_ERROR_STUB_LIBRARY: through the shim each wrapped function (copies, streams, captures,
 // graphs) returns exactly that, and writes

@@ -14,7 +14,8 @@
  *   GPU 1 -> 0  cuMemcpyDtoDAsync (dlsym on libcuda, RTLD_LOCAL) 16 KiB                 direct
  *
  * With the argument `graph`, see Graphs(): copies captured into CUDA graphs through the driver;
- * `nodes`, see Nodes(): graphs built node by node.
+ * `nodes`, see Nodes(): graphs built node by node; `tograph`, see ToGraph(): captures into a graph
+ * the program made.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -101,6 +102,8 @@ static int Errors(void) {
   printf("cuStreamCreateWithPriority %d\n", (int)cuStreamCreateWithPriority(&st, 0, 0));
   printf("cuStreamDestroy %d\n", (int)cuStreamDestroy(NULL));
   printf("cuStreamBeginCapture %d\n", (int)cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  printf("cuStreamBeginCaptureToGraph %d\n",
+         (int)cuStreamBeginCaptureToGraph(NULL, NULL, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
   CUgraph g = (CUgraph)&p;
   printf("cuStreamEndCapture %d %s\n", (int)cuStreamEndCapture(NULL, &g), g == (CUgraph)&p ? "untouched" : "set");
   CUgraphExec x = (CUgraphExec)&p;
@@ -347,11 +350,82 @@ static int Nodes(void) {
   return g_failed;
 }
 
+/* `tograph` (3 GPUs): captures that append to a graph the program made (cudaStreamBeginCaptureToGraph,
+ * CUDA 12.3+), through both APIs. What each launch moves (driver_test.cc asserts the totals):
+ *   G   cudaGraphCreate; a 1D node 0->1 8 KiB; then a runtime capture into G
+ *       (cudaStreamBeginCaptureToGraph) of a cudaMemcpyAsync 1->2 4 KiB: the end call returns G.
+ *       Exec x1 (both copies), launched 3 times.
+ *   G'  a driver capture into G again (cuStreamBeginCaptureToGraph, x1 keeps what it was made with)
+ *       of a cuMemcpyAsync 2->0 2 KiB; exec x2 (three copies) launched twice, x1 once more.
+ *   H   a capture into a new empty graph H, invalidated (cuStreamQuery while capturing): its copy
+ *       0->2 never runs; H is still the program's graph (empty) and is destroyed.
+ * Totals: 0->1 6 x 8 KiB, 1->2 6 x 4 KiB, 2->0 2 x 2 KiB. */
+static int ToGraph(void) {
+  Check("cuInit", cuInit(0));
+  CUcontext ctx[3];
+  CUdeviceptr buf[3];
+  SetUp3(ctx, buf, 29u, 7u);
+  Check("cudaSetDevice", cudaSetDevice(0));
+  cudaStream_t s;
+  Check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  cudaGraph_t g = NULL, ended = NULL;
+  cudaGraphNode_t n = NULL;
+  Check("cudaGraphCreate", cudaGraphCreate(&g, 0));
+  Check("cudaGraphAddMemcpyNode1D", cudaGraphAddMemcpyNode1D(&n, g, NULL, 0, (void*)buf[1], (const void*)buf[0],
+                                                             8 * KiB, cudaMemcpyDefault));
+  Check("cudaStreamBeginCaptureToGraph", cudaStreamBeginCaptureToGraph(s, g, &n, NULL, 1, cudaStreamCaptureModeGlobal));
+  Check("cudaMemcpyAsync (captured)",
+        cudaMemcpyAsync((void*)(buf[2] + 64 * KiB), (const void*)(buf[1] + 64 * KiB), 4 * KiB, cudaMemcpyDefault, s));
+  Check("cudaStreamEndCapture", cudaStreamEndCapture(s, &ended));
+  printf("end capture returned %s\n", ended == g ? "the program's graph" : "ANOTHER GRAPH");
+  cudaGraphExec_t x1 = NULL, x2 = NULL;
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x1, g, 0));
+  for (int i = 0; i < 3; ++i) Check("cudaGraphLaunch", cudaGraphLaunch(x1, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+  Same("G 0->1", buf[1], 0, buf[0], 0, 8 * KiB);
+  Same("G 1->2", buf[2], 64 * KiB, buf[1], 64 * KiB, 4 * KiB);
+
+  CUgraph cg = NULL;
+  Check("cuStreamBeginCaptureToGraph",
+        cuStreamBeginCaptureToGraph((CUstream)s, (CUgraph)g, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_RELAXED));
+  Check("cuMemcpyAsync (captured)", cuMemcpyAsync(buf[0] + 128 * KiB, buf[2] + 128 * KiB, 2 * KiB, (CUstream)s));
+  Check("cuStreamEndCapture", cuStreamEndCapture((CUstream)s, &cg));
+  printf("end capture returned %s\n", (cudaGraph_t)cg == g ? "the program's graph" : "ANOTHER GRAPH");
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x2, g, 0));
+  for (int i = 0; i < 2; ++i) Check("cudaGraphLaunch", cudaGraphLaunch(x2, s));
+  Check("cudaGraphLaunch (the first exec)", cudaGraphLaunch(x1, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+  Same("G' 2->0", buf[0], 128 * KiB, buf[2], 128 * KiB, 2 * KiB);
+
+  cudaGraph_t h = NULL, hended = (cudaGraph_t)&hended;
+  Check("cudaGraphCreate", cudaGraphCreate(&h, 0));
+  Check("cudaStreamBeginCaptureToGraph", cudaStreamBeginCaptureToGraph(s, h, NULL, NULL, 0, cudaStreamCaptureModeGlobal));
+  Check("cudaMemcpyAsync (captured, then invalidated)",
+        cudaMemcpyAsync((void*)(buf[2] + 256 * KiB), (const void*)(buf[0] + 256 * KiB), 4 * KiB, cudaMemcpyDefault, s));
+  printf("cuStreamQuery while capturing %d\n", (int)cuStreamQuery((CUstream)s));
+  int r = (int)cudaStreamEndCapture(s, &hended);
+  printf("cudaStreamEndCapture invalidated %d %s\n", r, hended == NULL ? "null" : "set");
+  size_t count = 99;
+  Check("cudaGraphGetNodes", cudaGraphGetNodes(h, NULL, &count));
+  printf("H keeps %zu nodes\n", count);
+
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x1));
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x2));
+  Check("cudaGraphDestroy", cudaGraphDestroy(g));
+  Check("cudaGraphDestroy", cudaGraphDestroy(h));
+  Check("cudaStreamDestroy", cudaStreamDestroy(s));
+  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
+  printf("%s\n", g_failed ? "FAILED" : "done");
+  return g_failed;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "errors") == 0) return Errors();
   if (argc > 1 && strcmp(argv[1], "graph") == 0) return Graphs();
   if (argc > 1 && strcmp(argv[1], "nodes") == 0) return Nodes();
+  if (argc > 1 && strcmp(argv[1], "tograph") == 0) return ToGraph();
   Check("cuInit", cuInit(0));
   int n = 0;
   Check("cuDeviceGetCount", cuDeviceGetCount(&n));

@@ -175,5 +175,35 @@ TEST(GraphFold, SharedAndRepeatedIncludesCountOncePerPath) {
   EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].bytes, 80u);
 }
 
+// Only a damaged or hostile file has a cycle of includes or a doubling chain: the fold must end, and
+// say nothing it cannot justify. A cycle's ids keep what reached them from outside it; runs saturate.
+TEST(GraphFold, ACycleOfIncludesEndsAndReplaysOnlyWhatReachedIt) {
+  TraceFold f;
+  using Key = std::tuple<int, int, int>;
+  f.Add(Copy(0, 1, 10, 1));
+  f.Add(Copy(1, 0, 7, 2));
+  f.Add(Include(1, 2));  // 1 holds 2 and 2 holds 1
+  f.Add(Include(2, 1));
+  f.Add(Include(2, 2));  // and one that holds itself: ignored
+  f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 1));
+  f.Finish();
+  EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].calls, 1u);  // 1's own launch
+  EXPECT_EQ(f.replayed[Key(1, 0, P2PTRACE_TRANSPORT_NVLINK)].calls, 0u);  // nothing from outside the cycle
+}
+
+TEST(GraphFold, RunsOfADoublingChainSaturate) {
+  TraceFold f;
+  using Key = std::tuple<int, int, int>;
+  f.Add(Copy(0, 1, 3, 1));
+  for (uint32_t id = 2; id <= 64; ++id) {  // each id holds the one before twice: 2^63 runs of id 1
+    f.Add(Include(id, id - 1));
+    f.Add(Include(id, id - 1));
+  }
+  f.Add(Graph(P2PTRACE_GRAPH_LAUNCH, 64));
+  f.Finish();
+  EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].calls, TraceFold::kMaxRuns);
+  EXPECT_EQ(f.replayed[Key(0, 1, P2PTRACE_TRANSPORT_NVLINK)].bytes, 3 * TraceFold::kMaxRuns);
+}
+
 }  // namespace
 }  // namespace p2ptrace::cli

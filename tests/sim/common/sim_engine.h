@@ -60,6 +60,9 @@ struct Stream {
   unsigned long long capture_id = 0;      // of the capture sequence, unique in the process
   struct Graph* capture_graph = nullptr;  // the graph being built while capturing
   bool capture_origin = false;            // began the capture (else joined it through an event wait)
+  bool capture_into = false;              // capturing into a graph the program made (BeginCaptureToGraph)
+  size_t capture_kept = 0;                // that graph's work before the capture (kept if it is invalidated)
+  int capture_kept_nodes = 0;
   int pending_host_funcs = 0;
 };
 
@@ -911,17 +914,26 @@ cudaError_t WaitEventOn(State& st, cudaStream_t handle, cudaEvent_t ev, unsigned
   return cudaSuccess;
 }
 
-cudaError_t CaptureBegin(State& st, cudaStream_t handle, int mode, bool ptsz) {
+// A capture into a new graph, or into `into` (cudaStreamBeginCaptureToGraph: its work is appended
+// there, and the end call returns that graph; the sim's nodes have no dependencies to check).
+cudaError_t CaptureBegin(State& st, cudaStream_t handle, int mode, bool ptsz, cudaGraph_t into = nullptr,
+                         size_t num_deps = 0, const void* deps = nullptr) {
   std::lock_guard<std::mutex> lock(Mu());
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (s->legacy) return cudaErrorStreamCaptureUnsupported;
   if (mode < 0 || mode > cudaStreamCaptureModeRelaxed) return cudaErrorInvalidValue;
+  auto* g = reinterpret_cast<Graph*>(into);
+  if (into != nullptr && !st.graphs.count(g)) return cudaErrorInvalidValue;
+  if (num_deps != 0 && deps == nullptr) return cudaErrorInvalidValue;
   if (s->capture != cudaStreamCaptureStatusNone) return cudaErrorIllegalState;
   s->capture = cudaStreamCaptureStatusActive;
   s->capture_id = ++st.capture_ids;
-  s->capture_graph = new Graph{};
+  s->capture_graph = g != nullptr ? g : new Graph{};
   s->capture_origin = true;
+  s->capture_into = g != nullptr;
+  s->capture_kept = g != nullptr ? g->work.size() : 0;
+  s->capture_kept_nodes = g != nullptr ? g->nodes : 0;
   return cudaSuccess;
 }
 
@@ -944,8 +956,14 @@ cudaError_t CaptureEnd(State& st, cudaStream_t handle, cudaGraph_t* graph, bool 
   s->capture = cudaStreamCaptureStatusNone;
   s->capture_origin = false;
   Graph* g = std::exchange(s->capture_graph, nullptr);
+  bool into = std::exchange(s->capture_into, false);
   if (invalidated) {
-    delete g;
+    if (into) {  // the program's graph keeps what it had
+      g->work.resize(s->capture_kept);
+      g->nodes = s->capture_kept_nodes;
+    } else {
+      delete g;
+    }
     *graph = nullptr;
     return cudaErrorStreamCaptureInvalidated;
   }
@@ -976,7 +994,10 @@ cudaError_t CaptureQuery(State& st, cudaStream_t handle, bool ptsz, cudaStreamCa
 cudaError_t DestroyGraph(State& st, cudaGraph_t graph) {
   std::lock_guard<std::mutex> lock(Mu());
   auto* g = reinterpret_cast<Graph*>(graph);
-  if (!st.graphs.erase(g)) return cudaErrorInvalidValue;
+  if (!st.graphs.count(g)) return cudaErrorInvalidValue;
+  for (Stream* s : st.streams)  // a capture still appends to it
+    if (s->capture_graph == g) return cudaErrorIllegalState;
+  st.graphs.erase(g);
   delete g;
   return cudaSuccess;
 }

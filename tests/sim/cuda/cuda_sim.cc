@@ -863,6 +863,16 @@ SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mo
   DRV_CTX();
   return Cu(CaptureBegin(st, DRV_STREAM(s), mode, true));
 }
+SIM_API CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData*,
+                                             size_t n, CUstreamCaptureMode mode) {
+  DRV_CTX();
+  return Cu(CaptureBegin(st, DRV_STREAM(s), mode, false, DRV_GRAPH(g), n, deps));
+}
+SIM_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* deps,
+                                                  const CUgraphEdgeData*, size_t n, CUstreamCaptureMode mode) {
+  DRV_CTX();
+  return Cu(CaptureBegin(st, DRV_STREAM(s), mode, true, DRV_GRAPH(g), n, deps));
+}
 SIM_API CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
   DRV_CTX();
   return Cu(CaptureEnd(st, DRV_STREAM(s), reinterpret_cast<cudaGraph_t*>(g), false));

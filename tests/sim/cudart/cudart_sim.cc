@@ -628,6 +628,19 @@ static cudaError_t BeginCapture(cudaStream_t handle, cudaStreamCaptureMode mode,
 }
 SIM_API cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode m) { return BeginCapture(s, m, false); }
 SIM_API cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t s, cudaStreamCaptureMode m) { return BeginCapture(s, m, true); }
+static cudaError_t BeginCaptureToGraph(cudaStream_t handle, cudaGraph_t g, const cudaGraphNode_t* deps, size_t n,
+                                       cudaStreamCaptureMode mode, bool ptsz) {
+  SIM_ENTER();
+  return Ret(CaptureBegin(st, handle, mode, ptsz, g, n, deps));
+}
+SIM_API cudaError_t cudaStreamBeginCaptureToGraph(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* deps,
+                                                  const cudaGraphEdgeData*, size_t n, cudaStreamCaptureMode m) {
+  return BeginCaptureToGraph(s, g, deps, n, m, false);
+}
+SIM_API cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* deps,
+                                                       const cudaGraphEdgeData*, size_t n, cudaStreamCaptureMode m) {
+  return BeginCaptureToGraph(s, g, deps, n, m, true);
+}
 
 static cudaError_t EndCapture(cudaStream_t handle, cudaGraph_t* graph, bool ptsz) {
   SIM_ENTER();
