@@ -115,6 +115,32 @@ class ModeJobs : public ::testing::Test {
   static inline RunResult bare_, run_;
 };
 
+// The JSON report of a trace directory, and its pairs as "src->dst" -> "transport calls bytes graph
+// graph_calls graph_bytes {apis}".
+json ReportJson(const std::string& trace) {
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", trace, "--json"}, {{"NO_COLOR", "1"}});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  json rep = json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(rep.is_discarded()) << r.out;
+  return rep;
+}
+std::map<std::string, std::string> PairCells(const json& rep) {
+  std::map<std::string, std::string> got;
+  if (!rep.contains("pairs")) return got;
+  for (const json& p : rep["pairs"])
+    got[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] =
+        p["transport"].get<std::string>() + " " + std::to_string(p["calls"].get<uint64_t>()) + " " +
+        std::to_string(p["bytes"].get<uint64_t>()) + " graph " + std::to_string(p["graph_calls"].get<uint64_t>()) +
+        " " + std::to_string(p["graph_bytes"].get<uint64_t>()) + " " + p["apis"].dump();
+  return got;
+}
+// A pair moved only by graph replays of copies made through one API.
+std::string ReplayedCell(uint64_t calls, uint64_t bytes, const char* api) {
+  std::string n = std::to_string(calls) + " " + std::to_string(bytes);
+  return "host_staged " + n + " graph " + n + " {\"" + api + "\":{\"bytes\":" + std::to_string(bytes) +
+         ",\"calls\":" + std::to_string(calls) + "}}";
+}
+
 TEST_F(Driver, RunsAndPrintsTheSameBareAndTraced) {
   ExpectSameBareAndTraced(bare_, run_);
   ExpectSameBareAndTraced(bare_, preload_);
@@ -173,10 +199,8 @@ TEST_F(Driver, PreloadAloneSeesAllButTheDlsymCall) {
 }
 
 TEST_F(Driver, ReportNamesTheDriverPathAndThePairsClasses) {
-  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  json rep = json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(rep.is_discarded());
+  json rep = ReportJson(dir_ + "/run/trace");
+  ASSERT_TRUE(rep.is_object());
   EXPECT_TRUE(rep["capture"]["driver"].get<bool>());
   EXPECT_TRUE(rep["capture"]["driver_via_dlsym"].get<bool>());
   EXPECT_TRUE(rep["capture"]["driver_via_entry_point"].get<bool>());
@@ -225,28 +249,14 @@ TEST_F(DriverGraphs, RunsAndPrintsTheSameBareAndTraced) {
 }
 
 TEST_F(DriverGraphs, EachCapturedCopyCountsOncePerLaunch) {
-  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  json rep = json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(rep.is_discarded());
-  std::map<std::string, std::string> got;
-  for (const json& p : rep["pairs"])
-    got[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] =
-        std::to_string(p["calls"].get<uint64_t>()) + " " + std::to_string(p["bytes"].get<uint64_t>()) + " graph " +
-        std::to_string(p["graph_calls"].get<uint64_t>()) + " " + std::to_string(p["graph_bytes"].get<uint64_t>()) + " " +
-        p["apis"].dump();
-  auto row = [](uint64_t calls, uint64_t bytes, const char* api) {
-    std::string n = std::to_string(calls) + " " + std::to_string(bytes);
-    return n + " graph " + n + " {\"" + api + "\":{\"bytes\":" + std::to_string(bytes) + ",\"calls\":" +
-           std::to_string(calls) + "}}";
-  };
+  json rep = ReportJson(dir_ + "/run/trace");
   std::map<std::string, std::string> want = {
-      {"0->1", row(5, 5 * 64 * KiB, "cuMemcpyPeerAsync")},       // A: 4 linked launches + 1 through cuGetProcAddress
-      {"1->2", row(5, 5 * 32 * KiB, "cuMemcpyDtoDAsync")},       // A
-      {"2->0", row(3, 3 * 16 * KiB, "cuMemcpyAsync")},           // B: a driver copy in a runtime capture
-      {"0->2", row(3, 3 * 8 * KiB, "cudaMemcpyPeerAsync")},      // B
-      {"1->0", row(3, 2 * 4 * KiB + 2 * KiB, "cudaMemcpyPeerAsync")}};  // C: 2 launches, then 1 of the update
-  EXPECT_EQ(got, want) << rep["pairs"].dump();
+      {"0->1", ReplayedCell(5, 5 * 64 * KiB, "cuMemcpyPeerAsync")},  // A: 4 linked launches + 1 through cuGetProcAddress
+      {"1->2", ReplayedCell(5, 5 * 32 * KiB, "cuMemcpyDtoDAsync")},  // A
+      {"2->0", ReplayedCell(3, 3 * 16 * KiB, "cuMemcpyAsync")},      // B: a driver copy in a runtime capture
+      {"0->2", ReplayedCell(3, 3 * 8 * KiB, "cudaMemcpyPeerAsync")}, // B
+      {"1->0", ReplayedCell(3, 2 * 4 * KiB + 2 * KiB, "cudaMemcpyPeerAsync")}};  // C: 2 launches, then 1 of the update
+  EXPECT_EQ(PairCells(rep), want) << rep["pairs"].dump();
   // A pair only the driver copied is told in the driver's terms, its fix included.
   RunResult text = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace"}, {{"NO_COLOR", "1"}});
   EXPECT_NE(text.out.find("5 cuMemcpy* calls (320.0 KiB) from GPU 0000:18:00.0 to GPU 0000:2a:00.0 went through host "
@@ -296,25 +306,16 @@ class DriverNodes : public ModeJobs<kNodesMode> {};
 TEST_F(DriverNodes, RunsAndPrintsTheSameBareAndTraced) { ExpectSameBareAndTraced(bare_, run_); }
 
 TEST_F(DriverNodes, EachCopyNodeCountsOncePerLaunchOfEveryGraphHoldingIt) {
-  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  json rep = json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(rep.is_discarded());
-  std::map<std::string, std::string> got;
-  for (const json& p : rep["pairs"])
-    got[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] =
-        p["transport"].get<std::string>() + " " + std::to_string(p["calls"].get<uint64_t>()) + " " +
-        std::to_string(p["bytes"].get<uint64_t>()) + " graph " + std::to_string(p["graph_calls"].get<uint64_t>()) +
-        " " + p["apis"].dump();
+  json rep = ReportJson(dir_ + "/run/trace");
   // G1's first exec: 3 launches of its first two copies; the grown G1: 3 launches of three; the
   // clone: 1; G3 (one node of its own and G1 as a child twice): 2 launches; the clone of the clone:
   // 1; the capture holding a launch of the clone's exec: 1. The host-to-device node is no pair.
   std::map<std::string, std::string> want = {
-      {"0->1", "host_staged 13 106496 graph 13 {\"cudaGraphAddMemcpyNode1D\":{\"bytes\":106496,\"calls\":13}}"},
-      {"2->1", "host_staged 13 53248 graph 13 {\"cudaGraphAddMemcpyNode\":{\"bytes\":53248,\"calls\":13}}"},
-      {"0->2", "host_staged 10 20480 graph 10 {\"cudaGraphAddMemcpyNode1D\":{\"bytes\":20480,\"calls\":10}}"},
-      {"1->0", "host_staged 2 32768 graph 2 {\"cuGraphAddMemcpyNode\":{\"bytes\":32768,\"calls\":2}}"}};
-  EXPECT_EQ(got, want) << rep["pairs"].dump();
+      {"0->1", ReplayedCell(13, 13 * 8 * KiB, "cudaGraphAddMemcpyNode1D")},
+      {"2->1", ReplayedCell(13, 13 * 4 * KiB, "cudaGraphAddMemcpyNode")},
+      {"0->2", ReplayedCell(10, 10 * 2 * KiB, "cudaGraphAddMemcpyNode1D")},
+      {"1->0", ReplayedCell(2, 2 * 16 * KiB, "cuGraphAddMemcpyNode")}};
+  EXPECT_EQ(PairCells(rep), want) << rep["pairs"].dump();
   RunResult text = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace"}, {{"NO_COLOR", "1"}});
   EXPECT_NE(text.out.find("13 calls (104.0 KiB) from graph replays"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("2 copies (2 by the driver API)"), std::string::npos) << text.out;
@@ -354,21 +355,13 @@ TEST_F(DriverToGraph, RunsAndPrintsTheSameBareAndTraced) {
 }
 
 TEST_F(DriverToGraph, EachCapturedCopyCountsOncePerLaunchOfTheGraphItJoined) {
-  RunResult r = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace", "--json"}, {{"NO_COLOR", "1"}});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  json rep = json::parse(r.out, nullptr, false);
-  ASSERT_FALSE(rep.is_discarded());
-  std::map<std::string, std::string> got;
-  for (const json& p : rep["pairs"])
-    got[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] =
-        std::to_string(p["calls"].get<uint64_t>()) + " " + std::to_string(p["bytes"].get<uint64_t>()) + " graph " +
-        std::to_string(p["graph_calls"].get<uint64_t>()) + " " + p["apis"].dump();
+  json rep = ReportJson(dir_ + "/run/trace");
   // x1 (the node and the first capture): 4 launches; x2 (and the second capture): 2.
   std::map<std::string, std::string> want = {
-      {"0->1", "6 49152 graph 6 {\"cudaGraphAddMemcpyNode1D\":{\"bytes\":49152,\"calls\":6}}"},
-      {"1->2", "6 24576 graph 6 {\"cudaMemcpyAsync\":{\"bytes\":24576,\"calls\":6}}"},
-      {"2->0", "2 4096 graph 2 {\"cuMemcpyAsync\":{\"bytes\":4096,\"calls\":2}}"}};
-  EXPECT_EQ(got, want) << rep["pairs"].dump();
+      {"0->1", ReplayedCell(6, 6 * 8 * KiB, "cudaGraphAddMemcpyNode1D")},
+      {"1->2", ReplayedCell(6, 6 * 4 * KiB, "cudaMemcpyAsync")},
+      {"2->0", ReplayedCell(2, 2 * 2 * KiB, "cuMemcpyAsync")}};
+  EXPECT_EQ(PairCells(rep), want) << rep["pairs"].dump();
 }
 
 // The graph's id includes each capture's: the first capture joins the graph's own id (1), the
