@@ -9,7 +9,7 @@ stdout is the bare one followed by the report), the program's own checks, and th
 class, calls and bytes, and every NCCL operation's calls and bytes per communicator.
 
 Usage: torch_test.py --p2psim BIN --p2ptrace BIN --tag 2.10 CASE
-CASE: copies | copies-visible | train-lazy | train-eager-visible
+CASE: copies | copies-visible | train-lazy | train-eager-visible | graph
 The environment comes from scripts/fetch-torch.py (run by scripts/test.sh); a missing one fails.
 """
 import argparse
@@ -215,11 +215,33 @@ def train(case, init, visible):
     check(ops.get(2) == {"ncclAllReduce": (2, 2 * 4 * N)}, f"new_group's operations {ops.get(2)}")
 
 
+# graph.py's sizes and replays.
+GRAPH_N, GRAPH_REPLAYS, GRAPH_WORLD = 1 << 16, 5, 2
+
+
+def graph(case):
+    """torch.cuda.graph capturing all_reduce and broadcast, replayed: each replay counts, once per rank."""
+    command = [case.python, "-m", "torch.distributed.run", "--nproc-per-node", str(GRAPH_WORLD),
+               "--master-port", str(free_port()), os.path.join(HERE, "graph.py")]
+    report, lines = case.both(command, {"GRAPH_REPLAYS": str(GRAPH_REPLAYS)}, sort_lines=True)
+    done = [l for l in lines if re.search(r"rank \d/2 on cuda:\d graph replays", l)]
+    check(len(done) == GRAPH_WORLD and all(l.endswith(" ok") for l in done), f"ranks' results {done}")
+    ops = {o["op"]: (o["calls"], o["bytes"], o["graph_calls"], o["graph_bytes"]) for o in report["nccl_ops"]}
+    size, replays = 4 * GRAPH_N, GRAPH_WORLD * GRAPH_REPLAYS
+    want = {
+        # one eager all_reduce per rank, then one per replay per rank
+        "ncclAllReduce": (GRAPH_WORLD + replays, (GRAPH_WORLD + replays) * size, replays, replays * size),
+        "ncclBroadcast": (replays, replays * size, replays, replays * size),
+    }
+    check(ops == want, f"operations {ops}, want {want}")
+
+
 CASES = {
     "copies": lambda c: copies(c, ""),
     "copies-visible": lambda c: copies(c, "5,4,7,2"),
     "train-lazy": lambda c: train(c, "lazy", ""),
     "train-eager-visible": lambda c: train(c, "eager", "2,3,4,5"),
+    "graph": graph,
 }
 
 

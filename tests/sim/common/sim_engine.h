@@ -87,14 +87,25 @@ struct GraphWork {
   Rows rows;
   double seconds = 0;
 };
+// A user object (cudaUserObjectCreate): its destructor runs, on the host-function thread, when the
+// last reference (the program's, graphs', execs') is gone. torch's and NCCL's captures use them.
+struct UserObject {
+  void* ptr = nullptr;
+  cudaHostFn_t destroy = nullptr;
+  unsigned refs = 0;
+};
+using UserRefs = std::map<UserObject*, unsigned>;
 struct Graph {
   int nodes = 0;  // every captured node (waits and event records too)
   std::vector<GraphWork> work;
+  UserRefs user_refs;  // the graph's references to user objects
 };
-// An instantiated graph: its own copy of the work (cudaGraphExecUpdate replaces it).
+// An instantiated graph: its own copy of the work (cudaGraphExecUpdate replaces it) and its own
+// references to its graph's user objects.
 struct GraphExec {
   int nodes = 0;
   std::vector<GraphWork> work;
+  UserRefs user_refs;
 };
 
 struct Alloc {
@@ -115,7 +126,7 @@ struct Arena {
   std::map<size_t, size_t> free;  // offset -> length, coalesced
 };
 
-struct HostFunc { Stream* stream; cudaHostFn_t fn; void* data; cudaStreamCallback_t cb; cudaStream_t handle; };
+struct HostFunc { Stream* stream; cudaHostFn_t fn; void* data; cudaStreamCallback_t cb; cudaStream_t handle; };  // stream null: a user object's destructor
 
 // A device's primary context (the only kind the sim has; CUcontext is a Context*).
 struct Context {
@@ -138,6 +149,7 @@ struct State {
   std::set<Event*> events;
   std::set<Graph*> graphs;
   std::set<GraphExec*> execs;
+  std::set<UserObject*> user_objects;
   std::map<uintptr_t, Alloc> allocs;          // base address -> allocation
   std::map<int, Arena> arenas;                 // host GPU index -> its address range
   // DirectBandwidth per (host GPU, host GPU), computed once: it walks the PCIe tree with string
@@ -562,9 +574,87 @@ void Worker() {
     else f.cb(f.handle, cudaSuccess, f.data);
     T().in_host_func = false;
     lock.lock();
-    if (st.streams.count(f.stream) || f.stream->legacy) --f.stream->pending_host_funcs;
+    if (f.stream != nullptr && (st.streams.count(f.stream) || f.stream->legacy)) --f.stream->pending_host_funcs;
     st.cv.notify_all();
   }
+}
+
+void StartWorker(State& st) {
+  if (st.worker_running) return;
+  st.worker_running = true;
+  std::thread(Worker).detach();
+}
+
+// Drops `n` references of user object u (under the lock); at zero its destructor is queued for the
+// host-function thread (as CUDA runs it on a thread of its own: never under the caller's locks).
+void DropUserRefs(State& st, UserObject* u, unsigned n) {
+  if (!st.user_objects.count(u)) return;
+  u->refs -= std::min(n, u->refs);
+  if (u->refs != 0) return;
+  st.user_objects.erase(u);
+  StartWorker(st);
+  st.host_funcs.push_back(HostFunc{nullptr, u->destroy, u->ptr, nullptr, nullptr});
+  st.work_cv.notify_one();
+  delete u;
+}
+void DropAllUserRefs(State& st, UserRefs& refs) {
+  for (auto [u, n] : refs) DropUserRefs(st, u, n);
+  refs.clear();
+}
+void TakeUserRefs(const UserRefs& from, UserRefs* to) {
+  for (auto [u, n] : from) {
+    u->refs += n;
+    (*to)[u] += n;
+  }
+}
+
+cudaError_t UserObjectCreate(State& st, UserObject** out, void* ptr, cudaHostFn_t destroy, unsigned refs, unsigned flags) {
+  if (out == nullptr || destroy == nullptr || refs == 0 || flags != cudaUserObjectNoDestructorSync)
+    return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* u = new UserObject{ptr, destroy, refs};
+  st.user_objects.insert(u);
+  *out = u;
+  return cudaSuccess;
+}
+cudaError_t UserObjectRetain(State& st, UserObject* u, unsigned n) {
+  std::lock_guard<std::mutex> lock(Mu());
+  if (n == 0 || !st.user_objects.count(u)) return cudaErrorInvalidValue;
+  u->refs += n;
+  return cudaSuccess;
+}
+cudaError_t UserObjectRelease(State& st, UserObject* u, unsigned n) {
+  std::lock_guard<std::mutex> lock(Mu());
+  if (n == 0 || !st.user_objects.count(u)) return cudaErrorInvalidValue;
+  DropUserRefs(st, u, n);
+  return cudaSuccess;
+}
+// A graph the program may name: made, or still being captured (cudaStreamGetCaptureInfo gives it).
+bool KnownGraph(const State& st, Graph* g) {
+  if (st.graphs.count(g)) return true;
+  for (Stream* s : st.streams)
+    if (s->capture_graph == g) return true;
+  return false;
+}
+// The graph takes n references: new ones, or (cudaGraphUserObjectMove) the caller's.
+cudaError_t GraphRetainUserObject(State& st, cudaGraph_t graph, UserObject* u, unsigned n, unsigned flags) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (n == 0 || (flags & ~unsigned{cudaGraphUserObjectMove}) || !KnownGraph(st, g) || !st.user_objects.count(u))
+    return cudaErrorInvalidValue;
+  if (!(flags & cudaGraphUserObjectMove)) u->refs += n;
+  g->user_refs[u] += n;
+  return cudaSuccess;
+}
+cudaError_t GraphReleaseUserObject(State& st, cudaGraph_t graph, UserObject* u, unsigned n) {
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* g = reinterpret_cast<Graph*>(graph);
+  if (n == 0 || !KnownGraph(st, g) || !st.user_objects.count(u)) return cudaErrorInvalidValue;
+  auto it = g->user_refs.find(u);
+  if (it == g->user_refs.end() || it->second < n) return cudaErrorInvalidValue;
+  if ((it->second -= n) == 0) g->user_refs.erase(it);
+  DropUserRefs(st, u, n);
+  return cudaSuccess;
 }
 
 cudaError_t QueueHostFunc(State& st, cudaStream_t handle, bool ptsz, cudaHostFn_t fn, cudaStreamCallback_t cb, void* data) {
@@ -572,10 +662,7 @@ cudaError_t QueueHostFunc(State& st, cudaStream_t handle, bool ptsz, cudaHostFn_
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
   if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
-  if (!st.worker_running) {
-    st.worker_running = true;
-    std::thread(Worker).detach();
-  }
+  StartWorker(st);
   ++s->pending_host_funcs;
   st.host_funcs.push_back(HostFunc{s, fn, data, cb, handle});
   st.work_cv.notify_one();
@@ -902,6 +989,14 @@ cudaError_t WaitEventOn(State& st, cudaStream_t handle, cudaEvent_t ev, unsigned
   if (e->capture_id != 0 && s->capture == cudaStreamCaptureStatusNone) {
     for (Stream* o : st.streams)
       if (o->capture_origin && o->capture_id == e->capture_id && o->capture == cudaStreamCaptureStatusActive) {
+        // The legacy stream never takes part in a capture: a dependency of it on captured work is
+        // refused, and the capture is invalidated (as torch's cross-device copy in a capture meets
+        // when the other device's current stream is the default one).
+        if (s->legacy) {
+          for (Stream* j : st.streams)
+            if (j->capture_id == o->capture_id) j->capture = cudaStreamCaptureStatusInvalidated;
+          return cudaErrorStreamCaptureImplicit;
+        }
         s->capture = cudaStreamCaptureStatusActive;
         s->capture_id = o->capture_id;
         s->capture_graph = o->capture_graph;
@@ -962,6 +1057,7 @@ cudaError_t CaptureEnd(State& st, cudaStream_t handle, cudaGraph_t* graph, bool 
       g->work.resize(s->capture_kept);
       g->nodes = s->capture_kept_nodes;
     } else {
+      DropAllUserRefs(st, g->user_refs);
       delete g;
     }
     *graph = nullptr;
@@ -998,6 +1094,7 @@ cudaError_t DestroyGraph(State& st, cudaGraph_t graph) {
   for (Stream* s : st.streams)  // a capture still appends to it
     if (s->capture_graph == g) return cudaErrorIllegalState;
   st.graphs.erase(g);
+  DropAllUserRefs(st, g->user_refs);
   delete g;
   return cudaSuccess;
 }
@@ -1006,7 +1103,8 @@ cudaError_t InstantiateGraph(State& st, cudaGraphExec_t* exec, cudaGraph_t graph
   std::lock_guard<std::mutex> lock(Mu());
   auto* g = reinterpret_cast<Graph*>(graph);
   if (exec == nullptr || !st.graphs.count(g)) return cudaErrorInvalidValue;
-  auto* x = new GraphExec{g->nodes, g->work};
+  auto* x = new GraphExec{g->nodes, g->work, {}};
+  TakeUserRefs(g->user_refs, &x->user_refs);
   st.execs.insert(x);
   *exec = reinterpret_cast<cudaGraphExec_t>(x);
   return cudaSuccess;
@@ -1030,6 +1128,7 @@ cudaError_t DestroyExec(State& st, cudaGraphExec_t exec) {
   std::lock_guard<std::mutex> lock(Mu());
   auto* x = reinterpret_cast<GraphExec*>(exec);
   if (!st.execs.erase(x)) return cudaErrorInvalidValue;
+  DropAllUserRefs(st, x->user_refs);
   delete x;
   return cudaSuccess;
 }
@@ -1105,7 +1204,8 @@ cudaError_t CloneGraph(State& st, cudaGraph_t* clone, cudaGraph_t original) {
   std::lock_guard<std::mutex> lock(Mu());
   auto* g = reinterpret_cast<Graph*>(original);
   if (clone == nullptr || !st.graphs.count(g)) return cudaErrorInvalidValue;
-  auto* c = new Graph{*g};
+  auto* c = new Graph{g->nodes, g->work, {}};
+  TakeUserRefs(g->user_refs, &c->user_refs);
   st.graphs.insert(c);
   *clone = reinterpret_cast<cudaGraph_t>(c);
   return cudaSuccess;

@@ -1014,6 +1014,31 @@ SIM_API CUresult cuGraphClone(CUgraph* clone, CUgraph g) {
   DRV_CTX();
   return Cu(CloneGraph(st, reinterpret_cast<cudaGraph_t*>(clone), DRV_GRAPH(g)));
 }
+// User objects, as the runtime's.
+#define DRV_USER_OBJECT(u) reinterpret_cast<UserObject*>(u)
+SIM_API CUresult cuUserObjectCreate(CUuserObject* out, void* ptr, CUhostFn destroy, unsigned int refs,
+                                    unsigned int flags) {
+  DRV_CTX();
+  return Cu(UserObjectCreate(st, reinterpret_cast<UserObject**>(out), ptr, destroy, refs, flags));
+}
+SIM_API CUresult cuUserObjectRetain(CUuserObject u, unsigned int n) {
+  DRV_CTX();
+  return Cu(UserObjectRetain(st, DRV_USER_OBJECT(u), n));
+}
+SIM_API CUresult cuUserObjectRelease(CUuserObject u, unsigned int n) {
+  DRV_CTX();
+  return Cu(UserObjectRelease(st, DRV_USER_OBJECT(u), n));
+}
+SIM_API CUresult cuGraphRetainUserObject(CUgraph g, CUuserObject u, unsigned int n, unsigned int flags) {
+  DRV_CTX();
+  return Cu(GraphRetainUserObject(st, DRV_GRAPH(g), DRV_USER_OBJECT(u), n, flags));
+}
+SIM_API CUresult cuGraphReleaseUserObject(CUgraph g, CUuserObject u, unsigned int n) {
+  DRV_CTX();
+  return Cu(GraphReleaseUserObject(st, DRV_GRAPH(g), DRV_USER_OBJECT(u), n));
+}
+#undef DRV_USER_OBJECT
+
 SIM_API CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
   DRV_ENTER();
   if (nodes != nullptr) return CUDA_ERROR_INVALID_VALUE;  // the sim's graphs have no node handles

@@ -805,6 +805,31 @@ SIM_API cudaError_t cudaGraphClone(cudaGraph_t* clone, cudaGraph_t original) {
   return Ret(CloneGraph(st, clone, original));
 }
 
+// User objects: references held by the program, graphs and execs (torch's captures retain one).
+#define SIM_USER_OBJECT(u) reinterpret_cast<UserObject*>(u)
+SIM_API cudaError_t cudaUserObjectCreate(cudaUserObject_t* out, void* ptr, cudaHostFn_t destroy, unsigned int refs,
+                                         unsigned int flags) {
+  SIM_ENTER();
+  return Ret(UserObjectCreate(st, reinterpret_cast<UserObject**>(out), ptr, destroy, refs, flags));
+}
+SIM_API cudaError_t cudaUserObjectRetain(cudaUserObject_t u, unsigned int n) {
+  SIM_ENTER();
+  return Ret(UserObjectRetain(st, SIM_USER_OBJECT(u), n));
+}
+SIM_API cudaError_t cudaUserObjectRelease(cudaUserObject_t u, unsigned int n) {
+  SIM_ENTER();
+  return Ret(UserObjectRelease(st, SIM_USER_OBJECT(u), n));
+}
+SIM_API cudaError_t cudaGraphRetainUserObject(cudaGraph_t g, cudaUserObject_t u, unsigned int n, unsigned int flags) {
+  SIM_ENTER();
+  return Ret(GraphRetainUserObject(st, g, SIM_USER_OBJECT(u), n, flags));
+}
+SIM_API cudaError_t cudaGraphReleaseUserObject(cudaGraph_t g, cudaUserObject_t u, unsigned int n) {
+  SIM_ENTER();
+  return Ret(GraphReleaseUserObject(st, g, SIM_USER_OBJECT(u), n));
+}
+#undef SIM_USER_OBJECT
+
 SIM_API cudaError_t cudaGraphGetNodes(cudaGraph_t graph, cudaGraphNode_t* nodes, size_t* count) {
   SIM_ENTER();
   if (nodes != nullptr) return Ret(cudaErrorInvalidValue);  // the sim's graphs have no node handles

@@ -1,0 +1,48 @@
+"""A torchrun job that captures NCCL collectives into a CUDA graph and replays it, as vLLM and
+torch.compile(mode="reduce-overhead") do. Inputs come from the host (kernels do not run on the
+simulated node; its NCCL computes the results, a captured collective's once, at capture).
+
+Per rank: one all_reduce outside any graph, then torch.cuda.graph capturing an all_reduce and a
+broadcast (from rank 0) on a side stream, replayed GRAPH_REPLAYS times. Prints one line a rank;
+exits 1 on a wrong result.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+N = 1 << 16  # float32 elements: 256 KiB
+REPLAYS = int(os.environ.get("GRAPH_REPLAYS", "5"))
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev)
+
+    x = torch.full((N,), float(rank + 1)).to(dev)
+    dist.all_reduce(x)  # eager: also warms NCCL up before the capture, as graph users must
+    total = world * (world + 1) // 2
+    b = torch.full((N,), float(rank + 10)).to(dev)
+    torch.cuda.synchronize()
+
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=torch.cuda.Stream()):
+        dist.all_reduce(x)
+        dist.broadcast(b, src=0)
+    for _ in range(REPLAYS):
+        g.replay()
+    torch.cuda.synchronize()
+    # b is rank 0's after any replay. Each replay sums x over the ranks: total * world ** REPLAYS on a
+    # GPU; the simulated NCCL computes a captured collective once, at capture (total * world). Printed.
+    ok = torch.equal(b.cpu(), torch.full((N,), 10.0))
+    print(f"rank {rank}/{world} on cuda:{local} graph replays {REPLAYS} x {x[0].item():g} {'ok' if ok else 'WRONG'}")
+    dist.destroy_process_group()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
