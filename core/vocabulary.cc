@@ -41,7 +41,23 @@ constexpr std::array<std::string_view, P2PTRACE_API_COUNT_> kApis = {
     "cuMemcpy3DPeerAsync",
     "cudaGraphAddMemcpyNode",
     "cudaGraphAddMemcpyNode1D",
-    "cuGraphAddMemcpyNode"};
+    "cuGraphAddMemcpyNode",
+    "cudaGraphExecMemcpyNodeSetParams",
+    "cudaGraphExecMemcpyNodeSetParams1D",
+    "cudaGraphExecNodeSetParams",
+    "cudaGraphExecChildGraphNodeSetParams",
+    "cudaGraphNodeSetEnabled",
+    "cudaGraphMemcpyNodeSetParams",
+    "cudaGraphMemcpyNodeSetParams1D",
+    "cudaGraphNodeSetParams",
+    "cudaGraphDestroyNode",
+    "cuGraphExecMemcpyNodeSetParams",
+    "cuGraphExecNodeSetParams",
+    "cuGraphExecChildGraphNodeSetParams",
+    "cuGraphNodeSetEnabled",
+    "cuGraphMemcpyNodeSetParams",
+    "cuGraphNodeSetParams",
+    "cuGraphDestroyNode"};
 
 constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
     "unknown",       "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommInitRankScalable",

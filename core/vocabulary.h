@@ -19,7 +19,8 @@ std::string_view ApiName(int api);
 // Whether a p2ptrace_api is the CUDA driver's (cu*) rather than the runtime's (cuda*).
 inline bool IsDriverApi(int api) {
   return (api >= P2PTRACE_API_cuDeviceCanAccessPeer && api <= P2PTRACE_API_cuMemcpy3DPeerAsync) ||
-         api == P2PTRACE_API_cuGraphAddMemcpyNode;
+         api == P2PTRACE_API_cuGraphAddMemcpyNode ||
+         (api >= P2PTRACE_API_cuGraphExecMemcpyNodeSetParams && api <= P2PTRACE_API_cuGraphDestroyNode);
 }
 // "ncclAllReduce", "ncclCommInitRank", …; "unknown" for values it does not know.
 std::string_view NcclApiName(int api);

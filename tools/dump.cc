@@ -56,11 +56,12 @@ json Record(const TraceRecord& r) {
               {"bytes", o->bytes}, {"peer", o->peer}, {"result", o->result}, {"flags", o->flags}, {"site", o->site}});
   } else if (const auto* g = std::get_if<p2ptrace_graph_record>(&r.body)) {
     static constexpr const char* kEvent[] = {"", "end_capture", "instantiate", "launch", "exec_update", "exec_destroy",
-                                             "graph_destroy", "include"};
+                                             "graph_destroy", "include", "altered"};
     j.update({{"kind", "graph"}, {"event", g->event < std::size(kEvent) ? kEvent[g->event] : "unknown"},
               {"graph_id", g->graph_id}, {"handle", g->handle}, {"stream", g->stream}, {"result", g->result},
               {"flags", g->flags}});
     if (g->event == P2PTRACE_GRAPH_INCLUDE) j["included_id"] = g->included_id;
+    if (g->event == P2PTRACE_GRAPH_ALTERED) j["api"] = ApiName(g->api);
   } else if (const auto* i = std::get_if<p2ptrace_ipc_record>(&r.body)) {
     j.update({{"kind", "ipc"}, {"api", ApiName(i->api)}, {"device", i->device}, {"owner", i->owner_device},
               {"result", i->result}, {"address", i->address}});

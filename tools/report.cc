@@ -163,6 +163,13 @@ void DescribeCapture(ProcessInfo* p) {
   else if (p->dropped_records)
     trust.push_back(fmt::format("{} records dropped at the size cap: pair totals exact, timelines partial",
                                 p->dropped_records));
+  if (!p->graph_alterations.empty()) {
+    std::vector<std::string> calls;
+    for (const auto& [api, n] : p->graph_alterations) calls.push_back(fmt::format("{} {}", api, n));
+    trust.push_back(fmt::format("graph replays counted as the copies were recorded: the program changed, disabled or "
+                                "removed graph nodes afterwards ({}), so its replayed calls and bytes may be off",
+                                fmt::join(calls, ", ")));
+  }
   if (p->fatal_signal)
     trust.push_back(fmt::format("killed by {} (signal {}): complete up to that moment", SignalName(p->fatal_signal),
                                 p->fatal_signal));
@@ -445,6 +452,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   p.job_id = std::string(h.job_id, strnlen(h.job_id, sizeof h.job_id));
   p.start_realtime_ns = h.start_realtime_ns;
   p.nccl_used = f.nccl_used;
+  for (const auto& [api, n] : f.graph_alterations) p.graph_alterations[std::string(ApiName(api))] += n;
   // A process that never exited ran at least to its last record.
   uint64_t last_ns = std::max(h.end_monotonic_ns, f.last_ns);
   if (last_ns > h.start_monotonic_ns) p.seconds = static_cast<double>(last_ns - h.start_monotonic_ns) * 1e-9;

@@ -161,6 +161,8 @@ struct ProcessInfo {
   double seconds = -1;             // how long it ran, as far as the trace says; -1 unknown
   bool nccl_used = false;  // the process created a communicator or called an NCCL operation
   bool links_from_probe = false;  // its host's job-start probe named the links (NVML answered)
+  // Calls that changed recorded graph nodes afterwards, by API name (TraceFold::graph_alterations).
+  std::map<std::string, uint64_t> graph_alterations;
   // What the shim could see in this process ("cudart 12 intercepted, NCCL log tapped, …") and
   // what that means for trusting an empty or partial answer.
   std::string capture_mode, trust;

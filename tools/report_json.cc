@@ -44,6 +44,7 @@ json RankJson(const RankRow& row) {
   r["job_id"] = p.job_id;
   r["capture_mode"] = p.capture_mode;
   r["trust"] = p.trust;
+  r["graph_nodes_altered"] = p.graph_alterations;  // {api: calls}: replays counted as recorded
   r["start_realtime_ns"] = p.start_realtime_ns;
   r["seconds"] = p.seconds >= 0 ? json(p.seconds) : json(nullptr);
   // Its GPU when it saw one (the host's index; null when unknown), and the index of each it saw.

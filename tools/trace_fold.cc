@@ -147,6 +147,10 @@ TraceFold::Capture* TraceFold::CaptureOf(uint32_t id) {
 }
 
 void TraceFold::AddGraph(const p2ptrace_graph_record& g) {
+  if (g.event == P2PTRACE_GRAPH_ALTERED) {  // graph_id is 0 for a graph's node: counted all the same
+    ++graph_alterations[g.api];
+    return;
+  }
   Capture* c = g.graph_id != 0 ? CaptureOf(g.graph_id) : nullptr;
   if (c == nullptr) return;
   if (g.event == P2PTRACE_GRAPH_END_CAPTURE && g.result != 0) {

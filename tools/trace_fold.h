@@ -100,6 +100,9 @@ struct TraceFold {
   // only the copies that ran when called).
   std::map<std::tuple<int, int, int>, CapturedCopy> replayed;
   uint64_t graph_launches = 0;  // successful launches of graphs with recorded work
+  // Calls that changed nodes of recorded graphs after they were recorded (trace minor 7), by
+  // p2ptrace_api: replays still count what was recorded.
+  std::map<int, uint64_t> graph_alterations;
   void AddGraph(const p2ptrace_graph_record& g);
   void Replay(const Capture& c, uint64_t n);            // c's own work, n times
   static constexpr uint64_t kMaxRuns = 1ull << 48;     // runs of one id (a damaged file's includes multiply)

@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.5 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.7 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -47,7 +47,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 6
+#define P2PTRACE_FORMAT_MINOR 7
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -361,7 +361,13 @@ typedef struct p2ptrace_nccl_conn_record {
  * never changes once an exec, a clone or a parent took it: a node added to such a graph gives the
  * graph a new id that INCLUDEs the old one.
  *   INCLUDE      graph_id's work also holds all of included_id's (a child graph node, a clone, a
- *                graph that grew after being instantiated); handle = the cudaGraph_t of graph_id */
+ *                graph that grew after being instantiated, a capture into the program's graph);
+ *                handle = the cudaGraph_t of graph_id
+ * Added in minor 7:
+ *   ALTERED      a node of recorded work may no longer be what was recorded: `api` (p2ptrace_api)
+ *                changed a copy or child node's parameters, disabled or removed a node. handle = the
+ *                exec and graph_id its graph id, or handle = the node and graph_id 0 (a graph's node:
+ *                which graph is not known). Readers still replay what was recorded, and say so. */
 enum p2ptrace_graph_event {
   P2PTRACE_GRAPH_END_CAPTURE = 1,
   P2PTRACE_GRAPH_INSTANTIATE = 2,
@@ -369,7 +375,8 @@ enum p2ptrace_graph_event {
   P2PTRACE_GRAPH_EXEC_UPDATE = 4,
   P2PTRACE_GRAPH_EXEC_DESTROY = 5,
   P2PTRACE_GRAPH_DESTROY = 6,
-  P2PTRACE_GRAPH_INCLUDE = 7 /* minor 6 */
+  P2PTRACE_GRAPH_INCLUDE = 7, /* minor 6 */
+  P2PTRACE_GRAPH_ALTERED = 8  /* minor 7 */
 };
 enum p2ptrace_graph_flag { P2PTRACE_GRAPH_TIMED = 1u << 0, P2PTRACE_GRAPH_TICKS = 1u << 1 };
 typedef struct p2ptrace_graph_record {
@@ -380,7 +387,7 @@ typedef struct p2ptrace_graph_record {
   int32_t result;     /* cudaError_t of the call */
   uint8_t event;      /* p2ptrace_graph_event */
   uint8_t flags;      /* p2ptrace_graph_flag */
-  uint16_t reserved0;
+  uint16_t api;       /* ALTERED (minor 7): the p2ptrace_api of the call; 0 otherwise (reserved before) */
   uint32_t included_id; /* INCLUDE (minor 6): the graph id whose work graph_id holds; 0 otherwise */
 } p2ptrace_graph_record;
 

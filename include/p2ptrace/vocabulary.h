@@ -63,6 +63,23 @@ enum p2ptrace_api {
   P2PTRACE_API_cudaGraphAddMemcpyNode = 29,
   P2PTRACE_API_cudaGraphAddMemcpyNode1D = 30,
   P2PTRACE_API_cuGraphAddMemcpyNode = 31,
+  /* trace 1.7: calls that change recorded graph nodes (GRAPH ALTERED records) */
+  P2PTRACE_API_cudaGraphExecMemcpyNodeSetParams = 32,
+  P2PTRACE_API_cudaGraphExecMemcpyNodeSetParams1D = 33,
+  P2PTRACE_API_cudaGraphExecNodeSetParams = 34,
+  P2PTRACE_API_cudaGraphExecChildGraphNodeSetParams = 35,
+  P2PTRACE_API_cudaGraphNodeSetEnabled = 36,
+  P2PTRACE_API_cudaGraphMemcpyNodeSetParams = 37,
+  P2PTRACE_API_cudaGraphMemcpyNodeSetParams1D = 38,
+  P2PTRACE_API_cudaGraphNodeSetParams = 39,
+  P2PTRACE_API_cudaGraphDestroyNode = 40,
+  P2PTRACE_API_cuGraphExecMemcpyNodeSetParams = 41,
+  P2PTRACE_API_cuGraphExecNodeSetParams = 42,
+  P2PTRACE_API_cuGraphExecChildGraphNodeSetParams = 43,
+  P2PTRACE_API_cuGraphNodeSetEnabled = 44,
+  P2PTRACE_API_cuGraphMemcpyNodeSetParams = 45,
+  P2PTRACE_API_cuGraphNodeSetParams = 46,
+  P2PTRACE_API_cuGraphDestroyNode = 47,
   P2PTRACE_API_COUNT_
 };
 

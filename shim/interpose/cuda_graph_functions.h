@@ -44,4 +44,20 @@ cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t, cudaGraph_t, const 
   X(cudaStreamBeginCaptureToGraph_ptsz,                                                                    \
     (cudaStream_t s, cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t n,        \
      cudaStreamCaptureMode m),                                                                             \
-    (s, g, d, e, n, m))
+    (s, g, d, e, n, m))                                                                                    \
+  /* changes to nodes of recorded graphs (graphs.h NodeAltered) */                                         \
+  X(cudaGraphExecMemcpyNodeSetParams, (cudaGraphExec_t e, cudaGraphNode_t n, const cudaMemcpy3DParms* p),  \
+    (e, n, p))                                                                                             \
+  X(cudaGraphExecMemcpyNodeSetParams1D,                                                                    \
+    (cudaGraphExec_t e, cudaGraphNode_t n, void* dst, const void* src, size_t count, cudaMemcpyKind kind), \
+    (e, n, dst, src, count, kind))                                                                         \
+  X(cudaGraphExecNodeSetParams, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraphNodeParams* p), (e, n, p)) \
+  X(cudaGraphExecChildGraphNodeSetParams, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraph_t child),       \
+    (e, n, child))                                                                                         \
+  X(cudaGraphNodeSetEnabled, (cudaGraphExec_t e, cudaGraphNode_t n, unsigned int on), (e, n, on))          \
+  X(cudaGraphMemcpyNodeSetParams, (cudaGraphNode_t n, const cudaMemcpy3DParms* p), (n, p))                 \
+  X(cudaGraphMemcpyNodeSetParams1D,                                                                        \
+    (cudaGraphNode_t n, void* dst, const void* src, size_t count, cudaMemcpyKind kind),                    \
+    (n, dst, src, count, kind))                                                                            \
+  X(cudaGraphNodeSetParams, (cudaGraphNode_t n, cudaGraphNodeParams* p), (n, p))                           \
+  X(cudaGraphDestroyNode, (cudaGraphNode_t n), (n))

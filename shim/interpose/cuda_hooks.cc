@@ -663,6 +663,13 @@ void RecordGraphNodeCopy(const CudaRuntime& rt, const ApiCopy& a, cudaGraph_t gr
   WriteCopy(c, src, dst, RouteTransport(Route(rt, src, dst)), r, graphs::NodeAdded(graph), P2PTRACE_COPY_CAPTURED);
 }
 
+bool ReplayedNode(const CudaRuntime& rt, cudaGraphNode_t n) {
+  KeepErrno keep;
+  cudaGraphNodeType type = cudaGraphNodeTypeCount;
+  if (rt.GraphNodeGetType == nullptr || rt.GraphNodeGetType(n, &type) != cudaSuccess) return true;
+  return ReplayedNodeType(type);
+}
+
 // A stream's device, for timing copies on it: the current device's when it was made.
 void StreamCreated(const CudaRuntime& rt, cudaError_t r, const cudaStream_t* s) {
   if (r != cudaSuccess || s == nullptr) return;
@@ -924,6 +931,41 @@ cudaError_t cudaGraphAddChildGraphNode(NodeRuntime, Real<decltype(&::cudaGraphAd
 cudaError_t cudaGraphClone(NodeRuntime, Real<decltype(&::cudaGraphClone)> real, cudaGraph_t* clone, cudaGraph_t g) {
   cudaError_t r = real(clone, g);
   graphs::Cloned(r, clone, g);
+  return r;
+}
+
+// Changes to nodes that may already be recorded: the copies replays count stay what was recorded,
+// and the trace says a node changed (graphs.h NodeAltered; nothing when the shim recorded nothing).
+#define P2PTRACE_ALTER_HOOK(name, exec, params, args, relevant)                                      \
+  cudaError_t name(NodeRuntime rt, Real<decltype(&::name)> real, P2PTRACE_UNPAREN params) {          \
+    (void)rt;                                                                                          \
+    cudaError_t r = real(P2PTRACE_UNPAREN args);                                                       \
+    if (r == cudaSuccess && (relevant)) graphs::NodeAltered(exec, n, P2PTRACE_API_##name, r);          \
+    return r;                                                                                          \
+  }
+P2PTRACE_ALTER_HOOK(cudaGraphExecMemcpyNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, const cudaMemcpy3DParms* p),
+                    (e, n, p), true)
+P2PTRACE_ALTER_HOOK(cudaGraphExecMemcpyNodeSetParams1D, e,
+                    (cudaGraphExec_t e, cudaGraphNode_t n, void* dst, const void* src, size_t count, cudaMemcpyKind k),
+                    (e, n, dst, src, count, k), true)
+P2PTRACE_ALTER_HOOK(cudaGraphExecNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraphNodeParams* p),
+                    (e, n, p), p != nullptr && ReplayedNodeType(p->type))
+P2PTRACE_ALTER_HOOK(cudaGraphExecChildGraphNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraph_t c),
+                    (e, n, c), true)
+P2PTRACE_ALTER_HOOK(cudaGraphNodeSetEnabled, e, (cudaGraphExec_t e, cudaGraphNode_t n, unsigned int on), (e, n, on),
+                    graphs::ExecGraph(e) != 0 && ReplayedNode(rt, n))
+P2PTRACE_ALTER_HOOK(cudaGraphMemcpyNodeSetParams, nullptr, (cudaGraphNode_t n, const cudaMemcpy3DParms* p), (n, p), true)
+P2PTRACE_ALTER_HOOK(cudaGraphMemcpyNodeSetParams1D, nullptr,
+                    (cudaGraphNode_t n, void* dst, const void* src, size_t count, cudaMemcpyKind k),
+                    (n, dst, src, count, k), true)
+P2PTRACE_ALTER_HOOK(cudaGraphNodeSetParams, nullptr, (cudaGraphNode_t n, cudaGraphNodeParams* p), (n, p),
+                    p != nullptr && ReplayedNodeType(p->type))
+#undef P2PTRACE_ALTER_HOOK
+// Its type is asked before the node is gone.
+cudaError_t cudaGraphDestroyNode(NodeRuntime rt, Real<decltype(&::cudaGraphDestroyNode)> real, cudaGraphNode_t n) {
+  bool replayed = ReplayedNode(rt, n);
+  cudaError_t r = real(n);
+  if (replayed) graphs::NodeAltered(nullptr, n, P2PTRACE_API_cudaGraphDestroyNode, r);
   return r;
 }
 

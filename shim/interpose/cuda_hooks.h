@@ -60,6 +60,10 @@ void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value,
 // A copy added to `graph` as a node through any API (the call returned r): recorded with the
 // graph's id when it is between two devices, as a captured copy (graphs.h).
 void RecordGraphNodeCopy(const CudaRuntime& rt, const ApiCopy& a, cudaGraph_t graph, cudaError_t r);
+// Whether a change to graph node `n` can change what replays move: a copy or a child graph node
+// (one whose type the runtime cannot say counts too); for node parameters, by their type field.
+bool ReplayedNode(const CudaRuntime& rt, cudaGraphNode_t n);
+inline bool ReplayedNodeType(int type) { return type == cudaGraphNodeTypeMemcpy || type == cudaGraphNodeTypeGraph; }
 // Streams made and destroyed through any API: copies on a known stream can be timed.
 void StreamCreated(const CudaRuntime& rt, cudaError_t r, const cudaStream_t* s);
 void StreamDestroying(cudaStream_t s);

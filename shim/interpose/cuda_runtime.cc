@@ -104,6 +104,8 @@ bool FillDriverTable(CudaRuntime* r) {
   if (get(d.DeviceGetP2PAttribute, "cuDeviceGetP2PAttribute")) r->GetP2PAttribute = DriverP2PAttribute;
   // The 11.x-shaped form (stream, status, id) under the plain name in every driver since 10.1.
   r->StreamGetCaptureInfo = ResolveReal("cuStreamGetCaptureInfo", Node::kDriver);
+  r->GraphNodeGetType =
+      reinterpret_cast<decltype(r->GraphNodeGetType)>(ResolveReal("cuGraphNodeGetType", Node::kDriver));
   Dl_info info{};
   r->anchor = reinterpret_cast<const void*>(d.CtxGetDevice);
   if (r->anchor != nullptr && dladdr(r->anchor, &info) != 0) r->base = info.dli_fbase;
@@ -140,6 +142,7 @@ const CudaRuntime& ResolveRuntime(Node node) {
   get(r->CanAccessPeer, "cudaDeviceCanAccessPeer");
   get(r->GetP2PAttribute, "cudaDeviceGetP2PAttribute");
   r->StreamGetCaptureInfo = ResolveReal("cudaStreamGetCaptureInfo", node);
+  get(r->GraphNodeGetType, "cudaGraphNodeGetType");
   Dl_info info{};
   r->anchor = reinterpret_cast<const void*>(r->GetDevice);
   if (r->anchor != nullptr && dladdr(r->anchor, &info) != 0) r->base = info.dli_fbase;

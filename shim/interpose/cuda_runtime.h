@@ -32,6 +32,8 @@ struct CudaRuntime {
   // cudaStreamGetCaptureInfo (the driver: cuStreamGetCaptureInfo), whose signature depends on the
   // node (graphs.cc); null when absent.
   void* StreamGetCaptureInfo;
+  // cudaGraphNodeGetType (the driver: cuGraphNodeGetType, same values); null when absent.
+  cudaError_t (*GraphNodeGetType)(cudaGraphNode_t, cudaGraphNodeType*);
   // Where the library the pointers are in was loaded (dladdr's dli_fbase), and whether it has been
   // unloaded since (set under UnloadMutex(), unload.h; the table is then replaced, never freed).
   const void* base;

@@ -86,6 +86,15 @@
     (n, g, d, nd, child))                                                                                    \
   X(cuGraphClone, (CUgraph * clone, CUgraph g), (clone, g))                                                  \
   X(cuGraphCreate, (CUgraph * g, unsigned int flags), (g, flags))                                            \
+  /* changes to nodes of recorded graphs (graphs.h NodeAltered) */                                           \
+  X(cuGraphExecMemcpyNodeSetParams, (CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D* p, CUcontext ctx),   \
+    (x, n, p, ctx))                                                                                          \
+  X(cuGraphExecNodeSetParams, (CUgraphExec x, CUgraphNode n, CUgraphNodeParams * p), (x, n, p))              \
+  X(cuGraphExecChildGraphNodeSetParams, (CUgraphExec x, CUgraphNode n, CUgraph child), (x, n, child))        \
+  X(cuGraphNodeSetEnabled, (CUgraphExec x, CUgraphNode n, unsigned int on), (x, n, on))                      \
+  X(cuGraphMemcpyNodeSetParams, (CUgraphNode n, const CUDA_MEMCPY3D* p), (n, p))                             \
+  X(cuGraphNodeSetParams, (CUgraphNode n, CUgraphNodeParams * p), (n, p))                                    \
+  X(cuGraphDestroyNode, (CUgraphNode n), (n))                                                                \
   /* entry points: hand out the wrappers above instead of the functions they wrap */                         \
   X(cuGetProcAddress, (const char* sym, void** pfn, int version, cuuint64_t flags), (sym, pfn, version, flags)) \
   X(cuGetProcAddress_v2,                                                                                     \

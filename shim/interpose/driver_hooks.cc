@@ -374,6 +374,31 @@ CUresult cuGraphClone(CUresult (*real)(CUgraph*, CUgraph), CUgraph* clone, CUgra
   return r;
 }
 
+// Changes to nodes that may already be recorded, as the runtime's (cuda_hooks.cc).
+#define P2PTRACE_ALTER_HOOK(name, exec, params, args, relevant)                               \
+  CUresult name(CUresult (*real) params, P2PTRACE_UNPAREN params) {                            \
+    CUresult r = real(P2PTRACE_UNPAREN args);                                                  \
+    if (r == CUDA_SUCCESS && (relevant)) graphs::NodeAltered(exec, n, P2PTRACE_API_##name, cudaSuccess); \
+    return r;                                                                                  \
+  }
+P2PTRACE_ALTER_HOOK(cuGraphExecMemcpyNodeSetParams, x,
+                    (CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D* p, CUcontext ctx), (x, n, p, ctx), true)
+P2PTRACE_ALTER_HOOK(cuGraphExecNodeSetParams, x, (CUgraphExec x, CUgraphNode n, CUgraphNodeParams* p), (x, n, p),
+                    p != nullptr && ReplayedNodeType(p->type))
+P2PTRACE_ALTER_HOOK(cuGraphExecChildGraphNodeSetParams, x, (CUgraphExec x, CUgraphNode n, CUgraph c), (x, n, c), true)
+P2PTRACE_ALTER_HOOK(cuGraphNodeSetEnabled, x, (CUgraphExec x, CUgraphNode n, unsigned int on), (x, n, on),
+                    graphs::ExecGraph(x) != 0 && ReplayedNode(Driver(), n))
+P2PTRACE_ALTER_HOOK(cuGraphMemcpyNodeSetParams, nullptr, (CUgraphNode n, const CUDA_MEMCPY3D* p), (n, p), true)
+P2PTRACE_ALTER_HOOK(cuGraphNodeSetParams, nullptr, (CUgraphNode n, CUgraphNodeParams* p), (n, p),
+                    p != nullptr && ReplayedNodeType(p->type))
+#undef P2PTRACE_ALTER_HOOK
+CUresult cuGraphDestroyNode(CUresult (*real)(CUgraphNode), CUgraphNode n) {
+  bool replayed = ReplayedNode(Driver(), n);
+  CUresult r = real(n);
+  if (r == CUDA_SUCCESS && replayed) graphs::NodeAltered(nullptr, n, P2PTRACE_API_cuGraphDestroyNode, cudaSuccess);
+  return r;
+}
+
 // As cudaGraphLaunch: an exec the shim saw nothing captured into costs one lookup.
 inline __attribute__((always_inline)) CUresult Launch(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec x,
                                                       CUstream s, CUstream named) {

@@ -307,6 +307,23 @@ void Cloned(cudaError_t r, const cudaGraph_t* clone, cudaGraph_t original) {
   WriteInclude(*clone, id, original_id);
 }
 
+void NodeAltered(const void* exec, const void* node, int api, cudaError_t r) {
+  if (r != cudaSuccess) return;
+  uint32_t id = 0;
+  if (exec != nullptr) {
+    if ((id = ExecGraph(exec)) == 0) return;
+  } else {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (Graphs().empty()) return;
+  }
+  KeepErrno keep;
+  Write(P2PTRACE_GRAPH_ALTERED, [&](p2ptrace_graph_record& rec) {
+    rec.handle = reinterpret_cast<uintptr_t>(exec != nullptr ? exec : node);
+    rec.graph_id = id;
+    rec.api = static_cast<uint16_t>(api);
+  });
+}
+
 uint32_t ExecGraph(const void* exec) { return g_execs.Lookup(reinterpret_cast<uintptr_t>(exec), 0); }
 
 // Sampled like NCCL operations: the first K launches, then one in N (P2PTRACE_SAMPLE).

@@ -62,6 +62,12 @@ void LaunchCaptured(uint32_t capture_id, uint32_t exec_graph_id, const void* exe
 void ChildAdded(cudaError_t r, cudaGraph_t parent, cudaGraph_t child);
 void Cloned(cudaError_t r, const cudaGraph_t* clone, cudaGraph_t original);
 
+// A node of a recorded graph may no longer be what was recorded (trace minor 7): its parameters
+// changed, or it was disabled or removed, by `api` (p2ptrace_api), in `exec` (null: in its graph).
+// Replays still count what was recorded, and the report says so. Written only when it can matter:
+// for an exec, one that replays recorded work; for a graph's node, while any graph holds some.
+void NodeAltered(const void* exec, const void* node, int api, cudaError_t r);
+
 // The graph id an exec replays, lock-free; 0 for an exec of a graph the shim did not see captured.
 uint32_t ExecGraph(const void* exec);
 

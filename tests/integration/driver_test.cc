@@ -376,6 +376,48 @@ TEST_F(DriverToGraph, TraceRecordsEachCaptureAsPartOfTheGraph) {
   EXPECT_EQ(CounterCells(t), std::vector<std::string>{});
 }
 
+// Nodes of a recorded graph changed afterwards (driver_workload.c's Altered()): replays still count
+// the recorded copies, each change is in the trace, and the report says the replays may be off.
+constexpr char kAlteredMode[] = "altered";
+class DriverAltered : public ModeJobs<kAlteredMode> {};
+
+TEST_F(DriverAltered, RunsAndPrintsTheSameBareAndTraced) {
+  ExpectSameBareAndTraced(bare_, run_);
+  for (const char* line : {"n1 is a memcpy node\n", "x 0->1 (16 KiB) same\n", "G holds 2 nodes\n"})
+    EXPECT_NE(bare_.out.find(line), std::string::npos) << line << bare_.out;
+}
+
+TEST_F(DriverAltered, EachChangeIsRecordedAndReplaysStayAsRecorded) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::vector<std::string> altered;
+  for (const auto& rec : t.records)
+    if (const auto* g = std::get_if<p2ptrace_graph_record>(&rec.body); g && g->event == P2PTRACE_GRAPH_ALTERED)
+      altered.push_back(std::string(p2ptrace::ApiName(g->api)) + " " + std::to_string(g->graph_id));
+  // The exec's changes carry its graph id (1); a graph's node is named without one. The untracked
+  // exec's disabled host-to-device node is not there.
+  EXPECT_EQ(altered, (std::vector<std::string>{"cudaGraphExecMemcpyNodeSetParams1D 1", "cudaGraphNodeSetEnabled 1",
+                                               "cuGraphExecMemcpyNodeSetParams 1", "cuGraphNodeSetEnabled 1",
+                                               "cudaGraphMemcpyNodeSetParams1D 0", "cuGraphMemcpyNodeSetParams 0",
+                                               "cudaGraphDestroyNode 0"}));
+  json rep = ReportJson(dir_ + "/run/trace");
+  ASSERT_TRUE(rep.is_object());
+  std::map<std::string, std::string> want = {
+      {"0->1", ReplayedCell(7, 7 * 8 * KiB, "cudaGraphAddMemcpyNode1D")},
+      {"1->2", ReplayedCell(7, 7 * 4 * KiB, "cudaGraphAddMemcpyNode1D")},
+      {"2->0", ReplayedCell(7, 7 * 2 * KiB, "cuGraphAddMemcpyNode")}};
+  EXPECT_EQ(PairCells(rep), want) << rep["pairs"].dump();
+  ASSERT_EQ(rep["ranks"].size(), 1u);
+  const json& rank = rep["ranks"][0];
+  EXPECT_EQ(rank["graph_nodes_altered"],
+            json({{"cudaGraphExecMemcpyNodeSetParams1D", 1}, {"cudaGraphNodeSetEnabled", 1},
+                  {"cuGraphExecMemcpyNodeSetParams", 1}, {"cuGraphNodeSetEnabled", 1},
+                  {"cudaGraphMemcpyNodeSetParams1D", 1}, {"cuGraphMemcpyNodeSetParams", 1},
+                  {"cudaGraphDestroyNode", 1}}));
+  EXPECT_NE(rank["trust"].get<std::string>().find("graph replays counted as the copies were recorded"),
+            std::string::npos)
+      << rank["trust"];
+}
+
 // The toolkit's stub libcuda (a real NVIDIA library) answers every call with
 // CUDA_ERROR_STUB_LIBRARY: through the shim each wrapped function (copies, streams, captures,
 // graphs) returns exactly that, and writes

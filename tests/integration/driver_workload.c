@@ -15,7 +15,7 @@
  *
  * With the argument `graph`, see Graphs(): copies captured into CUDA graphs through the driver;
  * `nodes`, see Nodes(): graphs built node by node; `tograph`, see ToGraph(): captures into a graph
- * the program made.
+ * the program made; `altered`, see Altered(): recorded nodes changed afterwards.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -104,6 +104,13 @@ static int Errors(void) {
   printf("cuStreamBeginCapture %d\n", (int)cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL));
   printf("cuStreamBeginCaptureToGraph %d\n",
          (int)cuStreamBeginCaptureToGraph(NULL, NULL, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  printf("cuGraphExecMemcpyNodeSetParams %d\n", (int)cuGraphExecMemcpyNodeSetParams(NULL, NULL, NULL, NULL));
+  printf("cuGraphExecNodeSetParams %d\n", (int)cuGraphExecNodeSetParams(NULL, NULL, NULL));
+  printf("cuGraphExecChildGraphNodeSetParams %d\n", (int)cuGraphExecChildGraphNodeSetParams(NULL, NULL, NULL));
+  printf("cuGraphNodeSetEnabled %d\n", (int)cuGraphNodeSetEnabled(NULL, NULL, 0));
+  printf("cuGraphMemcpyNodeSetParams %d\n", (int)cuGraphMemcpyNodeSetParams(NULL, NULL));
+  printf("cuGraphNodeSetParams %d\n", (int)cuGraphNodeSetParams(NULL, NULL));
+  printf("cuGraphDestroyNode %d\n", (int)cuGraphDestroyNode(NULL));
   CUgraph g = (CUgraph)&p;
   printf("cuStreamEndCapture %d %s\n", (int)cuStreamEndCapture(NULL, &g), g == (CUgraph)&p ? "untouched" : "set");
   CUgraphExec x = (CUgraphExec)&p;
@@ -420,12 +427,103 @@ static int ToGraph(void) {
   return g_failed;
 }
 
+/* `altered` (3 GPUs): nodes of a recorded graph changed after it was recorded, through both APIs.
+ * G holds three copy nodes: 1D 0->1 8 KiB (n1), 1D 1->2 4 KiB (n2), cuGraphAddMemcpyNode 2->0 2 KiB
+ * (n3). Exec x is launched twice as made, then, changed in place, once after each of:
+ * cudaGraphExecMemcpyNodeSetParams1D (n1: 16 KiB), cudaGraphNodeSetEnabled (n2 off),
+ * cuGraphExecMemcpyNodeSetParams (n3: 1 KiB), cuGraphNodeSetEnabled (n2 on again): 6 launches.
+ * Then G's own nodes: cudaGraphMemcpyNodeSetParams1D (n1), cuGraphMemcpyNodeSetParams (n3),
+ * cudaGraphDestroyNode (n2); exec y of the changed G launched once. The replays p2ptrace counts stay
+ * the recorded copies (0->1 7 x 8 KiB, 1->2 7 x 4 KiB, 2->0 7 x 2 KiB), and its report says why they
+ * may be off. Last, H (a host-to-device node only: nothing recorded) has its node disabled in its
+ * exec: that changes nothing p2ptrace counts and is not reported. */
+static int Altered(void) {
+  Check("cuInit", cuInit(0));
+  CUcontext ctx[3];
+  CUdeviceptr buf[3];
+  SetUp3(ctx, buf, 31u, 9u);
+  Check("cudaSetDevice", cudaSetDevice(0));
+  cudaStream_t s;
+  Check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  cudaGraph_t g = NULL;
+  cudaGraphNode_t n1 = NULL, n2 = NULL;
+  CUgraphNode n3 = NULL;
+  Check("cudaGraphCreate", cudaGraphCreate(&g, 0));
+  Check("cudaGraphAddMemcpyNode1D n1", cudaGraphAddMemcpyNode1D(&n1, g, NULL, 0, (void*)buf[1], (const void*)buf[0],
+                                                                8 * KiB, cudaMemcpyDefault));
+  Check("cudaGraphAddMemcpyNode1D n2", cudaGraphAddMemcpyNode1D(&n2, g, NULL, 0, (void*)(buf[2] + 64 * KiB),
+                                                                (const void*)(buf[1] + 64 * KiB), 4 * KiB,
+                                                                cudaMemcpyDefault));
+  CUDA_MEMCPY3D c3;
+  memset(&c3, 0, sizeof c3);
+  c3.srcMemoryType = c3.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c3.srcDevice = buf[2] + 128 * KiB;
+  c3.dstDevice = buf[0] + 128 * KiB;
+  c3.WidthInBytes = 2 * KiB;
+  c3.Height = c3.Depth = 1;
+  Check("cuGraphAddMemcpyNode n3", cuGraphAddMemcpyNode(&n3, (CUgraph)g, NULL, 0, &c3, ctx[0]));
+  enum cudaGraphNodeType type = cudaGraphNodeTypeCount;
+  Check("cudaGraphNodeGetType", cudaGraphNodeGetType(n1, &type));
+  printf("n1 is a %s node\n", type == cudaGraphNodeTypeMemcpy ? "memcpy" : "DIFFERENT");
+  cudaGraphExec_t x = NULL, y = NULL;
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x, g, 0));
+  for (int i = 0; i < 2; ++i) Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cudaGraphExecMemcpyNodeSetParams1D",
+        cudaGraphExecMemcpyNodeSetParams1D(x, n1, (void*)buf[1], (const void*)buf[0], 16 * KiB, cudaMemcpyDefault));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cudaGraphNodeSetEnabled off", cudaGraphNodeSetEnabled(x, n2, 0));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  c3.WidthInBytes = KiB;
+  Check("cuGraphExecMemcpyNodeSetParams", cuGraphExecMemcpyNodeSetParams((CUgraphExec)x, n3, &c3, ctx[0]));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cuGraphNodeSetEnabled on", cuGraphNodeSetEnabled((CUgraphExec)x, (CUgraphNode)n2, 1));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+  Same("x 0->1 (16 KiB)", buf[1], 0, buf[0], 0, 16 * KiB);
+
+  Check("cudaGraphMemcpyNodeSetParams1D", cudaGraphMemcpyNodeSetParams1D(n1, (void*)buf[1], (const void*)buf[0],
+                                                                         4 * KiB, cudaMemcpyDefault));
+  Check("cuGraphMemcpyNodeSetParams", cuGraphMemcpyNodeSetParams(n3, &c3));
+  Check("cudaGraphDestroyNode", cudaGraphDestroyNode(n2));
+  size_t count = 0;
+  Check("cudaGraphGetNodes", cudaGraphGetNodes(g, NULL, &count));
+  printf("G holds %zu nodes\n", count);
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&y, g, 0));
+  Check("cudaGraphLaunch", cudaGraphLaunch(y, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+
+  static unsigned char host[KiB];
+  memset(host, 3, sizeof host);
+  cudaGraph_t h = NULL;
+  cudaGraphNode_t hn = NULL;
+  cudaGraphExec_t hx = NULL;
+  Check("cudaGraphCreate", cudaGraphCreate(&h, 0));
+  Check("cudaGraphAddMemcpyNode1D h2d", cudaGraphAddMemcpyNode1D(&hn, h, NULL, 0, (void*)(buf[0] + 1900 * KiB), host,
+                                                                 sizeof host, cudaMemcpyHostToDevice));
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&hx, h, 0));
+  Check("cudaGraphNodeSetEnabled (untracked)", cudaGraphNodeSetEnabled(hx, hn, 0));
+  Check("cudaGraphLaunch", cudaGraphLaunch(hx, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x));
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(y));
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(hx));
+  Check("cudaGraphDestroy", cudaGraphDestroy(g));
+  Check("cudaGraphDestroy", cudaGraphDestroy(h));
+  Check("cudaStreamDestroy", cudaStreamDestroy(s));
+  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
+  printf("%s\n", g_failed ? "FAILED" : "done");
+  return g_failed;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "errors") == 0) return Errors();
   if (argc > 1 && strcmp(argv[1], "graph") == 0) return Graphs();
   if (argc > 1 && strcmp(argv[1], "nodes") == 0) return Nodes();
   if (argc > 1 && strcmp(argv[1], "tograph") == 0) return ToGraph();
+  if (argc > 1 && strcmp(argv[1], "altered") == 0) return Altered();
   Check("cuInit", cuInit(0));
   int n = 0;
   Check("cuDeviceGetCount", cuDeviceGetCount(&n));

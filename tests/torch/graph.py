@@ -39,7 +39,9 @@ def main():
     # b is rank 0's after any replay. Each replay sums x over the ranks: total * world ** REPLAYS on a
     # GPU; the simulated NCCL computes a captured collective once, at capture (total * world). Printed.
     ok = torch.equal(b.cpu(), torch.full((N,), 10.0))
-    print(f"rank {rank}/{world} on cuda:{local} graph replays {REPLAYS} x {x[0].item():g} {'ok' if ok else 'WRONG'}")
+    # One write: the ranks share stdout, and print() may write the line and its newline apart.
+    line = f"rank {rank}/{world} on cuda:{local} graph replays {REPLAYS} x {x[0].item():g} {'ok' if ok else 'WRONG'}\n"
+    os.write(1, line.encode())
     dist.destroy_process_group()
     return 0 if ok else 1
 

@@ -86,6 +86,7 @@ struct GraphWork {
   const void* src = nullptr;
   Rows rows;
   double seconds = 0;
+  bool enabled = true;  // cudaGraphNodeSetEnabled (in an exec); false also for a removed node's work
 };
 // A user object (cudaUserObjectCreate): its destructor runs, on the host-function thread, when the
 // last reference (the program's, graphs', execs') is gone. torch's and NCCL's captures use them.
@@ -106,6 +107,14 @@ struct GraphExec {
   int nodes = 0;
   std::vector<GraphWork> work;
   UserRefs user_refs;
+  const Graph* from = nullptr;  // the graph it was made from (or updated to): whose nodes it has
+};
+// A node added by the program (copy or child graph): its graph's work items [first, first + count).
+// Captured work has no node handles in the sim.
+struct NodeInfo {
+  Graph* graph = nullptr;
+  size_t first = 0, count = 0;
+  cudaGraphNodeType type = cudaGraphNodeTypeMemcpy;
 };
 
 struct Alloc {
@@ -150,6 +159,7 @@ struct State {
   std::set<Graph*> graphs;
   std::set<GraphExec*> execs;
   std::set<UserObject*> user_objects;
+  std::map<uintptr_t, NodeInfo> nodes;        // node handle -> what it is
   std::map<uintptr_t, Alloc> allocs;          // base address -> allocation
   std::map<int, Arena> arenas;                 // host GPU index -> its address range
   // DirectBandwidth per (host GPU, host GPU), computed once: it walks the PCIe tree with string
@@ -1095,6 +1105,7 @@ cudaError_t DestroyGraph(State& st, cudaGraph_t graph) {
     if (s->capture_graph == g) return cudaErrorIllegalState;
   st.graphs.erase(g);
   DropAllUserRefs(st, g->user_refs);
+  std::erase_if(st.nodes, [&](const auto& n) { return n.second.graph == g; });
   delete g;
   return cudaSuccess;
 }
@@ -1103,7 +1114,7 @@ cudaError_t InstantiateGraph(State& st, cudaGraphExec_t* exec, cudaGraph_t graph
   std::lock_guard<std::mutex> lock(Mu());
   auto* g = reinterpret_cast<Graph*>(graph);
   if (exec == nullptr || !st.graphs.count(g)) return cudaErrorInvalidValue;
-  auto* x = new GraphExec{g->nodes, g->work, {}};
+  auto* x = new GraphExec{g->nodes, g->work, {}, g};
   TakeUserRefs(g->user_refs, &x->user_refs);
   st.execs.insert(x);
   *exec = reinterpret_cast<cudaGraphExec_t>(x);
@@ -1121,6 +1132,7 @@ cudaError_t UpdateExec(State& st, cudaGraphExec_t exec, cudaGraph_t graph, bool*
   if (g->nodes != x->nodes) return cudaErrorGraphExecUpdateFailure;
   *same_shape = true;
   x->work = g->work;
+  x->from = g;
   return cudaSuccess;
 }
 
@@ -1149,6 +1161,7 @@ cudaError_t LaunchExec(State& st, cudaGraphExec_t exec, cudaStream_t handle, boo
   }
   if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
   for (const GraphWork& w : x->work) {
+    if (!w.enabled) continue;
     double seconds = w.seconds;
     if (w.copy) {
       const Rows& rows = w.rows;
@@ -1162,10 +1175,16 @@ cudaError_t LaunchExec(State& st, cudaGraphExec_t exec, cudaStream_t handle, boo
   return cudaSuccess;
 }
 
-// Graphs built node by node. Node handles are opaque tokens (the sim keeps no per-node state: its
-// dependencies are ignored and work runs in the order added).
-cudaGraphNode_t NewNode(State& st) {
-  return reinterpret_cast<cudaGraphNode_t>(static_cast<uintptr_t>(0x10000 + 16 * ++st.node_ids));
+// Graphs built node by node. Node handles are opaque tokens that name their work in the graph
+// (dependencies are ignored: work runs in the order added).
+cudaGraphNode_t NewNode(State& st, Graph* g, size_t first, size_t count, cudaGraphNodeType type) {
+  auto token = static_cast<uintptr_t>(0x10000 + 16 * ++st.node_ids);
+  st.nodes[token] = NodeInfo{g, first, count, type};
+  return reinterpret_cast<cudaGraphNode_t>(token);
+}
+NodeInfo* FindNode(State& st, cudaGraphNode_t node) {
+  auto it = st.nodes.find(reinterpret_cast<uintptr_t>(node));
+  return it == st.nodes.end() ? nullptr : &it->second;
 }
 cudaError_t CreateGraph(State& st, cudaGraph_t* graph, unsigned flags) {
   if (graph == nullptr || flags != 0) return cudaErrorInvalidValue;
@@ -1186,7 +1205,7 @@ cudaError_t AddCopyNode(State& st, cudaGraphNode_t* node, cudaGraph_t graph, voi
   if (cudaError_t r = CheckSides(st, dst, src, rows, kind, &ws, &wd); r != cudaSuccess) return r;
   ++g->nodes;
   g->work.push_back(GraphWork{true, dst, src, rows, 0});
-  *node = NewNode(st);
+  *node = NewNode(st, g, g->work.size() - 1, 1, cudaGraphNodeTypeMemcpy);
   return cudaSuccess;
 }
 // A child graph node holds a copy of the child as it is now.
@@ -1196,8 +1215,9 @@ cudaError_t AddChildNode(State& st, cudaGraphNode_t* node, cudaGraph_t graph, cu
   auto* c = reinterpret_cast<Graph*>(child);
   if (node == nullptr || !st.graphs.count(g) || !st.graphs.count(c) || g == c) return cudaErrorInvalidValue;
   ++g->nodes;
+  size_t first = g->work.size();
   g->work.insert(g->work.end(), c->work.begin(), c->work.end());
-  *node = NewNode(st);
+  *node = NewNode(st, g, first, c->work.size(), cudaGraphNodeTypeGraph);
   return cudaSuccess;
 }
 cudaError_t CloneGraph(State& st, cudaGraph_t* clone, cudaGraph_t original) {
@@ -1208,6 +1228,51 @@ cudaError_t CloneGraph(State& st, cudaGraph_t* clone, cudaGraph_t original) {
   TakeUserRefs(g->user_refs, &c->user_refs);
   st.graphs.insert(c);
   *clone = reinterpret_cast<cudaGraph_t>(c);
+  return cudaSuccess;
+}
+
+cudaError_t NodeType(State& st, cudaGraphNode_t node, cudaGraphNodeType* type) {
+  std::lock_guard<std::mutex> lock(Mu());
+  const NodeInfo* n = FindNode(st, node);
+  if (n == nullptr || type == nullptr) return cudaErrorInvalidValue;
+  *type = n->type;
+  return cudaSuccess;
+}
+// The work of copy node `node` becomes the copy given, in its graph or (exec not null) in an exec
+// made from that graph; checked as the copy itself would be.
+cudaError_t SetCopyNode(State& st, cudaGraphExec_t exec, cudaGraphNode_t node, void* dst, const void* src, Rows rows,
+                        cudaMemcpyKind kind) {
+  std::lock_guard<std::mutex> lock(Mu());
+  const NodeInfo* n = FindNode(st, node);
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  if (n == nullptr || n->type != cudaGraphNodeTypeMemcpy) return cudaErrorInvalidValue;
+  if (exec != nullptr && (!st.execs.count(x) || x->from != n->graph || n->first >= x->work.size()))
+    return cudaErrorInvalidValue;
+  if (cudaError_t r = CheckShape(rows, kind); r != cudaSuccess) return r;
+  Where ws, wd;
+  if (cudaError_t r = CheckSides(st, dst, src, rows, kind, &ws, &wd); r != cudaSuccess) return r;
+  GraphWork& w = exec != nullptr ? x->work[n->first] : n->graph->work[n->first];
+  w = GraphWork{true, dst, src, rows, 0, w.enabled};
+  return cudaSuccess;
+}
+// A node of the exec's graph runs at its launches or not.
+cudaError_t SetNodeEnabled(State& st, cudaGraphExec_t exec, cudaGraphNode_t node, bool on) {
+  std::lock_guard<std::mutex> lock(Mu());
+  const NodeInfo* n = FindNode(st, node);
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  if (n == nullptr || !st.execs.count(x) || x->from != n->graph || n->first + n->count > x->work.size())
+    return cudaErrorInvalidValue;
+  for (size_t i = n->first; i < n->first + n->count; ++i) x->work[i].enabled = on;
+  return cudaSuccess;
+}
+// A node leaves its graph (its work stays in place, never run, so later nodes keep their places).
+cudaError_t RemoveNode(State& st, cudaGraphNode_t node) {
+  std::lock_guard<std::mutex> lock(Mu());
+  NodeInfo* n = FindNode(st, node);
+  if (n == nullptr) return cudaErrorInvalidValue;
+  for (size_t i = n->first; i < n->first + n->count; ++i) n->graph->work[i] = GraphWork{false, nullptr, nullptr, {}, 0, false};
+  --n->graph->nodes;
+  st.nodes.erase(reinterpret_cast<uintptr_t>(node));
   return cudaSuccess;
 }
 

@@ -992,19 +992,61 @@ SIM_API CUresult cuGraphCreate(CUgraph* g, unsigned int flags) {
   return Cu(CreateGraph(st, reinterpret_cast<cudaGraph_t*>(g), flags));
 }
 // Between device (or unified) memory, one slice: the sim's 3D copies are its 2D rows.
+// A driver copy node's parameters as the engine's copy (device memory, pitched rows).
+static CUresult DrvNodeCopy(const CUDA_MEMCPY3D* p, void** dst, const void** src, Rows* rows) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto device = [](CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; };
+  if (!device(p->srcMemoryType) || !device(p->dstMemoryType) || p->Depth != 1) return CUDA_ERROR_NOT_SUPPORTED;
+  *src = Ptr(p->srcDevice + p->srcY * p->srcPitch + p->srcXInBytes);
+  *dst = Ptr(p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes);
+  *rows = Rows{p->WidthInBytes, p->Height, p->srcPitch ? p->srcPitch : p->WidthInBytes,
+               p->dstPitch ? p->dstPitch : p->WidthInBytes};
+  return CUDA_SUCCESS;
+}
 SIM_API CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph g, const CUgraphNode*, size_t, const CUDA_MEMCPY3D* p,
                                       CUcontext copy_ctx) {
   DRV_CTX();
   if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (KnownContext(st, copy_ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  auto device = [](CUmemorytype t) { return t == CU_MEMORYTYPE_DEVICE || t == CU_MEMORYTYPE_UNIFIED; };
-  if (!device(p->srcMemoryType) || !device(p->dstMemoryType) || p->Depth != 1) return CUDA_ERROR_NOT_SUPPORTED;
-  CUdeviceptr src = p->srcDevice + p->srcY * p->srcPitch + p->srcXInBytes;
-  CUdeviceptr dst = p->dstDevice + p->dstY * p->dstPitch + p->dstXInBytes;
-  return Cu(AddCopyNode(st, reinterpret_cast<cudaGraphNode_t*>(node), DRV_GRAPH(g), Ptr(dst), Ptr(src),
-                        Rows{p->WidthInBytes, p->Height, p->srcPitch ? p->srcPitch : p->WidthInBytes,
-                             p->dstPitch ? p->dstPitch : p->WidthInBytes},
+  void* dst;
+  const void* src;
+  Rows rows;
+  if (CUresult r = DrvNodeCopy(p, &dst, &src, &rows); r != CUDA_SUCCESS) return r;
+  return Cu(AddCopyNode(st, reinterpret_cast<cudaGraphNode_t*>(node), DRV_GRAPH(g), dst, src, rows,
                         cudaMemcpyDeviceToDevice));
+}
+static CUresult DrvSetMemcpyNode(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p) {
+  DRV_CTX();
+  void* dst;
+  const void* src;
+  Rows rows;
+  if (CUresult r = DrvNodeCopy(p, &dst, &src, &rows); r != CUDA_SUCCESS) return r;
+  return Cu(SetCopyNode(st, DRV_EXEC(exec), reinterpret_cast<cudaGraphNode_t>(node), dst, src, rows,
+                        cudaMemcpyDeviceToDevice));
+}
+SIM_API CUresult cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* p) {
+  return DrvSetMemcpyNode(nullptr, node, p);
+}
+SIM_API CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p,
+                                                CUcontext copy_ctx) {
+  {
+    DRV_CTX();
+    if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (KnownContext(st, copy_ctx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  return DrvSetMemcpyNode(exec, node, p);
+}
+SIM_API CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int on) {
+  DRV_CTX();
+  return Cu(SetNodeEnabled(st, DRV_EXEC(exec), reinterpret_cast<cudaGraphNode_t>(node), on != 0));
+}
+SIM_API CUresult cuGraphDestroyNode(CUgraphNode node) {
+  DRV_CTX();
+  return Cu(RemoveNode(st, reinterpret_cast<cudaGraphNode_t>(node)));
+}
+SIM_API CUresult cuGraphNodeGetType(CUgraphNode node, CUgraphNodeType* type) {
+  DRV_CTX();
+  return Cu(NodeType(st, reinterpret_cast<cudaGraphNode_t>(node), reinterpret_cast<cudaGraphNodeType*>(type)));
 }
 SIM_API CUresult cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph g, const CUgraphNode*, size_t, CUgraph child) {
   DRV_CTX();

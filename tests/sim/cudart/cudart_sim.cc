@@ -779,21 +779,72 @@ SIM_API cudaError_t cudaGraphCreate(cudaGraph_t* graph, unsigned int flags) {
   SIM_ENTER();
   return Ret(CreateGraph(st, graph, flags));
 }
-SIM_API cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*, size_t,
-                                           const cudaMemcpy3DParms* p) {
-  SIM_ENTER();
-  if (p == nullptr) return Ret(cudaErrorInvalidValue);
-  if (p->srcArray != nullptr || p->dstArray != nullptr || p->extent.depth != 1) return Ret(cudaErrorNotSupported);
+// A 3D copy node's parameters as the engine's copy (pitched rows; arrays and volumes are not simulated).
+static cudaError_t NodeCopy(const cudaMemcpy3DParms* p, void** dst, const void** src, Rows* rows) {
+  if (p == nullptr) return cudaErrorInvalidValue;
+  if (p->srcArray != nullptr || p->dstArray != nullptr || p->extent.depth != 1) return cudaErrorNotSupported;
   auto at = [](const cudaPitchedPtr& q, const cudaPos& pos) {
     return static_cast<char*>(q.ptr) + pos.z * q.pitch * q.ysize + pos.y * q.pitch + pos.x;
   };
-  return Ret(AddCopyNode(st, node, graph, at(p->dstPtr, p->dstPos), at(p->srcPtr, p->srcPos),
-                         Rows{p->extent.width, p->extent.height, p->srcPtr.pitch, p->dstPtr.pitch}, p->kind));
+  *dst = at(p->dstPtr, p->dstPos);
+  *src = at(p->srcPtr, p->srcPos);
+  *rows = Rows{p->extent.width, p->extent.height, p->srcPtr.pitch, p->dstPtr.pitch};
+  return cudaSuccess;
+}
+SIM_API cudaError_t cudaGraphAddMemcpyNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*, size_t,
+                                           const cudaMemcpy3DParms* p) {
+  SIM_ENTER();
+  void* dst;
+  const void* src;
+  Rows rows;
+  if (cudaError_t r = NodeCopy(p, &dst, &src, &rows); r != cudaSuccess) return Ret(r);
+  return Ret(AddCopyNode(st, node, graph, dst, src, rows, p->kind));
 }
 SIM_API cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*, size_t,
                                              void* dst, const void* src, size_t count, cudaMemcpyKind kind) {
   SIM_ENTER();
   return Ret(AddCopyNode(st, node, graph, dst, src, Linear(count), kind));
+}
+// Changing, disabling and removing nodes the program added.
+static cudaError_t SetMemcpyNode(cudaGraphExec_t exec, cudaGraphNode_t node, const cudaMemcpy3DParms* p) {
+  SIM_ENTER();
+  void* dst;
+  const void* src;
+  Rows rows;
+  if (cudaError_t r = NodeCopy(p, &dst, &src, &rows); r != cudaSuccess) return Ret(r);
+  return Ret(SetCopyNode(st, exec, node, dst, src, rows, p->kind));
+}
+static cudaError_t SetMemcpyNode1D(cudaGraphExec_t exec, cudaGraphNode_t node, void* dst, const void* src, size_t count,
+                                   cudaMemcpyKind kind) {
+  SIM_ENTER();
+  return Ret(SetCopyNode(st, exec, node, dst, src, Linear(count), kind));
+}
+SIM_API cudaError_t cudaGraphMemcpyNodeSetParams(cudaGraphNode_t node, const cudaMemcpy3DParms* p) {
+  return SetMemcpyNode(nullptr, node, p);
+}
+SIM_API cudaError_t cudaGraphMemcpyNodeSetParams1D(cudaGraphNode_t node, void* dst, const void* src, size_t count,
+                                                   cudaMemcpyKind kind) {
+  return SetMemcpyNode1D(nullptr, node, dst, src, count, kind);
+}
+SIM_API cudaError_t cudaGraphExecMemcpyNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                     const cudaMemcpy3DParms* p) {
+  return exec != nullptr ? SetMemcpyNode(exec, node, p) : Ret(cudaErrorInvalidValue);
+}
+SIM_API cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cudaGraphNode_t node, void* dst,
+                                                       const void* src, size_t count, cudaMemcpyKind kind) {
+  return exec != nullptr ? SetMemcpyNode1D(exec, node, dst, src, count, kind) : Ret(cudaErrorInvalidValue);
+}
+SIM_API cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned int on) {
+  SIM_ENTER();
+  return Ret(SetNodeEnabled(st, exec, node, on != 0));
+}
+SIM_API cudaError_t cudaGraphDestroyNode(cudaGraphNode_t node) {
+  SIM_ENTER();
+  return Ret(RemoveNode(st, node));
+}
+SIM_API cudaError_t cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+  SIM_ENTER();
+  return Ret(NodeType(st, node, type));
 }
 SIM_API cudaError_t cudaGraphAddChildGraphNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*,
                                                size_t, cudaGraph_t child) {
