@@ -752,7 +752,7 @@ TEST(Loading, DamagedAndForeignFilesAreNamedSkippedAndCounted) {
   fs::resize_file(traces[0], h0.chunks_offset + h0.chunk_size / 2);
   fs::resize_file(traces[1], 1000);
   // 2: a newer major version; 3: a newer minor with a record type this reader does not know.
-  uint16_t major = P2PTRACE_FORMAT_MAJOR + 1, minor = 7, unknown_type = 99;
+  uint16_t major = P2PTRACE_FORMAT_MAJOR + 1, minor = P2PTRACE_FORMAT_MINOR + 1, unknown_type = 99;
   Patch(traces[2], offsetof(p2ptrace_file_header, major), &major, 2);
   Patch(traces[3], offsetof(p2ptrace_file_header, minor), &minor, 2);
   p2ptrace_file_header h3 = HeaderOf(traces[3]);
@@ -778,7 +778,7 @@ TEST(Loading, DamagedAndForeignFilesAreNamedSkippedAndCounted) {
   EXPECT_NE(r.err.find(dir + "/subdir.p2ptrace: not a regular file"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(traces[0] + ": cut short at"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find(traces[3] + ": 1 record of unknown type skipped (written as format " +
-                       std::to_string(P2PTRACE_FORMAT_MAJOR) + ".7"),
+                       std::to_string(P2PTRACE_FORMAT_MAJOR) + "." + std::to_string(P2PTRACE_FORMAT_MINOR + 1)),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("p2ptrace: 6 traces used (2 files in part), 5 files skipped\n"), std::string::npos) << r.err;
