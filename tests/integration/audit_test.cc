@@ -101,8 +101,9 @@ json ReportJson(const std::string& dir) {
 
 // What both programs do per rank r (GPU r of 2): ncclCommInitRank (2 ranks), one ncclAllReduce of
 // 1 MiB, one cudaIpcGetMemHandle; `peer_copy`: one 256 KiB cudaMemcpyPeer to the other GPU, host
-// staged (no peer access enabled).
-void ExpectTracedExactly(const std::string& dir, bool peer_copy) {
+// staged (no peer access enabled); `replays`: the allreduce captured into a graph (through dlsym'd
+// cudaStreamBeginCapture … cudaGraphLaunch) and launched that many times.
+void ExpectTracedExactly(const std::string& dir, bool peer_copy, int replays) {
   std::vector<p2ptrace::Trace> traces = ReadTraceDir(dir + "/trace");
   ASSERT_EQ(traces.size(), 2u) << "one trace per rank (the launcher makes no CUDA call)";
   for (int r = 0; r < 2; ++r) {
@@ -113,10 +114,18 @@ void ExpectTracedExactly(const std::string& dir, bool peer_copy) {
     uint32_t want = P2PTRACE_CAPTURE_CUDART_13 | P2PTRACE_CAPTURE_CUDART_DLSYM | P2PTRACE_CAPTURE_NCCL_DLSYM;
     EXPECT_EQ(t.header.capture_flags & want, want) << std::hex << t.header.capture_flags;
     auto ops = Records<p2ptrace_nccl_op_record>(t);
-    ASSERT_EQ(ops.size(), 1u);
-    EXPECT_EQ(ops[0].api, P2PTRACE_NCCL_AllReduce);
-    EXPECT_EQ(ops[0].bytes, 1 * MiB);
-    EXPECT_EQ(ops[0].result, 0);
+    ASSERT_EQ(ops.size(), replays ? 2u : 1u);  // the eager one, and the captured one (recorded once)
+    for (const auto& op : ops) {
+      EXPECT_EQ(op.api, P2PTRACE_NCCL_AllReduce);
+      EXPECT_EQ(op.bytes, 1 * MiB);
+      EXPECT_EQ(op.result, 0);
+    }
+    if (replays) {
+      EXPECT_TRUE(ops[1].flags & P2PTRACE_NCCL_CAPTURED);
+    }
+    int launches = 0;
+    for (const auto& g : Records<p2ptrace_graph_record>(t)) launches += g.event == P2PTRACE_GRAPH_LAUNCH && g.result == 0;
+    EXPECT_EQ(launches, replays);
     auto comms = Records<p2ptrace_nccl_comm_record>(t);
     ASSERT_EQ(comms.size(), 2u);  // the init, and the destroy
     EXPECT_EQ(comms[0].api, P2PTRACE_NCCL_CommInitRank);
@@ -149,8 +158,9 @@ void ExpectTracedExactly(const std::string& dir, bool peer_copy) {
   }
   ASSERT_EQ(rep["nccl_ops"].size(), 1u);
   EXPECT_EQ(rep["nccl_ops"][0]["op"], "ncclAllReduce");
-  EXPECT_EQ(rep["nccl_ops"][0]["calls"], 2);
-  EXPECT_EQ(rep["nccl_ops"][0]["bytes"], 2 * MiB);
+  EXPECT_EQ(rep["nccl_ops"][0]["calls"], 2 * (1 + replays));
+  EXPECT_EQ(rep["nccl_ops"][0]["bytes"], 2 * (1 + replays) * MiB);
+  EXPECT_EQ(rep["nccl_ops"][0]["graph_calls"], 2 * replays);
   EXPECT_EQ(rep["nccl_ops"][0]["errors"], 0);
   uint64_t staged_calls = 0, staged_bytes = 0;
   for (const json& p : rep["pairs"])
@@ -162,7 +172,9 @@ void ExpectTracedExactly(const std::string& dir, bool peer_copy) {
   EXPECT_EQ(staged_bytes, peer_copy ? 512 * KiB : 0u);
 }
 
-void CheckProgram(const std::string& name, const std::vector<std::string>& program, bool peer_copy) {
+constexpr int kPyGraphReplays = 3;  // dlsym_pynccl.py's GRAPH_REPLAYS
+
+void CheckProgram(const std::string& name, const std::vector<std::string>& program, bool peer_copy, int replays) {
   std::string dir = TempDir() + "/" + name;
   RunResult bare = Job(dir + "/bare", program, Mode::kBare);
   ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
@@ -175,7 +187,7 @@ void CheckProgram(const std::string& name, const std::vector<std::string>& progr
   ASSERT_EQ(traced.exit_code, 0) << traced.out << traced.err;
   EXPECT_EQ(ByRank(traced.out), want);
   EXPECT_EQ(traced.err.find("p2ptrace: audit"), std::string::npos) << traced.err;
-  ExpectTracedExactly(dir + "/run", peer_copy);
+  ExpectTracedExactly(dir + "/run", peer_copy, replays);
 
   // LD_PRELOAD alone: the calls never reach the shim (no trace at all), the output is the same.
   RunResult preload = Job(dir + "/preload", program, Mode::kPreloadOnly);
@@ -193,7 +205,7 @@ void CheckProgram(const std::string& name, const std::vector<std::string>& progr
 TEST(Dlsym, CProgramWithLocalNcclAndCudartByNameIsTracedExactly) {
   // libnccl.so.2 by path, RTLD_LOCAL; libcudart.so.13 by name: neither is in the global scope, so
   // the wrappers find them with dl_iterate_phdr (resolve.cc, nccl_wrappers.cc).
-  CheckProgram("c", {DLSYM_WORKLOAD, kNccl}, true);
+  CheckProgram("c", {DLSYM_WORKLOAD, kNccl}, true, 0);
 }
 
 TEST(Dlsym, PythonCtypesNcclLikeVllmIsTracedExactly) {
@@ -201,7 +213,7 @@ TEST(Dlsym, PythonCtypesNcclLikeVllmIsTracedExactly) {
   GTEST_SKIP() << "python3 is not instrumented: it cannot load a sanitizer-built shim";
 #endif
   ASSERT_EQ(std::string(PYTHON3).find("NOTFOUND"), std::string::npos) << "python3 was not found at configure time";
-  CheckProgram("py", {PYTHON3, DLSYM_PYNCCL, "libnccl.so.2"}, false);
+  CheckProgram("py", {PYTHON3, DLSYM_PYNCCL, "libnccl.so.2"}, false, kPyGraphReplays);
 }
 
 TEST(Dlsym, PythonCtypesUnversionedCudartLinkIsTraced) {
@@ -214,7 +226,8 @@ TEST(Dlsym, PythonCtypesUnversionedCudartLinkIsTraced) {
   fs::create_directories(links);
   fs::remove(links + "/libcudart.so");
   fs::create_symlink(std::string(P2PTRACE_SIM_LIB_DIR) + "/libcudart.so.13", links + "/libcudart.so");
-  CheckProgram("py-unversioned", {PYTHON3, DLSYM_PYNCCL, "libnccl.so.2", links + "/libcudart.so"}, false);
+  CheckProgram("py-unversioned", {PYTHON3, DLSYM_PYNCCL, "libnccl.so.2", links + "/libcudart.so"}, false,
+               kPyGraphReplays);
 }
 
 // Real NCCL releases (the cache of scripts/fetch-nccl-releases.py, and the toolkit's), opened

@@ -3,11 +3,14 @@ custom allreduce do: through Python ctypes (dlopen RTLD_LOCAL, dlsym per functio
 neither. Run under `p2psim launch`:  python3 dlsym_pynccl.py LIBNCCL [LIBCUDART] ID_DIR
 (LIBCUDART: libcudart.so.13 unless given, e.g. an unversioned libcudart.so link)
 Rank 0 publishes the ncclUniqueId in ID_DIR; every rank all-reduces 1 MiB of float32 on its GPU
-(LOCAL_RANK) and prints what the libraries answered (a traced run must print the same)."""
+(LOCAL_RANK), then captures that allreduce into a CUDA graph on a stream of its own and launches it
+GRAPH_REPLAYS times, and prints what the libraries answered (a traced run must print the same)."""
 import ctypes
 import os
 import sys
 import time
+
+GRAPH_REPLAYS = 3
 
 
 class NcclUniqueId(ctypes.Structure):  # vLLM's ncclUniqueId: 128 bytes
@@ -32,6 +35,15 @@ for lib, name, args in (
     (cudart, "cudaMemcpy", [c_void_p, c_void_p, c_size_t, c_int]),
     (cudart, "cudaDeviceSynchronize", []),
     (cudart, "cudaIpcGetMemHandle", [ctypes.POINTER(CudaIpcMemHandle), c_void_p]),
+    (cudart, "cudaStreamCreate", [ctypes.POINTER(c_void_p)]),
+    (cudart, "cudaStreamBeginCapture", [c_void_p, c_int]),
+    (cudart, "cudaStreamEndCapture", [c_void_p, ctypes.POINTER(c_void_p)]),
+    (cudart, "cudaGraphInstantiate", [ctypes.POINTER(c_void_p), c_void_p, ctypes.c_ulonglong]),
+    (cudart, "cudaGraphLaunch", [c_void_p, c_void_p]),
+    (cudart, "cudaStreamSynchronize", [c_void_p]),
+    (cudart, "cudaGraphExecDestroy", [c_void_p]),
+    (cudart, "cudaGraphDestroy", [c_void_p]),
+    (cudart, "cudaStreamDestroy", [c_void_p]),
 ):
     fn = getattr(lib, name)
     fn.restype, fn.argtypes = c_int, args
@@ -62,6 +74,17 @@ print("ncclAllReduce", nccl.ncclAllReduce(send, recv, count, 7, 0, comm, None)) 
 print("cudaDeviceSynchronize", cudart.cudaDeviceSynchronize())
 out = (ctypes.c_float * count)()
 print("cudaMemcpy D2H", cudart.cudaMemcpy(out, recv, count * 4, 2), "sum[0]", out[0])
+# vLLM captures its allreduce into a CUDA graph and replays it: the same through the ctypes handles.
+stream, graph, graph_exec = c_void_p(), c_void_p(), c_void_p()
+print("cudaStreamCreate", cudart.cudaStreamCreate(ctypes.byref(stream)))
+print("cudaStreamBeginCapture", cudart.cudaStreamBeginCapture(stream, 2))  # relaxed
+print("ncclAllReduce (captured)", nccl.ncclAllReduce(send, recv, count, 7, 0, comm, stream))
+print("cudaStreamEndCapture", cudart.cudaStreamEndCapture(stream, ctypes.byref(graph)))
+print("cudaGraphInstantiate", cudart.cudaGraphInstantiate(ctypes.byref(graph_exec), graph, 0))
+print("cudaGraphLaunch", [cudart.cudaGraphLaunch(graph_exec, stream) for _ in range(GRAPH_REPLAYS)])
+print("cudaStreamSynchronize", cudart.cudaStreamSynchronize(stream))
+print("cudaGraphExecDestroy", cudart.cudaGraphExecDestroy(graph_exec), "cudaGraphDestroy",
+      cudart.cudaGraphDestroy(graph), "cudaStreamDestroy", cudart.cudaStreamDestroy(stream))
 handle = CudaIpcMemHandle()
 print("cudaIpcGetMemHandle", cudart.cudaIpcGetMemHandle(ctypes.byref(handle), send))
 print("ncclCommDestroy", nccl.ncclCommDestroy(comm))
