@@ -214,7 +214,10 @@ TEST_P(FakeLibTest, SonameVersionNodeAndExportsMatchTheRealLibrary) {
   }
   std::set<std::string> expected = ReadLines(std::string(P2PTRACE_SYMBOLS_DIR) + "/" + lib.syms);
   // The fake cudart's one addition: the hidden hook the fake NCCL advances stream clocks with.
-  if (std::string(lib.file).rfind("libcudart", 0) == 0) expected.insert("p2psim_stream_advance");
+  if (std::string(lib.file).rfind("libcudart", 0) == 0) {
+    expected.insert("p2psim_stream_advance");
+    expected.insert("p2psim_capture_replay");
+  }
   // The fake driver's one addition: the shared simulated state the fake runtimes reach it for.
   if (std::string(lib.file) == "libcuda.so.1") expected.insert("p2psim_driver");
   EXPECT_EQ(exported, expected);

@@ -1,6 +1,6 @@
 """A torchrun job that captures NCCL collectives into a CUDA graph and replays it, as vLLM and
 torch.compile(mode="reduce-overhead") do. Inputs come from the host (kernels do not run on the
-simulated node; its NCCL computes the results, a captured collective's once, at capture).
+simulated node; its NCCL computes the results, a captured collective's at each replay).
 
 Per rank: one all_reduce outside any graph, then torch.cuda.graph capturing an all_reduce and a
 broadcast (from rank 0) on a side stream, replayed GRAPH_REPLAYS times. Prints one line a rank;
@@ -36,9 +36,9 @@ def main():
     for _ in range(REPLAYS):
         g.replay()
     torch.cuda.synchronize()
-    # b is rank 0's after any replay. Each replay sums x over the ranks: total * world ** REPLAYS on a
-    # GPU; the simulated NCCL computes a captured collective once, at capture (total * world). Printed.
-    ok = torch.equal(b.cpu(), torch.full((N,), 10.0))
+    # Each replay sums x over the ranks (all equal): total * world ** REPLAYS; b is rank 0's.
+    ok = torch.equal(x.cpu(), torch.full((N,), float(total * world ** REPLAYS))) and \
+        torch.equal(b.cpu(), torch.full((N,), 10.0))
     # One write: the ranks share stdout, and print() may write the line and its newline apart.
     line = f"rank {rank}/{world} on cuda:{local} graph replays {REPLAYS} x {x[0].item():g} {'ok' if ok else 'WRONG'}\n"
     os.write(1, line.encode())

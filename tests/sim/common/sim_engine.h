@@ -87,6 +87,10 @@ struct GraphWork {
   Rows rows;
   double seconds = 0;
   bool enabled = true;  // cudaGraphNodeSetEnabled (in an exec); false also for a removed node's work
+  // Work another simulated library captured (the NCCL's operations): run at each launch, outside
+  // the lock, on the launch's stream (p2psim_capture_replay).
+  void (*replay)(void* ctx, cudaStream_t stream) = nullptr;
+  std::shared_ptr<void> replay_ctx;
 };
 // A user object (cudaUserObjectCreate): its destructor runs, on the host-function thread, when the
 // last reference (the program's, graphs', execs') is gone. torch's and NCCL's captures use them.
@@ -187,7 +191,7 @@ struct ThreadData {
   bool in_host_func = false;
 };
 
-constexpr int kSharedAbi = 3;  // bump when State, ThreadData, Context or Shared change
+constexpr int kSharedAbi = 4;  // bump when State, ThreadData, Context or Shared change
 struct Shared {
   int abi;
   size_t state_size, thread_size;
@@ -1147,32 +1151,71 @@ cudaError_t DestroyExec(State& st, cudaGraphExec_t exec) {
 
 // A launch runs the exec's work in order on the stream: copies move their bytes now. Launched into
 // a capturing stream, the graph's work joins that capture (a child graph on a real GPU).
+// One work item of a launch on stream s (under the lock): a copy moves its bytes now.
+void RunWork(State& st, Stream* s, const GraphWork& w) {
+  double seconds = w.seconds;
+  if (w.copy) {
+    const Rows& rows = w.rows;
+    for (size_t r = 0; r < rows.height; ++r)
+      std::memmove(static_cast<char*>(w.dst) + r * rows.dpitch, static_cast<const char*>(w.src) + r * rows.spitch,
+                   rows.width);
+    seconds = CopySeconds(st, Locate(st, w.src), Locate(st, w.dst), rows.width * rows.height);
+  }
+  Enqueue(st, s, seconds);
+}
+
 cudaError_t LaunchExec(State& st, cudaGraphExec_t exec, cudaStream_t handle, bool ptsz) {
   if (T().in_host_func) return cudaErrorNotPermitted;
-  std::lock_guard<std::mutex> lock(Mu());
-  auto* x = reinterpret_cast<GraphExec*>(exec);
-  if (!st.execs.count(x)) return cudaErrorInvalidValue;
-  Stream* s = Resolve(st, handle, ptsz);
-  if (s == nullptr) return cudaErrorInvalidResourceHandle;
-  if (s->capture == cudaStreamCaptureStatusActive) {
-    s->capture_graph->nodes += x->nodes;
-    s->capture_graph->work.insert(s->capture_graph->work.end(), x->work.begin(), x->work.end());
-    return cudaSuccess;
-  }
-  if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
-  for (const GraphWork& w : x->work) {
-    if (!w.enabled) continue;
-    double seconds = w.seconds;
-    if (w.copy) {
-      const Rows& rows = w.rows;
-      for (size_t r = 0; r < rows.height; ++r)
-        std::memmove(static_cast<char*>(w.dst) + r * rows.dpitch, static_cast<const char*>(w.src) + r * rows.spitch,
-                     rows.width);
-      seconds = CopySeconds(st, Locate(st, w.src), Locate(st, w.dst), rows.width * rows.height);
+  std::vector<GraphWork> later;  // the work, when some of it must run outside the lock
+  {
+    std::lock_guard<std::mutex> lock(Mu());
+    auto* x = reinterpret_cast<GraphExec*>(exec);
+    if (!st.execs.count(x)) return cudaErrorInvalidValue;
+    Stream* s = Resolve(st, handle, ptsz);
+    if (s == nullptr) return cudaErrorInvalidResourceHandle;
+    if (s->capture == cudaStreamCaptureStatusActive) {
+      s->capture_graph->nodes += x->nodes;
+      s->capture_graph->work.insert(s->capture_graph->work.end(), x->work.begin(), x->work.end());
+      return cudaSuccess;
     }
-    Enqueue(st, s, seconds);
+    if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
+    if (std::none_of(x->work.begin(), x->work.end(), [](const GraphWork& w) { return w.replay != nullptr; })) {
+      for (const GraphWork& w : x->work)
+        if (w.enabled) RunWork(st, s, w);
+      return cudaSuccess;
+    }
+    later = x->work;
+  }
+  // A replayed NCCL operation waits for its peers' launches and calls back into the sim.
+  cudaStream_t named = ptsz && handle == nullptr ? cudaStreamPerThread : handle;
+  for (const GraphWork& w : later) {
+    if (!w.enabled) continue;
+    if (w.replay != nullptr) {
+      w.replay(w.replay_ctx.get(), named);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(Mu());
+    if (Stream* s = Resolve(st, handle, ptsz)) RunWork(st, s, w);
   }
   return cudaSuccess;
+}
+
+// Another simulated library's work on `handle`: when that stream is capturing, it becomes a node
+// that runs replay(ctx, launch stream) at each launch (1; the graph owns ctx, freed with release);
+// 0 when the stream is not capturing (the caller runs its work now, and still owns ctx); an error
+// when the capture was invalidated (ctx released).
+int CaptureReplay(State& st, cudaStream_t handle, void (*replay)(void*, cudaStream_t), void* ctx,
+                  void (*release)(void*)) {
+  std::lock_guard<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, false);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (s->capture == cudaStreamCaptureStatusNone) return 0;
+  GraphWork node;
+  node.replay = replay;
+  node.replay_ctx = std::shared_ptr<void>(ctx, release);
+  cudaError_t r = cudaSuccess;
+  Captured(s, &r, &node);
+  return r == cudaSuccess ? 1 : r;
 }
 
 // Graphs built node by node. Node handles are opaque tokens that name their work in the graph

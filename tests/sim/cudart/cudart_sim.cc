@@ -1139,6 +1139,13 @@ SIM_API cudaError_t cudaIpcCloseMemHandle(void* ptr) {
 // Hidden hook for the simulated NCCL (not a CUDA API; found with dlsym, listed as an extra export
 // in CMakeLists.txt and the export test): queues `seconds` of work on `stream` of the current
 // device, as a NCCL kernel would, so events around an NCCL call measure the simulated transfer.
+// Hidden hook too: an NCCL operation issued on a capturing stream runs at each launch of its graph
+// instead of now (sim_engine.h CaptureReplay: 1 captured, 0 not capturing, else an error).
+SIM_API int p2psim_capture_replay(cudaStream_t handle, void (*replay)(void*, cudaStream_t), void* ctx,
+                                  void (*release)(void*)) {
+  SIM_ENTER();
+  return CaptureReplay(st, handle, replay, ctx, release);
+}
 SIM_API cudaError_t p2psim_stream_advance(cudaStream_t handle, double seconds) {
   SIM_ENTER();
   std::lock_guard<std::mutex> lock(Mu());

@@ -1462,17 +1462,14 @@ ncclResult_t Fail(std::vector<Op>& ops, ncclResult_t r) {
   return r;
 }
 
-// ncclGroupEnd (or a call outside a group): connect, post, meet, complete, meet, advance clocks.
-ncclResult_t Execute(std::vector<Op> ops) {
-  std::map<Comm*, int> slots;
+ncclResult_t CudaFailure(int err);  // below
+
+// Post, meet, complete, meet, advance clocks: what a batch's kernels do.
+ncclResult_t Run(std::vector<Op>& ops) {
   std::vector<Comm*> coll_comms;
-  for (Op& op : ops) {
-    if (IsP2p(op)) continue;
-    if (slots.count(op.comm) == 0) coll_comms.push_back(op.comm);
-    op.slot = slots[op.comm]++;
-  }
-  for (Op& op : ops)
-    if (ncclResult_t r = ConnectFor(op); r != ncclSuccess) return Fail(ops, r);
+  for (const Op& op : ops)
+    if (!IsP2p(op) && std::find(coll_comms.begin(), coll_comms.end(), op.comm) == coll_comms.end())
+      coll_comms.push_back(op.comm);
   for (Op& op : ops)
     if (ncclResult_t r = Post(op); r != ncclSuccess) return Fail(ops, r);
   if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
@@ -1481,6 +1478,42 @@ ncclResult_t Execute(std::vector<Op> ops) {
   if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
   AdvanceClocks(ops);
   return ncclSuccess;
+}
+
+// A batch issued on a capturing stream: its kernels run at each launch of the graph, on the launch's
+// stream (as NCCL's captured kernels do), with the data the buffers hold then.
+struct CapturedOps {
+  std::vector<Op> ops;
+};
+void ReplayCaptured(void* ctx, cudaStream_t stream) {
+  std::vector<Op> ops = static_cast<CapturedOps*>(ctx)->ops;
+  for (Op& op : ops) {
+    if (!Valid(op.comm)) {
+      WARN("p2psim: a CUDA graph replays an operation of a destroyed communicator: skipped");
+      return;
+    }
+    op.stream = stream;
+  }
+  Run(ops);  // a failure is the communicator's error (ncclCommGetAsyncError), as a kernel's would be
+}
+
+// ncclGroupEnd (or a call outside a group): connect, then run now, or at each launch when captured.
+ncclResult_t Execute(std::vector<Op> ops) {
+  std::map<Comm*, int> slots;
+  for (Op& op : ops)
+    if (!IsP2p(op)) op.slot = slots[op.comm]++;
+  for (Op& op : ops)
+    if (ncclResult_t r = ConnectFor(op); r != ncclSuccess) return Fail(ops, r);
+  using CaptureFn = int (*)(cudaStream_t, void (*)(void*, cudaStream_t), void*, void (*)(void*));
+  static auto capture = Cuda<CaptureFn>("p2psim_capture_replay");  // absent under a real runtime
+  if (capture != nullptr && !ops.empty()) {
+    auto* captured = new CapturedOps{ops};
+    int r = capture(ops.front().stream, ReplayCaptured, captured, [](void* c) { delete static_cast<CapturedOps*>(c); });
+    if (r == 1) return ncclSuccess;
+    if (r != 0) return CudaFailure(r);  // the capture was invalidated: its kernel launch fails
+    delete captured;
+  }
+  return Run(ops);
 }
 
 ncclResult_t FinishPendingInits() {
