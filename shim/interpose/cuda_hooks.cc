@@ -960,14 +960,9 @@ P2PTRACE_ALTER_HOOK(cudaGraphMemcpyNodeSetParams1D, nullptr,
                     (n, dst, src, count, k), true)
 P2PTRACE_ALTER_HOOK(cudaGraphNodeSetParams, nullptr, (cudaGraphNode_t n, cudaGraphNodeParams* p), (n, p),
                     p != nullptr && ReplayedNodeType(p->type))
+// Of any type: asking a node's type before it is gone could fail, and leave the runtime's last error.
+P2PTRACE_ALTER_HOOK(cudaGraphDestroyNode, nullptr, (cudaGraphNode_t n), (n), true)
 #undef P2PTRACE_ALTER_HOOK
-// Its type is asked before the node is gone.
-cudaError_t cudaGraphDestroyNode(NodeRuntime rt, Real<decltype(&::cudaGraphDestroyNode)> real, cudaGraphNode_t n) {
-  bool replayed = ReplayedNode(rt, n);
-  cudaError_t r = real(n);
-  if (replayed) graphs::NodeAltered(nullptr, n, P2PTRACE_API_cudaGraphDestroyNode, r);
-  return r;
-}
 
 // A launch of an exec the shim knows nothing of costs one lookup.
 inline __attribute__((always_inline)) cudaError_t Launch(NodeRuntime rt, cudaError_t (*real)(cudaGraphExec_t, cudaStream_t),

@@ -62,6 +62,7 @@ void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value,
 void RecordGraphNodeCopy(const CudaRuntime& rt, const ApiCopy& a, cudaGraph_t graph, cudaError_t r);
 // Whether a change to graph node `n` can change what replays move: a copy or a child graph node
 // (one whose type the runtime cannot say counts too); for node parameters, by their type field.
+// Ask only about a node a call just used successfully (the query then cannot fail).
 bool ReplayedNode(const CudaRuntime& rt, cudaGraphNode_t n);
 inline bool ReplayedNodeType(int type) { return type == cudaGraphNodeTypeMemcpy || type == cudaGraphNodeTypeGraph; }
 // Streams made and destroyed through any API: copies on a known stream can be timed.

@@ -391,13 +391,8 @@ P2PTRACE_ALTER_HOOK(cuGraphNodeSetEnabled, x, (CUgraphExec x, CUgraphNode n, uns
 P2PTRACE_ALTER_HOOK(cuGraphMemcpyNodeSetParams, nullptr, (CUgraphNode n, const CUDA_MEMCPY3D* p), (n, p), true)
 P2PTRACE_ALTER_HOOK(cuGraphNodeSetParams, nullptr, (CUgraphNode n, CUgraphNodeParams* p), (n, p),
                     p != nullptr && ReplayedNodeType(p->type))
+P2PTRACE_ALTER_HOOK(cuGraphDestroyNode, nullptr, (CUgraphNode n), (n), true)  // of any type, as the runtime's
 #undef P2PTRACE_ALTER_HOOK
-CUresult cuGraphDestroyNode(CUresult (*real)(CUgraphNode), CUgraphNode n) {
-  bool replayed = ReplayedNode(Driver(), n);
-  CUresult r = real(n);
-  if (r == CUDA_SUCCESS && replayed) graphs::NodeAltered(nullptr, n, P2PTRACE_API_cuGraphDestroyNode, cudaSuccess);
-  return r;
-}
 
 // As cudaGraphLaunch: an exec the shim saw nothing captured into costs one lookup.
 inline __attribute__((always_inline)) CUresult Launch(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec x,
