@@ -57,7 +57,9 @@ constexpr std::array<std::string_view, P2PTRACE_API_COUNT_> kApis = {
     "cuGraphNodeSetEnabled",
     "cuGraphMemcpyNodeSetParams",
     "cuGraphNodeSetParams",
-    "cuGraphDestroyNode"};
+    "cuGraphDestroyNode",
+    "cudaGraphAddNode",
+    "cuGraphAddNode"};
 
 constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
     "unknown",       "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommInitRankScalable",

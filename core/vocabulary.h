@@ -20,7 +20,8 @@ std::string_view ApiName(int api);
 inline bool IsDriverApi(int api) {
   return (api >= P2PTRACE_API_cuDeviceCanAccessPeer && api <= P2PTRACE_API_cuMemcpy3DPeerAsync) ||
          api == P2PTRACE_API_cuGraphAddMemcpyNode ||
-         (api >= P2PTRACE_API_cuGraphExecMemcpyNodeSetParams && api <= P2PTRACE_API_cuGraphDestroyNode);
+         (api >= P2PTRACE_API_cuGraphExecMemcpyNodeSetParams && api <= P2PTRACE_API_cuGraphDestroyNode) ||
+         api == P2PTRACE_API_cuGraphAddNode;
 }
 // "ncclAllReduce", "ncclCommInitRank", …; "unknown" for values it does not know.
 std::string_view NcclApiName(int api);

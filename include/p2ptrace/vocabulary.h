@@ -80,6 +80,9 @@ enum p2ptrace_api {
   P2PTRACE_API_cuGraphMemcpyNodeSetParams = 45,
   P2PTRACE_API_cuGraphNodeSetParams = 46,
   P2PTRACE_API_cuGraphDestroyNode = 47,
+  /* trace 1.7: copy nodes added with the generic node call (recorded like cudaGraphAddMemcpyNode's) */
+  P2PTRACE_API_cudaGraphAddNode = 48,
+  P2PTRACE_API_cuGraphAddNode = 49,
   P2PTRACE_API_COUNT_
 };
 

@@ -10,6 +10,9 @@ cudaError_t cudaGraphInstantiateWithParams_ptsz(cudaGraphExec_t*, cudaGraph_t, c
 cudaError_t cudaGraphLaunch_ptsz(cudaGraphExec_t, cudaStream_t);
 cudaError_t cudaStreamBeginCaptureToGraph_ptsz(cudaStream_t, cudaGraph_t, const cudaGraphNode_t*,
                                                const cudaGraphEdgeData*, size_t, cudaStreamCaptureMode);
+// cudart 12.3+'s name for what cudart 13 calls cudaGraphAddNode (cuda_hooks.cc wraps both, and 12.2's).
+cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, const cudaGraphEdgeData*,
+                                size_t, cudaGraphNodeParams*);
 }
 
 #define P2PTRACE_CUDA_GRAPH_FUNCTIONS(X)                                                                   \

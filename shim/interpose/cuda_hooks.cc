@@ -726,6 +726,10 @@ cudaError_t TracedGraphLaunch(const CudaRuntime& rt, uint32_t id, cudaGraphExec_
 
 namespace hooks {
 
+// cudart 12's cudaGraphAddNode (CUDA 12.2's form: no edge data; cuda_graph_functions.h).
+using GraphAddNode12Fn = cudaError_t (*)(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, size_t,
+                                         cudaGraphNodeParams*);
+
 // ================================================================================================
 // Bookkeeping
 
@@ -896,16 +900,45 @@ cudaError_t cudaGraphDestroy(NodeRuntime, Real<decltype(&::cudaGraphDestroy)> re
 static const void* At(const cudaPitchedPtr& p, const cudaPos& pos) {
   return static_cast<const char*>(p.ptr) + pos.z * p.pitch * p.ysize + pos.y * p.pitch + pos.x;
 }
+// A 3D copy node (its own call's or a generic node's parameters); arrays and host sides move
+// nothing between GPUs.
+static void MemcpyNodeAdded(NodeRuntime rt, uint8_t api, cudaGraph_t g, const cudaMemcpy3DParms* p, cudaError_t r) {
+  if (r == cudaSuccess && p != nullptr && p->srcArray == nullptr && p->dstArray == nullptr && !HostSide(p->kind))
+    RecordGraphNodeCopy(rt,
+                        ApiCopy{api, 0, At(p->dstPtr, p->dstPos), At(p->srcPtr, p->srcPos), -1, -1,
+                                static_cast<uint64_t>(p->extent.width) * p->extent.height * p->extent.depth, nullptr},
+                        g, r);
+}
 cudaError_t cudaGraphAddMemcpyNode(NodeRuntime rt, Real<decltype(&::cudaGraphAddMemcpyNode)> real, cudaGraphNode_t* n,
                                    cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, const cudaMemcpy3DParms* p) {
   cudaError_t r = real(n, g, d, nd, p);
-  // Arrays and host sides move nothing between GPUs.
-  if (r == cudaSuccess && p != nullptr && p->srcArray == nullptr && p->dstArray == nullptr && !HostSide(p->kind))
-    RecordGraphNodeCopy(rt,
-                        ApiCopy{P2PTRACE_API_cudaGraphAddMemcpyNode, 0, At(p->dstPtr, p->dstPos),
-                                At(p->srcPtr, p->srcPos), -1, -1,
-                                static_cast<uint64_t>(p->extent.width) * p->extent.height * p->extent.depth, nullptr},
-                        g, r);
+  MemcpyNodeAdded(rt, P2PTRACE_API_cudaGraphAddMemcpyNode, g, p, r);
+  return r;
+}
+// The generic node call (CUDA 12.2+): a copy node or a child graph is followed as its own call is.
+static void GenericNodeAdded(NodeRuntime rt, cudaGraph_t g, const cudaGraphNodeParams* p, cudaError_t r) {
+  if (r != cudaSuccess || p == nullptr) return;
+  if (p->type == cudaGraphNodeTypeMemcpy) MemcpyNodeAdded(rt, P2PTRACE_API_cudaGraphAddNode, g, &p->memcpy.copyParams, r);
+  if (p->type == cudaGraphNodeTypeGraph) graphs::ChildAdded(r, g, p->graph.graph);
+}
+cudaError_t cudaGraphAddNode12(NodeRuntime rt, GraphAddNode12Fn real, cudaGraphNode_t* n, cudaGraph_t g,
+                               const cudaGraphNode_t* d, size_t nd, cudaGraphNodeParams* p) {
+  cudaError_t r = real(n, g, d, nd, p);
+  GenericNodeAdded(rt, g, p, r);
+  return r;
+}
+cudaError_t cudaGraphAddNode_v2(NodeRuntime rt, Real<decltype(&::cudaGraphAddNode_v2)> real, cudaGraphNode_t* n,
+                                cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t nd,
+                                cudaGraphNodeParams* p) {
+  cudaError_t r = real(n, g, d, e, nd, p);
+  GenericNodeAdded(rt, g, p, r);
+  return r;
+}
+cudaError_t cudaGraphAddNode(NodeRuntime rt, Real<decltype(&::cudaGraphAddNode)> real, cudaGraphNode_t* n,
+                             cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t nd,
+                             cudaGraphNodeParams* p) {
+  cudaError_t r = real(n, g, d, e, nd, p);
+  GenericNodeAdded(rt, g, p, r);
   return r;
 }
 cudaError_t cudaGraphAddMemcpyNode1D(NodeRuntime rt, Real<decltype(&::cudaGraphAddMemcpyNode1D)> real,
@@ -1180,22 +1213,24 @@ using p2ptrace::shim::Node;
 using p2ptrace::shim::NodeRuntime;
 using p2ptrace::shim::Runtime;
 
-#define P2PTRACE_WRAP(node, suffix, version, name, params, args)                                         \
+// Fn: the real function's type; hook: the hooks:: function (both the name's, but where one name
+// has two signatures across runtime versions).
+#define P2PTRACE_WRAP_AS(node, suffix, version, name, hook, Fn, params, args)                            \
   static std::atomic<void*> p2pw_slot_##name##_##suffix;                                                 \
   __attribute__((noinline, cold)) static cudaError_t p2pw_slow_##name##_##suffix params {                \
-    auto real =                                                                                          \
-        reinterpret_cast<decltype(&::name)>(CachedReal(&p2pw_slot_##name##_##suffix, #name, node));      \
+    auto real = reinterpret_cast<Fn>(CachedReal(&p2pw_slot_##name##_##suffix, #name, node));             \
     if (real == nullptr) return cudaErrorSharedObjectSymbolNotFound;                                     \
     Runtime(node); /* resolved at the node's first call, as the NCCL side expects */                     \
-    return p2ptrace::shim::hooks::name(NodeRuntime{node}, real, P2PTRACE_UNPAREN args);                  \
+    return p2ptrace::shim::hooks::hook(NodeRuntime{node}, real, P2PTRACE_UNPAREN args);                  \
   }                                                                                                      \
   extern "C" __attribute__((visibility("default"))) cudaError_t p2pw_##name##_##suffix params {          \
     void* real = p2pw_slot_##name##_##suffix.load(std::memory_order_acquire);                            \
     if (__builtin_expect(real == nullptr, 0)) return p2pw_slow_##name##_##suffix(P2PTRACE_UNPAREN args); \
-    return p2ptrace::shim::hooks::name(NodeRuntime{node}, reinterpret_cast<decltype(&::name)>(real),     \
-                                       P2PTRACE_UNPAREN args);                                           \
+    return p2ptrace::shim::hooks::hook(NodeRuntime{node}, reinterpret_cast<Fn>(real), P2PTRACE_UNPAREN args); \
   }                                                                                                      \
   __asm__(".symver p2pw_" #name "_" #suffix ", " #name version);
+#define P2PTRACE_WRAP(node, suffix, version, name, params, args) \
+  P2PTRACE_WRAP_AS(node, suffix, version, name, name, decltype(&::name), params, args)
 
 #define P2PTRACE_WRAP_11(name, params, args) P2PTRACE_WRAP(Node::kCudart11, 11, "@libcudart.so.11.0", name, params, args)
 #define P2PTRACE_WRAP_12(name, params, args) P2PTRACE_WRAP(Node::kCudart12, 12, "@libcudart.so.12", name, params, args)
@@ -1206,6 +1241,20 @@ P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_12)
 P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_WRAP_13)
 P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_WRAP_12)
 P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_WRAP_13)
+// cudaGraphAddNode: CUDA 12.2's four-argument form keeps the plain name in cudart 12 (12.3 added
+// _v2 with edge data), which is cudart 13's plain form.
+P2PTRACE_WRAP_AS(Node::kCudart12, 12, "@libcudart.so.12", cudaGraphAddNode, cudaGraphAddNode12,
+                 p2ptrace::shim::hooks::GraphAddNode12Fn,
+                 (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, size_t nd, cudaGraphNodeParams* p),
+                 (n, g, d, nd, p))
+P2PTRACE_WRAP_12(cudaGraphAddNode_v2,
+                 (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t nd,
+                  cudaGraphNodeParams* p),
+                 (n, g, d, e, nd, p))
+P2PTRACE_WRAP_13(cudaGraphAddNode,
+                 (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t nd,
+                  cudaGraphNodeParams* p),
+                 (n, g, d, e, nd, p))
 
 // Every wrapper's cached real function, per node: forgotten when the runtime is unloaded (unload.h).
 #define P2PTRACE_SLOT_11(name, params, args) &p2pw_slot_##name##_11,
@@ -1229,5 +1278,10 @@ void p2ptrace::shim::ForgetRealFunctions(Node node) {
   if (node == Node::kCudart12 || node == Node::kCudart13)
     for (std::atomic<void*>* slot : p2pw_graph_slots[static_cast<int>(node) - 1])
       slot->store(nullptr, std::memory_order_release);
+  if (node == Node::kCudart12) {
+    p2pw_slot_cudaGraphAddNode_12.store(nullptr, std::memory_order_release);
+    p2pw_slot_cudaGraphAddNode_v2_12.store(nullptr, std::memory_order_release);
+  }
+  if (node == Node::kCudart13) p2pw_slot_cudaGraphAddNode_13.store(nullptr, std::memory_order_release);
   g_runtime_noted[static_cast<int>(node)].store(0, std::memory_order_relaxed);  // described again in this file
 }

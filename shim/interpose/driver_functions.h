@@ -16,6 +16,7 @@
 #undef cuGraphInstantiateWithParams
 #undef cuGraphExecUpdate
 #undef cuGraphLaunch
+#undef cuGraphAddNode
 
 #define P2PTRACE_DRIVER_FUNCTIONS(X)                                                                          \
   /* bookkeeping: which device owns a pointer */                                                             \
@@ -86,6 +87,12 @@
     (n, g, d, nd, child))                                                                                    \
   X(cuGraphClone, (CUgraph * clone, CUgraph g), (clone, g))                                                  \
   X(cuGraphCreate, (CUgraph * g, unsigned int flags), (g, flags))                                            \
+  /* the generic node call: CUDA 12.2's form, and 12.3's with edge data (cuda.h's cuGraphAddNode) */          \
+  X(cuGraphAddNode, (CUgraphNode * n, CUgraph g, const CUgraphNode* d, size_t nd, CUgraphNodeParams* p),      \
+    (n, g, d, nd, p))                                                                                        \
+  X(cuGraphAddNode_v2,                                                                                       \
+    (CUgraphNode * n, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e, size_t nd, CUgraphNodeParams* p), \
+    (n, g, d, e, nd, p))                                                                                     \
   /* changes to nodes of recorded graphs (graphs.h NodeAltered) */                                           \
   X(cuGraphExecMemcpyNodeSetParams, (CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D* p, CUcontext ctx),   \
     (x, n, p, ctx))                                                                                          \

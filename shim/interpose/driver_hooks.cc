@@ -343,18 +343,41 @@ CUresult cuGraphDestroy(CUresult (*real)(CUgraph), CUgraph g) {
 }
 
 // Graphs built node by node: a copy node between two devices' memory, a child graph, a clone.
+void MemcpyNodeAdded(uint8_t api, CUgraph g, const CUDA_MEMCPY3D* p, CUresult r) {
+  if (r == CUDA_SUCCESS && p != nullptr && DeviceSide(p->srcMemoryType) && DeviceSide(p->dstMemoryType)) {
+    CUdeviceptr src = p->srcDevice + p->srcZ * p->srcPitch * p->srcHeight + p->srcY * p->srcPitch + p->srcXInBytes;
+    CUdeviceptr dst = p->dstDevice + p->dstZ * p->dstPitch * p->dstHeight + p->dstY * p->dstPitch + p->dstXInBytes;
+    ApiCopy c{api, 0, Ptr(dst), Ptr(src), -1, -1, static_cast<uint64_t>(p->WidthInBytes) * p->Height * p->Depth,
+              nullptr};
+    RecordGraphNodeCopy(Driver(), c, g, AsRuntime(r));
+  }
+}
 CUresult cuGraphAddMemcpyNode(CUresult (*real)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, const CUDA_MEMCPY3D*,
                                                CUcontext),
                               CUgraphNode* n, CUgraph g, const CUgraphNode* d, size_t nd, const CUDA_MEMCPY3D* p,
                               CUcontext ctx) {
   CUresult r = real(n, g, d, nd, p, ctx);
-  if (r == CUDA_SUCCESS && p != nullptr && DeviceSide(p->srcMemoryType) && DeviceSide(p->dstMemoryType)) {
-    CUdeviceptr src = p->srcDevice + p->srcZ * p->srcPitch * p->srcHeight + p->srcY * p->srcPitch + p->srcXInBytes;
-    CUdeviceptr dst = p->dstDevice + p->dstZ * p->dstPitch * p->dstHeight + p->dstY * p->dstPitch + p->dstXInBytes;
-    ApiCopy c{P2PTRACE_API_cuGraphAddMemcpyNode, 0, Ptr(dst), Ptr(src), -1, -1,
-              static_cast<uint64_t>(p->WidthInBytes) * p->Height * p->Depth, nullptr};
-    RecordGraphNodeCopy(Driver(), c, g, AsRuntime(r));
-  }
+  MemcpyNodeAdded(P2PTRACE_API_cuGraphAddMemcpyNode, g, p, r);
+  return r;
+}
+// The generic node call: a copy node or a child graph is followed as its own call is.
+void GenericNodeAdded(CUgraph g, const CUgraphNodeParams* p, CUresult r) {
+  if (r != CUDA_SUCCESS || p == nullptr) return;
+  if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY) MemcpyNodeAdded(P2PTRACE_API_cuGraphAddNode, g, &p->memcpy.copyParams, r);
+  if (p->type == CU_GRAPH_NODE_TYPE_GRAPH) graphs::ChildAdded(cudaSuccess, g, p->graph.graph);
+}
+CUresult cuGraphAddNode(CUresult (*real)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*),
+                        CUgraphNode* n, CUgraph g, const CUgraphNode* d, size_t nd, CUgraphNodeParams* p) {
+  CUresult r = real(n, g, d, nd, p);
+  GenericNodeAdded(g, p, r);
+  return r;
+}
+CUresult cuGraphAddNode_v2(CUresult (*real)(CUgraphNode*, CUgraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                                            CUgraphNodeParams*),
+                           CUgraphNode* n, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e, size_t nd,
+                           CUgraphNodeParams* p) {
+  CUresult r = real(n, g, d, e, nd, p);
+  GenericNodeAdded(g, p, r);
   return r;
 }
 CUresult cuGraphCreate(CUresult (*real)(CUgraph*, unsigned int), CUgraph* g, unsigned int flags) {

@@ -418,6 +418,26 @@ TEST_F(DriverAltered, EachChangeIsRecordedAndReplaysStayAsRecorded) {
       << rank["trust"];
 }
 
+// The generic node calls of every ABI (driver_workload.c's AddNodes()): CUDA 12.2's and 12.3's
+// forms of the driver's and cudart 12's, cudart 13's; copy nodes and a child graph node.
+constexpr char kAddNodeMode[] = "addnode";
+class DriverAddNode : public ModeJobs<kAddNodeMode> {};
+
+TEST_F(DriverAddNode, RunsAndPrintsTheSameBareAndTraced) { ExpectSameBareAndTraced(bare_, run_); }
+
+TEST_F(DriverAddNode, EachCopyNodeCountsOncePerLaunchWhicheverFormAddedIt) {
+  json rep = ReportJson(dir_ + "/run/trace");
+  std::map<std::string, std::string> want = {
+      {"0->1", ReplayedCell(3, 3 * 8 * KiB, "cudaGraphAddNode")},          // cudart 13
+      {"1->2", ReplayedCell(3, 3 * 4 * KiB, "cudaGraphAddMemcpyNode1D")},  // the child graph's node
+      {"2->0", ReplayedCell(3, 3 * 2 * KiB, "cuGraphAddNode")},            // cuGraphAddNode_v2
+      {"1->0", ReplayedCell(3, 3 * KiB, "cuGraphAddNode")},                // 12.2's cuGraphAddNode
+      {"0->2", ReplayedCell(2, 2 * 512, "cudaGraphAddNode")},              // cudart 12's (12.2 form), via dlsym
+      {"2->1", ReplayedCell(2, 2 * 256, "cudaGraphAddNode")}};             // cudart 12's _v2, via dlsym
+  EXPECT_EQ(PairCells(rep), want) << rep["pairs"].dump();
+  EXPECT_TRUE(rep["capture"]["cudart_via_dlsym"].get<bool>());
+}
+
 // The toolkit's stub libcuda (a real NVIDIA library) answers every call with
 // CUDA_ERROR_STUB_LIBRARY: through the shim each wrapped function (copies, streams, captures,
 // graphs) returns exactly that, and writes

@@ -15,7 +15,8 @@
  *
  * With the argument `graph`, see Graphs(): copies captured into CUDA graphs through the driver;
  * `nodes`, see Nodes(): graphs built node by node; `tograph`, see ToGraph(): captures into a graph
- * the program made; `altered`, see Altered(): recorded nodes changed afterwards.
+ * the program made; `altered`, see Altered(): recorded nodes changed afterwards; `addnode`, see
+ * AddNodes(): the generic node calls.
  */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -74,6 +75,8 @@ typedef CUresult (*DtoDAsyncFn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 /* The legacy five-argument instantiate, still exported (cuda.h now names cuGraphInstantiate the
  * three-argument WithFlags form). */
 CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_size);
+/* CUDA 12.2's generic node call keeps the plain name (cuda.h gives it to the 12.3 form, _v2). */
+CUresult cuGraphAddNode122(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUgraphNodeParams*) __asm__("cuGraphAddNode");
 
 /* `errors`: every wrapped driver function once, with arguments a driver refuses or that need no GPU,
  * each result printed (the toolkit's stub libcuda answers 34 to all; the shim must pass each on). */
@@ -111,6 +114,8 @@ static int Errors(void) {
   printf("cuGraphMemcpyNodeSetParams %d\n", (int)cuGraphMemcpyNodeSetParams(NULL, NULL));
   printf("cuGraphNodeSetParams %d\n", (int)cuGraphNodeSetParams(NULL, NULL));
   printf("cuGraphDestroyNode %d\n", (int)cuGraphDestroyNode(NULL));
+  printf("cuGraphAddNode %d\n", (int)cuGraphAddNode(NULL, NULL, NULL, NULL, 0, NULL));
+  printf("cuGraphAddNode (12.2) %d\n", (int)cuGraphAddNode122(NULL, NULL, NULL, 0, NULL));
   CUgraph g = (CUgraph)&p;
   printf("cuStreamEndCapture %d %s\n", (int)cuStreamEndCapture(NULL, &g), g == (CUgraph)&p ? "untouched" : "set");
   CUgraphExec x = (CUgraphExec)&p;
@@ -517,6 +522,127 @@ static int Altered(void) {
   return g_failed;
 }
 
+/* cudart 12's generic node calls: 12.2's form under the plain name, 12.3's as _v2. */
+typedef cudaError_t (*AddNode122Fn)(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, size_t,
+                                    struct cudaGraphNodeParams*);
+typedef cudaError_t (*AddNode123Fn)(cudaGraphNode_t*, cudaGraph_t, const cudaGraphNode_t*, const cudaGraphEdgeData*,
+                                    size_t, struct cudaGraphNodeParams*);
+
+/* A 1D device-to-device copy as a generic node's parameters. */
+static struct cudaGraphNodeParams CopyParams(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  struct cudaGraphNodeParams p;
+  memset(&p, 0, sizeof p);
+  p.type = cudaGraphNodeTypeMemcpy;
+  p.memcpy.copyParams.srcPtr.ptr = (void*)src;
+  p.memcpy.copyParams.dstPtr.ptr = (void*)dst;
+  p.memcpy.copyParams.srcPtr.pitch = p.memcpy.copyParams.dstPtr.pitch = n;
+  p.memcpy.copyParams.srcPtr.xsize = p.memcpy.copyParams.dstPtr.xsize = n;
+  p.memcpy.copyParams.srcPtr.ysize = p.memcpy.copyParams.dstPtr.ysize = 1;
+  p.memcpy.copyParams.extent.width = n;
+  p.memcpy.copyParams.extent.height = p.memcpy.copyParams.extent.depth = 1;
+  p.memcpy.copyParams.kind = cudaMemcpyDeviceToDevice;
+  return p;
+}
+
+/* `addnode` (3 GPUs): one graph built with the generic node calls of every ABI (CUDA 12.2+):
+ *   cudaGraphAddNode (cudart 13) copy 0->1 8 KiB; a child graph node (type graph) whose child holds
+ *   a 1D node 1->2 4 KiB; cuGraphAddNode_v2 (cuda.h's cuGraphAddNode) copy 2->0 2 KiB; 12.2's
+ *   cuGraphAddNode copy 1->0 1 KiB. Exec launched 3 times.
+ * Then, through cudart 12 opened with dlopen (its cudaGraphAddNode is 12.2's form, its _v2 12.3's):
+ *   a graph of two copies 0->2 512 B (cudaGraphAddNode) and 2->1 256 B (cudaGraphAddNode_v2),
+ *   launched twice. */
+static int AddNodes(void) {
+  Check("cuInit", cuInit(0));
+  CUcontext ctx[3];
+  CUdeviceptr buf[3];
+  SetUp3(ctx, buf, 37u, 11u);
+  Check("cudaSetDevice", cudaSetDevice(0));
+  cudaStream_t s;
+  Check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+  cudaGraph_t g = NULL, child = NULL;
+  cudaGraphNode_t n = NULL;
+  Check("cudaGraphCreate", cudaGraphCreate(&g, 0));
+  struct cudaGraphNodeParams p = CopyParams(buf[1], buf[0], 8 * KiB);
+  Check("cudaGraphAddNode copy", cudaGraphAddNode(&n, g, NULL, NULL, 0, &p));
+  Check("cudaGraphCreate child", cudaGraphCreate(&child, 0));
+  Check("cudaGraphAddMemcpyNode1D (child)", cudaGraphAddMemcpyNode1D(&n, child, NULL, 0, (void*)(buf[2] + 64 * KiB),
+                                                                     (const void*)(buf[1] + 64 * KiB), 4 * KiB,
+                                                                     cudaMemcpyDefault));
+  struct cudaGraphNodeParams cp;
+  memset(&cp, 0, sizeof cp);
+  cp.type = cudaGraphNodeTypeGraph;
+  cp.graph.graph = child;
+  Check("cudaGraphAddNode child graph", cudaGraphAddNode(&n, g, NULL, NULL, 0, &cp));
+  CUgraphNodeParams dp;
+  memset(&dp, 0, sizeof dp);
+  dp.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  dp.memcpy.copyCtx = ctx[0];
+  dp.memcpy.copyParams.srcMemoryType = dp.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  dp.memcpy.copyParams.srcDevice = buf[2] + 128 * KiB;
+  dp.memcpy.copyParams.dstDevice = buf[0] + 128 * KiB;
+  dp.memcpy.copyParams.WidthInBytes = 2 * KiB;
+  dp.memcpy.copyParams.Height = dp.memcpy.copyParams.Depth = 1;
+  CUgraphNode cn = NULL;
+  Check("cuGraphAddNode (12.3)", cuGraphAddNode(&cn, (CUgraph)g, NULL, NULL, 0, &dp));
+  dp.memcpy.copyParams.srcDevice = buf[1] + 192 * KiB;
+  dp.memcpy.copyParams.dstDevice = buf[0] + 192 * KiB;
+  dp.memcpy.copyParams.WidthInBytes = KiB;
+  Check("cuGraphAddNode (12.2)", cuGraphAddNode122(&cn, (CUgraph)g, NULL, 0, &dp));
+  cudaGraphExec_t x = NULL;
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x, g, 0));
+  for (int i = 0; i < 3; ++i) Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+  Same("0->1", buf[1], 0, buf[0], 0, 8 * KiB);
+  Same("1->2 (child)", buf[2], 64 * KiB, buf[1], 64 * KiB, 4 * KiB);
+  Same("2->0", buf[0], 128 * KiB, buf[2], 128 * KiB, 2 * KiB);
+  Same("1->0", buf[0], 192 * KiB, buf[1], 192 * KiB, KiB);
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x));
+  Check("cudaGraphDestroy", cudaGraphDestroy(g));
+  Check("cudaGraphDestroy", cudaGraphDestroy(child));
+
+  void* rt12 = dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+  if (rt12 == NULL) {
+    printf("dlopen libcudart.so.12 failed: %s\n", dlerror());
+    return 1;
+  }
+  cudaError_t (*set_device)(int) = (cudaError_t (*)(int))dlsym(rt12, "cudaSetDevice");
+  cudaError_t (*create)(cudaGraph_t*, unsigned) = (cudaError_t (*)(cudaGraph_t*, unsigned))dlsym(rt12, "cudaGraphCreate");
+  AddNode122Fn add122 = (AddNode122Fn)dlsym(rt12, "cudaGraphAddNode");
+  AddNode123Fn add123 = (AddNode123Fn)dlsym(rt12, "cudaGraphAddNode_v2");
+  cudaError_t (*instantiate)(cudaGraphExec_t*, cudaGraph_t, unsigned long long) =
+      (cudaError_t (*)(cudaGraphExec_t*, cudaGraph_t, unsigned long long))dlsym(rt12, "cudaGraphInstantiate");
+  cudaError_t (*launch)(cudaGraphExec_t, cudaStream_t) =
+      (cudaError_t (*)(cudaGraphExec_t, cudaStream_t))dlsym(rt12, "cudaGraphLaunch");
+  cudaError_t (*sync)(void) = (cudaError_t (*)(void))dlsym(rt12, "cudaDeviceSynchronize");
+  cudaError_t (*exec_destroy)(cudaGraphExec_t) = (cudaError_t (*)(cudaGraphExec_t))dlsym(rt12, "cudaGraphExecDestroy");
+  cudaError_t (*destroy)(cudaGraph_t) = (cudaError_t (*)(cudaGraph_t))dlsym(rt12, "cudaGraphDestroy");
+  if (!set_device || !create || !add122 || !add123 || !instantiate || !launch || !sync || !exec_destroy || !destroy) {
+    printf("cudart 12 lacks a graph function\n");
+    return 1;
+  }
+  cudaGraph_t g12 = NULL;
+  cudaGraphExec_t x12 = NULL;
+  Check("cudart 12 cudaSetDevice", set_device(0));
+  Check("cudart 12 cudaGraphCreate", create(&g12, 0));
+  p = CopyParams(buf[2] + 256 * KiB, buf[0] + 256 * KiB, 512);
+  Check("cudart 12 cudaGraphAddNode (12.2)", add122(&n, g12, NULL, 0, &p));
+  p = CopyParams(buf[1] + 320 * KiB, buf[2] + 320 * KiB, 256);
+  Check("cudart 12 cudaGraphAddNode_v2", add123(&n, g12, NULL, NULL, 0, &p));
+  Check("cudart 12 cudaGraphInstantiate", instantiate(&x12, g12, 0));
+  for (int i = 0; i < 2; ++i) Check("cudart 12 cudaGraphLaunch", launch(x12, NULL));
+  Check("cudart 12 cudaDeviceSynchronize", sync());
+  Same("cudart 12 0->2", buf[2], 256 * KiB, buf[0], 256 * KiB, 512);
+  Same("cudart 12 2->1", buf[1], 320 * KiB, buf[2], 320 * KiB, 256);
+  Check("cudart 12 cudaGraphExecDestroy", exec_destroy(x12));
+  Check("cudart 12 cudaGraphDestroy", destroy(g12));
+
+  Check("cudaStreamDestroy", cudaStreamDestroy(s));
+  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
+  printf("%s\n", g_failed ? "FAILED" : "done");
+  return g_failed;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "errors") == 0) return Errors();
@@ -524,6 +650,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "nodes") == 0) return Nodes();
   if (argc > 1 && strcmp(argv[1], "tograph") == 0) return ToGraph();
   if (argc > 1 && strcmp(argv[1], "altered") == 0) return Altered();
+  if (argc > 1 && strcmp(argv[1], "addnode") == 0) return AddNodes();
   Check("cuInit", cuInit(0));
   int n = 0;
   Check("cuDeviceGetCount", cuDeviceGetCount(&n));

@@ -1015,6 +1015,33 @@ SIM_API CUresult cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph g, const CUgrap
   return Cu(AddCopyNode(st, reinterpret_cast<cudaGraphNode_t*>(node), DRV_GRAPH(g), dst, src, rows,
                         cudaMemcpyDeviceToDevice));
 }
+// The generic node call: copy and child graph nodes as their own calls; other kinds are not simulated.
+extern "C" int p2psim_unsupported(const char*, int, const char*);
+static CUresult DrvAddNode(CUgraphNode* node, CUgraph g, CUgraphNodeParams* p) {
+  DRV_CTX();
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+    if (KnownContext(st, p->memcpy.copyCtx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    void* dst;
+    const void* src;
+    Rows rows;
+    if (CUresult r = DrvNodeCopy(&p->memcpy.copyParams, &dst, &src, &rows); r != CUDA_SUCCESS) return r;
+    return Cu(AddCopyNode(st, reinterpret_cast<cudaGraphNode_t*>(node), DRV_GRAPH(g), dst, src, rows,
+                          cudaMemcpyDeviceToDevice));
+  }
+  if (p->type == CU_GRAPH_NODE_TYPE_GRAPH)
+    return Cu(AddChildNode(st, reinterpret_cast<cudaGraphNode_t*>(node), DRV_GRAPH(g), DRV_GRAPH(p->graph.graph)));
+  return static_cast<CUresult>(
+      p2psim_unsupported("cuGraphAddNode of this node type", CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"));
+}
+// CUDA 12.2's form, and 12.3's with edge data.
+SIM_API CUresult cuGraphAddNode(CUgraphNode* node, CUgraph g, const CUgraphNode*, size_t, CUgraphNodeParams* p) {
+  return DrvAddNode(node, g, p);
+}
+SIM_API CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph g, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                                   CUgraphNodeParams* p) {
+  return DrvAddNode(node, g, p);
+}
 static CUresult DrvSetMemcpyNode(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p) {
   DRV_CTX();
   void* dst;

@@ -805,6 +805,43 @@ SIM_API cudaError_t cudaGraphAddMemcpyNode1D(cudaGraphNode_t* node, cudaGraph_t 
   SIM_ENTER();
   return Ret(AddCopyNode(st, node, graph, dst, src, Linear(count), kind));
 }
+// The generic node call (CUDA 12.2+): copy and child graph nodes as their own calls; other kinds
+// (kernels, memsets, …) are not simulated.
+extern "C" int p2psim_unsupported(const char*, int, const char*);
+static cudaError_t AddNode(cudaGraphNode_t* node, cudaGraph_t graph, cudaGraphNodeParams* p) {
+  SIM_ENTER();
+  if (p == nullptr) return Ret(cudaErrorInvalidValue);
+  if (p->type == cudaGraphNodeTypeMemcpy) {
+    void* dst;
+    const void* src;
+    Rows rows;
+    if (cudaError_t r = NodeCopy(&p->memcpy.copyParams, &dst, &src, &rows); r != cudaSuccess) return Ret(r);
+    return Ret(AddCopyNode(st, node, graph, dst, src, rows, p->memcpy.copyParams.kind));
+  }
+  if (p->type == cudaGraphNodeTypeGraph) return Ret(AddChildNode(st, node, graph, p->graph.graph));
+  return Ret(static_cast<cudaError_t>(
+      p2psim_unsupported("cudaGraphAddNode of this node type", cudaErrorNotSupported, "cudaErrorNotSupported")));
+}
+#if P2PSIM_CUDART_MAJOR == 13
+SIM_API cudaError_t cudaGraphAddNode(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*,
+                                     const cudaGraphEdgeData*, size_t, cudaGraphNodeParams* p) {
+  return AddNode(node, graph, p);
+}
+#else
+// CUDA 12: the plain name is 12.2's form without edge data (the CUDA 13 header declares the plain
+// name with it: this takes its symbol by label), _v2 is 12.3's.
+SIM_API cudaError_t AddNode122(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*, size_t,
+                               cudaGraphNodeParams* p) __asm__("cudaGraphAddNode");
+SIM_API cudaError_t AddNode122(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*, size_t,
+                               cudaGraphNodeParams* p) {
+  return AddNode(node, graph, p);
+}
+SIM_API cudaError_t cudaGraphAddNode_v2(cudaGraphNode_t* node, cudaGraph_t graph, const cudaGraphNode_t*,
+                                        const cudaGraphEdgeData*, size_t, cudaGraphNodeParams* p) {
+  return AddNode(node, graph, p);
+}
+#endif
+
 // Changing, disabling and removing nodes the program added.
 static cudaError_t SetMemcpyNode(cudaGraphExec_t exec, cudaGraphNode_t node, const cudaMemcpy3DParms* p) {
   SIM_ENTER();
