@@ -363,7 +363,8 @@ typedef struct p2ptrace_nccl_conn_record {
  *   INCLUDE      graph_id's work also holds all of included_id's (a child graph node, a clone, a
  *                graph that grew after being instantiated, a capture into the program's graph);
  *                handle = the cudaGraph_t of graph_id
- * Added in minor 7:
+ * Added in minor 7: copy nodes added with the generic node call (api cudaGraphAddNode / cuGraphAddNode,
+ * recorded as the copy node calls' are), and
  *   ALTERED      a node of recorded work may no longer be what was recorded: `api` (p2ptrace_api)
  *                changed a copy or child node's parameters, disabled or removed a node. handle = the
  *                exec and graph_id its graph id, or handle = the node and graph_id 0 (a graph's node:
