@@ -56,9 +56,10 @@ static void Same(const char* what, CUdeviceptr dst, size_t doff, CUdeviceptr src
   free(b);
 }
 
-/* Each of 3 GPUs' primary context and a SIZE buffer filled with the pattern of seed d * mul + add;
- * leaves GPU 0's context current (driver and runtime). */
+/* cuInit, then each of 3 GPUs' primary context and a SIZE buffer filled with the pattern of seed
+ * d * mul + add; leaves GPU 0's context current (driver and runtime: cudaSetDevice(0)). */
 static void SetUp3(CUcontext ctx[3], CUdeviceptr buf[3], unsigned mul, unsigned add) {
+  Check("cuInit", cuInit(0));
   for (int d = 0; d < 3; ++d) {
     Check("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain(&ctx[d], d));
     Check("cuCtxSetCurrent", cuCtxSetCurrent(ctx[d]));
@@ -66,6 +67,14 @@ static void SetUp3(CUcontext ctx[3], CUdeviceptr buf[3], unsigned mul, unsigned 
     Fill(buf[d], (unsigned)d * mul + add);
   }
   Check("cuCtxSetCurrent", cuCtxSetCurrent(ctx[0]));
+  Check("cudaSetDevice", cudaSetDevice(0));
+}
+
+/* Frees SetUp3's buffers and says how the run went. */
+static int Done(CUdeviceptr buf[3]) {
+  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
+  printf("%s\n", g_failed ? "FAILED" : "done");
+  return g_failed;
 }
 
 typedef CUresult (*PeerAsyncFn)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
@@ -152,11 +161,9 @@ typedef CUresult (*GraphLaunchFn)(CUgraphExec, CUstream);
  * Then a capture invalidated (cuStreamQuery on a capturing stream is illegal) ends with no
  * graph, and everything is destroyed. Each destination is checked after the launches. */
 static int Graphs(void) {
-  Check("cuInit", cuInit(0));
   CUcontext ctx[3];
   CUdeviceptr buf[3];
   SetUp3(ctx, buf, 17u, 3u);
-  Check("cudaSetDevice", cudaSetDevice(0));
   CUstream s;
   Check("cuStreamCreate", cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
 
@@ -238,9 +245,7 @@ static int Graphs(void) {
   Check("cuGraphDestroy", cuGraphDestroy(gc2));
   Check("cuStreamDestroy", cuStreamDestroy(s));
   Check("cuStreamDestroy", cuStreamDestroy(s2));
-  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
-  printf("%s\n", g_failed ? "FAILED" : "done");
-  return g_failed;
+  return Done(buf);
 }
 
 /* `nodes` (3 GPUs): graphs built node by node, through both APIs. What each launch moves
@@ -257,11 +262,9 @@ static int Graphs(void) {
  *       new graph holds G2's work), instantiated and launched once.
  * Totals: 0->1 13 x 8 KiB, 2->1 13 x 4 KiB, 0->2 10 x 2 KiB, 1->0 2 x 16 KiB. */
 static int Nodes(void) {
-  Check("cuInit", cuInit(0));
   CUcontext ctx[3];
   CUdeviceptr buf[3];
   SetUp3(ctx, buf, 23u, 5u);
-  Check("cudaSetDevice", cudaSetDevice(0));
   CUstream s;
   Check("cuStreamCreate", cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   static unsigned char host[KiB];
@@ -357,9 +360,7 @@ static int Nodes(void) {
   Check("cudaGraphDestroy", cudaGraphDestroy(g2));
   Check("cuGraphDestroy", cuGraphDestroy(g3));
   Check("cuStreamDestroy", cuStreamDestroy(s));
-  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
-  printf("%s\n", g_failed ? "FAILED" : "done");
-  return g_failed;
+  return Done(buf);
 }
 
 /* `tograph` (3 GPUs): captures that append to a graph the program made (cudaStreamBeginCaptureToGraph,
@@ -373,11 +374,9 @@ static int Nodes(void) {
  *       0->2 never runs; H is still the program's graph (empty) and is destroyed.
  * Totals: 0->1 6 x 8 KiB, 1->2 6 x 4 KiB, 2->0 2 x 2 KiB. */
 static int ToGraph(void) {
-  Check("cuInit", cuInit(0));
   CUcontext ctx[3];
   CUdeviceptr buf[3];
   SetUp3(ctx, buf, 29u, 7u);
-  Check("cudaSetDevice", cudaSetDevice(0));
   cudaStream_t s;
   Check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
@@ -427,9 +426,7 @@ static int ToGraph(void) {
   Check("cudaGraphDestroy", cudaGraphDestroy(g));
   Check("cudaGraphDestroy", cudaGraphDestroy(h));
   Check("cudaStreamDestroy", cudaStreamDestroy(s));
-  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
-  printf("%s\n", g_failed ? "FAILED" : "done");
-  return g_failed;
+  return Done(buf);
 }
 
 /* `altered` (3 GPUs): nodes of a recorded graph changed after it was recorded, through both APIs.
@@ -443,11 +440,9 @@ static int ToGraph(void) {
  * may be off. Last, H (a host-to-device node only: nothing recorded) has its node disabled in its
  * exec: that changes nothing p2ptrace counts and is not reported. */
 static int Altered(void) {
-  Check("cuInit", cuInit(0));
   CUcontext ctx[3];
   CUdeviceptr buf[3];
   SetUp3(ctx, buf, 31u, 9u);
-  Check("cudaSetDevice", cudaSetDevice(0));
   cudaStream_t s;
   Check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
@@ -517,9 +512,7 @@ static int Altered(void) {
   Check("cudaGraphDestroy", cudaGraphDestroy(g));
   Check("cudaGraphDestroy", cudaGraphDestroy(h));
   Check("cudaStreamDestroy", cudaStreamDestroy(s));
-  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
-  printf("%s\n", g_failed ? "FAILED" : "done");
-  return g_failed;
+  return Done(buf);
 }
 
 /* cudart 12's generic node calls: 12.2's form under the plain name, 12.3's as _v2. */
@@ -552,11 +545,9 @@ static struct cudaGraphNodeParams CopyParams(CUdeviceptr dst, CUdeviceptr src, s
  *   a graph of two copies 0->2 512 B (cudaGraphAddNode) and 2->1 256 B (cudaGraphAddNode_v2),
  *   launched twice. */
 static int AddNodes(void) {
-  Check("cuInit", cuInit(0));
   CUcontext ctx[3];
   CUdeviceptr buf[3];
   SetUp3(ctx, buf, 37u, 11u);
-  Check("cudaSetDevice", cudaSetDevice(0));
   cudaStream_t s;
   Check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
@@ -638,9 +629,7 @@ static int AddNodes(void) {
   Check("cudart 12 cudaGraphDestroy", destroy(g12));
 
   Check("cudaStreamDestroy", cudaStreamDestroy(s));
-  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
-  printf("%s\n", g_failed ? "FAILED" : "done");
-  return g_failed;
+  return Done(buf);
 }
 
 int main(int argc, char** argv) {
@@ -731,7 +720,5 @@ int main(int argc, char** argv) {
   /* Errors pass through as the driver returns them. */
   printf("cuMemcpyPeer bad context %d\n", (int)cuMemcpyPeer(buf[1], NULL, buf[0], ctx[0], 4 * KiB));
   Check("cuStreamDestroy", cuStreamDestroy(s));
-  for (int d = 0; d < 3; ++d) Check("cuMemFree", cuMemFree(buf[d]));
-  printf("%s\n", g_failed ? "FAILED" : "done");
-  return g_failed;
+  return Done(buf);
 }
