@@ -139,7 +139,8 @@ struct Arena {
   std::map<size_t, size_t> free;  // offset -> length, coalesced
 };
 
-struct HostFunc { Stream* stream; cudaHostFn_t fn; void* data; cudaStreamCallback_t cb; cudaStream_t handle; };  // stream null: a user object's destructor
+// A host function queued on a stream; with stream null, a user object's destructor.
+struct HostFunc { Stream* stream; cudaHostFn_t fn; void* data; cudaStreamCallback_t cb; cudaStream_t handle; };
 
 // A device's primary context (the only kind the sim has; CUcontext is a Context*).
 struct Context {
