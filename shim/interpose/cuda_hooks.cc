@@ -340,6 +340,19 @@ __attribute__((noinline)) cudaError_t CaptureAwareCopy(const CudaRuntime& rt, co
   return r;
 }
 
+// The device (or MemoryMap::kHost) of each side the shim did not allocate, asked of the runtime and
+// remembered: call only after a call with these pointers succeeded. False when the runtime could not say.
+static bool LearnSides(const CudaRuntime& rt, const void* src, int* src_dev, const void* dst, int* dst_dev) {
+  for (auto [p, dev] : {std::pair{src, src_dev}, std::pair{dst, dst_dev}}) {
+    if (*dev != MemoryMap::kUnknown) continue;
+    cudaPointerAttributes a{};
+    if (rt.PointerGetAttributes(&a, p) != cudaSuccess) return false;
+    *dev = a.type == cudaMemoryTypeDevice ? a.device : MemoryMap::kHost;
+    MemoryMap::Learn(p, *dev);
+  }
+  return true;
+}
+
 // The rare path (a side not known, or the runtime not yet heard from), after the copy returned r.
 __attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, Copy c, int src, int dst,
                                                        cudaError_t r) {
@@ -353,13 +366,7 @@ __attribute__((noinline)) cudaError_t AfterUnknownSide(const CudaRuntime& rt, Co
   }
   NoteRuntime(rt);
   // A side the shim did not allocate: ask the runtime now that the copy succeeded.
-  for (auto [p, dev] : {std::pair{c.src, &src}, std::pair{c.dst, &dst}}) {
-    if (*dev != MemoryMap::kUnknown) continue;
-    cudaPointerAttributes a{};
-    if (rt.PointerGetAttributes(&a, p) != cudaSuccess) return r;
-    *dev = a.type == cudaMemoryTypeDevice ? a.device : MemoryMap::kHost;
-    MemoryMap::Learn(p, *dev);
-  }
+  if (!LearnSides(rt, c.src, &src, c.dst, &dst)) return r;
   if (ValidDevice(src) && ValidDevice(dst) && src != dst) RecordPairCopy(rt, c, src, dst, r);
   return r;
 }
@@ -648,16 +655,8 @@ void RecordGraphNodeCopy(const CudaRuntime& rt, const ApiCopy& a, cudaGraph_t gr
   if (r != cudaSuccess || graph == nullptr || !Ready(rt, r)) return;
   KeepErrno keep;
   NoteRuntime(rt);
-  int dev[2] = {MemoryMap::Lookup(a.src), MemoryMap::Lookup(a.dst)};
-  const void* ptr[2] = {a.src, a.dst};
-  for (int i = 0; i < 2; ++i) {  // a side the shim did not allocate: the runtime knows it
-    if (dev[i] != MemoryMap::kUnknown) continue;
-    cudaPointerAttributes attr{};
-    if (rt.PointerGetAttributes(&attr, ptr[i]) != cudaSuccess) return;
-    dev[i] = attr.type == cudaMemoryTypeDevice ? attr.device : MemoryMap::kHost;
-    MemoryMap::Learn(ptr[i], dev[i]);
-  }
-  int src = dev[0], dst = dev[1];
+  int src = MemoryMap::Lookup(a.src), dst = MemoryMap::Lookup(a.dst);
+  if (!LearnSides(rt, a.src, &src, a.dst, &dst)) return;
   if (!ValidDevice(src) || !ValidDevice(dst) || src == dst) return;
   Copy c{a.api, a.flags, a.dst, a.src, dst, src, a.bytes, cudaMemcpyDeviceToDevice, nullptr};
   WriteCopy(c, src, dst, RouteTransport(Route(rt, src, dst)), r, graphs::NodeAdded(graph), P2PTRACE_COPY_CAPTURED);
