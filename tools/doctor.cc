@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "shim/probe.h"
 #include "tools/json_text.h"
+#include "tools/output_file.h"
 #include "tools/prometheus.h"
 
 namespace p2ptrace::cli {
@@ -180,7 +181,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
 int RunDoctor(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   // Before probing (NVML may take seconds): an unwritable --prometheus target is a usage error.
   if (!o.prometheus.empty())
-    if (std::string why = PrometheusTargetProblem(o.prometheus); !why.empty()) {
+    if (std::string why = OutputFileProblem(o.prometheus); !why.empty()) {
       err << "p2ptrace doctor: " << why << "\n";
       return 2;
     }

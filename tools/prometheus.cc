@@ -1,11 +1,6 @@
 #include "tools/prometheus.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cctype>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -19,6 +14,7 @@
 #include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
+#include "tools/output_file.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -277,78 +273,9 @@ std::string PrometheusFromReport(const Report& report) {
   return x.Text();
 }
 
-namespace {
-
-std::string DirOf(const std::string& file) {
-  size_t slash = file.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : file.substr(0, slash);
-}
-
-std::string BaseOf(const std::string& file) {
-  size_t slash = file.rfind('/');
-  return slash == std::string::npos ? file : file.substr(slash + 1);
-}
-
-}  // namespace
-
-std::string PrometheusTargetProblem(const std::string& file) {
-  std::string shown = Printable(file, false);
-  if (file.empty() || BaseOf(file).empty()) return fmt::format("{}: not a file name", shown);
-  std::string dir = DirOf(file);
-  struct stat st{};
-  if (stat(dir.c_str(), &st) != 0)
-    return fmt::format("{}: cannot write: directory {}: {}", shown, Printable(dir, false), std::strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return fmt::format("{}: cannot write: {} is not a directory", shown, Printable(dir, false));
-  if (access(dir.c_str(), W_OK | X_OK) != 0)
-    return fmt::format("{}: cannot write: directory {}: {}", shown, Printable(dir, false), std::strerror(errno));
-  if (stat(file.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return fmt::format("{}: cannot write: is a directory", shown);
-  return "";
-}
-
-std::string WriteFileAtomically(const std::string& file, const std::string& text) {
-  if (std::string why = PrometheusTargetProblem(file); !why.empty()) return why;
-  std::string shown = Printable(file, false);
-  std::string dir = DirOf(file);
-  std::string tmp = (dir == "/" ? "/" : dir + "/") + "." + BaseOf(file) + ".tmp.XXXXXX";
-  int fd = mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return fmt::format("{}: cannot write: {}", shown, std::strerror(errno));
-  auto fail = [&](const char* what) {
-    std::string why = fmt::format("{}: {}: {}", shown, what, std::strerror(errno));
-    close(fd);
-    unlink(tmp.c_str());
-    return why;
-  };
-  // mkstemp's 0600 would keep a node_exporter running as another user out.
-  mode_t mask = umask(0);
-  umask(mask);
-  if (fchmod(fd, 0644 & ~mask) != 0) return fail("cannot set the mode");
-  for (size_t done = 0; done < text.size();) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return fail("write failed");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) return fail("write failed");
-  if (close(fd) != 0) {
-    std::string why = fmt::format("{}: write failed: {}", shown, std::strerror(errno));
-    unlink(tmp.c_str());
-    return why;
-  }
-  if (rename(tmp.c_str(), file.c_str()) != 0) {
-    std::string why = fmt::format("{}: cannot write: {}", shown, std::strerror(errno));
-    unlink(tmp.c_str());
-    return why;
-  }
-  return "";
-}
-
 int RunExportPrometheus(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty) {
   // Before reading anything: a job of many files should not be read to find the target unwritable.
-  if (std::string why = PrometheusTargetProblem(file); !why.empty()) {
+  if (std::string why = OutputFileProblem(file); !why.empty()) {
     err << "p2ptrace export: " << why << "\n";
     return 2;
   }

@@ -28,15 +28,6 @@ std::string PrometheusFromReport(const Report& report);
 // for any form NormalizeBusId reads; text that is no PCI address comes back as it is.
 std::string NvidiaSmiBusId(const std::string& bus_id);
 
-// Why FILE cannot be written ("" when it can, as far as can be told before writing): its directory
-// missing, not a directory, or not writable; FILE itself a directory. Checked before the work starts.
-std::string PrometheusTargetProblem(const std::string& file);
-// Writes `text` to FILE atomically: a temporary file in FILE's directory (".<name>.tmp.XXXXXX", which
-// the textfile collector ignores: it reads *.prom only), flushed to disk, mode 0644 less the umask,
-// then renamed over FILE. On failure nothing is left behind (FILE keeps what it held) and the
-// returned text says why; "" on success.
-std::string WriteFileAtomically(const std::string& file, const std::string& text);
-
 // `export DIR --prometheus FILE`: loads DIR as `report` does, writes FILE; exit 0, or 2 with one
 // line on `err` (DIR missing or without a usable trace, FILE not writable).
 int RunExportPrometheus(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty = false);

@@ -1,9 +1,5 @@
 #include "tools/rows.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
@@ -14,6 +10,7 @@
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "tools/json_text.h"
+#include "tools/output_file.h"
 
 #ifndef P2PTRACE_VERSION_TEXT
 #define P2PTRACE_VERSION_TEXT "unknown"
@@ -210,36 +207,6 @@ json OpRow(const Report& rep, const JobFacts& f, const NcclOpSummary& s) {
   return r;
 }
 
-// FILE written whole or not at all: a temporary file beside it, flushed to disk, renamed over it.
-absl::Status WriteAtomically(const std::string& file, const std::string& text) {
-  std::string tmp = fmt::format("{}.tmp.{}", file, getpid());
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::InternalError(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return absl::InternalError(fmt::format("{}: write failed: {}", tmp, std::strerror(e)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(fmt::format("{}: write failed: {}", tmp, std::strerror(e)));
-  }
-  if (rename(tmp.c_str(), file.c_str()) != 0) {
-    int e = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(fmt::format("{}: cannot rename into place: {}", file, std::strerror(e)));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 std::vector<json> BuildRows(const Report& report, const ProcessOrigins& origins) {
@@ -273,8 +240,8 @@ int RunRowsExport(const std::string& dir, const std::string& file, std::ostream&
     std::cout << text << std::flush;
     return std::cout ? 0 : 2;
   }
-  if (absl::Status s = WriteAtomically(file, text); !s.ok()) {
-    err << "p2ptrace export: " << Printable(std::string(s.message()), false) << "\n";
+  if (std::string why = WriteFileAtomically(file, text); !why.empty()) {
+    err << "p2ptrace export: " << why << "\n";
     return 2;
   }
   err << fmt::format("p2ptrace export: {} pair row{} and {} operation row{} ({}) -> {}\n", report->pairs.size(),

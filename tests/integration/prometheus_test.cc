@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
+#include "tools/output_file.h"
 #include "tools/prometheus.h"
 #include "tools/report.h"
 
