@@ -1,5 +1,5 @@
 // p2ptrace: the post-mortem viewer and launcher (DESIGN.md §7).
-// Exit codes: 0 ok; 1 findings (or nothing could be traced); 2 usage or input errors.
+// Exit codes: 0 ok; 1 findings; 2 usage or input errors; `run`: the job's own status.
 #include <unistd.h>
 
 #include <climits>
@@ -41,7 +41,7 @@ constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, 
   p2ptrace diff A B [--json]                 what changed between two runs; exit 1 when a pair got worse
   p2ptrace synth --ranks N --events M --out DIR   a synthetic job's traces (demos, tests, benchmarks)
 
-Run `p2ptrace COMMAND --help` for the options of a command.
+Run `p2ptrace COMMAND --help` for the options of a command; `p2ptrace --version` prints the version.
 )";
 
 std::string SelfExe(const char* argv0) {
@@ -60,7 +60,8 @@ int RunCommand(int argc, char** argv) {
       std::cout << "usage: p2ptrace run [--dir D] [--json] -- CMD …\n\n"
                    "Runs CMD with LD_PRELOAD=libp2ptrace.so and P2PTRACE_DIR=D (default ./p2ptrace-<time>),\n"
                    "waits for it, then prints the report of what every process recorded. Exits with CMD's\n"
-                   "status; 1 when CMD succeeded but nothing could be traced (e.g. static cudart).\n";
+                   "status, always (128+N when a signal N ended it); when nothing could be traced (e.g. a static\n"
+                   "cudart) it says so on stderr.\n";
       return 0;
     }
     if (a == "--json") o.json = true;
@@ -85,6 +86,10 @@ int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V") || !std::strcmp(argv[1], "version")) {
+    std::cout << "p2ptrace " P2PTRACE_VERSION_TEXT "\n";
+    return 0;
   }
   if (!std::strcmp(argv[1], "run")) return RunCommand(argc, argv);
 

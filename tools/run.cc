@@ -136,7 +136,7 @@ int Run(const RunOptions& o, const std::string& self_exe) {
                           : "no process made a CUDA call through a shared libcudart";
     std::cerr << "p2ptrace run: untraced: " << why << "; nothing was recorded\n";
     if (created) std::filesystem::remove(dir, ec);  // only if still empty
-    return code != 0 ? code : 1;
+    return code;  // a wrapper never changes the job's status: what was not recorded is said above
   }
   if (o.json) {
     WriteJson(*rep, std::cout);
