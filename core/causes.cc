@@ -25,7 +25,8 @@ constexpr std::array<CauseInfo, 46> kCauses = {{
      "LOC (0) turns P2P off, as NCCL_P2P_DISABLE=1 does",
      "the NCCL log prints `NCCL_P2P_LEVEL set by environment to …`"},
     {"env-shm-disabled", Severity::kWarning, "NCCL_SHM_DISABLE is set: pairs without P2P go over the network",
-     "unset NCCL_SHM_DISABLE", ""},
+     "unset NCCL_SHM_DISABLE: the pairs NCCL keeps off P2P then go through host shared memory (SHM), several "
+     "times faster than TCP sockets on one node", "the NCCL log prints `NCCL_SHM_DISABLE set by environment to 1`"},
     {"env-ib-disabled", Severity::kWarning, "NCCL_IB_DISABLE is set: the network path is TCP sockets",
      "unset NCCL_IB_DISABLE so that NCCL can use InfiniBand/RoCE", "`ibv_devinfo` lists the HCAs NCCL could use"},
     {"env-gdr-disabled", Severity::kWarning, "NCCL_NET_GDR_LEVEL turns GPUDirect RDMA off",

@@ -79,6 +79,9 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
   return out;
 }
 
+// Causes that are a setting the user made (an NCCL_* variable), not the node or NCCL's own choice.
+bool IsUserSetting(std::string_view id) { return id.substr(0, 4) == "env-"; }
+
 // Causes that only restate a gate (what the driver or CUDA answered) rather than why.
 bool IsGate(std::string_view id) { return id == "nvml-p2p-status" || id == "cuda-no-peer-access" || id == "unknown"; }
 
@@ -355,6 +358,10 @@ bool PairWarns(const PairPrediction& p) {
 
 const CauseHit* HeadlineCause(const PairPrediction& p) {
   if (p.fallback || p.init_error) {
+    // A setting the user made leads (NCCL_SHM_DISABLE sending a pair NCCL deliberately put on SHM
+    // to TCP sockets): undoing it is the step that pays, and it is theirs to take.
+    for (const CauseHit& c : p.causes)
+      if ((c.role == "decided" || c.role == "contributes") && IsUserSetting(c.id)) return &c;
     for (const CauseHit& c : p.causes)
       if ((c.role == "decided" || c.role == "contributes") && !IsGate(c.id)) return &c;
     for (const CauseHit& c : p.causes)

@@ -88,6 +88,27 @@ TEST(WarningLines, OneLinePerCauseNamingThePairsCompactly) {
   EXPECT_EQ(l.find("2.30"), std::string::npos) << l;
 }
 
+// The user's own setting leads (issue 24): NCCL_SHM_DISABLE=1 sends the pairs NCCL deliberately kept
+// on SHM to TCP sockets; the line names that setting, its fix unsets it, and NCCL's choice is "also".
+TEST(WarningLines, TheUsersOwnSettingLeads) {
+  NodeProbe p = TwoIslands();
+  p.nccl_version = NcclVersion{2, 28, 9};
+  p.env = {{"NCCL_SHM_DISABLE", "1"}};
+  std::vector<std::string> lines = WarningLines(p, PredictNode(p));
+  ASSERT_EQ(lines.size(), 1u) << lines.front();
+  const std::string& l = lines.front();
+  EXPECT_EQ(l.rfind("p2ptrace: warning: node0 GPU0-3 <-> GPU4-7, 32 pairs: net_socket instead of pcie_p2p "
+                    "[env-shm-disabled] NCCL_SHM_DISABLE=1 (also: topology-beyond-p2p-level)",
+                    0),
+            0u)
+      << l;
+  EXPECT_NE(l.find("; fix: unset NCCL_SHM_DISABLE"), std::string::npos) << l;
+  EXPECT_EQ(l.find("NCCL_P2P_LEVEL"), std::string::npos) << l;  // not the first step any more
+  // Without the setting NCCL's deliberate choice is the headline again.
+  p.env.clear();
+  EXPECT_NE(WarningLines(p, PredictNode(p)).front().find("[topology-beyond-p2p-level]"), std::string::npos);
+}
+
 TEST(WarningLines, OnlyTheGpusTheJobUses) {
   NodeProbe p = TwoIslands();
   p.communicator = {0, 1, 2, 3};
