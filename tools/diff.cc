@@ -6,8 +6,9 @@
 #include <set>
 #include <tuple>
 
-#include "core/vocabulary.h"
 #include "core/printable.h"
+#include "core/rate.h"
+#include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "tools/json_text.h"
 #include "tools/traces.h"
@@ -47,7 +48,7 @@ struct PairAgg {
   uint64_t timed_bytes = 0, timed_ns = 0;
   bool fallback = false;
   std::set<std::string> causes;
-  double Gbps() const { return timed_ns ? static_cast<double>(timed_bytes) / static_cast<double>(timed_ns) : -1; }
+  double Gbps() const { return MeasuredGbps(timed_bytes, timed_ns); }
   // Classes, heaviest first: "nvlink+host_staged".
   std::string Classes() const {
     std::vector<std::pair<uint64_t, int>> by;

@@ -58,6 +58,7 @@ std::string PairLabel(const PairEntry& e) {
 std::string Gb(double v) { return v > 0 ? fmt::format("{:.1f} GB/s", v) : "not timed"; }
 // A pair's rate as the text report says it: how it was measured, or why there is none.
 std::string PairRate(const PairEntry& e) {
+  if (e.Gbps() <= 0 && !e.RateNote().empty()) return e.RateNote();
   if (e.Gbps() <= 0) return e.shared_calls > 0 ? "no per-pair rate (timed only together with other peers: a group, or an alltoall, gather or scatter)" : "not timed";
   std::string rate = e.Gbps() >= 0.1 ? fmt::format("{:.1f} GB/s", e.Gbps()) : fmt::format("{:.2g} GB/s", e.Gbps());
   return e.RateBasis() == "own events" ? rate : rate + " (" + e.RateBasis() + ")";
@@ -476,7 +477,8 @@ std::string RenderHtml(const Report& rep) {
            "<th>algbw</th><th>busbw</th></tr>\n";
     for (const NcclOpSummary& s : rep.nccl_ops)
       out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
-                         s.comm.substr(0, 8), s.nranks, Escape(s.op), s.calls, s.bytes, Gb(s.AlgBw()), Gb(s.BusBw()));
+                         s.comm.substr(0, 8), s.nranks, Escape(s.op), s.calls, s.bytes,
+                         s.AlgBw() < 0 && !s.RateNote().empty() ? Escape(s.RateNote()) : Gb(s.AlgBw()), Gb(s.BusBw()));
     out += "</table>\n";
   }
   out += fmt::format("<script type=\"application/json\" id=\"report-data\">{}</script>\n",

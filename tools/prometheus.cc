@@ -138,7 +138,7 @@ void DeclareFamilies(Exposition& x, bool job) {
              "Calls the job made over the pair (CUDA cross-device copies, ncclSend calls), by API and path class.");
     x.Family(kBandwidth, Exposition::kGauge,
              "Measured bandwidth of the pair's timed calls in bytes per second (bytes over their measured time). "
-             "No sample where no call was timed.");
+             "No sample where no call was timed, or where the figure is above what any link or memory moves.");
   }
   x.Family(kFallback, Exposition::kGauge,
            "1 per cause when the pair takes a worse path than the node allows (the cause id as label, \"unknown\" "
@@ -172,7 +172,7 @@ std::string NvidiaSmiBusId(const std::string& bus_id) {
 std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred) {
   Exposition x;
   DeclareFamilies(x, false);
-  const std::string host = probe.hostname.substr(0, probe.hostname.find('.'));  // as the report names hosts
+  const std::string& host = probe.hostname;  // whole, as the report names hosts
   int without = 0;
   for (const PairPrediction& p : pred.pairs) {
     const ProbedGpu* a = probe.Gpu(p.a);
@@ -245,8 +245,7 @@ std::string PrometheusFromReport(const Report& report) {
     x.Sample(kUsed, used, 1);
     x.Count(kBytes, used, e.bytes);
     x.Count(kCalls, used, e.calls);
-    if (e.timed_ns > 0)
-      x.Sample(kBandwidth, used, static_cast<double>(e.timed_bytes) / (static_cast<double>(e.timed_ns) * 1e-9));
+    if (e.Gbps() > 0) x.Sample(kBandwidth, used, e.Gbps() * 1e9);  // core/rate.h: never beyond any hardware
     if (!e.fallback) {
       x.Sample(kFallback, used, 0);
       x.Sample(kLost, used, 0);

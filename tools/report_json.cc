@@ -96,6 +96,7 @@ json PairJson(const PairEntry& e) {
          {"timed_bytes", e.timed_bytes}};
   p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
   p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
+  p["rate_note"] = e.RateNote().empty() ? json(nullptr) : json(e.RateNote());
   p["rate_basis"] = e.RateBasis().empty() ? json(nullptr) : json(e.RateBasis());
   json apis = json::object();
   for (const auto& [api, n] : e.apis) apis[api] = {{"calls", n.first}, {"bytes", n.second}};
@@ -127,6 +128,7 @@ json NcclOpJson(const NcclOpSummary& s) {
                                : json(nullptr);
   o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
   o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
+  o["rate_note"] = s.RateNote().empty() ? json(nullptr) : json(s.RateNote());
   return o;
 }
 

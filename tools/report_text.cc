@@ -109,6 +109,7 @@ std::string RateText(const PairEntry& e) {
   if (e.Gbps() <= 0) {
     if (e.shared_calls > 0)
       return "no per-pair rate: it was timed only together with other peers (a group, or an alltoall, gather or scatter)";
+    if (std::string note = e.RateNote(); !note.empty()) return note;
     return e.source == "nccl" && e.bytes == 0 ? "no send/recv to measure" : "not timed";
   }
   std::string expect = e.expected_gbps_high <= 0 ? ""
@@ -363,8 +364,10 @@ std::string RenderText(const Report& rep, bool color) {
   if (!rep.nccl_ops.empty()) {
     out += "\nNCCL operations (per communicator; timed subset, nccl-tests' algbw/busbw):\n";
     for (const NcclOpSummary& s : rep.nccl_ops) {
+      std::string note = s.RateNote();
       std::string bw = s.AlgBw() >= 0 ? fmt::format("algbw {:.1f} GB/s, busbw {:.1f} GB/s", s.AlgBw(), s.BusBw())
-                                      : std::string("not timed");
+                       : note.empty() ? std::string("not timed")
+                                      : note;
       out += fmt::format("  comm {} ({} ranks) {:<18} {:>6} calls {:>11}  {}{}{}\n", s.comm.substr(0, 8), s.nranks,
                          s.op, s.calls, BytesText(s.bytes), bw, GraphText(s.graph_calls, s.graph_bytes),
                          s.errors ? fmt::format(", {} failed", s.errors) : "");
