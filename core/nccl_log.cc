@@ -1039,4 +1039,18 @@ NcclLog ParseNcclLog(std::string_view text) {
   return parser.log();
 }
 
+std::string_view NcclLogHost(std::string_view host) { return host.substr(0, host.find('.')); }
+
+std::string ExpandNcclDebugFile(std::string_view pattern, std::string_view host, long pid) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+    if (pattern[i] == '%' && next == 'p') out += std::to_string(pid), ++i;
+    else if (pattern[i] == '%' && next == 'h') out += NcclLogHost(host), ++i;
+    else if (pattern[i] == '%' && next == '%') out += '%', ++i;
+    else out += pattern[i];
+  }
+  return out;
+}
+
 }  // namespace p2ptrace

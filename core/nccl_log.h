@@ -281,4 +281,10 @@ NcclLine ClassifyNcclLine(std::string_view line);
 // The release in `NCCL version 2.21.5+cuda12.4` (anywhere in `text`) as 22105, or -1.
 int NcclVersionCode(std::string_view text);
 
+// The host name as NCCL prints it in its log lines and expands `%h` to (debug.cc getHostName(…, '.')):
+// up to the first dot, "gpu01" for gpu01.cluster.local. Traces keep the whole name.
+std::string_view NcclLogHost(std::string_view host);
+// NCCL_DEBUG_FILE as NCCL expands it for a process: %h NcclLogHost(host), %p the pid, %% a '%'.
+std::string ExpandNcclDebugFile(std::string_view pattern, std::string_view host, long pid);
+
 }  // namespace p2ptrace

@@ -292,20 +292,10 @@ struct LogReader {
 };
 std::atomic<LogReader*> g_reader{nullptr};  // set once before main; never freed
 
-// NCCL's expansion of NCCL_DEBUG_FILE: %h the host name up to its first dot, %p the pid, %% a '%'.
+// NCCL's expansion of NCCL_DEBUG_FILE for this process (core/nccl_log.h), with the host its trace
+// names (the simulated node's in tests).
 std::string ExpandDebugFile(const std::string& pattern) {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  if (char* dot = std::strchr(host, '.')) *dot = '\0';
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
-    if (pattern[i] == '%' && next == 'p') out += std::to_string(getpid()), ++i;
-    else if (pattern[i] == '%' && next == 'h') out += host, ++i;
-    else if (pattern[i] == '%' && next == '%') out += '%', ++i;
-    else out += pattern[i];
-  }
-  return out;
+  return ExpandNcclDebugFile(pattern, TraceWriter::Host(TraceWriter::config()), getpid());
 }
 
 template <size_t N>

@@ -1,6 +1,7 @@
 #include "tools/report.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <cctype>
 #include <cmath>
 #include <chrono>
@@ -244,8 +245,21 @@ Cause HostStagedCause(const p2ptrace_pair_counters& c, const GpuRef& src, const 
   return cause;
 }
 
-// NCCL prints the short host name; traces may hold the full one.
-std::string ShortHost(const std::string& host) { return host.substr(0, host.find('.')); }
+// The host the log tap named its file after (nccl.<host>.<pid>.log, shim/nccl_log_tap.cc): the
+// whole name; "" for any other file.
+std::string TapFileHost(const std::string& path) {
+  std::string name = std::filesystem::path(path).filename().string();
+  constexpr std::string_view kPrefix = "nccl.", kSuffix = ".log";
+  if (name.size() <= kPrefix.size() + kSuffix.size() || name.rfind(kPrefix, 0) != 0 ||
+      name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
+    return "";
+  std::string middle = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
+  size_t dot = middle.rfind('.');
+  if (dot == std::string::npos || dot == 0 || middle.find_first_not_of("0123456789", dot + 1) != std::string::npos ||
+      dot + 1 == middle.size())
+    return "";
+  return middle.substr(0, dot);
+}
 
 uint64_t ParsePointer(const std::string& text) { return std::strtoull(text.c_str(), nullptr, 16); }
 
@@ -259,9 +273,11 @@ std::string CommKey(const RankIdentity& id) {
 }  // namespace
 
 // Bytes and timed bytes are nccl-tests' sizes already (AddNcclOps): algbw = S / t.
-double NcclOpSummary::AlgBw() const {
-  if (timed_ns == 0) return -1;
-  return static_cast<double>(timed_bytes) / static_cast<double>(timed_ns);
+double NcclOpSummary::AlgBw() const { return nranks == 1 ? -1 : MeasuredGbps(timed_bytes, timed_ns); }
+
+std::string NcclOpSummary::RateNote() const {
+  if (nranks == 1) return "one rank: nothing crossed a link";
+  return WithheldRateNote(timed_bytes, timed_ns);
 }
 
 double NcclOpSummary::BusBw() const {
@@ -299,8 +315,8 @@ struct ReportBuilder::State {
   };
 
   Report rep;
-  // Each host's own numbering of its GPUs (nvidia-smi's index, by bus id; keyed by the short host,
-  // as NCCL prints it): the preflight blocks' (NVML's index, or the PCI order of every GPU on the
+  // Each host's own numbering of its GPUs (nvidia-smi's index, by bus id; keyed by the host's whole
+  // name, as every host here is): the preflight blocks' (NVML's index, or the PCI order of every GPU on the
   // node when NVML did not answer). A host without one is numbered in the PCI order of the GPUs of
   // a process that saw them all (no CUDA_VISIBLE_DEVICES in its environment); else its GPUs are
   // named by bus id. Never by a process's CUDA ordinal.
@@ -308,10 +324,10 @@ struct ReportBuilder::State {
   std::map<std::string, std::set<std::string>> all_visible;
   std::map<Key, PairEntry> cuda_pairs;
   std::map<std::pair<uint64_t, int>, NcclOpSummary> ops;
-  // ncclSend bytes per (short host, pid, comm pointer, peer rank): attributed to a pair in Finish.
+  // ncclSend bytes per (host, pid, comm pointer, peer rank): attributed to a pair in Finish.
   std::map<std::tuple<std::string, int, uint64_t, int>, P2pOps> sends;
   std::map<std::pair<std::string, int>, Who> who;  // (communicator key, rank) -> GPU
-  // (short host, pid, comm pointer) -> (communicator key, rank): joins trace records to log lines.
+  // (host, pid, comm pointer) -> (communicator key, rank): joins trace records to log lines.
   std::map<std::tuple<std::string, int, uint64_t>, std::pair<std::string, int>> comm_of;
   std::map<std::tuple<std::string, int, int, int>, NcclConn> nccl_conns;  // (comm key, src, dst, class)
   std::map<std::string, Refusal> first_refusal;  // per host: NCCL's own reason for refusing P2P
@@ -319,7 +335,7 @@ struct ReportBuilder::State {
   // lines the shim read, P2PTRACE_RECORD_NCCL_CONN), used in Finish when no log read holds a
   // connection line the process logged: its log file is missing. A few entries per connection.
   struct TraceConns {
-    std::string host;  // short, as NCCL prints it
+    std::string host;
     int pid = 0;
     size_t process = 0;  // its index in rep.processes
     std::map<std::pair<std::string, int>, Who> who;
@@ -340,7 +356,20 @@ struct ReportBuilder::State {
   // Per host, from the environment of a process whose log is missing: a setting that takes P2P
   // away (the refusal kind, the evidence), standing in for NCCL's `… set by environment` line.
   std::map<std::string, std::pair<std::string, std::string>> env_refusal;
-  std::set<std::pair<std::string, int>> logged;  // (short host, pid) of every connection line read from a log
+  std::set<std::pair<std::string, int>> logged;  // (host, pid) of every connection line read from a log
+  // NCCL prints a host up to its first dot (gpu01 of gpu01.cluster.local); every key here holds the
+  // whole name, as traces do. (printed host, pid) -> the traced processes' whole host names.
+  std::map<std::pair<std::string, int>, std::vector<std::string>> traced_hosts;
+  // The whole host name of a log line's (printed host, pid): the traced process's; where two hosts
+  // share their first label and a pid, the one the log file is named after (`hint`, the tap's
+  // nccl.<host>.<pid>.log); a process no trace holds keeps the printed name.
+  std::string WholeHost(const std::string& printed, int pid, const std::string& hint) const {
+    auto it = traced_hosts.find({printed, pid});
+    if (it == traced_hosts.end()) return printed;
+    for (const std::string& h : it->second)
+      if (h == hint) return h;
+    return it->second.front();
+  }
   // Each host's preflight: its pairs (the first process's prediction of a pair stands) and warnings.
   struct HostPreflight {
     std::string boot_id;
@@ -361,7 +390,7 @@ struct ReportBuilder::State {
   GpuRef Ref(const std::string& host, const std::string& bus, int cuda = -1) const {
     GpuRef g{host, bus, -1};
     g.cuda = cuda;
-    const std::string h = ShortHost(host);
+    const std::string& h = host;
     if (auto n = node_gpus.find(h); n != node_gpus.end())
       if (auto it = n->second.find(bus); it != n->second.end()) {
         g.gpu = it->second.index;
@@ -433,6 +462,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   }
   p.pid = h.pid;
   p.host = t.Host();
+  s_->traced_hosts[{std::string(NcclLogHost(p.host)), p.pid}].push_back(p.host);
   p.file = t.path;
   p.exe = std::string(h.exe, strnlen(h.exe, sizeof h.exe));
   p.state = StateText(h);
@@ -441,7 +471,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
   bool sees_all = t.Env("CUDA_VISIBLE_DEVICES").empty();
   for (int d = 0; d < std::min(h.device_count, P2PTRACE_MAX_DEVICES); ++d) {
     p.bus_ids.push_back(t.BusId(d));
-    if (sees_all && !NormalizeBusId(t.BusId(d)).empty()) s_->all_visible[ShortHost(p.host)].insert(NormalizeBusId(t.BusId(d)));
+    if (sees_all && !NormalizeBusId(t.BusId(d)).empty()) s_->all_visible[p.host].insert(NormalizeBusId(t.BusId(d)));
   }
   p.runtime_version = h.cuda_runtime_version;
   p.driver_version = h.cuda_driver_version;
@@ -488,7 +518,7 @@ std::string Field(const char (&text)[N]) {
 void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
   if (t.nccl_connections.empty()) return;
   TraceConns tc;
-  tc.host = ShortHost(t.Host());
+  tc.host = t.Host();
   tc.pid = t.header.pid;
   tc.process = rep.processes.size() - 1;
   for (const p2ptrace_nccl_conn_record& c : t.nccl_connections) {
@@ -659,7 +689,7 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
 // NCCL operations: per (communicator, operation) calls, bytes and the timed subset; ncclSend per
 // peer, for the pair it crossed.
 void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
-  const std::string host = ShortHost(t.Host());
+  const std::string host = t.Host();
   for (const auto& [k, a] : f.ops) {
     auto ci = f.comm.find(k.first);
     uint64_t hash = ci != f.comm.end() ? ci->second.id_hash : 0;
@@ -703,21 +733,27 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
 void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
   ++s_->rep.nccl_logs;
   if (!f.log.nccl_version.empty()) s_->rep.nccl_versions.insert(f.log.nccl_version);
+  const std::string hint = TapFileHost(f.path);
+  auto whole = [&](const NcclLogger& l) { return s_->WholeHost(l.host, l.pid, hint); };
   for (const RankIdentity& id : f.log.ranks) {
-    s_->who[{CommKey(id), id.rank}] = State::Who{id.host, BusFromNccl(id.bus_id), id.cuda_dev};
-    if (!id.comm.empty()) s_->comm_of[{ShortHost(id.host), id.pid, ParsePointer(id.comm)}] = {CommKey(id), id.rank};
+    RankIdentity named = id;  // CommKey's fallback key names the host too
+    named.host = s_->WholeHost(id.host, id.pid, hint);
+    s_->who[{CommKey(named), id.rank}] = State::Who{named.host, BusFromNccl(id.bus_id), id.cuda_dev};
+    if (!id.comm.empty()) s_->comm_of[{named.host, id.pid, ParsePointer(id.comm)}] = {CommKey(named), id.rank};
   }
   for (const Connection& c : f.log.connections) {
     if (c.dst_rank < 0) continue;  // CollNet lines name no peer
-    const RankIdentity* me = f.log.IdentityOf(c);
-    if (me == nullptr) continue;
-    State::NcclConn& nc = s_->nccl_conns[{CommKey(*me), c.src_rank, c.dst_rank, c.transport_class}];
+    const RankIdentity* found = f.log.IdentityOf(c);
+    if (found == nullptr) continue;
+    RankIdentity me = *found;
+    me.host = s_->WholeHost(me.host, me.pid, hint);
+    State::NcclConn& nc = s_->nccl_conns[{CommKey(me), c.src_rank, c.dst_rank, c.transport_class}];
     nc.transports.insert(c.transport);
     ++nc.channels;
     nc.from_log = true;
-    s_->logged.insert({ShortHost(c.logger.host), c.logger.pid});
+    s_->logged.insert({whole(c.logger), c.logger.pid});
   }
-  for (const Refusal& r : f.log.refusals) s_->first_refusal.try_emplace(r.logger.host, r);
+  for (const Refusal& r : f.log.refusals) s_->first_refusal.try_emplace(whole(r.logger), r);
   // One log at a time (one per process): a cause seen in several logs is one, its lines counted.
   for (p2ptrace::NcclFailure& nf : DiagnoseNcclFailures({NamedNcclLog{f.path, &f.log}})) {
     auto same = std::find_if(s_->nccl_causes.begin(), s_->nccl_causes.end(),
@@ -850,7 +886,7 @@ void ReportBuilder::State::AddPreflight(const std::string& host, const Preflight
   if (hp.boot_id.empty()) hp.boot_id = b.boot_id;
   for (const ProbeStep& st : b.steps)
     if (st.name == "NVML" && st.status == "ok") hp.nvml = true;
-  auto& gpus = node_gpus[ShortHost(host)];
+  auto& gpus = node_gpus[host];
   std::map<int, std::string> bus_of;
   for (const PreflightGpu& g : b.gpus) bus_of[g.index] = NormalizeBusId(g.bus_id);
   for (const PreflightLink& l : b.links)
@@ -880,12 +916,9 @@ void ReportBuilder::State::AddPreflight(const std::string& host, const Preflight
 // by GPU index. The shim numbers another host's (or container's) GPUs from 100 (shim/preflight.cc
 // MergeIdentities), so a pair with such a GPU is matched only to a cross-host pair, its local GPU
 // on the block's host.
-// A host's preflight: NCCL's lines name the short host, a trace may hold the full one.
 const ReportBuilder::State::HostPreflight* ReportBuilder::State::PreflightOf(const std::string& host) const {
-  if (auto it = preflight.find(host); it != preflight.end()) return &it->second;
-  for (const auto& [h, hp] : preflight)
-    if (ShortHost(h) == ShortHost(host)) return &hp;
-  return nullptr;
+  auto it = preflight.find(host);
+  return it == preflight.end() ? nullptr : &it->second;
 }
 
 const PreflightPair* ReportBuilder::State::PredictionFor(const PairEntry& e) const {
@@ -1003,7 +1036,7 @@ Report ReportBuilder::Finish() {
   for (PairEntry& e : rep.pairs) s.ApplyPreflight(e);
   for (ProcessInfo& p : rep.processes)
     for (const auto& [host, hp] : s.preflight)
-      if (hp.nvml && ShortHost(host) == ShortHost(p.host) && !p.links_from_probe) {
+      if (hp.nvml && host == p.host && !p.links_from_probe) {
         p.links_from_probe = true;
         DescribeCapture(&p);
       }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rate.h"
 #include "nlohmann/json.hpp"
 #include "tools/finding.h"
 #include "tools/traces.h"
@@ -82,8 +83,10 @@ struct PairEntry {
   double best_gbps = -1;
   std::string best_basis;
   double lost_seconds = -1;
-  // The timed calls' bytes over their measured time; -1 when nothing was timed.
-  double Gbps() const { return timed_ns ? static_cast<double>(timed_bytes) / static_cast<double>(timed_ns) : -1; }
+  // The timed calls' bytes over their measured time; -1 when nothing was timed or the figure is
+  // beyond any hardware (core/rate.h; RateNote says why).
+  double Gbps() const { return MeasuredGbps(timed_bytes, timed_ns); }
+  std::string RateNote() const { return WithheldRateNote(timed_bytes, timed_ns); }
   // The measured time of the timed calls (never bytes extrapolated at a rate: a sweep's first,
   // small calls are latency); -1 when nothing was timed.
   double Seconds() const { return timed_calls ? static_cast<double>(timed_ns) * 1e-9 : -1; }
@@ -106,8 +109,11 @@ struct NcclOpSummary {
   uint64_t timings = 0;            // durations measured: a group's calls of one kind share one
   uint64_t graph_calls = 0, graph_bytes = 0;  // of calls and bytes (S): CUDA graph replays
   std::set<int> ranks;
-  double AlgBw() const;  // GB/s over the timed calls; -1 untimed
+  // GB/s over the timed calls; -1 when untimed, on one rank (nothing crosses a link) or beyond any
+  // hardware (core/rate.h). RateNote says why a timed operation has no rate.
+  double AlgBw() const;
   double BusBw() const;
+  std::string RateNote() const;
 };
 
 // One application call site (P2PTRACE_STACKS) over all processes: the sites of different processes

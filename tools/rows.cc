@@ -22,8 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string ShortHost(const std::string& host) { return host.substr(0, host.find('.')); }
-
 json OrNull(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
 json OrNull(int v) { return v >= 0 ? json(v) : json(nullptr); }
 json OrNull(double v, bool known) { return known ? json(v) : json(nullptr); }
@@ -65,7 +63,7 @@ JobFacts Facts(const Report& rep, const ProcessOrigins& origins) {
   uint64_t start = UINT64_MAX;
   std::set<std::pair<int, int>> formats;
   for (const ProcessInfo& p : rep.processes) {
-    const std::string h = ShortHost(p.host);
+    const std::string& h = p.host;
     if (f.trace_job_id.empty()) f.trace_job_id = p.job_id;
     if (p.start_realtime_ns) start = std::min(start, p.start_realtime_ns);
     f.first_process.emplace(h, &p);
@@ -109,7 +107,7 @@ json Common(const JobFacts& f, const char* kind) {
 
 // Where the scheduler placed a host's processes: its node name, pod and namespace (null outside one).
 void Placement(json& r, const JobFacts& f, const std::string& host) {
-  auto it = f.host_ids.find(ShortHost(host));
+  auto it = f.host_ids.find(host);
   const SchedulerIds* ids = it == f.host_ids.end() ? nullptr : &it->second;
   r["node"] = ids ? OrNull(ids->node) : json(nullptr);
   r["k8s_pod"] = ids ? OrNull(ids->pod) : json(nullptr);
@@ -164,7 +162,7 @@ json PairRow(const Report& rep, const JobFacts& f, const PairEntry& e) {
   std::vector<const ProcessInfo*> procs;
   for (int rank : e.ranks)
     if (auto it = f.rank_process.find(rank); it != f.rank_process.end()) procs.push_back(it->second);
-  if (auto it = f.first_process.find(ShortHost(e.src.host)); it != f.first_process.end()) procs.push_back(it->second);
+  if (auto it = f.first_process.find(e.src.host); it != f.first_process.end()) procs.push_back(it->second);
   r["nccl_version"] = OrNull(VersionOfNccl(rep, procs));
   const ProcessInfo* p = procs.empty() ? nullptr : procs.front();
   r["cuda_runtime_version"] = p ? CudaVersion(p->runtime_version) : json(nullptr);

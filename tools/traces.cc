@@ -58,12 +58,7 @@ absl::StatusOr<JobFiles> ListJobFiles(const std::string& path) {
 void AddUserNcclLog(const Trace& t, JobFiles* files) {
   std::string value = t.Env("NCCL_DEBUG_FILE");
   if (value.empty() || t.Env("P2PTRACE_NCCL_TAP") == "1") return;
-  std::string resolved;
-  for (size_t i = 0; i < value.size(); ++i) {
-    if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'h') resolved += t.Host(), ++i;
-    else if (value[i] == '%' && i + 1 < value.size() && value[i + 1] == 'p') resolved += std::to_string(t.header.pid), ++i;
-    else resolved += value[i];
-  }
+  std::string resolved = ExpandNcclDebugFile(value, t.Host(), t.header.pid);
   std::error_code ec;
   if (std::find(files->nccl_logs.begin(), files->nccl_logs.end(), resolved) == files->nccl_logs.end() &&
       std::filesystem::exists(resolved, ec))

@@ -2,7 +2,10 @@
 // (text and JSON), dump, and what happens when nothing can be traced.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
+#include <set>
+#include <fstream>
 #include <map>
 #include <string>
 #include <tuple>
@@ -136,11 +139,40 @@ TEST(Cli, StaticCudartIsReportedUntraced) {
   GTEST_SKIP() << "a sanitizer-built shim cannot be preloaded into nvcc's uninstrumented binary";
 #endif
   std::string dir = TempDir() + "/static";
+  RunResult bare = RunProgram({STATIC_CUDART_PROGRAM}, SimEnv());
   RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", STATIC_CUDART_PROGRAM}, SimEnv());
-  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(r.exit_code, bare.exit_code) << r.out << r.err;  // the program's own status: untraced is said, not returned
   EXPECT_NE(r.err.find("untraced: " STATIC_CUDART_PROGRAM " carries a statically linked CUDA runtime"),
             std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir));  // created by run, left empty: removed
+}
+
+// A wrapper never changes the job's status (issue 24: `p2ptrace run -- /bin/true` exited 1 because
+// nothing was recorded): the job's code whatever was recorded, 128+N when signal N ended it.
+TEST(Cli, RunExitsWithTheJobsStatus) {
+  std::string dir = TempDir() + "/status";
+  struct Case { std::vector<std::string> cmd; int code; };
+  for (const Case& c : {Case{{"/bin/true"}, 0}, Case{{"/bin/false"}, 1}, Case{{"sh", "-c", "exit 7"}, 7},
+                        Case{{"sh", "-c", "kill -TERM $$"}, 128 + SIGTERM},
+                        Case{{"sh", "-c", "kill -KILL $$"}, 128 + SIGKILL}}) {
+    std::vector<std::string> argv = {P2PTRACE_CLI, "run", "--dir", dir, "--"};
+    argv.insert(argv.end(), c.cmd.begin(), c.cmd.end());
+    RunResult r = RunProgram(argv, SimEnv());
+    EXPECT_EQ(r.exit_code, c.code) << c.cmd.back() << "\n" << r.err;
+    EXPECT_NE(r.err.find("untraced"), std::string::npos) << r.err;  // said, on stderr
+  }
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--", PEER_COPY, "--size", "1M", "--bogus-option"}, SimEnv());
+  RunResult bare = RunProgram({PEER_COPY, "--size", "1M", "--bogus-option"}, SimEnv());
+  EXPECT_NE(bare.exit_code, 0);
+  EXPECT_EQ(r.exit_code, bare.exit_code) << r.err;
+}
+
+TEST(Cli, VersionIsPrinted) {
+  for (const char* flag : {"--version", "-V"}) {
+    RunResult r = RunProgram({P2PTRACE_CLI, flag});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, "p2ptrace " P2PTRACE_VERSION_TEXT "\n");
+  }
 }
 
 TEST(Cli, BadInputGivesOneLineAndExit2) {
@@ -234,6 +266,83 @@ TEST(NcclReport, PairsCarryTheTransportNcclPrinted) {
     EXPECT_EQ(o["ranks"].size(), 4u);
   }
   EXPECT_TRUE(allreduce) << j["nccl_ops"].dump();
+}
+
+// A one-rank communicator moves nothing across a link (issue 24: an in-place one-rank allreduce showed
+// algbw 17185.3 GB/s): no rate in JSON or text, and the reason said.
+TEST(NcclReport, OneRankCommunicatorsGiveNoRate) {
+  nlohmann::json j = NcclJob("nccl-one-rank", {}, std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json", "node0:1");
+  ASSERT_FALSE(j.is_null());
+  int ops = 0;
+  for (const auto& o : j["nccl_ops"]) {
+    ++ops;
+    EXPECT_EQ(o["nranks"], 1) << o.dump();
+    EXPECT_GT(o["calls"].get<int>(), 0) << o.dump();
+    EXPECT_TRUE(o["algbw_gbps"].is_null()) << o.dump();
+    EXPECT_TRUE(o["busbw_gbps"].is_null()) << o.dump();
+    EXPECT_EQ(o["rate_note"], "one rank: nothing crossed a link") << o.dump();
+  }
+  EXPECT_GT(ops, 0);
+  RunResult r = RunProgram({P2PTRACE_CLI, "report", TempDir() + "/nccl-one-rank"});
+  EXPECT_NE(r.out.find("one rank: nothing crossed a link"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("algbw"), r.out.find("algbw/busbw")) << r.out;  // only the heading's
+}
+
+// Cluster host names (issue 24): `gpu01.cluster.local`. NCCL names its log's host by the first label
+// (%h and the lines' prefix); traces carry the whole name. Logs, traces and identities must agree:
+// the logs are found, the host keeps its name, GPUs their index, NVLink its name, connections once.
+nlohmann::json DottedHostJob(const std::string& name, const std::vector<std::string>& hosts, const std::string& ranks) {
+  std::ifstream in(std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json");
+  nlohmann::json topo = nlohmann::json::parse(in);
+  nlohmann::json first = topo["hosts"][0];
+  topo["hosts"] = nlohmann::json::array();
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    nlohmann::json h = first;
+    h["name"] = hosts[i];
+    h["boot_id"] = "8c2f4d1e-0b7a-4c55-9e61-3f1a2b3c4d5" + std::to_string(i);
+    topo["hosts"].push_back(h);
+  }
+  std::string path = TempDir() + "/" + name + ".json";
+  p2ptrace::testing::WriteFile(path, topo.dump(1));
+  return NcclJob(name, {}, path, ranks);
+}
+
+TEST(NcclReport, HostNamesWithDotsKeepTheirLogsGpusAndLinks) {
+  for (const std::string host : {"gpu01.cluster.local", "7node-a.rack-3.example.org"}) {
+    nlohmann::json j = DottedHostJob("dotted-" + host.substr(0, 4), {host}, host + ":4");
+    ASSERT_FALSE(j.is_null()) << host;
+    EXPECT_EQ(j["capture"]["nccl_logs"], 4) << host;
+    EXPECT_EQ(j["capture"]["nccl_from_traces"], 0) << host;
+    int nccl_pairs = 0;
+    for (const auto& p : j["pairs"]) {
+      if (p["source"] != "nccl") continue;
+      ++nccl_pairs;
+      EXPECT_EQ(p["src"]["host"], host) << p.dump();
+      EXPECT_TRUE(p["src"]["gpu"].is_number()) << p.dump();  // GPUn, not the bus id
+      EXPECT_EQ(p["transport"], "nvlink") << p.dump();
+      EXPECT_EQ(p["nccl_from"], "log") << p.dump();
+    }
+    EXPECT_EQ(nccl_pairs, 4) << host;  // the ring, each connection once
+    for (const auto& r : j["ranks"]) EXPECT_EQ(r["host"], host) << r.dump();
+  }
+}
+
+// Two hosts whose names share their first label stay two hosts.
+TEST(NcclReport, HostsSharingTheirFirstLabelDoNotMerge) {
+  nlohmann::json j = DottedHostJob("twin-hosts", {"gpu01.a.example", "gpu01.b.example"}, "gpu01.a.example:2,gpu01.b.example:2");
+  ASSERT_FALSE(j.is_null());
+  std::map<std::string, int> ranks_per_host;
+  for (const auto& r : j["ranks"]) ++ranks_per_host[r["host"].get<std::string>()];
+  EXPECT_EQ(ranks_per_host, (std::map<std::string, int>{{"gpu01.a.example", 2}, {"gpu01.b.example", 2}}));
+  EXPECT_EQ(j["capture"]["nccl_logs"], 4);
+  std::set<std::pair<std::string, std::string>> host_pairs;
+  for (const auto& p : j["pairs"])
+    if (p["source"] == "nccl") host_pairs.insert({p["src"]["host"].get<std::string>(), p["dst"]["host"].get<std::string>()});
+  EXPECT_EQ(host_pairs, (std::set<std::pair<std::string, std::string>>{{"gpu01.a.example", "gpu01.a.example"},
+                                                                        {"gpu01.a.example", "gpu01.b.example"},
+                                                                        {"gpu01.b.example", "gpu01.b.example"},
+                                                                        {"gpu01.b.example", "gpu01.a.example"}}))
+      << j["pairs"].dump();
 }
 
 // NCCL's log files gone from the trace directory (not copied off the node, deleted): the report

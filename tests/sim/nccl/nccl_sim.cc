@@ -118,7 +118,7 @@ std::string ExpandDebugFile(const char* pattern, const std::string& host) {
   return out;
 }
 
-std::string SimHostName();
+std::string SimLogHostName();
 
 Logger& Log() {
   // Like ncclDebugInit: read once, at the first message (under the log mutex).
@@ -126,7 +126,7 @@ Logger& Log() {
     auto* l = new Logger();
     l->level = ParseLevel(std::getenv("NCCL_DEBUG"));
     l->mask = ParseSubsys(std::getenv("NCCL_DEBUG_SUBSYS"));
-    l->host = SimHostName();
+    l->host = SimLogHostName();
     const char* file = std::getenv("NCCL_DEBUG_FILE");
     if (l->level > kVersion && file != nullptr) {
       if (FILE* f = std::fopen(ExpandDebugFile(file, l->host).c_str(), "w")) {
@@ -316,12 +316,19 @@ Node& TheNode() {
   return *node;
 }
 
+// The whole host name, as NCCL's host hash reads it (getHostName(…, '\0') in utils.cc).
 std::string SimHostName() {
   Node& n = TheNode();
   if (n.ok) return n.host->name;
   char buf[256] = {};
   gethostname(buf, sizeof buf - 1);
-  std::string h(buf);
+  return buf;
+}
+
+// The name NCCL's log prints and NCCL_DEBUG_FILE's %h expands to: up to the first dot
+// (getHostName(…, '.') in debug.cc): "gpu01" on gpu01.cluster.local.
+std::string SimLogHostName() {
+  std::string h = SimHostName();
   return h.substr(0, h.find('.'));
 }
 
