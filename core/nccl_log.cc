@@ -193,6 +193,20 @@ bool FindPrefixedMessage(std::string_view seg, PrefixedMessage* out) {
       return true;
     }
   }
+  // NCCL 2.2 and older (binary releases; 2.3.5's debug.h added `NCCL`): `host:pid:tid [dev] INFO …`
+  // and `host:pid:tid [dev] file:line WARN …`. The whole prefix must be there: a bare `INFO` is
+  // too common a word to be read as NCCL's without it.
+  for (const auto& [name, level] : {kLevels[0], kLevels[1]}) {
+    for (size_t p = seg.rfind(name); p != std::string_view::npos; p = p ? seg.rfind(name, p - 1) : std::string_view::npos) {
+      std::string_view tail = seg.substr(p + name.size());
+      if (!tail.empty() && tail.front() != ' ') continue;
+      if (p >= 5 && seg.substr(p - 5, 5) == "NCCL ") continue;  // the newer form, not valid above
+      NcclLogger logger;
+      if (!ParsePrefix(seg, p, level, &logger)) continue;
+      *out = PrefixedMessage{std::move(logger), level, tail.empty() ? tail : tail.substr(1)};
+      return true;
+    }
+  }
   // Pasted logs often keep only `NCCL INFO …` of the prefix, maybe behind a number or tag the user
   // or a tool put there (`1: `, `[3] `, `[rank0]: `, a timestamp): the message, with no logger.
   size_t p = seg.find("NCCL ");
@@ -750,15 +764,34 @@ static std::string SplitKey(const std::string& parent_key, int count, int color)
 // ncclCommSplit (init.cc 2.23–2.31) prints `… parent 0x… splitCount|childCount C color K key Y- Init
 // START` (no space before the dash) and `… key Y - Init COMPLETE`, with no commId; 2.21–2.22 print
 // `parent 0x… color K key Y commId 0x…`.
+namespace {
+
+// Exactly `comm 0x… rank R nranks N` (2.2, 2.3.5); later releases' `comm 0x… rank R nRanks N nNodes …`
+// line is another message.
+bool IsBareInitLine(std::string_view m) {
+  Scanner s(TrimRight(m));
+  int rank = 0, nranks = 0;
+  if (!s.Take("comm 0x") || s.TakeWord().empty() || !s.Take(" rank ") || !s.TakeInt(&rank)) return false;
+  return s.Take(" nranks ") && s.TakeInt(&nranks) && s.empty();
+}
+
+}  // namespace
+
 bool NcclLogParser::ParseIdentity(std::string_view m, const NcclLogger& logger) {
-  size_t dash = m.rfind("- ");
-  if (dash == std::string_view::npos || dash == 0 || !(m[dash - 1] == ' ' || IsDigit(m[dash - 1]))) return false;
-  std::string_view what = m.substr(dash + 2);
   enum { kStart, kComplete, kEnd } stage;
-  if (what == "Init START") stage = kStart;
-  else if (what == "Init COMPLETE") stage = kComplete;
-  else if (what.ends_with(" COMPLETE")) stage = kEnd;  // Destroy, Abort, and 2.28's "%s COMPLETE"
-  else return false;
+  size_t dash = m.rfind("- ");
+  if (dash == std::string_view::npos && IsBareInitLine(m)) {
+    // 2.2 and 2.3.5: `comm 0x… rank R nranks N` at init, with no stage.
+    stage = kStart;
+    dash = m.size();
+  } else {
+    if (dash == std::string_view::npos || dash == 0 || !(m[dash - 1] == ' ' || IsDigit(m[dash - 1]))) return false;
+    std::string_view what = m.substr(dash + 2);
+    if (what == "Init START") stage = kStart;
+    else if (what == "Init COMPLETE" || what == "COMPLETE") stage = kComplete;  // 2.3.7: `… nranks N - COMPLETE`
+    else if (what.ends_with(" COMPLETE")) stage = kEnd;  // Destroy, Abort, and 2.28's "%s COMPLETE"
+    else return false;
+  }
 
   RankIdentity id;
   Scanner s(TrimRight(m.substr(0, dash)));

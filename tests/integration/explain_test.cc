@@ -48,6 +48,29 @@ const json* FindPair(const json& j, int src, int dst) {
 
 std::string Made(const std::string& name) { return std::string(NCCL_MADE_FIXTURE_DIR) + "/" + name; }
 
+// Issue 24: what people paste from old clusters. Each release era's connection form, from real
+// public logs (their sidecars name the source), gives its pairs with the right class: 2.3's `Ring`
+// with cudaDev, 2.4's nvmlDev and tagged NET lines, 2.5's bus ids, 2.7's `direct shared memory`,
+// 2.16's `SHM/direct/direct`. (2.2's prefix without `NCCL`: nccl_log_test's ReleasesBeforeTwoThree….)
+TEST(Explain, ConnectionFormsOfOldReleases) {
+  struct Case {
+    const char* fixture;
+    int src, dst;
+    const char* cls;
+    const char* transport;
+  };
+  for (const Case& c : {Case{"40-", 3, 2, "p2p", "P2P/IPC"}, Case{"41-", 0, 2, "p2p", "P2P/IPC"},
+                        Case{"41-", 6, 2, "net_ib", "NET/IB/0"}, Case{"42-", 0, 7, "shm", "direct shared memory"},
+                        Case{"01-", 2, 3, "shm", "direct shared memory"}, Case{"43-", 0, 1, "shm", "SHM/direct/direct"}}) {
+    json j = ExplainJson({Fixture(c.fixture)});
+    const json* p = FindPair(j, c.src, c.dst);
+    ASSERT_NE(p, nullptr) << c.fixture << " " << c.src << "->" << c.dst << "\n" << j["pairs"].dump();
+    EXPECT_EQ((*p)["class"], c.cls) << c.fixture;
+    EXPECT_NE(std::find((*p)["transports"].begin(), (*p)["transports"].end(), c.transport), (*p)["transports"].end())
+        << c.fixture << " " << p->dump();
+  }
+}
+
 // Issue 13 point 2: a torchrun job whose processes are each in three communicators (the world, an
 // eager ncclCommSplit of it, a group initialized lazily), connected lazily at their first
 // collectives: every connection line is tied to a communicator, and each communicator has both

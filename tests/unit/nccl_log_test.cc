@@ -755,6 +755,37 @@ TEST(NcclLogGrammar, IdentityLinesOfEveryRelease) {
   EXPECT_EQ(r.pid, 1);
 }
 
+// NCCL 2.2 and older printed no `NCCL` before the level (binary releases; 2.3.5's debug.h added it).
+// The prefix and the init line are fixture 39's (horovod/horovod#489, libnccl 2.2.13), the ring line
+// fixture 40's (NVIDIA/nccl#147, 2.3): no public 2.2 log with a connection line could be found, and
+// 2.3.5's `Ring %02d : %d[%d] -> %d[%d] via P2P/IPC` is the format 2.2 shipped with. 2.3.7 ended its
+// init line with ` - COMPLETE` (init.cu).
+TEST(NcclLogGrammar, ReleasesBeforeTwoThreeWithoutNcclBeforeTheLevel) {
+  const char* text =
+      "nmyjs-202-75:24499:24701 [0] INFO comm 0x55d07fb87c10 rank 0 nranks 16\n"
+      "nmyjs-202-75:24499:24701 [0] INFO Ring 04 : 3[3] -> 2[2] via P2P/IPC\n"
+      "nmyjs-202-75:24499:24701 [0] INFO Ring 05 : 0 -> 4 via NET/IB/0\n"
+      "nmyjs-202-75:24499:24701 [0] INFO Using NCCL Low-latency algorithm for sizes below 16384\n"
+      "learnfair062:40503:40616 [0] NCCL INFO comm 0x7f8 rank 0 nranks 8 - COMPLETE\n"
+      "a user's own line: INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC\n";  // no prefix: not NCCL's
+  NcclLog log = ParseNcclLog(text);
+  ASSERT_EQ(log.connections.size(), 2u);
+  EXPECT_EQ(log.connections[0].logger.host, "nmyjs-202-75");
+  EXPECT_EQ(log.connections[0].logger.pid, 24499);
+  EXPECT_EQ(log.connections[0].logger.cuda_dev, 0);
+  EXPECT_EQ(log.connections[0].src_rank, 3);
+  EXPECT_EQ(log.connections[0].dst_rank, 2);
+  EXPECT_EQ(log.connections[0].transport_class, P2PTRACE_TRANSPORT_P2P);
+  EXPECT_EQ(log.connections[1].transport_class, P2PTRACE_TRANSPORT_NET_IB);
+  ASSERT_EQ(log.ranks.size(), 2u);
+  EXPECT_EQ(log.ranks[0].comm, "0x55d07fb87c10");
+  EXPECT_EQ(log.ranks[0].nranks, 16);
+  EXPECT_EQ(log.ranks[0].start_line, 1u);
+  EXPECT_EQ(log.ranks[1].nranks, 8);
+  EXPECT_EQ(log.ranks[1].complete_line, 5u);
+  EXPECT_EQ(log.nccl_lines, 5u);
+}
+
 TEST(NcclLogGrammar, VersionEnvRefusalsRingsTrees) {
   const char* text =
       "[1,0]<stdout>:NCCL version 2.8.4+cuda11.2\n"                                   // bare, < 2.22
