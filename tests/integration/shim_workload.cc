@@ -140,7 +140,7 @@ int Script() {
   r = cudaGetLastError();
   Report("cudaGetLastError", r);
 
-  // Pool access: not simulated (801), still a call whose result must be identical.
+  // Pool access to a null pool: refused (1, as CUDA 13 answers), a result that must be identical.
   cudaMemAccessDesc desc{};
   desc.location.type = cudaMemLocationTypeDevice;
   desc.location.id = 1;

@@ -121,14 +121,58 @@ struct NodeInfo {
   cudaGraphNodeType type = cudaGraphNodeTypeMemcpy;
 };
 
+// What a device may do with memory whose access is set per device (VMM mappings, memory pools):
+// CUmemAccess_flags / cudaMemAccessFlags.
+constexpr unsigned char kAccessNone = 0, kAccessRead = 1, kAccessReadWrite = 3;
+
+// A stream-ordered memory pool (CUmemoryPool / cudaMemPool_t is a MemPool*): device memory of its
+// device, reachable from other devices only as cuMemPoolSetAccess says (peer access does not apply).
+struct MemPool {
+  int device = 0;                     // ordinal
+  bool is_default = false;            // the device's own pool: never destroyed
+  bool destroyed = false;             // cuMemPoolDestroy with allocations outstanding: goes with the last
+  unsigned handle_types = 0;          // CUmemAllocationHandleType bits
+  size_t max_size = 0;                // 0: no limit (else rounded up to the 32 MiB chunk)
+  std::vector<unsigned char> access;  // per ordinal; the pool's own device always read-write
+  size_t live = 0, used = 0, used_high = 0, granules = 0, reserved = 0, reserved_high = 0;
+  unsigned long long release_threshold = 0;
+  int reuse[3] = {1, 1, 1};           // the three CU_MEMPOOL_ATTR_REUSE_* switches
+};
+
+// A physical allocation made by cuMemCreate (CUmemGenericAllocationHandle = its id in State::vmm).
+// Its memory goes when the handle is released AND no mapping is left, as in CUDA.
+struct VmmHandle {
+  size_t size = 0;
+  int device = 0;                // ordinal (the prop's location id)
+  int host_gpu = -1;
+  int fd = -1;                   // memfd, like a cudaMalloc allocation's
+  unsigned handle_types = 0;     // requestedHandleTypes
+  unsigned char compression = 0, gdr_capable = 0;
+  unsigned short usage = 0;
+  int refs = 1;                  // cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease
+  int mappings = 0;              // cuMemMap - cuMemUnmap
+};
+
 struct Alloc {
   size_t size = 0;
-  enum Kind { kDevice, kHostPinned, kIpc } kind = kDevice;
+  // kVmm: one cuMemMap of a VmmHandle; kPool: an allocation from a MemPool.
+  enum Kind { kDevice, kHostPinned, kIpc, kVmm, kPool } kind = kDevice;
   int host_gpu = -1;   // the owning GPU (host index); -1 for pinned host memory
-  int fd = -1;         // memfd backing device memory (exported through IPC)
+  int fd = -1;         // memfd backing device memory (exported through IPC); -1 for kVmm (the handle's)
   int ipc_refs = 0;    // opens of the same handle in this process
   bool ipc_direct = false;
   std::string ipc_key; // "pid:fd" of the exporter, to recognise a second open of the same handle
+  unsigned long long vmm = 0;         // kVmm: the handle mapped
+  size_t vmm_offset = 0;              // kVmm: offset into the handle's memory
+  std::vector<unsigned char> access;  // kVmm: per ordinal (cuMemSetAccess); none after cuMemMap
+  MemPool* pool = nullptr;            // kPool
+};
+
+// A cuMemAddressReserve'd range: 2 MiB aligned and a whole number of 2 MiB granules, so a granule
+// mapped with a device's memory never holds host memory or another device's.
+struct Reservation {
+  size_t size = 0;   // as asked (cuMemAddressFree must name it)
+  size_t len = 0;    // reserved: size rounded up to the granule
 };
 
 // Device memory of one GPU lives in its own reserved address range, as with CUDA's unified
@@ -167,6 +211,11 @@ struct State {
   std::map<uintptr_t, NodeInfo> nodes;        // node handle -> what it is
   std::map<uintptr_t, Alloc> allocs;          // base address -> allocation
   std::map<int, Arena> arenas;                 // host GPU index -> its address range
+  std::map<unsigned long long, VmmHandle> vmm; // cuMemCreate handles (released ones while still mapped)
+  unsigned long long vmm_ids = 0;
+  std::map<uintptr_t, Reservation> reservations;  // cuMemAddressReserve, by base address
+  std::set<MemPool*> pools;                   // every pool, default ones included
+  std::map<int, MemPool*> default_pool, current_pool;  // per ordinal (made at first use)
   // DirectBandwidth per (host GPU, host GPU), computed once: it walks the PCIe tree with string
   // compares, whose instruction count varies with heap addresses from run to run, which would
   // blur the shim's per-call cost that bench/run_bench.py measures (shim minus bare).
@@ -192,7 +241,7 @@ struct ThreadData {
   bool in_host_func = false;
 };
 
-constexpr int kSharedAbi = 4;  // bump when State, ThreadData, Context or Shared change
+constexpr int kSharedAbi = 5;  // bump when State, ThreadData, Context or Shared change
 struct Shared {
   int abi;
   size_t state_size, thread_size;
@@ -362,12 +411,59 @@ Where Locate(State& st, const void* p) {
   return w;
 }
 
-bool InBounds(const Where& w, const void* p, size_t bytes) {
+// A VMM mapping and the ones mapped right after it: [p, p + bytes) may run across them (torch's
+// expandable segments map a tensor's memory as several handles side by side). Calls fn on each
+// mapping the span touches, stopping when fn returns false; returns whether the span is all mapped.
+template <typename Fn>
+bool ForEachMapping(const State& st, const Where& w, const void* p, size_t bytes, Fn fn) {
+  uintptr_t end = reinterpret_cast<uintptr_t>(p) + std::max<size_t>(bytes, 1);
+  for (auto it = st.allocs.find(w.base); it != st.allocs.end() && it->second.kind == Alloc::kVmm; ++it) {
+    if (!fn(it->second)) return true;
+    uintptr_t next = it->first + it->second.size;
+    if (end <= next) return true;
+    auto following = std::next(it);
+    if (following == st.allocs.end() || following->first != next) return false;  // a hole
+  }
+  return false;
+}
+
+// An address in a device's arena or a VMM reservation that no allocation or mapping holds.
+bool Unbacked(const State& st, const void* p) {
+  auto addr = reinterpret_cast<uintptr_t>(p);
+  for (const auto& [gpu, a] : st.arenas)
+    if (a.base != 0 && addr >= a.base && addr < a.base + a.capacity) return true;
+  auto it = st.reservations.upper_bound(addr);
+  return it != st.reservations.begin() && addr < std::prev(it)->first + std::prev(it)->second.len;
+}
+
+bool InBounds(const State& st, const Where& w, const void* p, size_t bytes) {
   if (!w.known) return true;  // pageable host memory: the caller's business, as with CUDA
+  if (w.alloc->kind == Alloc::kVmm) return ForEachMapping(st, w, p, bytes, [](const Alloc&) { return true; });
   return reinterpret_cast<uintptr_t>(p) + bytes <= w.base + w.alloc->size;
 }
 
+// The access device `ordinal` has to [p, p + bytes) when that memory's access is set per device: the
+// least over the VMM mappings it spans, or the pool's; -1 for other memory (cudaMalloc'd, IPC, host),
+// which peer access governs.
+int DeviceAccess(const State& st, const Where& w, const void* p, size_t bytes, int ordinal) {
+  if (!w.known || ordinal < 0 || ordinal >= DeviceCount(st)) return -1;
+  if (w.alloc->kind == Alloc::kPool) return w.alloc->pool->access[ordinal];
+  if (w.alloc->kind != Alloc::kVmm) return -1;
+  int least = kAccessReadWrite;
+  ForEachMapping(st, w, p, bytes, [&](const Alloc& a) {
+    least = std::min<int>(least, a.access[ordinal]);
+    return true;
+  });
+  return least;
+}
+// Whether that memory's per-device access lets `ordinal` do `need` (false for other memory).
+bool Granted(const State& st, const Where& w, const void* p, size_t bytes, int ordinal, unsigned char need) {
+  int a = DeviceAccess(st, w, p, bytes, ordinal);
+  return a >= 0 && (a & need) == need;
+}
+
 constexpr size_t kGranule = 2u << 20;
+constexpr size_t kPoolChunk = 32u << 20;
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 // Maps `size` bytes of `fd` into the GPU's range (allocation granularity 2 MiB, like cudaMalloc's).
@@ -418,36 +514,275 @@ void ArenaUnmap(State& st, int host_gpu, void* p, size_t size) {
   a.free[off] = len;
 }
 
-cudaError_t AllocDevice(State& st, void** ptr, size_t size) {
-  if (ptr == nullptr) return cudaErrorInvalidValue;
-  if (size == 0) { *ptr = nullptr; return cudaSuccess; }
-  if (size > DeviceMemory(st, CurDev())) return cudaErrorMemoryAllocation;
+// A memfd of `size` bytes: the memory of a device allocation (sparse until written).
+int DeviceMemfd(size_t size) {
   int fd = memfd_create("p2psim-device-memory", 0);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
     if (fd >= 0) close(fd);
-    return cudaErrorMemoryAllocation;
+    return -1;
   }
-  void* p = ArenaMap(st, st.visible[CurDev()], fd, size);
+  return fd;
+}
+
+// Device memory of `ordinal` in its arena (cudaMalloc's: kDevice; a pool's: kPool).
+cudaError_t AllocOn(State& st, int ordinal, void** ptr, size_t size, Alloc::Kind kind = Alloc::kDevice,
+                    MemPool* pool = nullptr) {
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  if (size == 0) { *ptr = nullptr; return cudaSuccess; }
+  if (size > DeviceMemory(st, ordinal)) return cudaErrorMemoryAllocation;
+  int fd = DeviceMemfd(size);
+  if (fd < 0) return cudaErrorMemoryAllocation;
+  void* p = ArenaMap(st, st.visible[ordinal], fd, size);
   if (p == nullptr) { close(fd); return cudaErrorMemoryAllocation; }
   Alloc a;
   a.size = size;
-  a.kind = Alloc::kDevice;
-  a.host_gpu = st.visible[CurDev()];
+  a.kind = kind;
+  a.host_gpu = st.visible[ordinal];
   a.fd = fd;
+  a.pool = pool;
   st.allocs[reinterpret_cast<uintptr_t>(p)] = a;
   *ptr = p;
   return cudaSuccess;
 }
+cudaError_t AllocDevice(State& st, void** ptr, size_t size) { return AllocOn(st, CurDev(), ptr, size); }
 
+void DropPool(State& st, MemPool* pool);
+
+// Frees what cudaMalloc (kDevice, which also frees pool memory, as cudaFree does) or cudaHostAlloc
+// (kHostPinned) made; VMM mappings and IPC memory are not theirs to free.
 cudaError_t FreeKind(State& st, void* p, Alloc::Kind kind) {
   if (p == nullptr) return cudaSuccess;
   auto it = st.allocs.find(reinterpret_cast<uintptr_t>(p));
-  if (it == st.allocs.end() || it->second.kind != kind) return cudaErrorInvalidValue;
-  if (kind == Alloc::kDevice) ArenaUnmap(st, it->second.host_gpu, p, it->second.size);
-  else munmap(p, it->second.size);
-  if (it->second.fd >= 0) close(it->second.fd);
+  if (it == st.allocs.end()) return cudaErrorInvalidValue;
+  Alloc& a = it->second;
+  if (a.kind != kind && !(kind == Alloc::kDevice && a.kind == Alloc::kPool)) return cudaErrorInvalidValue;
+  if (kind == Alloc::kDevice) ArenaUnmap(st, a.host_gpu, p, a.size);
+  else munmap(p, a.size);
+  if (a.fd >= 0) close(a.fd);
+  MemPool* pool = a.kind == Alloc::kPool ? a.pool : nullptr;
+  if (pool != nullptr) {
+    pool->used -= std::min(pool->used, a.size);
+    pool->granules -= std::min(pool->granules, RoundUp(a.size, kGranule));
+    pool->reserved = RoundUp(pool->granules, kPoolChunk);
+    --pool->live;
+  }
   st.allocs.erase(it);
+  if (pool != nullptr && pool->destroyed && pool->live == 0) DropPool(st, pool);
   return cudaSuccess;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stream-ordered memory pools (both APIs; CUmemoryPool and cudaMemPool_t are one type). An
+// allocation is made at once and freed at once (copies move their bytes at once too, so the stream
+// order holds). A pool reserves device memory in 32 MiB chunks (as an H200 under CUDA 13 does: a
+// first 1 MiB allocation reserves 32 MiB, a 40 MiB one 64 MiB); "reserved" is what live
+// allocations need in such chunks (nothing is kept after a free: the release threshold is moot).
+
+MemPool* NewPool(State& st, int ordinal) {
+  auto* p = new MemPool();
+  p->device = ordinal;
+  p->access.assign(DeviceCount(st), kAccessNone);
+  p->access[ordinal] = kAccessReadWrite;  // its own device, always
+  st.pools.insert(p);
+  return p;
+}
+MemPool* DefaultPool(State& st, int ordinal) {
+  MemPool*& p = st.default_pool[ordinal];
+  if (p == nullptr) {
+    p = NewPool(st, ordinal);
+    p->is_default = true;
+  }
+  return p;
+}
+MemPool* CurrentPool(State& st, int ordinal) {
+  MemPool*& p = st.current_pool[ordinal];
+  if (p == nullptr) p = DefaultPool(st, ordinal);
+  return p;
+}
+// A pool the program may name (not destroyed).
+MemPool* KnownPool(const State& st, cudaMemPool_t handle) {
+  auto* p = reinterpret_cast<MemPool*>(handle);
+  return st.pools.count(p) && !p->destroyed ? p : nullptr;
+}
+void DropPool(State& st, MemPool* pool) {
+  st.pools.erase(pool);
+  delete pool;
+}
+
+// cudaMemPoolCreate / cuMemPoolCreate (the two props structs have one layout): pinned device memory
+// of a visible device; host pools are not simulated (`*host` set, the caller says so).
+cudaError_t PoolCreate(State& st, cudaMemPool_t* out, const cudaMemPoolProps* props, bool* host) {
+  *host = false;
+  if (out == nullptr || props == nullptr) return cudaErrorInvalidValue;
+  if (props->allocType != cudaMemAllocationTypePinned) return cudaErrorInvalidValue;
+  if (props->location.type == cudaMemLocationTypeHost || props->location.type == cudaMemLocationTypeHostNuma) {
+    *host = true;
+    return cudaErrorNotSupported;
+  }
+  if (props->location.type != cudaMemLocationTypeDevice) return cudaErrorInvalidValue;
+  if (!ValidDevice(st, props->location.id)) return cudaErrorInvalidValue;  // (CUDA 13: 1, not 101)
+  constexpr unsigned kHandleTypes = cudaMemHandleTypePosixFileDescriptor | cudaMemHandleTypeFabric;
+  if (static_cast<unsigned>(props->handleTypes) & ~kHandleTypes) return cudaErrorInvalidValue;
+  std::lock_guard<std::mutex> lock(Mu());
+  MemPool* p = NewPool(st, props->location.id);
+  p->handle_types = static_cast<unsigned>(props->handleTypes);
+  p->max_size = props->maxSize;
+  *out = reinterpret_cast<cudaMemPool_t>(p);
+  return cudaSuccess;
+}
+
+// A device's pool can never be destroyed; another goes when its last allocation is freed. A
+// destroyed current pool gives way to the device's default one.
+cudaError_t PoolDestroy(State& st, cudaMemPool_t handle) {
+  std::lock_guard<std::mutex> lock(Mu());
+  MemPool* p = KnownPool(st, handle);
+  if (p == nullptr || p->is_default) return cudaErrorInvalidValue;
+  if (st.current_pool[p->device] == p) st.current_pool[p->device] = DefaultPool(st, p->device);
+  p->destroyed = true;
+  if (p->live == 0) DropPool(st, p);
+  return cudaSuccess;
+}
+
+// `which`: 0 the default pool, 1 the current one.
+cudaError_t DevicePool(State& st, cudaMemPool_t* out, int device, int which) {
+  if (out == nullptr) return cudaErrorInvalidValue;
+  if (!ValidDevice(st, device)) return cudaErrorInvalidDevice;
+  std::lock_guard<std::mutex> lock(Mu());
+  *out = reinterpret_cast<cudaMemPool_t>(which == 0 ? DefaultPool(st, device) : CurrentPool(st, device));
+  return cudaSuccess;
+}
+
+// The pool must be the device's own.
+cudaError_t SetDevicePool(State& st, int device, cudaMemPool_t handle) {
+  if (!ValidDevice(st, device)) return cudaErrorInvalidDevice;
+  std::lock_guard<std::mutex> lock(Mu());
+  MemPool* p = KnownPool(st, handle);
+  if (p == nullptr || p->device != device) return cudaErrorInvalidValue;
+  st.current_pool[device] = p;
+  return cudaSuccess;
+}
+
+// Under the lock: `size` bytes from the pool named (from_pool) or the current pool of the stream's
+// device, in stream order on `handle` (the pool may be another device's). Size 0 gives null (both
+// APIs, as CUDA 13 does).
+cudaError_t PoolAlloc(State& st, void** ptr, size_t size, bool from_pool, cudaMemPool_t pool_handle,
+                      cudaStream_t handle, bool ptsz) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  if (ptr == nullptr) return cudaErrorInvalidValue;
+  MemPool* pool = from_pool ? KnownPool(st, pool_handle) : nullptr;
+  if (from_pool && pool == nullptr) return cudaErrorInvalidValue;
+  Stream* s = Resolve(st, handle, ptsz);
+  if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (pool == nullptr) pool = CurrentPool(st, s->device);
+  if (size == 0) { *ptr = nullptr; return cudaSuccess; }
+  size_t granules = RoundUp(size, kGranule);
+  if (pool->max_size != 0 && RoundUp(pool->granules + granules, kPoolChunk) > RoundUp(pool->max_size, kPoolChunk))
+    return cudaErrorMemoryAllocation;
+  if (cudaError_t r = AllocOn(st, pool->device, ptr, size, Alloc::kPool, pool); r != cudaSuccess) return r;
+  ++pool->live;
+  pool->used += size;
+  pool->granules += granules;
+  pool->reserved = RoundUp(pool->granules, kPoolChunk);
+  pool->used_high = std::max(pool->used_high, pool->used);
+  pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
+  return cudaSuccess;
+}
+
+// cudaFreeAsync / cuMemFreeAsync: pool memory (or cudaMalloc'd memory, freed at once as well).
+cudaError_t PoolFree(State& st, void* p, cudaStream_t handle, bool ptsz) {
+  if (T().in_host_func) return cudaErrorNotPermitted;
+  if (Resolve(st, handle, ptsz) == nullptr) return cudaErrorInvalidResourceHandle;
+  return FreeKind(st, p, Alloc::kDevice);
+}
+
+bool HostLocation(int type) { return type == cudaMemLocationTypeHost || type == cudaMemLocationTypeHostNuma; }
+
+// One access descriptor's checks (shared by pools and VMM ranges; the CUDA structs have one layout),
+// with the codes CUDA 13 returns (measured on an H200, driver 580): a host location → 801 (device
+// memory cannot be granted to the host), another non-device one → 1; an unknown device → 1 for a
+// VMM range, 101 for a pool; a bad flag → 1; for a pool, read-only → 801 and revoking its own
+// device → 101. A device other than the owner needs a peer-capable pair, else 101 (unmeasured: one
+// GPU; CUDA's code for the incapable pair).
+cudaError_t CheckAccessDesc(const State& st, const cudaMemAccessDesc& d, int owner, bool pool) {
+  if (HostLocation(d.location.type)) return cudaErrorNotSupported;
+  if (d.location.type != cudaMemLocationTypeDevice) return cudaErrorInvalidValue;
+  if (!ValidDevice(st, d.location.id)) return pool ? cudaErrorInvalidDevice : cudaErrorInvalidValue;
+  unsigned f = static_cast<unsigned>(d.flags);
+  if (f != kAccessNone && f != kAccessRead && f != kAccessReadWrite) return cudaErrorInvalidValue;
+  if (pool && f == kAccessRead) return cudaErrorNotSupported;
+  if (pool && d.location.id == owner && f == kAccessNone) return cudaErrorInvalidDevice;
+  if (d.location.id != owner && f != kAccessNone &&
+      !p2psim::PeerCapable(st.topo, *st.host, st.visible[owner], st.visible[d.location.id]))
+    return cudaErrorInvalidDevice;
+  return cudaSuccess;
+}
+
+// cudaMemPoolSetAccess / cuMemPoolSetAccess: all descriptors checked before any applies; the pool's
+// own device keeps read-write.
+cudaError_t PoolSetAccess(State& st, cudaMemPool_t handle, const cudaMemAccessDesc* map, size_t count) {
+  std::lock_guard<std::mutex> lock(Mu());
+  MemPool* p = KnownPool(st, handle);
+  if (p == nullptr || (map == nullptr && count != 0)) return cudaErrorInvalidValue;
+  for (size_t i = 0; i < count; ++i)
+    if (cudaError_t r = CheckAccessDesc(st, map[i], p->device, true); r != cudaSuccess) return r;
+  for (size_t i = 0; i < count; ++i) p->access[map[i].location.id] = static_cast<unsigned char>(map[i].flags);
+  return cudaSuccess;
+}
+
+// A host location reads "none" (pools of device memory); an unknown device → 1.
+cudaError_t PoolGetAccess(State& st, int* flags, cudaMemPool_t handle, const cudaMemLocation* location) {
+  std::lock_guard<std::mutex> lock(Mu());
+  MemPool* p = KnownPool(st, handle);
+  if (p == nullptr || flags == nullptr || location == nullptr) return cudaErrorInvalidValue;
+  if (HostLocation(location->type)) { *flags = kAccessNone; return cudaSuccess; }
+  if (location->type != cudaMemLocationTypeDevice || !ValidDevice(st, location->id)) return cudaErrorInvalidValue;
+  *flags = p->access[location->id];
+  return cudaSuccess;
+}
+
+// cudaMemPoolAttr and CUmemPool_attribute number the attributes alike. The reuse switches and the
+// release threshold are kept (nothing is held back in the sim, so they change nothing); the
+// high-water marks can only be reset to 0.
+cudaError_t PoolAttribute(State& st, cudaMemPool_t handle, int attr, void* value, bool set) {
+  std::lock_guard<std::mutex> lock(Mu());
+  MemPool* p = KnownPool(st, handle);
+  if (p == nullptr || value == nullptr) return cudaErrorInvalidValue;
+  auto u64 = static_cast<unsigned long long*>(value);
+  switch (attr) {
+    case cudaMemPoolReuseFollowEventDependencies:
+    case cudaMemPoolReuseAllowOpportunistic:
+    case cudaMemPoolReuseAllowInternalDependencies: {
+      int& r = p->reuse[attr - cudaMemPoolReuseFollowEventDependencies];
+      if (set) r = *static_cast<int*>(value) != 0;
+      else *static_cast<int*>(value) = r;
+      return cudaSuccess;
+    }
+    case cudaMemPoolAttrReleaseThreshold:
+      if (set) p->release_threshold = *u64;
+      else *u64 = p->release_threshold;
+      return cudaSuccess;
+    case cudaMemPoolAttrReservedMemCurrent:
+    case cudaMemPoolAttrUsedMemCurrent:
+      if (set) return cudaErrorInvalidValue;
+      *u64 = attr == cudaMemPoolAttrUsedMemCurrent ? p->used : p->reserved;
+      return cudaSuccess;
+    case cudaMemPoolAttrReservedMemHigh:
+    case cudaMemPoolAttrUsedMemHigh: {
+      size_t& high = attr == cudaMemPoolAttrUsedMemHigh ? p->used_high : p->reserved_high;
+      if (!set) { *u64 = high; return cudaSuccess; }
+      if (*u64 != 0) return cudaErrorInvalidValue;
+      high = attr == cudaMemPoolAttrUsedMemHigh ? p->used : p->reserved;
+      return cudaSuccess;
+    }
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// Nothing is held back, so there is nothing to trim.
+cudaError_t PoolTrim(State& st, cudaMemPool_t handle) {
+  std::lock_guard<std::mutex> lock(Mu());
+  return KnownPool(st, handle) ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -459,8 +794,17 @@ bool PeerDirect(const State& st, int gpu_a, int gpu_b) {
   return st.peer_on[a][b] || st.peer_on[b][a];
 }
 
-// Seconds a copy of `bytes` takes between two places (host GPU index, -1 for host memory).
-double CopySeconds(const State& st, const Where& src, const Where& dst, size_t bytes) {
+// The bytes a copy's rows span on each side.
+size_t SrcSpan(const Rows& r) { return r.spitch * (r.height - 1) + r.width; }
+size_t DstSpan(const Rows& r) { return r.dpitch * (r.height - 1) + r.width; }
+
+// Seconds a copy takes between two places (host GPU index, -1 for host memory). Between two GPUs it
+// is direct when peer access is on between them (either way), the memory came through IPC, or the
+// memory of one side lets the other side's device at it (VMM mappings and pools: cuMemSetAccess,
+// cuMemPoolSetAccess; read for the source, read-write for the destination); else host-staged.
+double CopySeconds(const State& st, const Where& src, const void* sp, const Where& dst, const void* dp,
+                   const Rows& rows) {
+  size_t bytes = rows.width * rows.height;
   double gbps;
   int a = src.host_gpu, b = dst.host_gpu;
   if (a < 0 && b < 0) {
@@ -472,7 +816,9 @@ double CopySeconds(const State& st, const Where& src, const Where& dst, size_t b
   } else {
     bool ipc_direct = (src.alloc && src.alloc->kind == Alloc::kIpc && src.alloc->ipc_direct) ||
                       (dst.alloc && dst.alloc->kind == Alloc::kIpc && dst.alloc->ipc_direct);
-    bool direct = ipc_direct || PeerDirect(st, a, b);
+    bool granted = Granted(st, src, sp, SrcSpan(rows), OrdinalOf(st, b), kAccessRead) ||
+                   Granted(st, dst, dp, DstSpan(rows), OrdinalOf(st, a), kAccessReadWrite);
+    bool direct = ipc_direct || PeerDirect(st, a, b) || granted;
     if (direct) {
       auto [it, added] = st.direct_gbps.try_emplace({a, b}, 0.0);
       if (added) it->second = p2psim::DirectBandwidth(st.topo, *st.host, a, b);
@@ -521,11 +867,24 @@ cudaError_t CheckSides(State& st, void* dst, const void* src, const Rows& rows, 
                        Where* wd) {
   if (dst == nullptr || src == nullptr) return cudaErrorInvalidValue;
   *ws = Locate(st, src), *wd = Locate(st, dst);
+  // Device address space with nothing there (freed, or reserved and not mapped) is no host memory.
+  if ((!ws->known && Unbacked(st, src)) || (!wd->known && Unbacked(st, dst))) return cudaErrorInvalidValue;
   if ((ClaimsDevice(kind, true) && ws->host_gpu < 0) || (ClaimsDevice(kind, false) && wd->host_gpu < 0))
     return cudaErrorInvalidValue;
-  size_t span_s = rows.spitch * (rows.height - 1) + rows.width;
-  size_t span_d = rows.dpitch * (rows.height - 1) + rows.width;
-  if (!InBounds(*ws, src, span_s) || !InBounds(*wd, dst, span_d)) return cudaErrorInvalidValue;
+  size_t span_s = SrcSpan(rows), span_d = DstSpan(rows);
+  if (!InBounds(st, *ws, src, span_s) || !InBounds(st, *wd, dst, span_d)) return cudaErrorInvalidValue;
+  // Memory with per-device access needs a device of the copy that may touch it: its own device
+  // (a local or host-staged copy) or the other side's GPU (a direct copy). VMM memory no device was
+  // given access to (cuMemMap alone) fails so.
+  auto usable = [&](const Where& w, const void* p, size_t span, int other_gpu, unsigned char need) {
+    int owner = OrdinalOf(st, w.host_gpu);
+    if (DeviceAccess(st, w, p, span, owner) < 0) return true;
+    if (Granted(st, w, p, span, owner, need)) return true;
+    int other = other_gpu >= 0 ? OrdinalOf(st, other_gpu) : -1;
+    return other >= 0 && other != owner && Granted(st, w, p, span, other, need);
+  };
+  if (!usable(*ws, src, span_s, wd->host_gpu, kAccessRead) || !usable(*wd, dst, span_d, ws->host_gpu, kAccessReadWrite))
+    return cudaErrorInvalidValue;
   return cudaSuccess;
 }
 
@@ -545,7 +904,7 @@ cudaError_t Copy(State& st, std::unique_lock<std::mutex>& lock, void* dst, const
     std::memmove(static_cast<char*>(dst) + r * rows.dpitch, static_cast<const char*>(src) + r * rows.spitch, rows.width);
   int other = -1;
   if (no_stream) other = OrdinalOf(st, ws.host_gpu == st.visible[s->device] ? wd.host_gpu : ws.host_gpu);
-  double end = Enqueue(st, s, CopySeconds(st, ws, wd, bytes), other);
+  double end = Enqueue(st, s, CopySeconds(st, ws, src, wd, dst, rows), other);
   if (sync) WaitUntil(st, lock, end);
   return cudaSuccess;
 }
@@ -558,16 +917,27 @@ cudaError_t PeerCopy(State& st, std::unique_lock<std::mutex>& lock, void* dst, i
   return Copy(st, lock, dst, src, Linear(count), cudaMemcpyDeviceToDevice, stream, false, sync, sync);
 }
 
-cudaError_t Memset(State& st, std::unique_lock<std::mutex>& lock, void* p, int value, size_t count,
-                   cudaStream_t handle, bool ptsz, bool sync) {
+// `count` elements of `elem` bytes (1: cudaMemset's bytes; 2, 4: the driver's cuMemsetD16/D32)
+// set to `value`'s low bytes.
+cudaError_t Memset(State& st, std::unique_lock<std::mutex>& lock, void* p, unsigned value, size_t elems,
+                   cudaStream_t handle, bool ptsz, bool sync, unsigned elem = 1) {
   if (T().in_host_func) return cudaErrorNotPermitted;
   Stream* s = Resolve(st, handle, ptsz);
   if (s == nullptr) return cudaErrorInvalidResourceHandle;
+  if (elem > 1 && reinterpret_cast<uintptr_t>(p) % elem != 0) return cudaErrorInvalidValue;  // misaligned
+  size_t count = elems * elem;
   if (count == 0) return cudaSuccess;
   Where w = Locate(st, p);
-  if (!w.known || !InBounds(w, p, count)) return cudaErrorInvalidValue;
+  if (!w.known || !InBounds(st, w, p, count)) return cudaErrorInvalidValue;
+  // The stream's device writes: memory with per-device access must let it.
+  if (DeviceAccess(st, w, p, count, s->device) >= 0 && !Granted(st, w, p, count, s->device, kAccessReadWrite))
+    return cudaErrorInvalidValue;
   if (cudaError_t r = cudaSuccess; Captured(s, &r)) return r;
-  std::memset(p, value, count);
+  if (elem == 1) {
+    std::memset(p, static_cast<int>(value), count);
+  } else {
+    for (size_t i = 0; i < elems; ++i) std::memcpy(static_cast<char*>(p) + i * elem, &value, elem);  // little-endian
+  }
   double end = Enqueue(st, s, static_cast<double>(count) / (p2psim::kDeviceLocalGbps * 1e9));
   if (sync) WaitUntil(st, lock, end);
   return cudaSuccess;
@@ -783,7 +1153,9 @@ void MemInfo(State& st, int device, size_t* free_bytes, size_t* total) {
   std::lock_guard<std::mutex> lock(Mu());
   size_t used = 0;
   for (auto& [base, a] : st.allocs)
-    if (a.kind == Alloc::kDevice && a.host_gpu == st.visible[device]) used += a.size;
+    if ((a.kind == Alloc::kDevice || a.kind == Alloc::kPool) && a.host_gpu == st.visible[device]) used += a.size;
+  for (auto& [id, h] : st.vmm)  // physical VMM memory, mapped or not
+    if (h.device == device) used += h.size;
   size_t memory = DeviceMemory(st, device);
   if (free_bytes) *free_bytes = memory - std::min(used, memory);
   if (total) *total = memory;
@@ -810,7 +1182,7 @@ void ResetDevice(State& st, int d) {
   std::lock_guard<std::mutex> lock(Mu());
   int gpu = st.visible[d];
   for (auto it = st.allocs.begin(); it != st.allocs.end();) {
-    if (it->second.kind == Alloc::kDevice && it->second.host_gpu == gpu) {
+    if ((it->second.kind == Alloc::kDevice || it->second.kind == Alloc::kPool) && it->second.host_gpu == gpu) {
       ArenaUnmap(st, gpu, reinterpret_cast<void*>(it->first), it->second.size);
       close(it->second.fd);
       it = st.allocs.erase(it);
@@ -818,6 +1190,22 @@ void ResetDevice(State& st, int d) {
       ++it;
     }
   }
+  // The device's pools go with their memory but for its default pool, which starts afresh. (VMM
+  // handles and mappings are the process's, not the context's: they stay.)
+  for (auto it = st.pools.begin(); it != st.pools.end();) {
+    MemPool* p = *it;
+    if (p->device != d) { ++it; continue; }
+    if (p->is_default) {
+      p->access.assign(DeviceCount(st), kAccessNone);
+      p->access[d] = kAccessReadWrite;
+      p->live = p->used = p->used_high = p->granules = p->reserved = p->reserved_high = 0;
+      ++it;
+      continue;
+    }
+    it = st.pools.erase(it);
+    delete p;
+  }
+  st.current_pool.erase(d);
   std::fill(st.peer_on[d].begin(), st.peer_on[d].end(), 0);
   for (auto& row : st.peer_on) row[d] = 0;
   Context& c = *st.primary[d];
@@ -1160,7 +1548,7 @@ void RunWork(State& st, Stream* s, const GraphWork& w) {
     for (size_t r = 0; r < rows.height; ++r)
       std::memmove(static_cast<char*>(w.dst) + r * rows.dpitch, static_cast<const char*>(w.src) + r * rows.spitch,
                    rows.width);
-    seconds = CopySeconds(st, Locate(st, w.src), Locate(st, w.dst), rows.width * rows.height);
+    seconds = CopySeconds(st, Locate(st, w.src), w.src, Locate(st, w.dst), w.dst, rows);
   }
   Enqueue(st, s, seconds);
 }

@@ -575,14 +575,22 @@ SIM_API CUresult cuMemFreeHost(void* p) {
 }
 
 namespace {
+// The reservation holding a VMM mapping's address.
+std::map<uintptr_t, Reservation>::const_iterator ReservationAt(const State& st, uintptr_t p) {
+  return std::prev(st.reservations.upper_bound(p));
+}
+
 // One attribute of a known allocation (`w`); the caller holds the lock.
 CUresult PointerAttribute(State& st, const Where& w, void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
   bool device = w.alloc->kind != Alloc::kHostPinned;
   int ordinal = device ? OrdinalOf(st, w.host_gpu) : -1;
   if (ordinal < 0) ordinal = CurDev();  // pinned memory, or IPC memory of a GPU this process cannot see
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(st.primary[ordinal].get()); break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:  // none for VMM and pool memory (CUDA 13 answers null)
+      *static_cast<CUcontext*>(data) = w.alloc->kind == Alloc::kVmm || w.alloc->kind == Alloc::kPool
+                                           ? nullptr
+                                           : reinterpret_cast<CUcontext>(st.primary[ordinal].get());
+      break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = device ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
@@ -594,9 +602,35 @@ CUresult PointerAttribute(State& st, const Where& w, void* data, CUpointer_attri
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 0; break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
       *static_cast<unsigned*>(data) = w.alloc->kind == Alloc::kDevice; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = w.base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = w.alloc->size; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:  // for VMM memory: its reservation (as CUDA 13 answers)
+      *static_cast<CUdeviceptr*>(data) =
+          w.alloc->kind == Alloc::kVmm ? ReservationAt(st, w.base)->first : w.base;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) =
+          w.alloc->kind == Alloc::kVmm ? ReservationAt(st, w.base)->second.size : w.alloc->size;
+      break;
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: {  // what the VMM handle or the pool allows; none otherwise
+      unsigned types = 0;
+      if (w.alloc->kind == Alloc::kVmm) types = st.vmm.at(w.alloc->vmm).handle_types;
+      if (w.alloc->kind == Alloc::kPool) types = w.alloc->pool->handle_types;
+      *static_cast<unsigned long long*>(data) = types;
+      break;
+    }
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: {  // the current context's device's access to the memory
+      int me = CurDev(), a = DeviceAccess(st, w, Ptr(ptr), 1, me);
+      if (a < 0)  // memory peer access governs: its own device, or a peer with access enabled
+        a = !device || OrdinalOf(st, w.host_gpu) == me || st.peer_on[me][ordinal] ? kAccessReadWrite : kAccessNone;
+      *static_cast<unsigned*>(data) = static_cast<unsigned>(a);
+      break;
+    }
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      *static_cast<CUmemoryPool*>(data) =
+          w.alloc->kind == Alloc::kPool ? reinterpret_cast<CUmemoryPool>(w.alloc->pool) : nullptr;
+      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *static_cast<CUdeviceptr*>(data) = w.base; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *static_cast<size_t*>(data) = w.alloc->size; break;
     default: return CUDA_ERROR_NOT_SUPPORTED;
   }
   return CUDA_SUCCESS;
@@ -627,8 +661,11 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* att
         case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
         case CU_POINTER_ATTRIBUTE_BUFFER_ID:
           *static_cast<unsigned long long*>(data[i]) = 0; break;
-        case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data[i]) = nullptr; break;
-        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data[i]) = 0; break;
+        case CU_POINTER_ATTRIBUTE_HOST_POINTER: case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+          *static_cast<void**>(data[i]) = nullptr; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+          *static_cast<size_t*>(data[i]) = 0; break;
         default: *static_cast<unsigned*>(data[i]) = 0; break;
       }
       continue;
@@ -639,6 +676,414 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* att
   }
   return CUDA_SUCCESS;
 }
+
+// =============================================================================================
+// Virtual memory management (cuMemCreate, cuMemAddressReserve, cuMemMap, cuMemSetAccess, …), as
+// JAX/XLA and torch's expandable segments use it. A handle is a memfd (like cudaMalloc's memory);
+// a reservation is an inaccessible 2 MiB-aligned range outside the devices' arenas; a mapping maps
+// the memfd there and is device memory of the handle's device to the rest of the sim (pointer
+// attributes, cudaMemcpyDefault, memsets), reachable by no device until cuMemSetAccess says so.
+// None of these needs a current context.
+
+extern "C" int p2psim_unsupported(const char*, int, const char*);
+
+namespace {
+static_assert(sizeof(CUmemAccessDesc) == sizeof(cudaMemAccessDesc) &&
+              sizeof(CUmemLocation) == sizeof(cudaMemLocation) && sizeof(CUmemPoolProps) == sizeof(cudaMemPoolProps));
+
+CUresult NotSimulated(const char* what) {
+  return static_cast<CUresult>(p2psim_unsupported(what, CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"));
+}
+
+// A cuMemCreate / granularity property: pinned memory of a visible device; handle types POSIX file
+// descriptor and fabric (exporting them is not simulated). Host memory is not simulated. The codes
+// are CUDA 13's (measured on an H200, driver 580).
+CUresult CheckProp(const State& st, const CUmemAllocationProp* prop, const char* host_what) {
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST || prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+    return NotSimulated(host_what);
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(st, prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
+  constexpr unsigned kTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_FABRIC;
+  if (static_cast<unsigned>(prop->requestedHandleTypes) & ~kTypes) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+// A handle the program may name: one whose memory exists. Released while still mapped it can still
+// be queried and mapped again (as CUDA 13 lets it), until its last mapping goes.
+VmmHandle* LiveHandle(State& st, CUmemGenericAllocationHandle id) {
+  auto it = st.vmm.find(id);
+  return it == st.vmm.end() ? nullptr : &it->second;
+}
+
+// The physical memory goes when it is released and unmapped everywhere.
+void MaybeFreeHandle(State& st, unsigned long long id) {
+  auto it = st.vmm.find(id);
+  if (it == st.vmm.end() || it->second.refs > 0 || it->second.mappings > 0) return;
+  close(it->second.fd);
+  st.vmm.erase(it);
+}
+
+// The mappings that exactly tile [ptr, ptr + size) (whole mappings, no hole), or none.
+std::vector<std::map<uintptr_t, Alloc>::iterator> Mappings(State& st, CUdeviceptr ptr, size_t size) {
+  std::vector<std::map<uintptr_t, Alloc>::iterator> out;
+  uintptr_t at = ptr, end = ptr + size;
+  if (size == 0 || end < at) return out;
+  for (auto it = st.allocs.find(at); it != st.allocs.end() && it->first == at && it->second.kind == Alloc::kVmm; ++it) {
+    out.push_back(it);
+    at += it->second.size;
+    if (at >= end) break;
+  }
+  if (at != end) out.clear();
+  return out;
+}
+
+// The range goes back to its reservation (inaccessible), the handle loses a mapping.
+void UnmapOne(State& st, std::map<uintptr_t, Alloc>::iterator it) {
+  mmap(reinterpret_cast<void*>(it->first), it->second.size, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  unsigned long long id = it->second.vmm;
+  --st.vmm.at(id).mappings;
+  st.allocs.erase(it);
+  MaybeFreeHandle(st, id);
+}
+
+const Reservation* ReservationOf(const State& st, uintptr_t p, size_t size) {
+  auto it = st.reservations.upper_bound(p);
+  if (it == st.reservations.begin()) return nullptr;
+  --it;
+  return p + size <= it->first + it->second.len && p + size >= p ? &it->second : nullptr;
+}
+}  // namespace
+
+SIM_API CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                               CUmemAllocationGranularity_flags option) {
+  DRV_ENTER();
+  if (granularity == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckProp(st, prop, "cuMemGetAllocationGranularity of host memory"); r != CUDA_SUCCESS) return r;
+  *granularity = kGranule;  // 2 MiB, minimum and recommended, as on a real GPU
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                             unsigned long long flags) {
+  DRV_ENTER();
+  if (handle == nullptr || prop == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = CheckProp(st, prop, "cuMemCreate of host memory"); r != CUDA_SUCCESS) return r;
+  if (size == 0 || size % kGranule != 0) return CUDA_ERROR_INVALID_VALUE;
+  // A fabric handle needs an IMEX channel, which no simulated node has (CUDA: not permitted, 800;
+  // XLA and torch then ask for a POSIX file descriptor).
+  if (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_FABRIC) return CUDA_ERROR_NOT_PERMITTED;
+  if (size > DeviceMemory(st, prop->location.id)) return CUDA_ERROR_OUT_OF_MEMORY;
+  int fd = DeviceMemfd(size);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lock(Mu());
+  unsigned long long id = 0x4000 + ++st.vmm_ids;  // opaque, never 0
+  VmmHandle& h = st.vmm[id];
+  h.size = size;
+  h.device = prop->location.id;
+  h.host_gpu = st.visible[h.device];
+  h.fd = fd;
+  h.handle_types = static_cast<unsigned>(prop->requestedHandleTypes);
+  h.compression = prop->allocFlags.compressionType;
+  h.gdr_capable = prop->allocFlags.gpuDirectRDMACapable;
+  h.usage = prop->allocFlags.usage;
+  *handle = id;
+  return CUDA_SUCCESS;
+}
+
+// Drops the program's reference; the memory goes now or with the last mapping of it.
+SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  DRV_ENTER();
+  std::lock_guard<std::mutex> lock(Mu());
+  VmmHandle* h = LiveHandle(st, handle);
+  if (h == nullptr || h->refs <= 0) return CUDA_ERROR_INVALID_VALUE;  // CUDA: undefined (it crashes); the sim says so
+  --h->refs;
+  MaybeFreeHandle(st, handle);
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                        CUmemGenericAllocationHandle handle) {
+  DRV_ENTER();
+  if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  const VmmHandle* h = LiveHandle(st, handle);
+  if (h == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::memset(prop, 0, sizeof *prop);
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->requestedHandleTypes = static_cast<CUmemAllocationHandleType>(h->handle_types);
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = h->device;
+  prop->allocFlags.compressionType = h->compression;
+  prop->allocFlags.gpuDirectRDMACapable = h->gdr_capable;
+  prop->allocFlags.usage = h->usage;
+  return CUDA_SUCCESS;
+}
+
+// The handle mapped at any address of a mapping, with a reference the program must release.
+SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  DRV_ENTER();
+  if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  Where w = Locate(st, addr);
+  if (!w.known || w.alloc->kind != Alloc::kVmm) return CUDA_ERROR_INVALID_VALUE;
+  ++st.vmm.at(w.alloc->vmm).refs;
+  *handle = w.alloc->vmm;
+  return CUDA_SUCCESS;
+}
+
+// `addr` is a hint (taken when it is free and aligned); the size whole 2 MiB granules (CUDA 13
+// refuses 4 KiB or 2 MiB + 4 KiB with 1, though cuda.h says host pages).
+SIM_API CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                                     unsigned long long flags) {
+  DRV_ENTER();
+  auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  if (ptr == nullptr || size == 0 || flags != 0 || size % kGranule != 0 || addr % page != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((alignment & (alignment - 1)) != 0) return CUDA_ERROR_INVALID_VALUE;  // a power of two, or 0
+  size_t align = std::max(alignment, kGranule), len = RoundUp(size, kGranule);
+  constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  uintptr_t base = 0;
+  if (addr != 0 && addr % align == 0) {
+    void* r = mmap(Ptr(addr), len, PROT_NONE, kFlags | MAP_FIXED_NOREPLACE, -1, 0);
+    if (r == Ptr(addr)) base = addr;
+    else if (r != MAP_FAILED) munmap(r, len);
+  }
+  if (base == 0) {
+    if (len + align < len) return CUDA_ERROR_OUT_OF_MEMORY;
+    void* r = mmap(nullptr, len + align, PROT_NONE, kFlags, -1, 0);
+    if (r == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    auto raw = reinterpret_cast<uintptr_t>(r);
+    base = RoundUp(raw, align);
+    if (base > raw) munmap(r, base - raw);
+    if (raw + len + align > base + len) munmap(Ptr(base + len), raw + len + align - (base + len));
+  }
+  std::lock_guard<std::mutex> lock(Mu());
+  st.reservations[base] = Reservation{size, len};
+  *ptr = base;
+  return CUDA_SUCCESS;
+}
+
+// The range as reserved, with nothing mapped in it any more (else 1, as CUDA 13 answers).
+SIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  DRV_ENTER();
+  std::lock_guard<std::mutex> lock(Mu());
+  auto it = st.reservations.find(ptr);
+  if (it == st.reservations.end() || (size != it->second.size && size != it->second.len))
+    return CUDA_ERROR_INVALID_VALUE;
+  size_t len = it->second.len;
+  auto a = st.allocs.lower_bound(ptr);
+  if (a != st.allocs.end() && a->first < ptr + len) return CUDA_ERROR_INVALID_VALUE;  // still mapped
+  munmap(Ptr(ptr), len);
+  st.reservations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+// Maps the whole of the handle's memory over an unmapped part of a reservation; no device may touch
+// it yet. Codes as CUDA 13 gives them: flags, an unknown handle, an address outside any reservation
+// → 1; an offset (cuda.h: "currently must be zero"), a size other than the handle's (no partial
+// mappings), a misaligned address, a range already mapped → 801.
+SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                          unsigned long long flags) {
+  DRV_ENTER();
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  VmmHandle* h = LiveHandle(st, handle);
+  if (h == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (ReservationOf(st, ptr, std::max<size_t>(size, 1)) == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (offset != 0 || size != h->size || ptr % kGranule != 0) return CUDA_ERROR_NOT_SUPPORTED;
+  auto next = st.allocs.lower_bound(ptr);
+  if (next != st.allocs.end() && next->first < ptr + size) return CUDA_ERROR_NOT_SUPPORTED;  // already mapped
+  if (next != st.allocs.begin() && std::prev(next)->first + std::prev(next)->second.size > ptr)
+    return CUDA_ERROR_NOT_SUPPORTED;
+  void* p = mmap(Ptr(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->fd, static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  Alloc a;
+  a.size = size;
+  a.kind = Alloc::kVmm;
+  a.host_gpu = h->host_gpu;
+  a.vmm = handle;
+  a.vmm_offset = offset;
+  a.access.assign(DeviceCount(st), kAccessNone);
+  st.allocs[ptr] = std::move(a);
+  ++h->mappings;
+  return CUDA_SUCCESS;
+}
+
+// Whole mappings only (one call may unmap several side by side; part of one or a hole → 1); a
+// released handle's memory goes with its last mapping. A reserved range with nothing mapped in it
+// unmaps as a no-op (CUDA 13 returns success).
+SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  DRV_ENTER();
+  std::lock_guard<std::mutex> lock(Mu());
+  auto maps = Mappings(st, ptr, size);
+  if (maps.empty() && size != 0 && ReservationOf(st, ptr, size) != nullptr) {
+    auto a = st.allocs.lower_bound(ptr);
+    bool none = (a == st.allocs.end() || a->first >= ptr + size) &&
+                (a == st.allocs.begin() || std::prev(a)->first + std::prev(a)->second.size <= ptr);
+    if (none) return CUDA_SUCCESS;
+  }
+  if (maps.empty()) return CUDA_ERROR_INVALID_VALUE;
+  for (auto it : maps) UnmapOne(st, it);
+  return CUDA_SUCCESS;
+}
+
+// Per mapping and device: none, read or read-write. The range must be whole mappings with no hole
+// (else 1); a device other than the memory's own needs a peer-capable pair (cudaDeviceCanAccessPeer),
+// else CUDA_ERROR_INVALID_DEVICE; the other codes as CheckAccessDesc. Every descriptor is checked
+// before any applies.
+SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  DRV_ENTER();
+  if (desc == nullptr && count != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto maps = Mappings(st, ptr, size);
+  if (maps.empty()) return CUDA_ERROR_INVALID_VALUE;
+  auto descs = reinterpret_cast<const cudaMemAccessDesc*>(desc);
+  for (auto it : maps)
+    for (size_t i = 0; i < count; ++i)
+      if (cudaError_t r = CheckAccessDesc(st, descs[i], st.vmm.at(it->second.vmm).device, false); r != cudaSuccess)
+        return Cu(r);
+  for (auto it : maps)
+    for (size_t i = 0; i < count; ++i)
+      it->second.access[desc[i].location.id] = static_cast<unsigned char>(desc[i].flags);
+  return CUDA_SUCCESS;
+}
+
+// A host location reads "none"; an unknown device → 101; an unmapped address → 1 (CUDA 13's codes).
+SIM_API CUresult cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location, CUdeviceptr ptr) {
+  DRV_ENTER();
+  if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  bool host = HostLocation(location->type);
+  if (!host && location->type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
+  if (!host && !ValidDevice(st, location->id)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(Mu());
+  Where w = Locate(st, Ptr(ptr));
+  if (!w.known || w.alloc->kind != Alloc::kVmm) return CUDA_ERROR_INVALID_VALUE;
+  *flags = host ? kAccessNone : w.alloc->access[location->id];
+  return CUDA_SUCCESS;
+}
+
+// The allocation (for VMM memory: the mapping) holding an address.
+static CUresult AddressRange(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  DRV_CTX();
+  std::lock_guard<std::mutex> lock(Mu());
+  Where w = Locate(st, Ptr(ptr));
+  if (!w.known || w.alloc->kind == Alloc::kHostPinned) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = w.base;
+  if (size) *size = w.alloc->size;
+  return CUDA_SUCCESS;
+}
+SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr ptr) {
+  return AddressRange(base, size, ptr);
+}
+
+// =============================================================================================
+// Stream-ordered memory pools: the engine's, shared with the runtime (CUmemoryPool = cudaMemPool_t).
+
+#define DRV_POOL(p) reinterpret_cast<cudaMemPool_t>(p)
+
+SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  DRV_ENTER();
+  return Cu(DevicePool(st, reinterpret_cast<cudaMemPool_t*>(pool), dev, 0));
+}
+SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  DRV_ENTER();
+  return Cu(DevicePool(st, reinterpret_cast<cudaMemPool_t*>(pool), dev, 1));
+}
+SIM_API CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  DRV_ENTER();
+  return Cu(SetDevicePool(st, dev, DRV_POOL(pool)));
+}
+// CUDA 13's location-based forms: pinned device memory only (managed and host pools are not simulated).
+static CUresult LocationPool(CUmemoryPool* pool, CUmemLocation* location, CUmemAllocationType type, int which,
+                             const char* what) {
+  DRV_ENTER();
+  if (location == nullptr || (which < 2 && pool == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+  if (type == CU_MEM_ALLOCATION_TYPE_MANAGED || location->type == CU_MEM_LOCATION_TYPE_HOST ||
+      location->type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+    return NotSimulated(what);
+  if (type != CU_MEM_ALLOCATION_TYPE_PINNED || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(st, location->id)) return CUDA_ERROR_INVALID_DEVICE;
+  if (which == 2) return Cu(SetDevicePool(st, location->id, DRV_POOL(*pool)));
+  return Cu(DevicePool(st, reinterpret_cast<cudaMemPool_t*>(pool), location->id, which));
+}
+SIM_API CUresult cuMemGetDefaultMemPool(CUmemoryPool* pool, CUmemLocation* location, CUmemAllocationType type) {
+  return LocationPool(pool, location, type, 0, "cuMemGetDefaultMemPool of managed or host memory");
+}
+SIM_API CUresult cuMemGetMemPool(CUmemoryPool* pool, CUmemLocation* location, CUmemAllocationType type) {
+  return LocationPool(pool, location, type, 1, "cuMemGetMemPool of managed or host memory");
+}
+SIM_API CUresult cuMemSetMemPool(CUmemLocation* location, CUmemAllocationType type, CUmemoryPool pool) {
+  return LocationPool(&pool, location, type, 2, "cuMemSetMemPool of managed or host memory");
+}
+SIM_API CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  DRV_ENTER();
+  bool host = false;
+  CUresult r = Cu(PoolCreate(st, reinterpret_cast<cudaMemPool_t*>(pool),
+                             reinterpret_cast<const cudaMemPoolProps*>(props), &host));
+  return host ? NotSimulated("cuMemPoolCreate of host memory") : r;
+}
+SIM_API CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  DRV_ENTER();
+  return Cu(PoolDestroy(st, DRV_POOL(pool)));
+}
+SIM_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc* map, size_t count) {
+  DRV_ENTER();
+  return Cu(PoolSetAccess(st, DRV_POOL(pool), reinterpret_cast<const cudaMemAccessDesc*>(map), count));
+}
+SIM_API CUresult cuMemPoolGetAccess(CUmemAccess_flags* flags, CUmemoryPool pool, CUmemLocation* location) {
+  DRV_ENTER();
+  static_assert(sizeof(CUmemAccess_flags) == sizeof(int));
+  return Cu(PoolGetAccess(st, reinterpret_cast<int*>(flags), DRV_POOL(pool),
+                          reinterpret_cast<const cudaMemLocation*>(location)));
+}
+SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  DRV_ENTER();
+  return Cu(PoolAttribute(st, DRV_POOL(pool), attr, value, true));
+}
+SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  DRV_ENTER();
+  return Cu(PoolAttribute(st, DRV_POOL(pool), attr, value, false));
+}
+SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t) {
+  DRV_ENTER();
+  return Cu(PoolTrim(st, DRV_POOL(pool)));
+}
+
+// Stream-ordered allocation (0 bytes: null, as CUDA 13 answers).
+static CUresult AllocAsync(CUdeviceptr* dptr, size_t size, bool from_pool, CUmemoryPool pool, CUstream s, bool ptsz) {
+  DRV_CTX();
+  if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  void* p = nullptr;
+  CUresult r = Cu(PoolAlloc(st, &p, size, from_pool, DRV_POOL(pool), reinterpret_cast<cudaStream_t>(s), ptsz));
+  if (r == CUDA_SUCCESS) *dptr = reinterpret_cast<uintptr_t>(p);
+  return r;
+}
+SIM_API CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream s) {
+  return AllocAsync(dptr, size, false, nullptr, s, false);
+}
+SIM_API CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream s) {
+  return AllocAsync(dptr, size, false, nullptr, s, true);
+}
+SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream s) {
+  return AllocAsync(dptr, size, true, pool, s, false);
+}
+SIM_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool, CUstream s) {
+  return AllocAsync(dptr, size, true, pool, s, true);
+}
+static CUresult FreeAsync(CUdeviceptr p, CUstream s, bool ptsz) {
+  DRV_CTX();
+  std::lock_guard<std::mutex> lock(Mu());
+  return Cu(PoolFree(st, Ptr(p), reinterpret_cast<cudaStream_t>(s), ptsz));
+}
+SIM_API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { return FreeAsync(p, s, false); }
+SIM_API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { return FreeAsync(p, s, true); }
+#undef DRV_POOL
 
 // =============================================================================================
 // Copies: synchronous ones on the context's legacy stream (the _ptds flavour: its per-thread
@@ -754,6 +1199,36 @@ SIM_API CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER* p, CUstream 
   DRV_CTX();
   return Copy3DPeer(st, p, s, true, false);
 }
+
+// =============================================================================================
+// Memsets of 8-, 16- and 32-bit elements (on the legacy stream, or the per-thread one for _ptds).
+
+static CUresult MemsetD(CUdeviceptr p, unsigned value, size_t n, unsigned elem, CUstream s, bool ptsz, bool sync) {
+  DRV_CTX();
+  std::unique_lock<std::mutex> lock(Mu());
+  return Cu(Memset(st, lock, Ptr(p), value, n, reinterpret_cast<cudaStream_t>(s), ptsz, sync, elem));
+}
+#define DRV_MEMSET(name, T, elem, stream_arg, stream, ptsz, sync)          \
+  SIM_API CUresult name(CUdeviceptr p, T v, size_t n stream_arg) {           \
+    return MemsetD(p, v, n, elem, stream, ptsz, sync);                       \
+  }
+#define NO_STREAM
+#define COMMA_STREAM , CUstream s
+DRV_MEMSET(cuMemsetD8_v2, unsigned char, 1, NO_STREAM, nullptr, false, true)
+DRV_MEMSET(cuMemsetD8_v2_ptds, unsigned char, 1, NO_STREAM, nullptr, true, true)
+DRV_MEMSET(cuMemsetD16_v2, unsigned short, 2, NO_STREAM, nullptr, false, true)
+DRV_MEMSET(cuMemsetD16_v2_ptds, unsigned short, 2, NO_STREAM, nullptr, true, true)
+DRV_MEMSET(cuMemsetD32_v2, unsigned int, 4, NO_STREAM, nullptr, false, true)
+DRV_MEMSET(cuMemsetD32_v2_ptds, unsigned int, 4, NO_STREAM, nullptr, true, true)
+DRV_MEMSET(cuMemsetD8Async, unsigned char, 1, COMMA_STREAM, s, false, false)
+DRV_MEMSET(cuMemsetD8Async_ptsz, unsigned char, 1, COMMA_STREAM, s, true, false)
+DRV_MEMSET(cuMemsetD16Async, unsigned short, 2, COMMA_STREAM, s, false, false)
+DRV_MEMSET(cuMemsetD16Async_ptsz, unsigned short, 2, COMMA_STREAM, s, true, false)
+DRV_MEMSET(cuMemsetD32Async, unsigned int, 4, COMMA_STREAM, s, false, false)
+DRV_MEMSET(cuMemsetD32Async_ptsz, unsigned int, 4, COMMA_STREAM, s, true, false)
+#undef NO_STREAM
+#undef COMMA_STREAM
+#undef DRV_MEMSET
 
 // =============================================================================================
 // Streams and events (the runtime's objects: a CUstream is a cudaStream_t, a CUevent a cudaEvent_t)

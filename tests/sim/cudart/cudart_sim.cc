@@ -385,13 +385,6 @@ SIM_API cudaError_t cudaMalloc(void** ptr, size_t size) {
   return Ret(AllocDevice(st, ptr, size));
 }
 
-SIM_API cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t stream) {
-  SIM_ENTER();
-  SIM_NO_HOST_FUNC();
-  std::lock_guard<std::mutex> lock(Mu());
-  if (Resolve(st, stream, false) == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  return Ret(AllocDevice(st, ptr, size));
-}
 
 SIM_API cudaError_t cudaFree(void* ptr) {
   SIM_ENTER();
@@ -400,12 +393,109 @@ SIM_API cudaError_t cudaFree(void* ptr) {
   return Ret(FreeKind(st, ptr, Alloc::kDevice));
 }
 
-SIM_API cudaError_t cudaFreeAsync(void* ptr, cudaStream_t stream) {
+// =============================================================================================
+// Stream-ordered allocation and memory pools: the engine's, shared with the driver (a pool made
+// through one API is the other's too). cudaMallocAsync takes the current pool of the stream's device.
+
+static cudaError_t MallocAsync(void** ptr, size_t size, bool from_pool, cudaMemPool_t pool, cudaStream_t s, bool ptsz) {
   SIM_ENTER();
   SIM_NO_HOST_FUNC();
   std::lock_guard<std::mutex> lock(Mu());
-  if (Resolve(st, stream, false) == nullptr) return Ret(cudaErrorInvalidResourceHandle);
-  return Ret(FreeKind(st, ptr, Alloc::kDevice));
+  return Ret(PoolAlloc(st, ptr, size, from_pool, pool, s, ptsz));
+}
+SIM_API cudaError_t cudaMallocAsync(void** ptr, size_t size, cudaStream_t s) {
+  return MallocAsync(ptr, size, false, nullptr, s, false);
+}
+SIM_API cudaError_t cudaMallocAsync_ptsz(void** ptr, size_t size, cudaStream_t s) {
+  return MallocAsync(ptr, size, false, nullptr, s, true);
+}
+SIM_API cudaError_t cudaMallocFromPoolAsync(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t s) {
+  return MallocAsync(ptr, size, true, pool, s, false);
+}
+SIM_API cudaError_t cudaMallocFromPoolAsync_ptsz(void** ptr, size_t size, cudaMemPool_t pool, cudaStream_t s) {
+  return MallocAsync(ptr, size, true, pool, s, true);
+}
+
+static cudaError_t FreeAsync(void* ptr, cudaStream_t s, bool ptsz) {
+  SIM_ENTER();
+  SIM_NO_HOST_FUNC();
+  std::lock_guard<std::mutex> lock(Mu());
+  return Ret(PoolFree(st, ptr, s, ptsz));
+}
+SIM_API cudaError_t cudaFreeAsync(void* ptr, cudaStream_t s) { return FreeAsync(ptr, s, false); }
+SIM_API cudaError_t cudaFreeAsync_ptsz(void* ptr, cudaStream_t s) { return FreeAsync(ptr, s, true); }
+
+SIM_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int device) {
+  SIM_ENTER_NOCTX();
+  return Ret(DevicePool(st, pool, device, 0));
+}
+SIM_API cudaError_t cudaDeviceGetMemPool(cudaMemPool_t* pool, int device) {
+  SIM_ENTER_NOCTX();
+  return Ret(DevicePool(st, pool, device, 1));
+}
+SIM_API cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t pool) {
+  SIM_ENTER_NOCTX();
+  return Ret(SetDevicePool(st, device, pool));
+}
+extern "C" int p2psim_unsupported(const char*, int, const char*);
+static cudaError_t NotSimulated(const char* what) {
+  return Ret(static_cast<cudaError_t>(p2psim_unsupported(what, cudaErrorNotSupported, "cudaErrorNotSupported")));
+}
+#if P2PSIM_CUDART_MAJOR == 13
+// CUDA 13's location-based forms: pinned device memory only (managed and host pools are not simulated).
+static cudaError_t LocationPool(cudaMemPool_t* pool, cudaMemLocation* location, cudaMemAllocationType type, int which,
+                                const char* what) {
+  SIM_ENTER_NOCTX();
+  if (location == nullptr || (which < 2 && pool == nullptr)) return Ret(cudaErrorInvalidValue);
+  if (type == cudaMemAllocationTypeManaged || location->type == cudaMemLocationTypeHost ||
+      location->type == cudaMemLocationTypeHostNuma)
+    return NotSimulated(what);
+  if (type != cudaMemAllocationTypePinned || location->type != cudaMemLocationTypeDevice)
+    return Ret(cudaErrorInvalidValue);
+  if (which == 2) return Ret(SetDevicePool(st, location->id, *pool));
+  return Ret(DevicePool(st, pool, location->id, which));
+}
+SIM_API cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t* pool, cudaMemLocation* location,
+                                             cudaMemAllocationType type) {
+  return LocationPool(pool, location, type, 0, "cudaMemGetDefaultMemPool of managed or host memory");
+}
+SIM_API cudaError_t cudaMemGetMemPool(cudaMemPool_t* pool, cudaMemLocation* location, cudaMemAllocationType type) {
+  return LocationPool(pool, location, type, 1, "cudaMemGetMemPool of managed or host memory");
+}
+SIM_API cudaError_t cudaMemSetMemPool(cudaMemLocation* location, cudaMemAllocationType type, cudaMemPool_t pool) {
+  return LocationPool(&pool, location, type, 2, "cudaMemSetMemPool of managed or host memory");
+}
+#endif
+SIM_API cudaError_t cudaMemPoolCreate(cudaMemPool_t* pool, const cudaMemPoolProps* props) {
+  SIM_ENTER_NOCTX();
+  bool host = false;
+  cudaError_t r = PoolCreate(st, pool, props, &host);
+  return host ? NotSimulated("cudaMemPoolCreate of host memory") : Ret(r);
+}
+SIM_API cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+  SIM_ENTER_NOCTX();
+  return Ret(PoolDestroy(st, pool));
+}
+SIM_API cudaError_t cudaMemPoolSetAccess(cudaMemPool_t pool, const cudaMemAccessDesc* map, size_t count) {
+  SIM_ENTER_NOCTX();
+  return Ret(PoolSetAccess(st, pool, map, count));
+}
+SIM_API cudaError_t cudaMemPoolGetAccess(cudaMemAccessFlags* flags, cudaMemPool_t pool, cudaMemLocation* location) {
+  SIM_ENTER_NOCTX();
+  static_assert(sizeof(cudaMemAccessFlags) == sizeof(int));
+  return Ret(PoolGetAccess(st, reinterpret_cast<int*>(flags), pool, location));
+}
+SIM_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  SIM_ENTER_NOCTX();
+  return Ret(PoolAttribute(st, pool, attr, value, true));
+}
+SIM_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, cudaMemPoolAttr attr, void* value) {
+  SIM_ENTER_NOCTX();
+  return Ret(PoolAttribute(st, pool, attr, value, false));
+}
+SIM_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t) {
+  SIM_ENTER_NOCTX();
+  return Ret(PoolTrim(st, pool));
 }
 
 SIM_API cudaError_t cudaHostAlloc(void** ptr, size_t size, unsigned int flags) {
