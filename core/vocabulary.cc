@@ -59,7 +59,9 @@ constexpr std::array<std::string_view, P2PTRACE_API_COUNT_> kApis = {
     "cuGraphNodeSetParams",
     "cuGraphDestroyNode",
     "cudaGraphAddNode",
-    "cuGraphAddNode"};
+    "cuGraphAddNode",
+    "cuMemSetAccess",
+    "cuMemPoolSetAccess"};
 
 constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
     "unknown",       "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommInitRankScalable",

@@ -205,6 +205,10 @@ void TraceFold::Add(const TraceRecord& r) {
     // The runtime's and the driver's calls say the same (704: already enabled, in both).
     bool can = pr->api == P2PTRACE_API_cudaDeviceCanAccessPeer || pr->api == P2PTRACE_API_cuDeviceCanAccessPeer;
     bool enable = pr->api == P2PTRACE_API_cudaDeviceEnablePeerAccess || pr->api == P2PTRACE_API_cuCtxEnablePeerAccess;
+    // Access granted to mapped or pool memory (trace 1.8) opens the pair as enabling peer access does.
+    bool grant = pr->api == P2PTRACE_API_cuMemSetAccess || pr->api == P2PTRACE_API_cuMemPoolSetAccess ||
+                 pr->api == P2PTRACE_API_cudaMemPoolSetAccess;
+    if (grant && pr->result == 0 && pr->value != 0) f.enabled_ever = true;
     if (can && pr->result == 0) f.can_access = pr->value;
     if (enable) {
       if (pr->result == 0 || pr->result == 704) f.enabled_ever = true;

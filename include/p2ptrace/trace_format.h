@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.7 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.8 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -47,7 +47,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 7
+#define P2PTRACE_FORMAT_MINOR 8
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -217,9 +217,12 @@ typedef struct p2ptrace_peer_record {
   int8_t peer;
   uint8_t reserved0;
   int32_t result;
-  int32_t value;  /* canAccessPeer / attribute value / flags */
+  int32_t value;  /* canAccessPeer / attribute value / flags (for an access grant: CUmemAccess_flags) */
   int32_t attr;   /* cudaDeviceP2PAttr for GetP2PAttribute */
 } p2ptrace_peer_record;
+/* Added in minor 8: api cuMemSetAccess / cuMemPoolSetAccess (and cudaMemPoolSetAccess, minor 0),
+ * device = the device granted access, peer = the device owning the memory (-1 when the shim could
+ * not tell), value = the flags (0: access taken away). A granted pair's copies go direct. */
 
 /* The measured duration of a timed copy. */
 typedef struct p2ptrace_timing_record {

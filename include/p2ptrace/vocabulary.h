@@ -83,6 +83,10 @@ enum p2ptrace_api {
   /* trace 1.7: copy nodes added with the generic node call (recorded like cudaGraphAddMemcpyNode's) */
   P2PTRACE_API_cudaGraphAddNode = 48,
   P2PTRACE_API_cuGraphAddNode = 49,
+  /* trace 1.8: access granted to mapped memory (VMM) and to a driver API pool (peer records: device
+     the device granted access, peer the memory's owner, -1 when the shim does not know it) */
+  P2PTRACE_API_cuMemSetAccess = 50,
+  P2PTRACE_API_cuMemPoolSetAccess = 51,
   P2PTRACE_API_COUNT_
 };
 

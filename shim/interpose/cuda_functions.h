@@ -10,6 +10,7 @@
 extern "C" {
 cudaError_t cudaMallocAsync_ptsz(void**, size_t, cudaStream_t);
 cudaError_t cudaFreeAsync_ptsz(void*, cudaStream_t);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void**, size_t, cudaMemPool_t, cudaStream_t);
 cudaError_t cudaStreamBeginCapture_ptsz(cudaStream_t, cudaStreamCaptureMode);
 cudaError_t cudaStreamEndCapture_ptsz(cudaStream_t, cudaGraph_t*);
 cudaError_t cudaMemcpy_ptds(void*, const void*, size_t, cudaMemcpyKind);
@@ -31,6 +32,12 @@ cudaError_t cudaGetDriverEntryPointByVersion_ptsz(const char*, void**, unsigned 
   X(cudaFree, (void* p), (p))                                                                              \
   X(cudaFreeAsync, (void* p, cudaStream_t s), (p, s))                                                      \
   X(cudaFreeAsync_ptsz, (void* p, cudaStream_t s), (p, s))                                                 \
+  X(cudaMallocFromPoolAsync, (void** p, size_t n, cudaMemPool_t pool, cudaStream_t s), (p, n, pool, s))    \
+  X(cudaMallocFromPoolAsync_ptsz, (void** p, size_t n, cudaMemPool_t pool, cudaStream_t s), (p, n, pool, s)) \
+  X(cudaMemPoolCreate, (cudaMemPool_t * pool, const cudaMemPoolProps* props), (pool, props))               \
+  X(cudaMemPoolDestroy, (cudaMemPool_t pool), (pool))                                                      \
+  X(cudaDeviceGetDefaultMemPool, (cudaMemPool_t * pool, int dev), (pool, dev))                             \
+  X(cudaDeviceGetMemPool, (cudaMemPool_t * pool, int dev), (pool, dev))                                    \
   X(cudaStreamCreate, (cudaStream_t* s), (s))                                                              \
   X(cudaStreamCreateWithFlags, (cudaStream_t* s, unsigned int f), (s, f))                                  \
   X(cudaStreamCreateWithPriority, (cudaStream_t* s, unsigned int f, int prio), (s, f, prio))               \

@@ -4,6 +4,7 @@
 // to the same runtime (node) as the intercepted call and are made only where they cannot fail
 // (so they cannot leave a sticky error behind); a query that switches the device switches it back.
 #include "shim/interpose/cuda_hooks.h"
+#include "shim/interpose/device_memory.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -54,7 +55,9 @@ struct NodeRuntime {
   Node node;
   operator const CudaRuntime&() const { return Runtime(node); }
 };
-constexpr uint8_t kPeerByApi = 1, kPeerByIpc = 2;
+// How a peer mapping came to be: cudaDeviceEnablePeerAccess/cuCtxEnablePeerAccess, an IPC handle
+// opened, access granted to mapped or pool memory (device_memory.h).
+constexpr uint8_t kPeerByApi = 1, kPeerByIpc = 2, kPeerByAccess = 4;
 
 // Peer mappings in force, per direction [from][to], as the wrapped calls changed them.
 std::atomic<uint8_t> g_peer[kMaxDev][kMaxDev];
@@ -645,6 +648,12 @@ void PeerMappingChanged(int from, int to, bool set) {
   if (ValidDevice(from) && ValidDevice(to) && from != to) ChangePeer(from, to, kPeerByApi, set);
 }
 
+void PeerAccessGranted(int accessor, int owner) {
+  if (ValidDevice(accessor) && ValidDevice(owner) && accessor != owner) ChangePeer(accessor, owner, kPeerByAccess, true);
+}
+
+int StreamDeviceOf(const CudaRuntime& rt, cudaStream_t s) { return StreamDevice(rt, s); }
+
 void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value, int attr) {
   WritePeer(api, device, peer, r, value, attr);
 }
@@ -755,6 +764,42 @@ cudaError_t cudaMallocAsync_ptsz(NodeRuntime rt, Real<decltype(&::cudaMallocAsyn
                                  size_t n, cudaStream_t s) {
   cudaError_t r = real(p, n, s);
   NoteAlloc(rt, r, p, n);
+  return r;
+}
+// Pools (device_memory.h): an allocation is its pool's device's memory.
+cudaError_t cudaMallocFromPoolAsync(NodeRuntime rt, Real<decltype(&::cudaMallocFromPoolAsync)> real, void** p,
+                                    size_t n, cudaMemPool_t pool, cudaStream_t s) {
+  cudaError_t r = real(p, n, pool, s);
+  if (p != nullptr) NoteDeviceMemory(rt, r, *p, n, PoolDevice(pool));
+  return r;
+}
+cudaError_t cudaMallocFromPoolAsync_ptsz(NodeRuntime rt, Real<decltype(&::cudaMallocFromPoolAsync_ptsz)> real,
+                                         void** p, size_t n, cudaMemPool_t pool, cudaStream_t s) {
+  cudaError_t r = real(p, n, pool, s);
+  if (p != nullptr) NoteDeviceMemory(rt, r, *p, n, PoolDevice(pool));
+  return r;
+}
+cudaError_t cudaMemPoolCreate(NodeRuntime rt, Real<decltype(&::cudaMemPoolCreate)> real, cudaMemPool_t* pool,
+                              const cudaMemPoolProps* props) {
+  cudaError_t r = real(pool, props);
+  if (pool != nullptr && props != nullptr && props->location.type == cudaMemLocationTypeDevice)
+    NotePool(rt, r, *pool, props->location.id);
+  return r;
+}
+cudaError_t cudaMemPoolDestroy(NodeRuntime, Real<decltype(&::cudaMemPoolDestroy)> real, cudaMemPool_t pool) {
+  ForgetPool(pool);
+  return real(pool);
+}
+cudaError_t cudaDeviceGetDefaultMemPool(NodeRuntime rt, Real<decltype(&::cudaDeviceGetDefaultMemPool)> real,
+                                        cudaMemPool_t* pool, int dev) {
+  cudaError_t r = real(pool, dev);
+  if (pool != nullptr) NotePool(rt, r, *pool, dev);
+  return r;
+}
+cudaError_t cudaDeviceGetMemPool(NodeRuntime rt, Real<decltype(&::cudaDeviceGetMemPool)> real, cudaMemPool_t* pool,
+                                 int dev) {
+  cudaError_t r = real(pool, dev);
+  if (pool != nullptr) NotePool(rt, r, *pool, dev);
   return r;
 }
 
@@ -1063,14 +1108,14 @@ cudaError_t cudaDeviceDisablePeerAccess(NodeRuntime rt, Real<decltype(&::cudaDev
   return r;
 }
 
-// Pools are stream-ordered memory; the access it grants is recorded, not modelled per pointer.
+// Access to a pool's memory granted device by device (device_memory.h): for the pair, not per pointer.
 cudaError_t cudaMemPoolSetAccess(NodeRuntime rt, Real<decltype(&::cudaMemPoolSetAccess)> real,
                                  cudaMemPool_t pool, const cudaMemAccessDesc* d, size_t n) {
   cudaError_t r = real(pool, d, n);
-  if (!Ready(rt, r) || d == nullptr) return r;
-  for (size_t i = 0; i < n; ++i)
-    if (d[i].location.type == cudaMemLocationTypeDevice)
-      WritePeer(P2PTRACE_API_cudaMemPoolSetAccess, -1, d[i].location.id, r, static_cast<int>(d[i].flags), 0);
+  int owner = PoolDevice(pool);
+  for (size_t i = 0; d != nullptr && i < n; ++i)
+    if (d[i].location.type == cudaMemLocationTypeDevice && d[i].location.id != owner)
+      NoteAccess(rt, P2PTRACE_API_cudaMemPoolSetAccess, owner, d[i].location.id, static_cast<int>(d[i].flags), r);
   return r;
 }
 

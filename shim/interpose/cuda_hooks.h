@@ -56,6 +56,11 @@ bool ReadyAfter(const CudaRuntime& rt, cudaError_t r);
 int AnsweredDevice(const CudaRuntime& rt);
 // A peer mapping from `from` to `to` appeared (set) or went away.
 void PeerMappingChanged(int from, int to, bool set);
+// `accessor` was granted access to memory of `owner` (device_memory.h): their copies go direct.
+void PeerAccessGranted(int accessor, int owner);
+// The device a stream's work runs on, when the shim knows the stream (its current device for the
+// default streams); -1 otherwise.
+int StreamDeviceOf(const CudaRuntime& rt, cudaStream_t s);
 void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value, int attr);
 // A copy added to `graph` as a node through any API (the call returned r): recorded with the
 // graph's id when it is between two devices, as a captured copy (graphs.h).

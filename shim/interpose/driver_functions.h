@@ -17,11 +17,32 @@
 #undef cuGraphExecUpdate
 #undef cuGraphLaunch
 #undef cuGraphAddNode
+#undef cuMemAllocAsync
+#undef cuMemAllocFromPoolAsync
+#undef cuMemFreeAsync
 
 #define P2PTRACE_DRIVER_FUNCTIONS(X)                                                                          \
   /* bookkeeping: which device owns a pointer */                                                             \
   X(cuMemAlloc_v2, (CUdeviceptr * p, size_t n), (p, n))                                                      \
   X(cuMemFree_v2, (CUdeviceptr p), (p))                                                                      \
+  /* memory the program maps (VMM) or takes from pools, and access granted to it (device_memory.h) */        \
+  X(cuMemCreate, (CUmemGenericAllocationHandle * h, size_t n, const CUmemAllocationProp* prop, unsigned long long f), \
+    (h, n, prop, f))                                                                                         \
+  X(cuMemMap, (CUdeviceptr p, size_t n, size_t offset, CUmemGenericAllocationHandle h, unsigned long long f), \
+    (p, n, offset, h, f))                                                                                    \
+  X(cuMemUnmap, (CUdeviceptr p, size_t n), (p, n))                                                           \
+  X(cuMemSetAccess, (CUdeviceptr p, size_t n, const CUmemAccessDesc* d, size_t count), (p, n, d, count))     \
+  X(cuMemAllocAsync, (CUdeviceptr * p, size_t n, CUstream s), (p, n, s))                                     \
+  X(cuMemAllocAsync_ptsz, (CUdeviceptr * p, size_t n, CUstream s), (p, n, s))                                \
+  X(cuMemAllocFromPoolAsync, (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s), (p, n, pool, s))    \
+  X(cuMemAllocFromPoolAsync_ptsz, (CUdeviceptr * p, size_t n, CUmemoryPool pool, CUstream s), (p, n, pool, s)) \
+  X(cuMemFreeAsync, (CUdeviceptr p, CUstream s), (p, s))                                                     \
+  X(cuMemFreeAsync_ptsz, (CUdeviceptr p, CUstream s), (p, s))                                                \
+  X(cuMemPoolCreate, (CUmemoryPool * pool, const CUmemPoolProps* props), (pool, props))                      \
+  X(cuMemPoolDestroy, (CUmemoryPool pool), (pool))                                                           \
+  X(cuDeviceGetDefaultMemPool, (CUmemoryPool * pool, CUdevice dev), (pool, dev))                             \
+  X(cuDeviceGetMemPool, (CUmemoryPool * pool, CUdevice dev), (pool, dev))                                    \
+  X(cuMemPoolSetAccess, (CUmemoryPool pool, const CUmemAccessDesc* d, size_t count), (pool, d, count))       \
   /* peer capability and access */                                                                           \
   X(cuDeviceCanAccessPeer, (int* can, CUdevice dev, CUdevice peer), (can, dev, peer))                        \
   X(cuDeviceGetP2PAttribute, (int* v, CUdevice_P2PAttribute a, CUdevice src, CUdevice dst), (v, a, src, dst)) \

@@ -16,6 +16,7 @@
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/cuda_hooks.h"
+#include "shim/interpose/device_memory.h"
 #include "shim/interpose/driver_functions.h"
 #include "shim/interpose/memory_map.h"
 #include "shim/interpose/resolve.h"
@@ -86,11 +87,13 @@ namespace driver_hooks {
 // ================================================================================================
 // Bookkeeping: driver allocations enter the shim's pointer map as the runtime's do.
 
+// A process that allocates device memory uses CUDA: its trace opens (CuPy, whose statically linked
+// runtime reaches the driver through the shim's cuGetProcAddress, allocates this way).
 CUresult cuMemAlloc_v2(CUresult (*real)(CUdeviceptr*, size_t), CUdeviceptr* p, size_t n) {
   CUresult r = real(p, n);
   if (r == CUDA_SUCCESS && p != nullptr && *p != 0) {
     int d = -1;
-    if (Driver().GetDevice(&d) == cudaSuccess) MemoryMap::Add(Ptr(*p), n, d);
+    NoteDeviceMemory(Driver(), cudaSuccess, Ptr(*p), n, Driver().GetDevice(&d) == cudaSuccess ? d : -1);
   }
   return r;
 }
@@ -98,6 +101,111 @@ CUresult cuMemAlloc_v2(CUresult (*real)(CUdeviceptr*, size_t), CUdeviceptr* p, s
 CUresult cuMemFree_v2(CUresult (*real)(CUdeviceptr), CUdeviceptr p) {
   MemoryMap::Remove(Ptr(p));
   return real(p);
+}
+
+// ================================================================================================
+// Memory the program maps or takes from pools (device_memory.h): its owner, and the peers granted it.
+
+// cuMemCreate makes physical memory, which is nobody's address yet: cuMemMap gives it one.
+CUresult cuMemCreate(CUresult (*real)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                                      unsigned long long),
+                     CUmemGenericAllocationHandle* h, size_t n, const CUmemAllocationProp* prop, unsigned long long f) {
+  CUresult r = real(h, n, prop, f);
+  if (r == CUDA_SUCCESS) NoteDeviceMemory(Driver(), cudaSuccess, nullptr, n, -1);  // the process uses CUDA
+  return r;
+}
+
+// The owner of a mapped handle: its allocation properties (a handle the call just mapped: the query
+// cannot fail, and the driver keeps no last error).
+CUresult cuMemMap(CUresult (*real)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long),
+                  CUdeviceptr p, size_t n, size_t offset, CUmemGenericAllocationHandle h, unsigned long long f) {
+  CUresult r = real(p, n, offset, h, f);
+  if (r != CUDA_SUCCESS) return r;
+  using Props = CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
+  static const auto props = reinterpret_cast<Props>(ResolveReal("cuMemGetAllocationPropertiesFromHandle", Node::kDriver));
+  CUmemAllocationProp prop{};
+  int device = props != nullptr && props(&prop, h) == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                   ? prop.location.id
+                   : -1;
+  NoteDeviceMemory(Driver(), cudaSuccess, Ptr(p), n, device);
+  return r;
+}
+CUresult cuMemUnmap(CUresult (*real)(CUdeviceptr, size_t), CUdeviceptr p, size_t n) {
+  ForgetDeviceMemory(Ptr(p));
+  return real(p, n);
+}
+
+// Access granted to the owner's memory, device by device.
+void AccessGranted(uint8_t api, int owner, const CUmemAccessDesc* d, size_t count, CUresult r) {
+  for (size_t i = 0; d != nullptr && i < count; ++i)
+    if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && d[i].location.id != owner)
+      NoteAccess(Driver(), api, owner, d[i].location.id, static_cast<int>(d[i].flags), AsRuntime(r));
+}
+CUresult cuMemSetAccess(CUresult (*real)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t), CUdeviceptr p,
+                        size_t n, const CUmemAccessDesc* d, size_t count) {
+  CUresult r = real(p, n, d, count);
+  int owner = MemoryMap::Lookup(Ptr(p));
+  AccessGranted(P2PTRACE_API_cuMemSetAccess, owner >= 0 ? owner : -1, d, count, r);
+  return r;
+}
+
+// Stream-ordered allocations: from the stream's device's current pool, or the pool named.
+template <typename F, typename... A>
+CUresult AllocAsync(F real, CUdeviceptr* p, size_t n, int device, A... args) {
+  CUresult r = real(p, n, args...);
+  if (r == CUDA_SUCCESS && p != nullptr) NoteDeviceMemory(Driver(), cudaSuccess, Ptr(*p), n, device);
+  return r;
+}
+CUresult cuMemAllocAsync(CUresult (*real)(CUdeviceptr*, size_t, CUstream), CUdeviceptr* p, size_t n, CUstream s) {
+  return AllocAsync(real, p, n, StreamDeviceOf(Driver(), s), s);
+}
+CUresult cuMemAllocAsync_ptsz(CUresult (*real)(CUdeviceptr*, size_t, CUstream), CUdeviceptr* p, size_t n,
+                              CUstream s) {
+  return AllocAsync(real, p, n, StreamDeviceOf(Driver(), PerThread(s)), s);
+}
+CUresult cuMemAllocFromPoolAsync(CUresult (*real)(CUdeviceptr*, size_t, CUmemoryPool, CUstream), CUdeviceptr* p,
+                                 size_t n, CUmemoryPool pool, CUstream s) {
+  return AllocAsync(real, p, n, PoolDevice(pool), pool, s);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUresult (*real)(CUdeviceptr*, size_t, CUmemoryPool, CUstream),
+                                      CUdeviceptr* p, size_t n, CUmemoryPool pool, CUstream s) {
+  return AllocAsync(real, p, n, PoolDevice(pool), pool, s);
+}
+CUresult cuMemFreeAsync(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr p, CUstream s) {
+  ForgetDeviceMemory(Ptr(p));
+  return real(p, s);
+}
+CUresult cuMemFreeAsync_ptsz(CUresult (*real)(CUdeviceptr, CUstream), CUdeviceptr p, CUstream s) {
+  ForgetDeviceMemory(Ptr(p));
+  return real(p, s);
+}
+
+CUresult cuMemPoolCreate(CUresult (*real)(CUmemoryPool*, const CUmemPoolProps*), CUmemoryPool* pool,
+                         const CUmemPoolProps* props) {
+  CUresult r = real(pool, props);
+  if (r == CUDA_SUCCESS && pool != nullptr && props != nullptr && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+    NotePool(Driver(), cudaSuccess, *pool, props->location.id);
+  return r;
+}
+CUresult cuMemPoolDestroy(CUresult (*real)(CUmemoryPool), CUmemoryPool pool) {
+  ForgetPool(pool);
+  return real(pool);
+}
+CUresult cuDeviceGetDefaultMemPool(CUresult (*real)(CUmemoryPool*, CUdevice), CUmemoryPool* pool, CUdevice dev) {
+  CUresult r = real(pool, dev);
+  if (r == CUDA_SUCCESS && pool != nullptr) NotePool(Driver(), cudaSuccess, *pool, dev);
+  return r;
+}
+CUresult cuDeviceGetMemPool(CUresult (*real)(CUmemoryPool*, CUdevice), CUmemoryPool* pool, CUdevice dev) {
+  CUresult r = real(pool, dev);
+  if (r == CUDA_SUCCESS && pool != nullptr) NotePool(Driver(), cudaSuccess, *pool, dev);
+  return r;
+}
+CUresult cuMemPoolSetAccess(CUresult (*real)(CUmemoryPool, const CUmemAccessDesc*, size_t), CUmemoryPool pool,
+                            const CUmemAccessDesc* d, size_t count) {
+  CUresult r = real(pool, d, count);
+  AccessGranted(P2PTRACE_API_cuMemPoolSetAccess, PoolDevice(pool), d, count, r);
+  return r;
 }
 
 // ================================================================================================

@@ -35,7 +35,7 @@ const std::string kShim = std::string(P2PTRACE_LIB_DIR) + "/libp2ptrace.so";
 
 enum class Mode { kBare, kRun, kPreloadOnly };
 
-RunResult Job(const std::string& dir, Mode mode, const char* arg = nullptr) {
+RunResult Job(const std::string& dir, Mode mode, const char* arg = nullptr, const char* program = DRIVER_WORKLOAD) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   Env env{{"P2PTRACE_SAMPLE", std::nullopt}, {"P2PTRACE_DIR", std::nullopt}, {"CUDA_VISIBLE_DEVICES", std::nullopt},
@@ -47,7 +47,7 @@ RunResult Job(const std::string& dir, Mode mode, const char* arg = nullptr) {
     env["LD_PRELOAD"] = kShim;
     env["P2PTRACE_DIR"] = dir + "/trace";
   }
-  for (const char* a : {P2PSIM, "launch", "--topology", kMixed.c_str(), "--hosts", "node0:1", "--", DRIVER_WORKLOAD})
+  for (const char* a : {P2PSIM, "launch", "--topology", kMixed.c_str(), "--hosts", "node0:1", "--", program})
     cmd.push_back(a);
   if (arg != nullptr) cmd.push_back(arg);
   return RunProgram(cmd, env);
@@ -460,6 +460,69 @@ TEST(DriverStub, ErrorsPassThroughExactly) {
   RunResult traced = RunProgram({DRIVER_WORKLOAD, "errors"}, env);
   EXPECT_EQ(traced.exit_code, 0) << traced.err;
   EXPECT_EQ(traced.out, bare.out);
+}
+
+// Memory as JAX/XLA 0.11+ and PyTorch's expandable segments and cudaMallocAsync backend make it
+// (vmm_workload.c, issue 24): the virtual memory API and pools, every driver call through dlsym on
+// an RTLD_LOCAL libcuda, no context peer access. The grants (cuMemSetAccess, cuMemPoolSetAccess)
+// open their pairs; what nothing grants goes through the host.
+class Vmm : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = TempDir() + "/vmm";
+    bare_ = Job(dir_ + "/bare", Mode::kBare, nullptr, VMM_WORKLOAD);
+    run_ = Job(dir_ + "/run", Mode::kRun, nullptr, VMM_WORKLOAD);
+    one_bare_ = Job(dir_ + "/one-bare", Mode::kBare, "onegpu", VMM_WORKLOAD);
+    one_run_ = Job(dir_ + "/one-run", Mode::kRun, "onegpu", VMM_WORKLOAD);
+    alloc_run_ = Job(dir_ + "/alloc-run", Mode::kRun, "alloc", VMM_WORKLOAD);
+  }
+  static inline std::string dir_;
+  static inline RunResult bare_, run_, one_bare_, one_run_, alloc_run_;
+};
+
+TEST_F(Vmm, RunsAndPrintsTheSameBareAndTraced) {
+  ExpectSameBareAndTraced(bare_, run_);
+  ExpectSameBareAndTraced(one_bare_, one_run_);
+}
+
+TEST_F(Vmm, EveryPairHasItsCallsAndTheClassItsGrantsGive) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::vector<std::string> want = {"0->1/0 1 " + std::to_string(256 * KiB) + " 0",   // granted both ways
+                                   "0->2/1 1 " + std::to_string(64 * KiB) + " 0",    // nothing granted
+                                   "1->0/0 1 " + std::to_string(128 * KiB) + " 0",
+                                   "1->2/0 1 " + std::to_string(32 * KiB) + " 0"};   // GPU 1's pool granted to 2
+  EXPECT_EQ(CounterCells(t), want);
+  uint32_t want_flags = P2PTRACE_CAPTURE_DRIVER | P2PTRACE_CAPTURE_DRIVER_DLSYM;
+  EXPECT_EQ(t.header.capture_flags & want_flags, want_flags) << std::hex << t.header.capture_flags;
+  std::vector<std::string> grants;
+  for (const auto& r : t.records)
+    if (const auto* p = std::get_if<p2ptrace_peer_record>(&r.body))
+      grants.push_back(std::string(p2ptrace::ApiName(p->api)) + " " + std::to_string(p->device) + "->" +
+                       std::to_string(p->peer) + " r" + std::to_string(p->result) + " v" + std::to_string(p->value));
+  EXPECT_EQ(grants, (std::vector<std::string>{"cuMemSetAccess 1->0 r0 v3", "cuMemSetAccess 0->1 r0 v3",
+                                               "cuMemPoolSetAccess 2->1 r0 v3"}));
+  json rep = ReportJson(dir_ + "/run/trace");
+  std::map<std::string, std::string> transport;
+  for (const json& p : rep["pairs"]) transport[p["src"]["gpu"].dump() + "->" + p["dst"]["gpu"].dump()] = p["transport"];
+  EXPECT_EQ(transport, (std::map<std::string, std::string>{
+                           {"0->1", "nvlink"}, {"1->0", "nvlink"}, {"0->2", "host_staged"}, {"1->2", "pcie_p2p"}}));
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir_ + "/run/trace"}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("CUDA driver via dlsym (LD_AUDIT)"), std::string::npos) << text.out;
+}
+
+// One GPU and no peer traffic (JAX on one GPU): traced, its header written, and said so, never
+// "untraced".
+TEST_F(Vmm, OneGpuIsTracedWithNoPair) {
+  EXPECT_EQ(one_run_.err.find("untraced"), std::string::npos) << one_run_.err;
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/one-run/trace");
+  EXPECT_TRUE(t.header.capture_flags & P2PTRACE_CAPTURE_DRIVER_DLSYM) << std::hex << t.header.capture_flags;
+  EXPECT_GT(t.header.device_count, 0);
+  EXPECT_TRUE(CounterCells(t).empty());
+  EXPECT_NE(one_run_.out.find("no GPU pair exchanged data"), std::string::npos) << one_run_.out;
+  // cuMemAlloc alone (CuPy's static runtime through the driver, seen on the H200): traced too.
+  EXPECT_EQ(alloc_run_.exit_code, 0) << alloc_run_.err;
+  EXPECT_EQ(alloc_run_.err.find("untraced"), std::string::npos) << alloc_run_.err;
+  EXPECT_TRUE(OnlyTrace(dir_ + "/alloc-run/trace").header.capture_flags & P2PTRACE_CAPTURE_DRIVER_DLSYM);
 }
 
 }  // namespace

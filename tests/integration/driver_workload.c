@@ -109,6 +109,28 @@ static int Errors(void) {
   printf("cuMemcpyDtoDAsync %d\n", (int)cuMemcpyDtoDAsync(0x1000, 0x2000, 64, NULL));
   printf("cuMemcpy3DPeer %d\n", (int)cuMemcpy3DPeer(NULL));
   printf("cuMemcpy3DPeerAsync %d\n", (int)cuMemcpy3DPeerAsync(NULL, NULL));
+  /* Memory the program maps or takes from pools: out-parameters must stay as the driver left them. */
+  CUmemGenericAllocationHandle h = 7;
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  printf("cuMemCreate %d %llu\n", (int)cuMemCreate(&h, 2 << 20, &prop, 0), (unsigned long long)h);
+  printf("cuMemMap %d\n", (int)cuMemMap(0x200000, 2 << 20, 0, h, 0));
+  printf("cuMemUnmap %d\n", (int)cuMemUnmap(0x200000, 2 << 20));
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof access);
+  printf("cuMemSetAccess %d\n", (int)cuMemSetAccess(0x200000, 2 << 20, &access, 1));
+  CUdeviceptr a = 9;
+  printf("cuMemAllocAsync %d %llu\n", (int)cuMemAllocAsync(&a, 4096, NULL), (unsigned long long)a);
+  CUmemoryPool pool = (CUmemoryPool)&p;
+  printf("cuMemAllocFromPoolAsync %d %llu\n", (int)cuMemAllocFromPoolAsync(&a, 4096, pool, NULL), (unsigned long long)a);
+  printf("cuMemFreeAsync %d\n", (int)cuMemFreeAsync(a, NULL));
+  CUmemPoolProps pool_props;
+  memset(&pool_props, 0, sizeof pool_props);
+  printf("cuMemPoolCreate %d %s\n", (int)cuMemPoolCreate(&pool, &pool_props), pool == (CUmemoryPool)&p ? "untouched" : "set");
+  printf("cuMemPoolDestroy %d\n", (int)cuMemPoolDestroy(NULL));
+  printf("cuDeviceGetDefaultMemPool %d\n", (int)cuDeviceGetDefaultMemPool(&pool, 0));
+  printf("cuDeviceGetMemPool %d\n", (int)cuDeviceGetMemPool(&pool, 0));
+  printf("cuMemPoolSetAccess %d\n", (int)cuMemPoolSetAccess(NULL, &access, 1));
   CUstream st = (CUstream)&p;
   printf("cuStreamCreate %d %s\n", (int)cuStreamCreate(&st, 0), st == (CUstream)&p ? "untouched" : "set");
   printf("cuStreamCreateWithPriority %d\n", (int)cuStreamCreateWithPriority(&st, 0, 0));
