@@ -25,5 +25,7 @@ inline bool IsDriverApi(int api) {
 }
 // "ncclAllReduce", "ncclCommInitRank", …; "unknown" for values it does not know.
 std::string_view NcclApiName(int api);
+// The NCCL calls that create a communicator (p2ptrace_nccl_api).
+inline bool IsNcclCommCreation(int api) { return api >= P2PTRACE_NCCL_CommInitRank && api <= P2PTRACE_NCCL_CommSplit; }
 
 }  // namespace p2ptrace

@@ -1,11 +1,11 @@
 #include "tools/report.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <cctype>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <tuple>
 #include <variant>
@@ -110,6 +110,12 @@ void DescribeCapture(ProcessInfo* p) {
   bool driver = (p->capture_flags & P2PTRACE_CAPTURE_DRIVER) != 0;
   if (runtimes.empty() && driver) {
     mode.push_back("no CUDA runtime call reached the shim; the CUDA driver API's did");
+  } else if (runtimes.empty() && !p->nccl_init_failed.empty()) {
+    // Not a static runtime: the job stopped at NCCL's init, before a copy or peer call (findings say why).
+    mode.push_back("no CUDA copy or peer call reached the shim before NCCL's init failed");
+    trust.push_back(fmt::format("NCCL's init failed ({}): the process stopped before any GPU pair exchanged data "
+                                "(the NCCL finding says why)",
+                                p->nccl_init_failed));
   } else if (runtimes.empty()) {
     mode.push_back("no CUDA runtime call reached the shim");
     // Static linking only when the program's ELF carries the static runtime (read where the report runs).
@@ -482,6 +488,9 @@ void ReportBuilder::EndTrace(const Trace& t) {
   p.job_id = std::string(h.job_id, strnlen(h.job_id, sizeof h.job_id));
   p.start_realtime_ns = h.start_realtime_ns;
   p.nccl_used = f.nccl_used;
+  for (const auto& [k, n] : f.nccl_failures)
+    if (p.nccl_init_failed.empty() && IsNcclCommCreation(k.first))
+      p.nccl_init_failed = fmt::format("{} returned {} ({})", NcclApiName(k.first), k.second, NcclResultName(k.second));
   for (const auto& [api, n] : f.graph_alterations) p.graph_alterations[std::string(ApiName(api))] += n;
   // A process that never exited ran at least to its last record.
   uint64_t last_ns = std::max(h.end_monotonic_ns, f.last_ns);

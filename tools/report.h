@@ -166,6 +166,9 @@ struct ProcessInfo {
   uint64_t start_realtime_ns = 0;  // wall clock at the shim's start
   double seconds = -1;             // how long it ran, as far as the trace says; -1 unknown
   bool nccl_used = false;  // the process created a communicator or called an NCCL operation
+  // Its first failed communicator creation, as "ncclCommInitRank returned 5 (ncclInvalidUsage)"; ""
+  // when none failed.
+  std::string nccl_init_failed;
   bool links_from_probe = false;  // its host's job-start probe named the links (NVML answered)
   // Calls that changed recorded graph nodes afterwards, by API name (TraceFold::graph_alterations).
   std::map<std::string, uint64_t> graph_alterations;

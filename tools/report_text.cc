@@ -220,7 +220,9 @@ std::string RenderText(const Report& rep, bool color) {
                      ranks.size() == 1 ? "" : "s", rep.processes.size(), rep.processes.size() == 1 ? "" : "es",
                      hosts.size(), hosts.size() == 1 ? "" : "s", NameList({hosts.begin(), hosts.end()}));
   std::vector<std::string> nccl = NcclVersionGroups(rep);
-  out += fmt::format("CUDA runtime {}, driver {}; NCCL {}\n", CudaVersionText(rt), CudaVersionText(drv),
+  // 0: no call the shim records succeeded through that API, so it never asked the version.
+  auto version = [](int v) { return v > 0 ? CudaVersionText(v) : std::string("not seen"); };
+  out += fmt::format("CUDA runtime {}, driver {}; NCCL {}\n", version(rt), version(drv),
                      nccl.empty() ? std::string(rep.nccl_logs ? "version not printed" : "not seen")
                                   : fmt::format("{}", fmt::join(nccl, ", ")));
   // Capture modes: processes that saw alike grouped, with what that means for trusting the answer.

@@ -33,8 +33,9 @@
 //   -r N      then destroy every communicator and create it again, N times, running the operations each time
 //   -m        buffers from ncclMemAlloc (NCCL's cuMem allocator), registered with ncclCommRegister on
 //             the communicator they are used with (user buffer registration), freed with ncclMemFree
+//   -D DEV    every rank on device DEV, as a launcher that gives two ranks one GPU (NCCL refuses it)
 // World rank of a GPU: (process × threads + thread) × GPUs + i; its device: LOCAL_RANK × threads ×
-// GPUs + thread × GPUs + i (nccl-tests' numbering).
+// GPUs + thread × GPUs + i (nccl-tests' numbering), or -D's.
 // Runs unchanged with the real NCCL on a GPU node and with the simulated one (tests/sim).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -80,7 +81,7 @@ int EnvInt(const char* name, int fallback) {
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr, "nccl_ring: %s\nusage: nccl_ring [-g N] [-t N] [-i rank|group|all] [-o LIST] [-b BYTES] "
-                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [ID_DIR] [COUNT]\n", why);
+                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [-D DEV] [ID_DIR] [COUNT]\n", why);
   std::exit(2);
 }
 
@@ -100,6 +101,7 @@ size_t ParseBytes(const char* s) {
 
 struct Options {
   int gpus = 1, threads = 1, iters = 1, recreate = 0;
+  int device = -1;  // -D: every rank's device
   std::string init;  // rank | group | all
   std::vector<std::string> ops{"allreduce", "broadcast", "allgather", "reducescatter", "sendrecv"};
   size_t min_bytes = 0, max_bytes = 0;
@@ -455,7 +457,7 @@ bool Worker(int thread, size_t count) {
   for (int i = 0; i < g_opt.gpus; ++i) {
     Gpu& g = gpus[i];
     g.rank = (g_opt.proc * g_opt.threads + thread) * g_opt.gpus + i;
-    g.dev = g_opt.local_rank * g_opt.threads * g_opt.gpus + thread * g_opt.gpus + i;
+    g.dev = g_opt.device >= 0 ? g_opt.device : g_opt.local_rank * g_opt.threads * g_opt.gpus + thread * g_opt.gpus + i;
     CUDA_OK(cudaSetDevice(g.dev));
     CUDA_OK(cudaStreamCreate(&g.stream));
     CUDA_OK(cudaEventCreate(&g.start));
@@ -522,7 +524,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 int main(int argc, char** argv) {
   int c;
-  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:m")) != -1) {
+  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:mD:")) != -1) {
     switch (c) {
       case 'g': g_opt.gpus = std::atoi(optarg); break;
       case 't': g_opt.threads = std::atoi(optarg); break;
@@ -535,6 +537,7 @@ int main(int argc, char** argv) {
       case 's': g_opt.split = true; break;
       case 'r': g_opt.recreate = std::atoi(optarg); break;
       case 'm': g_opt.mem_alloc = true; break;
+      case 'D': g_opt.device = std::atoi(optarg); break;
       default: Usage("unknown option");
     }
   }

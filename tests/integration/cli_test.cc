@@ -32,6 +32,7 @@ std::map<std::string, std::optional<std::string>> SimEnv() {
 // Where `p2ptrace run --json`'s report starts in stdout, after the program's own output: the line
 // that is only "{" (the report's nested objects are indented; its first key may change).
 size_t ReportStart(const std::string& out) {
+  if (out.rfind("{\n", 0) == 0) return 0;  // the program printed nothing
   size_t at = out.find("\n{\n");
   return at == std::string::npos ? at : at + 1;
 }
@@ -343,6 +344,42 @@ TEST(NcclReport, HostsSharingTheirFirstLabelDoNotMerge) {
                                                                         {"gpu01.b.example", "gpu01.b.example"},
                                                                         {"gpu01.b.example", "gpu01.a.example"}}))
       << j["pairs"].dump();
+}
+
+// Two ranks on one GPU (issue 24: torchrun's two ranks on one GPU): NCCL's init fails after the
+// process's first CUDA calls (cudaSetDevice, streams, events: none the shim records). The capture
+// line says so and names the failed call, never "a static runtime" or "ended before any CUDA call";
+// the finding is NCCL's duplicate-gpu with its WARN line; the job's status is its own.
+TEST(NcclReport, InitFailureIsSaidInTheCaptureLine) {
+  std::string dir = TempDir() + "/dup-gpu", rendezvous = TempDir() + "/dup-gpu-id";
+  std::filesystem::create_directories(rendezvous);
+  auto env = SimEnv();
+  env["NCCL_DEBUG"] = std::nullopt;
+  env["NCCL_DEBUG_FILE"] = std::nullopt;
+  env["P2PTRACE_NCCL_TAP"] = std::nullopt;
+  RunResult r = RunProgram({P2PTRACE_CLI, "run", "--dir", dir, "--json", "--", P2PSIM, "launch", "--topology",
+                            std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json", "--hosts", "node0:2", "--",
+                            NCCL_RING, "-D", "0", rendezvous},
+                           env);
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("ncclCommInitRank(&g.comm, g_opt.WorldSize(), id, g.rank) failed"), std::string::npos) << r.err;
+  size_t start = ReportStart(r.out);
+  ASSERT_NE(start, std::string::npos) << r.out << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out.substr(start));
+  ASSERT_EQ(j["ranks"].size(), 2u);
+  for (const auto& rank : j["ranks"]) {
+    std::string mode = rank["capture_mode"], trust = rank["trust"];
+    EXPECT_NE(mode.find("no CUDA copy or peer call reached the shim before NCCL's init failed"), std::string::npos) << mode;
+    EXPECT_NE(trust.find("ncclCommInitRank returned 5 (ncclInvalidUsage)"), std::string::npos) << trust;
+    EXPECT_EQ(trust.find("static"), std::string::npos) << trust;
+  }
+  bool duplicate = false;
+  for (const auto& f : j["findings"])
+    if (f.value("cause", "") == "duplicate-gpu" || f["id"] == "duplicate-gpu") duplicate = true;
+  EXPECT_TRUE(duplicate) << j["findings"].dump();
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir});
+  EXPECT_EQ(text.out.find("CUDA runtime ?"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("Duplicate GPU detected : rank"), std::string::npos) << text.out;
 }
 
 // NCCL's log files gone from the trace directory (not copied off the node, deleted): the report

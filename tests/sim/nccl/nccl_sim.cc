@@ -976,6 +976,14 @@ ncclResult_t InitFinish(Comm& c) {
     }
     std::memcpy(&c.ranks[r], m.data, sizeof(RankInfo));
   }
+  // init.cc (2.28, 2.29): two ranks of one host on one GPU. (2.30 on refuses it with another text
+  // unless NCCL_MULTI_RANK_GPU_ENABLE=1; not simulated: those releases let it pass here.)
+  if (VersionCode() < NCCL_VERSION(2, 30, 0))
+    for (const RankInfo& r : c.ranks)
+      if (r.rank != c.rank && r.host_hash == c.me.host_hash && r.bus_id == c.me.bus_id) {
+        WARN("Duplicate GPU detected : rank %d and rank %d both on CUDA device %lx", c.rank, r.rank, long(c.me.bus_id));
+        return ncclInvalidUsage;
+      }
   if (c.rank == 0) {
     for (int ch = 0; ch < c.nchannels; ++ch) {
       std::string line;
