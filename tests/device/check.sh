@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The real-GPU check (issue 4): for a machine with an NVIDIA GPU and driver, CMake, nvcc and a C++
-# compiler but no package registry. It builds what needs nothing else (-DP2PTRACE_SHIM_ONLY=ON:
-# core, libp2ptrace.so, examples, the copy benchmark), then runs each program bare and under the
-# shim against the real CUDA (and NCCL, when found) and compares what the program saw: exit codes,
-# its CUDA error lines, and every line of output that does not carry a measurement. It records
-# nvidia-smi's view of the node. Everything lands in $OUT (or ./device-results): summary.txt (the
-# verdicts, read first), log.txt, nvidia-smi.txt, topo.txt, bench.txt and traces.tar.gz (the
-# traces and NCCL logs, for `p2ptrace report`/`dump` on a machine that has the full CLI).
-# Exit 0 when every comparison held, 1 when one did not, 2 when the build failed. Under 5 minutes.
+# The real-GPU check: for a machine with an NVIDIA GPU and driver, CMake, nvcc and a C++ compiler but
+# no package registry. It builds what needs nothing else (-DP2PTRACE_SHIM_ONLY=ON: core,
+# libp2ptrace.so, the audit module, examples, the copy benchmark), then runs each program bare and
+# traced (LD_PRELOAD and LD_AUDIT, as `p2ptrace run` sets them) against the real CUDA (and NCCL, a
+# header and library that belong together) and compares what the program saw: exit codes, its CUDA
+# error lines, every line of output that carries no measurement, and that a traced program left a
+# trace. With the CLI (a wheel in dist/, made by scripts/build-wheel.py, installed into a venv here)
+# each traced run gets its report. Then what users ask first: a DDP training step bare vs traced
+# (8 alternated pairs: median ratio and each side's spread), JAX and CuPy programs bare vs traced.
+# Everything lands in $OUT (or ./device-results): summary.txt (the verdicts, read first), log.txt,
+# nvidia-smi.txt, topo.txt, bench.txt, ddp.txt, report-*.txt and traces.tar.gz.
+# Exit 0 when every comparison held, 1 when one did not, 2 when the build failed. Under 6 minutes.
 #
 #   tests/device/check.sh            # from the repository root
 #   OUT=/tmp/r tests/device/check.sh
@@ -37,22 +40,41 @@ say "p2ptrace device check, $(date -u +%FT%TZ), $(hostname), commit $(git -C "$R
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 say "GPUs: ${GPUS:-0} ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1))"
 
-# --- NCCL: the CUDA toolkit's, or a Python wheel's (nvidia-nccl-cu*) --------------------------------
+# --- NCCL: a header and a library that belong together, and which ----------------------------------
+# GPU images keep NCCL in the Python wheel (nvidia/nccl/{include,lib}); a header alone (a distro's
+# /usr/include/nccl.h with no libnccl) would compile against one release and run another.
+nccl_lib_dir() {  # the directory holding libnccl.so* next to ROOT/include/nccl.h, or nothing
+  local d
+  [ -e "$1/include/nccl.h" ] || return 1
+  for d in "$1/lib" "$1/lib64" "$1/lib/x86_64-linux-gnu" "$1/lib/aarch64-linux-gnu"; do
+    if ls "$d"/libnccl.so* >/dev/null 2>&1; then echo "$d"; return 0; fi
+  done
+  return 1
+}
 NCCL_ROOT=${NCCL_ROOT:-}
-if [ -z "$NCCL_ROOT" ]; then
-  for d in /usr/local/cuda /usr; do
-    if [ -e "$d/include/nccl.h" ]; then NCCL_ROOT=$d; break; fi
+NCCL_FROM="NCCL_ROOT"
+if [ -z "$NCCL_ROOT" ] && command -v python3 >/dev/null; then
+  for d in $(python3 -c 'import nvidia.nccl as m; print(*m.__path__)' 2>/dev/null); do
+    if nccl_lib_dir "$d" >/dev/null; then NCCL_ROOT=$d; NCCL_FROM="the Python wheel (nvidia-nccl)"; break; fi
   done
 fi
-if [ -z "$NCCL_ROOT" ] && command -v python3 >/dev/null; then
-  NCCL_ROOT=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(list(nvidia.nccl.__path__)[0] + "/x"))' 2>/dev/null || true)
+for d in /usr/local/cuda /usr; do
+  if [ -z "$NCCL_ROOT" ] && nccl_lib_dir "$d" >/dev/null; then NCCL_ROOT=$d; NCCL_FROM="$d"; fi
+done
+if [ -n "$NCCL_ROOT" ]; then
+  NCCL_LIB_DIR=$(nccl_lib_dir "$NCCL_ROOT")
+  NCCL_LIB=$(ls "$NCCL_LIB_DIR"/libnccl.so* | head -1)
+  NCCL_VERSION=$(grep -m3 -E '#define NCCL_(MAJOR|MINOR|PATCH) ' "$NCCL_ROOT/include/nccl.h" | awk '{printf "%s%s", sep, $3; sep="."}')
+  say "NCCL: $NCCL_VERSION from $NCCL_FROM: header $NCCL_ROOT/include/nccl.h, library $NCCL_LIB"
+else
+  say "NCCL: no header with its library (wheel nvidia-nccl, /usr/local/cuda, /usr): NCCL programs skipped"
 fi
-say "NCCL: ${NCCL_ROOT:-not found}"
 
 # --- build -----------------------------------------------------------------------------------------
 log "configure + build ($BUILD)"
 CMAKE_ARGS=(-S "$ROOT" -B "$BUILD" -DP2PTRACE_SHIM_ONLY=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-[ -n "$NCCL_ROOT" ] && CMAKE_ARGS+=(-DNCCL_ROOT="$NCCL_ROOT" -DNCCL_INCLUDE_DIR="$NCCL_ROOT/include")
+[ -n "$NCCL_ROOT" ] && CMAKE_ARGS+=(-DNCCL_ROOT="$NCCL_ROOT" -DNCCL_INCLUDE_DIR="$NCCL_ROOT/include"
+                                    -DP2PTRACE_NCCL_LIBRARY="$NCCL_LIB")
 command -v ninja >/dev/null && CMAKE_ARGS+=(-G Ninja)
 if ! cmake "${CMAKE_ARGS[@]}" >>"$LOG" 2>&1 || ! cmake --build "$BUILD" -j "$(nproc)" >>"$LOG" 2>&1; then
   say "FAIL build: see log.txt"
@@ -60,26 +82,50 @@ if ! cmake "${CMAKE_ARGS[@]}" >>"$LOG" 2>&1 || ! cmake --build "$BUILD" -j "$(np
   exit 2
 fi
 SHIM=$BUILD/lib/libp2ptrace.so
-say "built: $(ls "$BUILD/bin" "$BUILD/bench" 2>/dev/null | grep -v -e CMake -e cmake -e Test | tr '\n' ' ')"
-NCCL_LIB_DIR=$(dirname "$(grep -m1 '^P2PTRACE_NCCL_LIBRARY:' "$BUILD/CMakeCache.txt" | cut -d= -f2)")
+AUDIT=$BUILD/lib/libp2ptrace_audit.so
+say "built: $(ls "$BUILD/bin" "$BUILD/bench" "$BUILD/lib" 2>/dev/null | grep -v -e CMake -e cmake -e Test | tr '\n' ' ')"
 
-# What a run printed that carries no measurement: timings, bandwidths and pids vary run to run.
-stable() { grep -v -E '[0-9]+\.[0-9]+ *(GB/s|us|ms|s|ns)|ns/call|pid|^p2ptrace: (warning|all )' "$1" || true; }
+# --- the CLI, for the reports: the wheel in dist/ (made where the build tools are), unpacked -------
+CLI=${P2PTRACE_CLI:-}
+WHEEL=$(ls "$ROOT"/dist/p2ptrace-*.whl 2>/dev/null | tail -1)
+if [ -z "$CLI" ] && [ -n "$WHEEL" ] && python3 -m zipfile -e "$WHEEL" "$WORK/cli" >>"$LOG" 2>&1; then
+  CLI=$WORK/cli/p2ptrace/bin/p2ptrace  # its libraries by a relative RPATH, as the wheel installs them
+  chmod +x "$CLI"
+fi
+if [ -n "$CLI" ]; then say "CLI: $("$CLI" --version 2>&1) (${WHEEL:-P2PTRACE_CLI})"; else say "CLI: none (no dist/p2ptrace-*.whl): no reports"; fi
 
-# run NAME DIR CMD…: bare, then traced into DIR; compare exit codes and stable output.
+# What a run printed that carries no measurement: timings, bandwidths (with a unit, or a table row of
+# decimal numbers as peer_copy prints them) and pids vary run to run.
+stable() {
+  grep -v -E '[0-9]+\.[0-9]+ *(GB/s|us|ms|s|ns)\b|ns/call|pid|^p2ptrace: (warning|all )|([0-9]+\.[0-9]+[[:space:]]+){2,}|^ *GPU[0-9]+( +[0-9]+\.[0-9]+)+ *$' "$1" || true
+}
+
+RUN_LIMIT=${RUN_LIMIT:-120}  # seconds per program run: a hang is a failed run (exit 124), never a hung check
+
+# compare NAME DIR CMD…: bare, then traced into DIR (LD_PRELOAD and LD_AUDIT, as `p2ptrace run` sets
+# them); compares exit codes and stable output; a program that ran CUDA must leave a trace
+# (EXPECT_TRACE=0 where it cannot). The report of DIR goes to report-NAME.txt.
 compare() {
   local name=$1 dir=$2; shift 2
   log "$name bare: $*"
-  (cd "$WORK" && "$@") >"$WORK/$name.bare.out" 2>"$WORK/$name.bare.err"; local rb=$?
+  (cd "$WORK" && timeout "$RUN_LIMIT" "$@") >"$WORK/$name.bare.out" 2>"$WORK/$name.bare.err"; local rb=$?
   log "$name traced"
-  (cd "$WORK" && env LD_PRELOAD="$SHIM" P2PTRACE_DIR="$dir" "$@") >"$WORK/$name.shim.out" 2>"$WORK/$name.shim.err"; local rs=$?
+  (cd "$WORK" && timeout "$RUN_LIMIT" env LD_PRELOAD="$SHIM" LD_AUDIT="$AUDIT" P2PTRACE_DIR="$dir" "$@") \
+    >"$WORK/$name.shim.out" 2>"$WORK/$name.shim.err"; local rs=$?
   for f in bare.out bare.err shim.out shim.err; do { echo "--- $name.$f"; cat "$WORK/$name.$f"; } >>"$LOG"; done
   local same_out=0
   if ! diff <(stable "$WORK/$name.bare.out") <(stable "$WORK/$name.shim.out") >>"$LOG"; then same_out=1; fi
   if ! diff <(stable "$WORK/$name.bare.err") <(stable "$WORK/$name.shim.err") >>"$LOG"; then same_out=1; fi
   local traces; traces=$(ls "$dir" 2>/dev/null | grep -c '\.p2ptrace$')
-  [ "$rb" = "$rs" ] && [ $same_out = 0 ]
-  verdict "$name" $? "exit $rb bare / $rs traced, output $([ $same_out = 0 ] && echo same || echo DIFFERENT), $traces trace file(s)"
+  local missing=0
+  if [ "${EXPECT_TRACE:-1}" = 1 ] && [ "$traces" = 0 ]; then missing=1; fi
+  local report=""
+  if [ -n "$CLI" ] && [ "$traces" -gt 0 ]; then
+    NO_COLOR=1 "$CLI" report "$dir" >"$OUT/report-$name.txt" 2>&1
+    report="; report: $(grep -m1 -E 'capture|untraced' "$OUT/report-$name.txt" | sed 's/^ *//' | cut -c1-200)"
+  fi
+  [ "$rb" = "$rs" ] && [ $same_out = 0 ] && [ $missing = 0 ]
+  verdict "$name" $? "exit $rb bare / $rs traced, output $([ $same_out = 0 ] && echo same || echo DIFFERENT), $traces trace file(s)$([ $missing = 0 ] || echo ' (NONE, though it ran CUDA)')$report"
 }
 
 TRACES=$WORK/traces
@@ -105,7 +151,7 @@ say "bench: $(grep -c ns/call "$OUT/bench.txt") measurements in bench.txt"
 # 3. The real runtime's answers with and without the shim: error codes of a call script (the same
 #    program the simulated-node tests use is not built here, so peer_copy's error path stands in):
 #    an invalid device through CUDA_VISIBLE_DEVICES must fail the same way.
-compare peer_copy_no_device "$TRACES/no_device" env CUDA_VISIBLE_DEVICES=-1 "$BUILD/bin/peer_copy" --iters 1
+EXPECT_TRACE=0 compare peer_copy_no_device "$TRACES/no_device" env CUDA_VISIBLE_DEVICES=-1 "$BUILD/bin/peer_copy" --iters 1
 
 # 4. NCCL: a one-rank nccl_ring job (all collectives and a self send/recv on the real NCCL).
 if [ -x "$BUILD/bin/nccl_ring" ]; then
@@ -127,10 +173,13 @@ if torch.cuda.device_count() > 1:
 os.environ.setdefault("MASTER_ADDR", "127.0.0.1"); os.environ.setdefault("MASTER_PORT", "29517")
 dist.init_process_group("nccl", rank=0, world_size=1)
 x = torch.ones(1 << 20, device="cuda"); dist.all_reduce(x); torch.cuda.synchronize()
-print("allreduce", float(x[0]))
+print("allreduce", int(x[0]))
 dist.destroy_process_group()
 EOF
   compare torch "$TRACES/torch" python3 "$WORK/torch_check.py"
+  # PyTorch's expandable segments: its memory from the virtual memory API (cuMemCreate, cuMemMap).
+  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True MASTER_PORT=29518 \
+    compare torch_expandable "$TRACES/torch_expandable" python3 "$WORK/torch_check.py"
 else
   say "SKIP torch: not importable with CUDA"
 fi
@@ -167,10 +216,117 @@ int main(void) {
 EOF
 if cc -I"$CUDA_HOME/include" "$WORK/proc_address.c" -o "$WORK/proc_address" -L"$CUDA_HOME/lib64/stubs" -lcuda -ldl >>"$LOG" 2>&1; then
   "$WORK/proc_address" >"$OUT/proc_address.txt" 2>&1
-  say "driver: $(tail -1 "$OUT/proc_address.txt")"
+  grep -q 'address for \([0-9]*\) of \1$' "$OUT/proc_address.txt"
+  verdict driver-entry-points $? "$(tail -1 "$OUT/proc_address.txt") (the shim hands out its wrappers only where they are equal)"
 else
   say "SKIP driver entry points: could not build proc_address.c (log.txt)"
 fi
+# 7. JAX (when importable with a GPU): XLA reaches libcuda through dlsym on its own handle and maps
+#    its memory with the virtual memory API; traced, it must leave a trace that says so.
+if python3 -c 'import jax; assert jax.devices()[0].platform == "gpu"' >/dev/null 2>&1; then
+  cat >"$WORK/jax_check.py" <<'EOF'
+import jax, jax.numpy as jnp
+x = jnp.arange(1 << 20, dtype=jnp.float32)
+print("devices", len(jax.devices()), jax.devices()[0].platform)
+print("sum", int(jax.jit(lambda a: (a * 2).sum())(x)))
+y = jax.device_put(x, jax.devices()[-1])
+print("round trip", bool((jax.device_get(y) == jax.device_get(x)).all()))
+EOF
+  compare jax "$TRACES/jax" python3 "$WORK/jax_check.py"
+else
+  say "SKIP jax: not importable with a GPU"
+fi
+
+# 8. CuPy (when importable): copies, a reduction, and a CUDA error text as CuPy shows it.
+if python3 -c 'import cupy; cupy.zeros(1)' >/dev/null 2>&1; then
+  cat >"$WORK/cupy_check.py" <<'EOF'
+import cupy as cp
+a = cp.arange(1 << 20, dtype=cp.float32)
+b = a.copy()
+print("equal", bool((a == b).all()), "sum", int(a.sum()))
+try:
+    cp.cuda.runtime.deviceEnablePeerAccess(cp.cuda.runtime.getDeviceCount() + 3)
+except cp.cuda.runtime.CUDARuntimeError as e:
+    print("error", e)
+EOF
+  compare cupy "$TRACES/cupy" python3 "$WORK/cupy_check.py"
+else
+  say "SKIP cupy: not importable"
+fi
+
+# 9. A DDP training step (torchrun, NCCL; 8 x Linear 4096 in bf16), bare vs traced (and, with
+#    DDP_SIDES, traced with P2PTRACE_SAMPLE=off: what timing costs), in 8 alternated rounds: each run's
+#    median step time; per side the median and the spread (max-min over the median), and the median
+#    of each round's traced/bare ratio (a round's runs share the machine's state of the moment).
+if python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+  cat >"$WORK/ddp_step.py" <<'EOF'
+import os, statistics, time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(8)]).cuda().to(torch.bfloat16)
+ddp = DDP(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=1e-4)
+x = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16)
+def step():
+    loss = ddp(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+for _ in range(5):
+    step()
+torch.cuda.synchronize()
+times = []
+for _ in range(40):
+    t = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    times.append(time.perf_counter() - t)
+print("step_ms %.4f" % (1e3 * statistics.median(times)))
+dist.destroy_process_group()
+EOF
+  : >"$OUT/ddp.txt"
+  # DDP_SIDES="bare traced untimed" adds the runs without timing events (a third more time).
+  for i in $(seq "${DDP_ROUNDS:-8}"); do
+    for side in ${DDP_SIDES:-bare traced}; do
+      case $side in
+        bare) run=(env) ;;
+        traced) run=(env LD_PRELOAD="$SHIM" LD_AUDIT="$AUDIT" P2PTRACE_DIR="$TRACES/ddp-$i") ;;
+        untimed) run=(env LD_PRELOAD="$SHIM" LD_AUDIT="$AUDIT" P2PTRACE_DIR="$TRACES/ddp-untimed-$i" P2PTRACE_SAMPLE=off) ;;
+      esac
+      (cd "$WORK" && timeout "$RUN_LIMIT" "${run[@]}" python3 -m torch.distributed.run --standalone --nproc-per-node 1 \
+        "$WORK/ddp_step.py") >"$WORK/ddp.out" 2>>"$LOG"
+      echo "$i $side $(grep -m1 -o 'step_ms [0-9.]*' "$WORK/ddp.out" | cut -d' ' -f2)" >>"$OUT/ddp.txt"
+    done
+  done
+  cat >"$WORK/ddp_summary.py" <<'EOF'
+import collections, statistics, sys
+runs = collections.defaultdict(dict)
+for line in open(sys.argv[1]):
+    parts = line.split()
+    if len(parts) == 3:
+        runs[parts[0]][parts[1]] = float(parts[2])
+sides = [k for k in ("bare", "traced", "untimed") if any(k in r for r in runs.values())]
+v = {k: [r[k] for r in runs.values() if k in r] for k in sides}
+if "bare" not in sides or "traced" not in sides:
+    print("no step times (log.txt)")
+    sys.exit(1)
+out = []
+for k in sides:
+    m = statistics.median(v[k])
+    out.append("%s %.3f ms (%d runs, spread %.1f%%)" % (k, m, len(v[k]), 100 * (max(v[k]) - min(v[k])) / m))
+for k in sides[1:]:
+    ratios = [r[k] / r["bare"] for r in runs.values() if k in r and "bare" in r]
+    out.append("%s/bare per round: median %.3f (%.3f-%.3f)" % (k, statistics.median(ratios), min(ratios), max(ratios)))
+print("median step: " + ", ".join(out))
+EOF
+  ddp_line=$(python3 "$WORK/ddp_summary.py" "$OUT/ddp.txt")
+  verdict ddp $? "$ddp_line"
+  if [ -n "$CLI" ] && [ -d "$TRACES/ddp-1" ]; then NO_COLOR=1 "$CLI" report "$TRACES/ddp-1" >"$OUT/report-ddp.txt" 2>&1; fi
+else
+  say "SKIP ddp: torch not importable with CUDA"
+fi
+
 # --- what came back --------------------------------------------------------------------------------
 for d in "$TRACES"/*; do
   [ -d "$d" ] && say "traces $(basename "$d"): $(ls "$d" | tr '\n' ' ')"
