@@ -396,14 +396,13 @@ struct ReportBuilder::State {
   GpuRef Ref(const std::string& host, const std::string& bus, int cuda = -1) const {
     GpuRef g{host, bus, -1};
     g.cuda = cuda;
-    const std::string& h = host;
-    if (auto n = node_gpus.find(h); n != node_gpus.end())
+    if (auto n = node_gpus.find(host); n != node_gpus.end())
       if (auto it = n->second.find(bus); it != n->second.end()) {
         g.gpu = it->second.index;
         g.name = it->second.name;
         return g;
       }
-    if (auto v = all_visible.find(h); v != all_visible.end())
+    if (auto v = all_visible.find(host); v != all_visible.end())
       if (auto it = v->second.find(bus); it != v->second.end()) g.gpu = static_cast<int>(std::distance(v->second.begin(), it));
     return g;
   }
