@@ -1,4 +1,4 @@
-// What the node probes found (shim/probe.cc gathers it, in the traced process or in `p2ptrace
+// What the node probes found (probe/probe.cc gathers it, in the traced process or in `p2ptrace
 // doctor`), the pure parsers of the files they read, the step from probes to the predictor's facts
 // (core/predict.h), and the preflight block the shim writes into the trace for `report`.
 // Everything here is pure: no file is opened, so tests and fuzzers feed it text.

@@ -6,7 +6,7 @@
 // cudaDeviceCanAccessPeer; then SHM (same host, same /dev/shm, not disabled); else the network.
 //
 // Input is a plain struct of facts, each optional: `explain` fills it from `nvidia-smi topo -m` and
-// flags, the node probes (shim/probe, `doctor`) from sysfs/NVML/CUDA. What is unknown stays unknown;
+// flags, the node probes (probe/, in the shim and `doctor`) from sysfs/NVML/CUDA. What is unknown stays unknown;
 // the prediction then says what it assumed.
 #pragma once
 

@@ -22,7 +22,7 @@
 #include "shim/identity.h"
 #include "shim/interpose/cuda_hooks.h"
 #include "shim/nccl_log_tap.h"
-#include "shim/probe.h"
+#include "probe/probe.h"
 #include "shim/record/text_block.h"
 #include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
@@ -252,10 +252,10 @@ void Run(const CudaRuntime* rt, bool nccl_rules, const std::vector<int>* devices
   // An untraced process (its trace directory unusable, as the one warning said) stays silent: its
   // output is exactly the bare run's.
   if (c.disabled || !TraceWriter::Ready()) return;
-  ProbeOptions o;
+  probe::ProbeOptions o;
   o.sysroot = c.sysroot;
   o.nvml_timeout_ms = EnvInt("P2PTRACE_NVML_TIMEOUT_MS", 3000);
-  CudaQueries q;
+  probe::CudaQueries q;
   if (rt != nullptr && RuntimeAnswered(*rt)) {
     q.GetDeviceCount = reinterpret_cast<int (*)(int*)>(rt->GetDeviceCount);
     q.DeviceGetPCIBusId = reinterpret_cast<int (*)(char*, int, int)>(rt->DeviceGetPCIBusId);
@@ -263,7 +263,7 @@ void Run(const CudaRuntime* rt, bool nccl_rules, const std::vector<int>* devices
     q.GetP2PAttribute = reinterpret_cast<int (*)(int*, int, int, int)>(rt->GetP2PAttribute);
     o.cuda = &q;
   }
-  auto* probe = new NodeProbe(GatherNodeProbe(o));
+  auto* probe = new NodeProbe(p2ptrace::probe::GatherNodeProbe(o));
   if (nccl_rules) NoteNcclVersion(probe);
   Identity self;
   self.host = probe->hostname;

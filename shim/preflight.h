@@ -1,6 +1,6 @@
 // Job-start warnings (DESIGN.md §2): once per process, at the first CUDA peer call, the first
 // pair copy, the first allocation of a process that loaded NCCL, or NCCL's init, probe the node
-// (shim/probe.h), predict every GPU pair's path (core/predict.h) and print one line per pair that
+// (probe/probe.h), predict every GPU pair's path (core/predict.h) and print one line per pair that
 // falls back, or the all-good line, on stderr (P2PTRACE_WARN: node = once per node, rank = every
 // process, off). The probes, predictions and causes go into the trace as a text block.
 #pragma once

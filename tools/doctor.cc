@@ -13,7 +13,7 @@
 #include "core/node_probe.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
-#include "shim/probe.h"
+#include "probe/probe.h"
 #include "tools/json_text.h"
 #include "tools/output_file.h"
 #include "tools/prometheus.h"
@@ -25,7 +25,7 @@ using nlohmann::json;
 
 // libcudart through dlopen: doctor must run where no CUDA is installed. Only handed to the probe
 // once cudaGetDeviceCount answered, so nothing asks a runtime without a device.
-bool LoadCuda(shim::CudaQueries* q, std::string* why) {
+bool LoadCuda(probe::CudaQueries* q, std::string* why) {
   void* lib = nullptr;
   for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"})
     if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
@@ -67,14 +67,14 @@ json CauseJson(const CauseHit& c) {
 std::string PairName(const PairPrediction& p) { return fmt::format("GPU{}-GPU{}", p.a, p.b); }
 
 int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
-  shim::ProbeOptions po;
+  probe::ProbeOptions po;
   po.sysroot = o.sysroot;
   if (po.sysroot.empty())
     if (const char* s = std::getenv("P2PTRACE_SYSROOT")) po.sysroot = s;
-  shim::CudaQueries q;
+  probe::CudaQueries q;
   std::string cuda_why = "not asked (--no-cuda)";
   if (o.cuda && LoadCuda(&q, &cuda_why)) po.cuda = &q;
-  NodeProbe probe = shim::GatherNodeProbe(po);
+  NodeProbe probe = probe::GatherNodeProbe(po);
   if (po.cuda == nullptr)
     for (ProbeStep& s : probe.steps)
       if (s.name == "CUDA") s.detail = cuda_why;

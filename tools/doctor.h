@@ -1,4 +1,4 @@
-// `p2ptrace doctor [--json]` (DESIGN.md §7): probe this node now (shim/probe.h: sysfs, procfs, NVML
+// `p2ptrace doctor [--json]` (DESIGN.md §7): probe this node now (probe/probe.h: sysfs, procfs, NVML
 // and CUDA, loaded with dlopen), predict every GPU pair's path with its causes (core/predict.h) and
 // print the warnings a job would get at start. Honours P2PTRACE_SYSROOT. On a machine without an
 // NVIDIA driver or GPU it says so and what it checked.

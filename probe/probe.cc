@@ -1,4 +1,4 @@
-#include "shim/probe.h"
+#include "probe/probe.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -19,7 +19,7 @@
 
 extern char** environ;
 
-namespace p2ptrace::shim {
+namespace p2ptrace::probe {
 namespace {
 
 // At most this much of any file: sysfs and procfs files are small, and a hostile sysroot must not
@@ -675,4 +675,4 @@ NodeProbe GatherNodeProbe(const ProbeOptions& o) {
   return p;
 }
 
-}  // namespace p2ptrace::shim
+}  // namespace p2ptrace::probe

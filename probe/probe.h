@@ -1,6 +1,7 @@
-// The node probes (DESIGN.md §4): sysfs, procfs, NVML through dlopen and, when the caller hands
-// them over, CUDA's peer queries. Used inside the traced process (shim/preflight.cc) and by
-// `p2ptrace doctor`, so it depends on libc/libdl only. Every path is read under the sysroot
+// The node probes (DESIGN.md §3, §4): sysfs, procfs, NVML through dlopen and, when the caller hands
+// them over, CUDA's peer queries. A library of its own below the shim and the CLI, which both link it
+// (shim/preflight.cc inside the traced process, `p2ptrace doctor`), so it depends on core, libc and
+// libdl only. Every path is read under the sysroot
 // (P2PTRACE_SYSROOT, "" for /); each probe is bounded (files by size, NVML by a deadline on a
 // helper thread) and failure tolerant: what fails is recorded as a step, never thrown.
 #pragma once
@@ -9,7 +10,7 @@
 
 #include "core/node_probe.h"
 
-namespace p2ptrace::shim {
+namespace p2ptrace::probe {
 
 // CUDA runtime functions (cudaError_t as int), already known to work in this process: the shim
 // passes the real ones of a runtime that has answered the application; doctor, the ones it loaded.
@@ -33,4 +34,4 @@ NodeProbe GatherNodeProbe(const ProbeOptions& options);
 // TORCH_NCCL_*, launcher rank variables).
 bool AllowedEnvName(const std::string& name);
 
-}  // namespace p2ptrace::shim
+}  // namespace p2ptrace::probe
