@@ -42,10 +42,9 @@ bool WorseClass(int before, int after) {
 }
 
 // One GPU pair of one run, over all its entries (a pair can use several classes).
-struct PairAgg {
+struct PairAgg : Traffic {
   std::string label;
   std::map<int, uint64_t> weight;  // class -> bytes (cuda) or connections (nccl)
-  uint64_t timed_bytes = 0, timed_ns = 0;
   bool fallback = false;
   std::set<std::string> causes;
   double Gbps() const { return MeasuredGbps(timed_bytes, timed_ns); }
@@ -83,8 +82,7 @@ std::map<PairKey, PairAgg> Aggregate(const Report& r) {
                   ? fmt::format("{} {} -> {} ({})", e.src.host, GpuName(e.src), GpuName(e.dst), e.source)
                   : fmt::format("{} {} -> {} {} ({})", e.src.host, GpuName(e.src), e.dst.host, GpuName(e.dst), e.source);
     p.weight[e.transport] += e.source == "nccl" ? static_cast<uint64_t>(e.channels) : e.bytes;
-    p.timed_bytes += e.timed_bytes;
-    p.timed_ns += e.timed_ns;
+    p += e;
     p.fallback |= e.fallback;
     for (const Cause& c : e.causes) p.causes.insert(c.id);
   }
@@ -98,9 +96,7 @@ std::map<std::pair<std::string, int>, NcclOpSummary> AggregateOps(const Report& 
     NcclOpSummary& o = ops[{s.op, s.nranks}];
     o.op = s.op;
     o.nranks = s.nranks;
-    o.timed_bytes += s.timed_bytes;
-    o.timed_ns += s.timed_ns;
-    o.calls += s.calls;
+    o += s;
   }
   return ops;
 }

@@ -316,8 +316,8 @@ struct ReportBuilder::State {
     int channels = 0;
     bool from_log = false, from_trace = false;
   };
-  struct P2pOps {
-    uint64_t calls = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0, group_calls = 0, shared_calls = 0;
+  struct P2pOps : Traffic {
+    uint64_t group_calls = 0, shared_calls = 0;
   };
 
   Report rep;
@@ -663,12 +663,7 @@ void ReportBuilder::State::AddCudaPairs(const Trace& t, const TraceFold& fold) {
     if (e.calls == 0 && e.errors == 0) e.src = src, e.dst = dst;
     else if (e.src.cuda != a || e.dst.cuda != b) e.src.cuda = e.dst.cuda = -1;
     e.transport = transport;
-    e.calls += c.calls;
-    e.bytes += c.bytes;
-    e.errors += c.errors;
-    e.timed_calls += c.timed_calls;
-    e.timed_bytes += c.timed_bytes;
-    e.timed_ns += c.timed_ns;
+    e += Traffic{c.calls, c.bytes, c.errors, c.timed_calls, c.timed_bytes, c.timed_ns};
     if (auto r = replays.find(index); r != replays.end()) e.graph_calls += r->second.calls, e.graph_bytes += r->second.bytes;
     e.ranks.insert(h.rank);
     if (auto ai = fold.copy_apis.find({a, b, path_kind}); ai != fold.copy_apis.end())
@@ -715,24 +710,15 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
     // whose count is one rank's block (tools/nccl_bw.h).
     const int api = k.second;  // clang 14 cannot capture a structured binding
     auto size = [&](uint64_t count_bytes) { return static_cast<uint64_t>(NcclTestsSize(api, count_bytes, nranks)); };
-    s.calls += a.calls;
-    s.errors += a.errors;
-    s.bytes += size(a.bytes);
-    s.timed_calls += a.timed_calls;
+    s += Traffic{a.calls, size(a.bytes), a.errors, a.timed_calls, size(a.timed_bytes), a.timed_ns};
     s.group_timed_calls += a.group_calls;
     s.timings += a.timings;
-    s.timed_bytes += size(a.timed_bytes);
-    s.timed_ns += a.timed_ns;
     s.graph_calls += a.graph_calls;
     s.graph_bytes += size(a.graph_bytes);
   }
   for (const auto& [k, a] : f.sends) {
     P2pOps& p = sends[{host, t.header.pid, k.first, k.second}];
-    p.calls += a.calls;
-    p.bytes += a.bytes;
-    p.timed_calls += a.timed_calls;
-    p.timed_bytes += a.timed_bytes;
-    p.timed_ns += a.timed_ns;
+    p += Traffic{a.calls, a.bytes, 0, a.timed_calls, a.timed_bytes, a.timed_ns};
     p.group_calls += a.group_calls;
     p.shared_calls += a.shared_calls;
   }
@@ -812,11 +798,7 @@ void ReportBuilder::State::FinishNcclPairs() {
     auto e = by_ranks.find({c->second.first, c->second.second, peer});
     if (e == by_ranks.end()) continue;
     PairEntry& pe = *e->second.second;
-    pe.calls += p.calls;
-    pe.bytes += p.bytes;
-    pe.timed_calls += p.timed_calls;
-    pe.timed_bytes += p.timed_bytes;
-    pe.timed_ns += p.timed_ns;
+    pe += p;
     pe.group_timed_calls += p.group_calls;
     pe.shared_calls += p.shared_calls;
   }

@@ -45,7 +45,18 @@ struct Cause {
   std::string origin = "trace";
 };
 
-struct PairEntry {
+// Calls and bytes with their timed subset: what a pair's copies or sends, and an NCCL operation's
+// calls, add up to. One sum for all of them (operator+=), one measured rate (core/rate.h).
+struct Traffic {
+  uint64_t calls = 0, bytes = 0, errors = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+  Traffic& operator+=(const Traffic& o) {
+    calls += o.calls, bytes += o.bytes, errors += o.errors;
+    timed_calls += o.timed_calls, timed_bytes += o.timed_bytes, timed_ns += o.timed_ns;
+    return *this;
+  }
+};
+
+struct PairEntry : Traffic {
   GpuRef src, dst;
   std::string source = "cuda";             // "cuda": intercepted copies; "nccl": NCCL's own log lines
   std::set<std::string> nccl_transports;   // NCCL's text after "via", verbatim
@@ -61,7 +72,6 @@ struct PairEntry {
   // only "P2P").
   std::string link;
   bool fallback = false;
-  uint64_t calls = 0, bytes = 0, errors = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
   // How the timed calls were measured: an NCCL send timed inside ncclGroupStart … ncclGroupEnd has
   // its group's duration (the group sent to this peer alone); `shared_calls` were timed only in
   // groups that also sent to other peers, which gives no time of this pair's own.
@@ -99,12 +109,11 @@ struct PairEntry {
 // One NCCL operation kind of one communicator, over all its ranks, by nccl-tests' definitions
 // (tools/nccl_bw.h): `bytes` and `timed_bytes` are the calls' sizes S (the whole buffer of an
 // allgather, reducescatter or alltoall, not NCCL's count), algbw = S / time, busbw its factor.
-struct NcclOpSummary {
+struct NcclOpSummary : Traffic {
   std::string comm;  // FNV hash of the ncclUniqueId, shared by the communicator's ranks
   int nranks = 0;
   std::string op;    // "ncclAllReduce", …
   int api = 0;       // p2ptrace_nccl_api
-  uint64_t calls = 0, errors = 0, bytes = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
   uint64_t group_timed_calls = 0;  // of timed_calls: timed as their group (one duration for the group's calls of this kind)
   uint64_t timings = 0;            // durations measured: a group's calls of one kind share one
   uint64_t graph_calls = 0, graph_bytes = 0;  // of calls and bytes (S): CUDA graph replays
