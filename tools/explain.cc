@@ -9,8 +9,8 @@
 #include <tuple>
 
 #include "core/causes.h"
-#include "core/nccl_failures.h"
 #include "core/input_file.h"
+#include "core/nccl_failures.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
@@ -18,10 +18,15 @@
 #include "tools/json_text.h"
 #include "tools/traces.h"
 
+// The explanation's model (explain_text.cc and explain_json.cc render it): communicators, pairs,
+// NCCL's own reasons and failures, the topology's prediction compared with the logs.
 namespace p2ptrace::cli {
-namespace {
 
-using nlohmann::json;
+std::string SourceLine::Where() const { return fmt::format("{}:{}", file, line); }
+
+std::string GpuPairName(int a, int b) { return fmt::format("GPU{}-GPU{}", a, b); }
+
+namespace {
 
 // How bad a class is for a GPU pair, worst highest; classes that are not a pair's path rank lowest
 // so that they never hide a fallback.
@@ -45,25 +50,6 @@ int Badness(int transport_class) {
 std::string FixFor(std::string_view cause) {
   const CauseInfo* c = FindCause(cause);
   return c ? std::string(c->fix) : "";
-}
-
-std::string Channels(const std::set<int>& channels) {
-  std::string out;
-  for (auto it = channels.begin(); it != channels.end();) {
-    int first = *it, last = first;
-    for (++it; it != channels.end() && *it == last + 1; ++it) last = *it;
-    if (!out.empty()) out += ",";
-    out += first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last);
-  }
-  return out;
-}
-
-std::string Where(const SourceLine& s) { return fmt::format("{}:{}", s.file, s.line); }
-
-std::string Who(const NcclLogger& l) {
-  if (l.host.empty()) return "";
-  return l.cuda_dev >= 0 ? fmt::format("  ({} pid {}, cudaDev {})", l.host, l.pid, l.cuda_dev)
-                         : fmt::format("  ({} pid {})", l.host, l.pid);
 }
 
 // commId, or a split's key from its parent's (core/nccl_log.h comm_key); else ranks of one size (and
@@ -125,6 +111,14 @@ void AddPair(Communicator& g, const Connection& c) {
   ++it->lines;
 }
 
+bool SameKind(int observed, int predicted) {
+  auto direct = [](int c) {
+    return c == P2PTRACE_TRANSPORT_NVLINK || c == P2PTRACE_TRANSPORT_PCIE_P2P || c == P2PTRACE_TRANSPORT_P2P;
+  };
+  if (direct(observed) && direct(predicted)) return true;  // NCCL's log does not say NVLink or PCIe
+  return observed == predicted;
+}
+
 }  // namespace
 
 Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
@@ -137,7 +131,7 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     if (e.nccl_version.empty()) e.nccl_version = log.nccl_version;
     for (const VersionLine& v : log.version_lines) e.nccl_versions.insert(v.version);
     e.warnings += log.warnings.size();
-    for (const RankIdentity& r : log.ranks) GroupFor(e.communicators, GroupKey(r), f.path).ranks.push_back({f.path, r});
+    for (const RankIdentity& r : log.ranks) GroupFor(e.communicators, GroupKey(r), f.path).ranks.push_back({f.path, r, GroupKey(r)});
     for (const Connection& c : log.connections) {
       const RankIdentity* r = log.IdentityOf(c);  // exact even for a comm pointer reused after destroy
       if (c.attribution == Attribution::kAmbiguous) ++e.ambiguous;
@@ -186,141 +180,12 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     f.id = "nccl-refusal";
     f.severity = "warning";
     f.cause = CauseForNcclRefusal(r.kind);
-    f.evidence.push_back(fmt::format("{}: {}", Where(r), r.text));
+    f.evidence.push_back(fmt::format("{}: {}", r.Where(), r.text));
     f.fix = FixFor(f.cause);
     e.findings.push_back(std::move(f));
   }
   return e;
 }
-
-namespace {
-
-std::string Pair(int a, int b) { return fmt::format("GPU{}-GPU{}", a, b); }
-
-bool SameKind(int observed, int predicted) {
-  auto direct = [](int c) {
-    return c == P2PTRACE_TRANSPORT_NVLINK || c == P2PTRACE_TRANSPORT_PCIE_P2P || c == P2PTRACE_TRANSPORT_P2P;
-  };
-  if (direct(observed) && direct(predicted)) return true;  // NCCL's log does not say NVLink or PCIe
-  return observed == predicted;
-}
-
-std::string JoinCommas(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
-  return out;
-}
-
-std::string RenderTopoText(const TopoExplanation& t) {
-  const TopoMatrix& m = t.matrix;
-  std::string out = fmt::format("topology {}: {} GPU{}{}; legend {}{}\n", t.file, m.gpus.size(), m.gpus.size() == 1 ? "" : "s",
-                                m.nics.empty() ? "" : fmt::format(", {} NIC{}", m.nics.size(), m.nics.size() == 1 ? "" : "s"),
-                                m.legend == TopoLegend::kAbsent ? "absent" : m.legend == TopoLegend::kCut ? "cut" : "complete",
-                                m.truncated ? "; the paste is cut off (missing cells are blank)" : "");
-  std::vector<std::string> names;
-  for (int g : m.gpus) names.push_back(fmt::format("GPU{}", g));
-  for (size_t k = 0; k < m.nics.size(); ++k) names.push_back(m.nics[k]);
-  out += fmt::format("  {:<8}", "");
-  for (const auto& n : names) out += fmt::format("{:<8}", n);
-  out += "\n";
-  for (size_t r = 0; r < names.size(); ++r) {
-    out += fmt::format("  {:<8}", names[r]);
-    for (size_t c = 0; c < names.size(); ++c) out += fmt::format("{:<8}", m.cells[r][c].empty() ? "?" : m.cells[r][c]);
-    if (r < m.gpus.size() && !m.affinity[r].cpu.empty()) out += fmt::format(" cpus {}", m.affinity[r].cpu);
-    if (r < m.gpus.size() && !m.affinity[r].numa.empty()) out += fmt::format(" numa {}", m.affinity[r].numa);
-    out += "\n";
-  }
-  for (const auto& [nic, name] : m.nic_names) out += fmt::format("  {} = {}\n", nic, name);
-  for (const auto& n : m.notes) out += fmt::format("  note: {}\n", n);
-  if (t.p2p) out += fmt::format("NVML P2P status from {} (topo -p2p {})\n", t.p2p_file, t.p2p->p2p_mode.empty() ? "?" : t.p2p->p2p_mode);
-  if (!t.assumptions.empty()) {
-    out += "\nassumed (say otherwise with --nccl-version, --cpu-vendor, --gpus, --env):\n";
-    for (const auto& a : t.assumptions) out += fmt::format("  - {}\n", a);
-  }
-  out += fmt::format("\npredicted path per GPU pair (NCCL {}.{}.{} rules, {} GPU{} counted):\n", t.prediction.rules.major,
-                     t.prediction.rules.minor, t.prediction.rules.patch, t.prediction.gpu_count,
-                     t.prediction.gpu_count == 1 ? "" : "s");
-  size_t fallbacks = 0;
-  std::vector<std::string> causes;  // each explained once, after the pairs
-  for (const PairPrediction& p : t.prediction.pairs) {
-    fallbacks += p.fallback;
-    out += fmt::format("  {:<12} {:<5} {:<10}{}{}\n", Pair(p.a, p.b), p.link.empty() ? "?" : p.link,
-                       TransportName(p.transport), p.fallback ? fmt::format(" instead of {}", TransportName(p.best)) : "",
-                       p.init_error ? " (NCCL init fails)" : "");
-    for (const CauseHit& c : p.causes) {
-      if (c.role == "context" && !p.fallback) continue;
-      out += fmt::format("      [{}] {}: {}\n", c.id, c.role, JoinCommas(c.evidence));
-      if (c.role != "context" && std::find(causes.begin(), causes.end(), c.id) == causes.end()) causes.push_back(c.id);
-    }
-    if (!p.impact.empty()) out += fmt::format("      impact: {}\n", p.impact);
-    for (const Alternative& a : p.alternatives)
-      out += fmt::format("      depends: with {} it would be {}\n", a.assumption, TransportName(a.transport));
-  }
-  if (fallbacks == 0 && !t.prediction.pairs.empty())
-    out += fmt::format("  all {} GPU pairs can use NVLink/P2P\n", t.prediction.pairs.size());
-  if (!causes.empty()) out += "\ncauses:\n";
-  for (const std::string& id : causes)
-    if (const CauseInfo* info = FindCause(id)) {
-      out += fmt::format("  [{}] ({}) {}\n      fix: {}\n", id, SeverityName(info->severity), info->title, info->fix);
-      if (!info->confirm.empty()) out += fmt::format("      confirm: {}\n", info->confirm);
-    }
-  if (!t.comparisons.empty()) {
-    size_t agree = 0;
-    for (const Comparison& c : t.comparisons) agree += c.agrees;
-    out += fmt::format("\nNCCL's log against the prediction: {} of {} rank pairs agree\n", agree, t.comparisons.size());
-    for (const Comparison& c : t.comparisons)
-      if (!c.agrees)
-        out += fmt::format("  ranks {} -> {} ({}): NCCL used {}, predicted {}\n", c.src_rank, c.dst_rank, Pair(c.a, c.b),
-                           TransportName(c.observed), TransportName(c.predicted));
-  }
-  return out;
-}
-
-void AddTopoJson(const TopoExplanation& t, json& j) {
-  const TopoMatrix& m = t.matrix;
-  json topo;
-  topo["file"] = t.file;
-  topo["gpus"] = m.gpus;
-  topo["nics"] = json::array();
-  for (size_t k = 0; k < m.nics.size(); ++k) topo["nics"].push_back({{"column", m.nics[k]}, {"name", m.NicName(k)}});
-  topo["matrix"] = m.cells;
-  topo["affinity"] = json::array();
-  for (size_t r = 0; r < m.gpus.size(); ++r)
-    topo["affinity"].push_back({{"gpu", m.gpus[r]}, {"cpu", m.affinity[r].cpu}, {"numa", m.affinity[r].numa},
-                                {"gpu_numa", m.affinity[r].gpu_numa}});
-  topo["affinity_columns"] = m.affinity_columns;
-  topo["legend"] = m.legend == TopoLegend::kAbsent ? "absent" : m.legend == TopoLegend::kCut ? "cut" : "complete";
-  topo["truncated"] = m.truncated;
-  topo["notes"] = m.notes;
-  topo["annotations"] = m.annotations;
-  if (t.p2p) topo["p2p"] = {{"file", t.p2p_file}, {"mode", t.p2p->p2p_mode}, {"matrix", t.p2p->cells}};
-  j["topology"] = topo;
-  j["assumptions"] = t.assumptions;
-  j["nccl_rules"] = fmt::format("{}.{}.{}", t.prediction.rules.major, t.prediction.rules.minor, t.prediction.rules.patch);
-  j["predicted"] = json::array();
-  for (const PairPrediction& p : t.prediction.pairs) {
-    json causes = json::array();
-    for (const CauseHit& c : p.causes) {
-      const CauseInfo* info = FindCause(c.id);
-      causes.push_back({{"id", c.id}, {"role", c.role}, {"evidence", c.evidence},
-                        {"severity", info ? SeverityName(info->severity) : "info"},
-                        {"title", info ? info->title : ""}, {"fix", info ? info->fix : ""},
-                        {"confirm", info ? info->confirm : ""}});
-    }
-    json alts = json::array();
-    for (const Alternative& a : p.alternatives) alts.push_back({{"assumption", a.assumption}, {"class", TransportName(a.transport)}});
-    j["predicted"].push_back({{"a", p.a}, {"b", p.b}, {"link", p.link}, {"class", TransportName(p.transport)},
-                              {"best", TransportName(p.best)}, {"fallback", p.fallback}, {"init_error", p.init_error},
-                              {"p2p_level", p.level}, {"causes", causes}, {"impact", p.impact}, {"depends_on", alts}});
-  }
-  j["comparison"] = json::array();
-  for (const Comparison& c : t.comparisons)
-    j["comparison"].push_back({{"src_rank", c.src_rank}, {"dst_rank", c.dst_rank}, {"a", c.a}, {"b", c.b},
-                               {"observed", TransportName(c.observed)}, {"predicted", TransportName(c.predicted)},
-                               {"agrees", c.agrees}, {"communicator", c.communicator}});
-}
-
-}  // namespace
 
 void AddTopology(Explanation& e, TopoExplanation t) {
   t.prediction = Predict(t.facts);
@@ -369,7 +234,7 @@ void AddTopology(Explanation& e, TopoExplanation t) {
         it->second.severity = info ? std::string(SeverityName(info->severity)) : "info";
         it->second.fix = info ? std::string(info->fix) : "";
       }
-      it->second.pairs.push_back(Pair(p.a, p.b));
+      it->second.pairs.push_back(GpuPairName(p.a, p.b));
       for (const std::string& ev : c.evidence)
         if (std::find(it->second.evidence.begin(), it->second.evidence.end(), ev) == it->second.evidence.end() &&
             it->second.evidence.size() < 8)
@@ -379,7 +244,7 @@ void AddTopology(Explanation& e, TopoExplanation t) {
   Finding mismatch;
   for (const Comparison& c : t.comparisons)
     if (!c.agrees) {
-      mismatch.pairs.push_back(Pair(c.a, c.b));
+      mismatch.pairs.push_back(GpuPairName(c.a, c.b));
       mismatch.evidence.push_back(fmt::format("ranks {} -> {}: NCCL used {}, predicted {}", c.src_rank, c.dst_rank,
                                               TransportName(c.observed), TransportName(c.predicted)));
     }
@@ -392,150 +257,6 @@ void AddTopology(Explanation& e, TopoExplanation t) {
     e.findings.push_back(std::move(mismatch));
   }
   e.topo = std::move(t);
-}
-
-std::string RenderExplainText(const Explanation& e) {
-  if (e.nccl_lines == 0 && e.connections.empty() && e.topo) return RenderTopoText(*e.topo);
-  std::string out = fmt::format("p2ptrace explain: {} file{}, {} lines ({} from NCCL); NCCL {}\n", e.files.size(),
-                                e.files.size() == 1 ? "" : "s", e.lines, e.nccl_lines,
-                                e.nccl_version.empty() ? "version not printed" : e.nccl_version);
-  if (e.nccl_versions.size() > 1) {
-    std::string all;
-    for (const auto& v : e.nccl_versions) all += (all.empty() ? "" : ", ") + v;
-    out += fmt::format("  several NCCL versions printed: {}\n", all);
-  }
-  for (const Communicator& g : e.communicators) {
-    out += fmt::format("\n{}\n", g.label);
-    if (!g.ranks.empty()) {
-      out += fmt::format("  {:>5}  {:<20} {:>8}  {:>7}  {:>7}  {:<10} {}\n", "rank", "host", "pid", "cudaDev", "nvmlDev",
-                         "busId", "comm");
-      for (const ExplainRank& r : g.ranks) {
-        auto num = [](int v) { return v >= 0 ? fmt::format("{}", v) : std::string("-"); };
-        out += fmt::format("  {:>5}  {:<20} {:>8}  {:>7}  {:>7}  {:<10} {}\n", r.id.rank, r.id.host, r.id.pid,
-                           num(r.id.cuda_dev), num(r.id.nvml_dev), r.id.bus_id.empty() ? "-" : r.id.bus_id, r.id.comm);
-      }
-    }
-    if (g.pairs.empty()) {
-      out += g.connection_lines ? "  no rank pairs (CollNet lines only)\n"
-                                : "  no connection lines (NCCL >= 2.22 connects at the first collective that needs them)\n";
-      continue;
-    }
-    out += fmt::format("  {:>10}  {:<12} {:<10} {}\n", "src -> dst", "class", "channels", "NCCL transports");
-    for (const ExplainPair& p : g.pairs) {
-      std::string transports;
-      for (const auto& t : p.transports) transports += (transports.empty() ? "" : ", ") + t;
-      out += fmt::format("  {:>10}  {:<12} {:<10} {}\n", fmt::format("{} -> {}", p.src_rank, p.dst_rank),
-                         TransportName(p.transport_class), Channels(p.channels), transports);
-    }
-  }
-  bool any_p2p = std::any_of(e.communicators.begin(), e.communicators.end(), [](const Communicator& g) {
-    return std::any_of(g.pairs.begin(), g.pairs.end(),
-                       [](const ExplainPair& p) { return p.transport_class == P2PTRACE_TRANSPORT_P2P; });
-  });
-  if (any_p2p) out += "\n(p2p: NCCL's log does not say whether P2P runs over NVLink or PCIe)\n";
-  size_t anonymous = 0, noted = 0;
-  std::string a_note;
-  for (const ExplainConnection& ec : e.connections) {
-    anonymous += ec.c.logger.host.empty() && ec.c.logger.pid < 0;
-    if (!ec.c.note.empty() && noted++ == 0) a_note = ec.c.note;
-  }
-  if (anonymous)
-    out += fmt::format("\n{} connection line{} no host:pid:tid prefix (a paste): the ranks are as printed, but not which "
-                       "process printed {}; {} tied to a communicator only where the paste's own Init lines fit\n",
-                       anonymous, anonymous == 1 ? " has" : "s have", anonymous == 1 ? "it" : "them",
-                       anonymous == 1 ? "it is" : "they are");
-  if (noted)
-    out += fmt::format("\n{} connection line{} text after the transport that NCCL does not print (e.g. `{}`): left out "
-                       "of the transport\n",
-                       noted, noted == 1 ? " carries" : "s carry", a_note);
-  if (e.ambiguous)
-    out += fmt::format("\n{} connection line{} fit several communicators of {} process equally (the same rank, ranks "
-                       "and GPUs): counted with the most recently created\n",
-                       e.ambiguous, e.ambiguous == 1 ? "" : "s", e.ambiguous == 1 ? "its" : "their");
-  if (!e.refusals.empty()) {
-    out += "\nwhy — NCCL's own lines that explain a fallback:\n";
-    for (const SourceLine& r : e.refusals) out += fmt::format("  {}  {}{}\n", Where(r), r.text, Who(r.logger));
-  }
-  if (!e.env.empty()) {
-    std::set<std::string> seen;
-    std::string list;
-    for (const SourceLine& s : e.env)
-      if (seen.insert(s.text).second) list += fmt::format("  {}  {}\n", Where(s), s.text);
-    out += "\nenvironment NCCL read:\n" + list;
-  }
-  if (!e.failures.empty()) {
-    out += "\nNCCL failed — what its lines say:\n";
-    for (const NcclFailure& f : e.failures) {
-      out += fmt::format("  [{}] {}\n", f.cause, f.meaning);
-      for (const std::string& ev : f.evidence) out += fmt::format("      {}\n", ev);
-      if (f.lines > f.evidence.size()) out += fmt::format("      … {} more line(s)\n", f.lines - f.evidence.size());
-    }
-  }
-  if (e.warnings) out += fmt::format("\n{} NCCL WARN line{} (see the log)\n", e.warnings, e.warnings == 1 ? "" : "s");
-  // One fix per cause: the lines behind each are listed above.
-  std::set<std::string> causes_shown;
-  for (const Finding& f : e.findings) {
-    if (!causes_shown.insert(f.cause).second || f.fix.empty()) continue;
-    if (causes_shown.size() == 1) out += "\nfixes:\n";
-    out += fmt::format("  {} ({}): {}\n", f.cause, f.severity, f.fix);
-  }
-  if (e.topo) out += "\n" + RenderTopoText(*e.topo);
-  return out;
-}
-
-json RenderExplainJson(const Explanation& e) {
-  auto num = [](int v) { return v >= 0 ? json(v) : json(nullptr); };
-  auto str = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  json j;
-  j["version"] = 1;
-  j["nccl_version"] = str(e.nccl_version);
-  j["nccl_versions"] = e.nccl_versions;
-  j["files"] = e.files;
-  j["ranks"] = json::array();
-  for (const Communicator& g : e.communicators)
-    for (const ExplainRank& r : g.ranks)
-      j["ranks"].push_back({{"rank", r.id.rank}, {"host", r.id.host}, {"pid", num(r.id.pid)},
-                            {"cuda_dev", num(r.id.cuda_dev)}, {"nvml_dev", num(r.id.nvml_dev)},
-                            {"bus_id", str(r.id.bus_id)}, {"nranks", num(r.id.nranks)}, {"comm", r.id.comm},
-                            {"comm_id", str(r.id.comm_id)}, {"communicator", str(GroupKey(r.id))},
-                            {"parent", str(r.id.parent)}, {"parent_communicator", str(r.id.parent_key)},
-                            {"file", r.file},
-                            {"line", r.id.complete_line ? r.id.complete_line : r.id.FirstLine()}});
-  j["connections"] = json::array();
-  for (const ExplainConnection& ec : e.connections) {
-    const Connection& c = ec.c;
-    j["connections"].push_back(
-        {{"comm", str(c.comm)}, {"comm_id", str(ec.comm_id)}, {"communicator", str(ec.communicator)},
-         {"attribution", AttributionName(c.attribution)}, {"note", str(c.note)}, {"channel", c.channel},
-         {"conn_index", num(c.conn_index)},
-         {"src_rank", c.src_rank}, {"dst_rank", num(c.dst_rank)}, {"src_dev", str(c.src_dev)},
-         {"dst_dev", str(c.dst_dev)}, {"transport", c.transport}, {"class", TransportName(c.transport_class)},
-         {"direction", str(c.direction)}, {"host", str(c.logger.host)}, {"pid", num(c.logger.pid)},
-         {"cuda_dev", num(c.logger.cuda_dev)}, {"file", ec.file}, {"line", c.line}});
-  }
-  j["pairs"] = json::array();
-  for (const Communicator& g : e.communicators)
-    for (const ExplainPair& p : g.pairs)
-      j["pairs"].push_back({{"src_rank", p.src_rank}, {"dst_rank", p.dst_rank}, {"class", TransportName(p.transport_class)},
-                            {"transports", p.transports}, {"channels", p.channels}, {"lines", p.lines},
-                            {"communicator", str(g.key)}, {"file", str(g.file)}});
-  j["refusals"] = json::array();
-  for (const SourceLine& r : e.refusals)
-    j["refusals"].push_back({{"kind", r.kind}, {"text", r.text}, {"file", r.file}, {"line", r.line},
-                             {"host", str(r.logger.host)}, {"pid", num(r.logger.pid)}});
-  j["env"] = json::array();
-  for (const SourceLine& s : e.env)
-    j["env"].push_back({{"text", s.text}, {"file", s.file}, {"line", s.line}, {"host", str(s.logger.host)}});
-  j["failures"] = json::array();
-  for (const NcclFailure& f : e.failures)
-    j["failures"].push_back({{"cause", f.cause}, {"meaning", f.meaning}, {"evidence", f.evidence}, {"lines", f.lines},
-                             {"host", str(f.host)}, {"pid", num(f.pid)}});
-  j["findings"] = json::array();
-  for (const Finding& f : e.findings)
-    j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"cause", f.cause}, {"pairs", f.pairs},
-                             {"evidence", f.evidence}, {"fix", f.fix}});
-  if (e.topo) AddTopoJson(*e.topo, j);
-  return j;
 }
 
 namespace {

@@ -34,6 +34,7 @@ struct SourceLine {
   std::string text;
   NcclLogger logger;
   std::string kind;  // refusal kind, or "" for environment lines
+  std::string Where() const;  // "file:line", for evidence
 };
 
 struct ExplainPair {
@@ -47,6 +48,7 @@ struct ExplainPair {
 struct ExplainRank {
   std::string file;
   RankIdentity id;
+  std::string communicator;  // the key of its communicator's group (Communicator::key)
 };
 
 struct ExplainConnection {
@@ -108,6 +110,10 @@ struct Explanation {
   std::optional<TopoExplanation> topo;
 };
 
+// "GPU2-GPU5": how explain names a pair of the matrix's GPUs.
+std::string GpuPairName(int a, int b);
+
+// The model (explain.cc), its text (explain_text.cc) and its JSON (explain_json.cc).
 Explanation BuildExplanation(const std::vector<ExplainFile>& files);
 // Predicts from the topology (facts already filled from the matrix and the flags), compares with
 // the logs in `e`, and adds the findings.
