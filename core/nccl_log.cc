@@ -1,5 +1,5 @@
-// The NCCL log grammar. Every shape accepted here is quoted, by release, in
-// ../shared/notes/nccl-formats.md; the fixtures in tests/fixtures/nccl-logs are real logs of them.
+// The NCCL log grammar. Every shape accepted here is one of NCCL's format strings of some release
+// (quoted where it is parsed); the fixtures in tests/fixtures/nccl-logs are real logs of them.
 //
 // Hand-written scanning, no regex: a log of a large job has millions of lines and the log tap
 // parses them inside the traced process.

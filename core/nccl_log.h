@@ -1,5 +1,5 @@
-// The NCCL debug-log grammar (NCCL_DEBUG=INFO output of releases 2.3 → 2.30; the format strings by
-// release are in ../shared/notes/nccl-formats.md): which transport NCCL chose for every (channel,
+// The NCCL debug-log grammar (NCCL_DEBUG=INFO output of releases 2.2 → 2.30, from each release's
+// format strings; tests/fixtures/nccl-logs holds real logs of every era with their sources): which transport NCCL chose for every (channel,
 // peer) connection, which rank sits on which host and GPU, the NCCL version, the environment NCCL
 // echoed, and the messages it prints when it refuses P2P.
 //

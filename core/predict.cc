@@ -65,7 +65,7 @@ std::string VendorText(const Rules& r) {
                      : r.vendor == CpuVendor::kArm ? "ARM" : "Zhaoxin");
 }
 
-// NCCL's default P2P level by release (notes/topo-format.md, checked against the release tags).
+// NCCL's default P2P level by release (src/graph/paths.cc of each release tag).
 Level DefaultLevel(const Rules& r) {
   Level l;
   const NcclVersion& v = r.version;

@@ -1,7 +1,6 @@
 // The path predictor: which transport NCCL (and CUDA) will use between two GPUs of a node, and the
 // causes when that is worse than the topology allows. NCCL's rules (src/graph/paths.cc
-// ncclTopoCheckP2p, transport/p2p.cc, transport/shm.cc, by release; ../shared/notes/topo-format.md,
-// anchors.md §4): the P2P level (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, else a default by NCCL version,
+// ncclTopoCheckP2p, transport/p2p.cc, transport/shm.cc, read in each release's tag): the P2P level (NCCL_P2P_DISABLE, NCCL_P2P_LEVEL, else a default by NCCL version,
 // CPU vendor and GPU count) against the pair's path; NVML's P2P status (NCCL >= 2.12);
 // cudaDeviceCanAccessPeer; then SHM (same host, same /dev/shm, not disabled); else the network.
 //

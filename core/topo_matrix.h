@@ -1,5 +1,5 @@
-// `nvidia-smi topo -m` and `nvidia-smi topo -p2p r|w` as users paste them (every variant in
-// ../shared/notes/topo-format.md): tabs or spaces, NIC rows and columns (`NIC0` with a `NIC Legend:`
+// `nvidia-smi topo -m` and `nvidia-smi topo -p2p r|w` as users paste them (the real pastes in
+// tests/fixtures/topo, each with its source): tabs or spaces, NIC rows and columns (`NIC0` with a `NIC Legend:`
 // block, or `mlx5_0` headers), CPU/NUMA/GPU NUMA ID affinity columns (empty, ranges, fused), the
 // legend present, absent or cut, a prompt or `GPU Topology:` line before, ANSI escapes, rows cut
 // mid-token, author annotations after a row. One text may hold several matrices (a `topo -m`

@@ -35,7 +35,11 @@
  * P2PTRACE_COPY_CAPTURED / P2PTRACE_NCCL_CAPTURED and, in h.seq, its capture's graph id (it is never
  * timed, so the seq is free); it moved nothing and is not in the pair counters. GRAPH records name
  * the graph id of each capture's cudaGraph_t, of each instantiation, and of every launch: each
- * successful launch replays the graph id's captured copies and operations once (readers multiply). */
+ * successful launch replays the graph id's captured copies and operations once (readers multiply).
+ * 6 added graphs built node by node (copy and child graph nodes, clones: INCLUDE records, below).
+ * 7 added the generic node calls (api cudaGraphAddNode / cuGraphAddNode) and GRAPH ALTERED records.
+ * 8 added access grants to mapped and pool memory as peer records (api cuMemSetAccess,
+ * cuMemPoolSetAccess, and cudaMemPoolSetAccess's device and peer as the owner and the grantee). */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 

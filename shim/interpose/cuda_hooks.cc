@@ -1248,7 +1248,8 @@ P2PTRACE_ENTRY_POINT_HOOK(cudaGetDriverEntryPointByVersion_ptsz,
 // The exported wrappers: every function of cuda_functions.h, once per runtime version node, bound
 // with .symver to that node (cudaMemcpyPeer@libcudart.so.12, cudaMemcpyPeer@@libcudart.so.13, …).
 // A caller linked against cudart 12 thus reaches the wrapper that calls cudart 12, and never the
-// other runtime loaded in the same process (notes/interposer.md E4). Unversioned references bind to
+// other runtime loaded in the same process (a process may load cudart 12 and 13 side by side, each
+// with its own state). Unversioned references bind to
 // the @@libcudart.so.13 one, which falls back to whatever cudart is loaded.
 // The wrapper's first call resolves the real function and the runtime table out of line (slow),
 // so that the common path has no call to keep registers across: one load, then the hook.

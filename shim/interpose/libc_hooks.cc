@@ -4,7 +4,8 @@
 //   dlclose         a CUDA runtime or NCCL unloaded: what the shim holds of it is retired (unload.h).
 // Callers reference these with glibc's version (fopen@GLIBC_2.2.5, dlclose@GLIBC_2.34 or, from
 // binaries built before glibc 2.34, dlclose@GLIBC_2.2.5): a definition under any other version name
-// would not interpose them (notes/interposer.md E2), so each is bound with .symver to glibc's own
+// would not interpose them (ld.so binds a versioned reference only to that version name), so each is
+// bound with .symver to glibc's own
 // names (P2PTRACE_GLIBC_BASE, from CMake: the architecture's first glibc version) and listed under
 // those nodes in the version script.
 // Compiled with -fno-optimize-sibling-calls: dlsym(RTLD_NEXT) looks at its caller's address.

@@ -49,7 +49,7 @@ int FindLoadedNccl(struct dl_phdr_info* info, size_t, void* data) {
 }
 
 // pncclX, else ncclX (NCCL before 2.16 has no p-names), from the next object in search order or,
-// for RTLD_LOCAL loads, from the loaded libnccl itself. Never a tail call (notes/interposer.md E8).
+// for RTLD_LOCAL loads, from the loaded libnccl itself. Never a tail call (resolve.cc says why).
 // Where the NCCL the wrappers call was loaded: one of its functions and the library's base address,
 // so that its unloading can be told (unload.h).
 struct LoadedNccl {

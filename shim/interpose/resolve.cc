@@ -1,5 +1,6 @@
 // Compiled with -fno-optimize-sibling-calls: glibc's dlsym/dlvsym(RTLD_NEXT) look at their caller's
-// address; a tail call would make that ld.so's and crash (notes/interposer.md E8).
+// address to pick the object to search after; a tail call would make that ld.so's and crash (seen
+// with glibc 2.36).
 #include "shim/interpose/resolve.h"
 
 #include <dlfcn.h>

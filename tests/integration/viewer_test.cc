@@ -407,7 +407,7 @@ TEST(Synth, BadOptionsGiveOneLineAndExit2) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// export --perfetto: the trace-event rules (../shared/notes/anchors.md §1.5)
+// export --perfetto: the trace-event rules (Chrome's Trace Event Format, as ui.perfetto.dev reads it)
 
 struct ExportCheck {
   size_t slices = 0, flows = 0, counters = 0;

@@ -68,7 +68,7 @@ TEST(Predict, ParsesVersionsVendorsAndLevels) {
   EXPECT_FALSE(ParseNcclLevel("FAST"));
 }
 
-// The default level table of notes/topo-format.md, one row per era.
+// NCCL's default P2P level table (src/graph/paths.cc by release), one row per era.
 TEST(Predict, DefaultP2pLevelByVersionVendorAndGpuCount) {
   struct Row {
     std::string version;

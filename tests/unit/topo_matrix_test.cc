@@ -1,6 +1,6 @@
 // core/topo_matrix: every `nvidia-smi topo` paste in tests/fixtures/topo parses to what was read off
 // it by hand (each case's expect.json `parse`) and to the links its case.json names; plus the
-// variants of ../shared/notes/topo-format.md that no fixture holds.
+// variants seen in public pastes that no fixture holds.
 #include "core/topo_matrix.h"
 
 #include <gtest/gtest.h>

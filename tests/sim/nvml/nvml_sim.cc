@@ -1,6 +1,6 @@
 // The simulated NVML (libnvidia-ml.so.1): the subset p2ptrace and NCCL ask about, answered from
 // the topology file (DESIGN.md §9). NVML sees every GPU of the host, whatever CUDA_VISIBLE_DEVICES
-// says, indexed in the file's order. Types and values from NVML_API_VERSION 13 (notes/interposer.md §4.3).
+// says, indexed in the file's order. Types and values from NVML_API_VERSION 13 (nvml.h of the driver).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
