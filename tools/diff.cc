@@ -95,6 +95,7 @@ std::map<std::pair<std::string, int>, NcclOpSummary> AggregateOps(const Report& 
   for (const NcclOpSummary& s : r.nccl_ops) {
     NcclOpSummary& o = ops[{s.op, s.nranks}];
     o.op = s.op;
+    o.api = s.api;  // busbw's factor
     o.nranks = s.nranks;
     o += s;
   }

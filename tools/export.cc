@@ -300,7 +300,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         auto& [on, seen] = *cached->second.track;
         if (seen++ % stats.stride != 0) return;
         double begin = us(c->h.time_ns), end = us(c->h.time_ns + d->second);
-        double gbps = d->second ? static_cast<double>(c->bytes) / static_cast<double>(d->second) : 0;
+        double gbps = std::max(0.0, MeasuredGbps(c->bytes, d->second));  // core/rate.h: none past any hardware
         slice(label, pid, on, "p2ptrace.copy", begin, end,
               {{"api", ApiName(c->api)}, {"bytes", c->bytes}, {"gbps", gbps}, {"transport", TransportName(c->transport)},
                {"seq", c->h.seq}},
@@ -353,7 +353,8 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         // the slice spans it, but no rate of this one operation follows from it.
         bool grouped = (o->flags & P2PTRACE_NCCL_IN_GROUP) != 0;
         if (duration) args["timing"] = grouped ? "its group's duration (shared by the group's operations on this stream)" : "own events";
-        double gbps = duration && !grouped ? static_cast<double>(o->bytes) / static_cast<double>(duration) : 0;
+        // One rank moves nothing across a link; no rate past any hardware (core/rate.h).
+        double gbps = !grouped && comm.nranks != 1 ? std::max(0.0, MeasuredGbps(o->bytes, duration)) : 0;
         if (gbps > 0) args["gbps"] = gbps;
         slice(label, pid, on, "p2ptrace.nccl", begin, end, args, flow);
         if (gbps > 0) {

@@ -51,8 +51,8 @@ std::string VersionOfNccl(const Report& rep, const std::vector<const ProcessInfo
 // What every row of one job shares.
 struct JobFacts {
   std::string job_id, trace_job_id, scheduler, scheduler_job_id, step_id, run_id, start, trace_format;
-  std::map<std::string, const ProcessInfo*> first_process;  // by short host
-  std::map<std::string, SchedulerIds> host_ids;             // by short host: the first process's
+  std::map<std::string, const ProcessInfo*> first_process;  // by host
+  std::map<std::string, SchedulerIds> host_ids;             // by host: the first process's
   std::map<int, std::string> rank_host;                     // the job's ranks (launcher's or NCCL world's)
   std::map<std::pair<std::string, int>, std::string> comm_rank_host;  // (comm, rank) -> host
   std::map<int, const ProcessInfo*> rank_process;

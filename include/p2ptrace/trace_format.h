@@ -39,7 +39,8 @@
  * 6 added graphs built node by node (copy and child graph nodes, clones: INCLUDE records, below).
  * 7 added the generic node calls (api cudaGraphAddNode / cuGraphAddNode) and GRAPH ALTERED records.
  * 8 added access grants to mapped and pool memory as peer records (api cuMemSetAccess,
- * cuMemPoolSetAccess, and cudaMemPoolSetAccess's device and peer as the owner and the grantee). */
+ * cuMemPoolSetAccess; cudaMemPoolSetAccess's records now say the same): device = the device granted
+ * access, peer = the memory's owner. */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 

@@ -770,36 +770,41 @@ cudaError_t cudaMallocAsync_ptsz(NodeRuntime rt, Real<decltype(&::cudaMallocAsyn
 cudaError_t cudaMallocFromPoolAsync(NodeRuntime rt, Real<decltype(&::cudaMallocFromPoolAsync)> real, void** p,
                                     size_t n, cudaMemPool_t pool, cudaStream_t s) {
   cudaError_t r = real(p, n, pool, s);
-  if (p != nullptr) NoteDeviceMemory(rt, r, *p, n, PoolDevice(pool));
+  if (r == cudaSuccess && p != nullptr) NoteDeviceMemory(rt, r, *p, n, PoolDevice(pool));
   return r;
 }
 cudaError_t cudaMallocFromPoolAsync_ptsz(NodeRuntime rt, Real<decltype(&::cudaMallocFromPoolAsync_ptsz)> real,
                                          void** p, size_t n, cudaMemPool_t pool, cudaStream_t s) {
   cudaError_t r = real(p, n, pool, s);
-  if (p != nullptr) NoteDeviceMemory(rt, r, *p, n, PoolDevice(pool));
+  if (r == cudaSuccess && p != nullptr) NoteDeviceMemory(rt, r, *p, n, PoolDevice(pool));
   return r;
 }
 cudaError_t cudaMemPoolCreate(NodeRuntime rt, Real<decltype(&::cudaMemPoolCreate)> real, cudaMemPool_t* pool,
                               const cudaMemPoolProps* props) {
   cudaError_t r = real(pool, props);
-  if (pool != nullptr && props != nullptr && props->location.type == cudaMemLocationTypeDevice)
+  if (r == cudaSuccess && pool != nullptr && props != nullptr && props->location.type == cudaMemLocationTypeDevice)
     NotePool(rt, r, *pool, props->location.id);
   return r;
 }
-cudaError_t cudaMemPoolDestroy(NodeRuntime, Real<decltype(&::cudaMemPoolDestroy)> real, cudaMemPool_t pool) {
+// Forgotten before the real call (the handle may be reused at once); kept when CUDA refuses (a
+// device's default pool cannot be destroyed).
+cudaError_t cudaMemPoolDestroy(NodeRuntime rt, Real<decltype(&::cudaMemPoolDestroy)> real, cudaMemPool_t pool) {
+  int device = PoolDevice(pool);
   ForgetPool(pool);
-  return real(pool);
+  cudaError_t r = real(pool);
+  if (r != cudaSuccess && device >= 0) NotePool(rt, cudaSuccess, pool, device);
+  return r;
 }
 cudaError_t cudaDeviceGetDefaultMemPool(NodeRuntime rt, Real<decltype(&::cudaDeviceGetDefaultMemPool)> real,
                                         cudaMemPool_t* pool, int dev) {
   cudaError_t r = real(pool, dev);
-  if (pool != nullptr) NotePool(rt, r, *pool, dev);
+  if (r == cudaSuccess && pool != nullptr) NotePool(rt, r, *pool, dev);
   return r;
 }
 cudaError_t cudaDeviceGetMemPool(NodeRuntime rt, Real<decltype(&::cudaDeviceGetMemPool)> real, cudaMemPool_t* pool,
                                  int dev) {
   cudaError_t r = real(pool, dev);
-  if (pool != nullptr) NotePool(rt, r, *pool, dev);
+  if (r == cudaSuccess && pool != nullptr) NotePool(rt, r, *pool, dev);
   return r;
 }
 

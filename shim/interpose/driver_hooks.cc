@@ -130,9 +130,13 @@ CUresult cuMemMap(CUresult (*real)(CUdeviceptr, size_t, size_t, CUmemGenericAllo
   NoteDeviceMemory(Driver(), cudaSuccess, Ptr(p), n, device);
   return r;
 }
+// Forgotten before the real call (the range may be mapped again at once); back when it failed.
 CUresult cuMemUnmap(CUresult (*real)(CUdeviceptr, size_t), CUdeviceptr p, size_t n) {
+  int device = MemoryMap::Lookup(Ptr(p));
   ForgetDeviceMemory(Ptr(p));
-  return real(p, n);
+  CUresult r = real(p, n);
+  if (r != CUDA_SUCCESS && device >= 0) NoteDeviceMemory(Driver(), cudaSuccess, Ptr(p), n, device);
+  return r;
 }
 
 // Access granted to the owner's memory, device by device.
@@ -188,8 +192,11 @@ CUresult cuMemPoolCreate(CUresult (*real)(CUmemoryPool*, const CUmemPoolProps*),
   return r;
 }
 CUresult cuMemPoolDestroy(CUresult (*real)(CUmemoryPool), CUmemoryPool pool) {
+  int device = PoolDevice(pool);
   ForgetPool(pool);
-  return real(pool);
+  CUresult r = real(pool);
+  if (r != CUDA_SUCCESS && device >= 0) NotePool(Driver(), cudaSuccess, pool, device);
+  return r;
 }
 CUresult cuDeviceGetDefaultMemPool(CUresult (*real)(CUmemoryPool*, CUdevice), CUmemoryPool* pool, CUdevice dev) {
   CUresult r = real(pool, dev);
