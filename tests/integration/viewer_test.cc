@@ -641,6 +641,20 @@ TEST(Diff, FallbackAfterHealthyIsWorseAndSaysWhy) {
   }
   EXPECT_TRUE(staged && shm) << r.out;
   EXPECT_FALSE(j["nccl_ops"].empty());
+  // An operation's busbw is the report's, its factor included (8 ranks' allreduce: 2·7/8).
+  RunResult rep = RunProgram({P2PTRACE_CLI, "report", healthy, "--json"});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  double report_busbw = -1;
+  json report = json::parse(rep.out);
+  for (const auto& o : report["nccl_ops"])
+    if (o["op"] == "ncclAllReduce") report_busbw = o["busbw_gbps"].get<double>();
+  bool allreduce = false;
+  for (const auto& o : j["nccl_ops"])
+    if (o["pair"] == "ncclAllReduce (8 ranks)") {
+      allreduce = true;
+      EXPECT_NEAR(o["gbps_before"].get<double>(), report_busbw, 1e-6 * report_busbw) << o.dump();
+    }
+  EXPECT_TRUE(allreduce) << j["nccl_ops"].dump();
   // Text: one line per change, the worst first.
   r = RunProgram({P2PTRACE_CLI, "diff", healthy, fallback});
   EXPECT_EQ(r.exit_code, 1);
