@@ -1117,10 +1117,7 @@ cudaError_t cudaDeviceDisablePeerAccess(NodeRuntime rt, Real<decltype(&::cudaDev
 cudaError_t cudaMemPoolSetAccess(NodeRuntime rt, Real<decltype(&::cudaMemPoolSetAccess)> real,
                                  cudaMemPool_t pool, const cudaMemAccessDesc* d, size_t n) {
   cudaError_t r = real(pool, d, n);
-  int owner = PoolDevice(pool);
-  for (size_t i = 0; d != nullptr && i < n; ++i)
-    if (d[i].location.type == cudaMemLocationTypeDevice && d[i].location.id != owner)
-      NoteAccess(rt, P2PTRACE_API_cudaMemPoolSetAccess, owner, d[i].location.id, static_cast<int>(d[i].flags), r);
+  NoteAccessList(rt, P2PTRACE_API_cudaMemPoolSetAccess, PoolDevice(pool), d, n, r);
   return r;
 }
 

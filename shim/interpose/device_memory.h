@@ -30,4 +30,14 @@ int PoolDevice(const void* pool);
 // grant is kept for the pair while the process runs: the shim does not follow it range by range.
 void NoteAccess(const CudaRuntime& rt, uint8_t api, int owner, int accessor, int flags, cudaError_t r);
 
+// NoteAccess for each device but the owner that one set-access call names (its CUmemAccessDesc or
+// cudaMemAccessDesc list: the same layout, and a device location is 1 in both APIs).
+template <typename AccessDesc>
+void NoteAccessList(const CudaRuntime& rt, uint8_t api, int owner, const AccessDesc* d, size_t count, cudaError_t r) {
+  static_assert(cudaMemLocationTypeDevice == 1);
+  for (size_t i = 0; d != nullptr && i < count; ++i)
+    if (static_cast<int>(d[i].location.type) == cudaMemLocationTypeDevice && d[i].location.id != owner)
+      NoteAccess(rt, api, owner, d[i].location.id, static_cast<int>(d[i].flags), r);
+}
+
 }  // namespace p2ptrace::shim

@@ -139,17 +139,12 @@ CUresult cuMemUnmap(CUresult (*real)(CUdeviceptr, size_t), CUdeviceptr p, size_t
   return r;
 }
 
-// Access granted to the owner's memory, device by device.
-void AccessGranted(uint8_t api, int owner, const CUmemAccessDesc* d, size_t count, CUresult r) {
-  for (size_t i = 0; d != nullptr && i < count; ++i)
-    if (d[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE && d[i].location.id != owner)
-      NoteAccess(Driver(), api, owner, d[i].location.id, static_cast<int>(d[i].flags), AsRuntime(r));
-}
+static_assert(CU_MEM_LOCATION_TYPE_DEVICE == 1);  // NoteAccessList reads the runtime's value
 CUresult cuMemSetAccess(CUresult (*real)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t), CUdeviceptr p,
                         size_t n, const CUmemAccessDesc* d, size_t count) {
   CUresult r = real(p, n, d, count);
   int owner = MemoryMap::Lookup(Ptr(p));
-  AccessGranted(P2PTRACE_API_cuMemSetAccess, owner >= 0 ? owner : -1, d, count, r);
+  NoteAccessList(Driver(), P2PTRACE_API_cuMemSetAccess, owner >= 0 ? owner : -1, d, count, AsRuntime(r));
   return r;
 }
 
@@ -211,7 +206,7 @@ CUresult cuDeviceGetMemPool(CUresult (*real)(CUmemoryPool*, CUdevice), CUmemoryP
 CUresult cuMemPoolSetAccess(CUresult (*real)(CUmemoryPool, const CUmemAccessDesc*, size_t), CUmemoryPool pool,
                             const CUmemAccessDesc* d, size_t count) {
   CUresult r = real(pool, d, count);
-  AccessGranted(P2PTRACE_API_cuMemPoolSetAccess, PoolDevice(pool), d, count, r);
+  NoteAccessList(Driver(), P2PTRACE_API_cuMemPoolSetAccess, PoolDevice(pool), d, count, AsRuntime(r));
   return r;
 }
 
