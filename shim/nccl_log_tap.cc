@@ -38,7 +38,6 @@
 
 #include "core/nccl_log.h"
 #include "shim/nccl_output_filter.h"
-#include "shim/preflight.h"
 #include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
 
@@ -305,6 +304,9 @@ bool CopyField(char (&field)[N], const std::string& text) {
   return n == text.size();
 }
 
+// Told every connection recorded (StartNcclLogTap's caller chooses).
+std::atomic<ConnectionObserver> g_observe{nullptr};
+
 void EmitConnection(const NcclLog& log, const Connection& c) {
   // The communicator the grammar tied the line to (a lazy line names none), keyed as the report
   // keys it: commId, or a split's key derived from its parent's.
@@ -327,7 +329,7 @@ void EmitConnection(const NcclLog& log, const Connection& c) {
         CopyField(r.dst_dev, c.dst_dev);
         if (!CopyField(r.transport, c.transport)) r.flags |= P2PTRACE_NCCL_CONN_CUT;
       });
-  PreflightObserveNccl(c);  // a path worse than the job start predicted: say so now
+  if (ConnectionObserver observe = g_observe.load(std::memory_order_acquire)) observe(c);
 }
 
 // Feeds what NCCL appended (whole lines) and records the new connections; `mu` held.
@@ -483,7 +485,8 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
   return f;
 }
 
-void StartNcclLogTap(const Config& config) {
+void StartNcclLogTap(const Config& config, ConnectionObserver observe) {
+  g_observe.store(observe, std::memory_order_release);
   std::string mode = Getenv("P2PTRACE_NCCL_LOG");
   if (mode == "off") return;
   if (!mode.empty() && mode != "auto") Warn("P2PTRACE_NCCL_LOG=" + mode + " is not auto or off; using auto");

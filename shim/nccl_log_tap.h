@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/nccl_log.h"
 #include "shim/config.h"
 
 namespace p2ptrace::shim {
@@ -15,7 +16,10 @@ void InstallNcclLogTapHooks();
 
 // Once, at the process's first wrapped NCCL call, before it reaches NCCL (no NCCL reads its
 // environment earlier). Opens the trace: a process whose trace directory is unusable gets no tap.
-void StartNcclLogTap(const Config& config);
+// `observe` is told every connection NCCL states, as it is recorded (the job-start check compares
+// it with its prediction).
+using ConnectionObserver = void (*)(const Connection& c);
+void StartNcclLogTap(const Config& config, ConnectionObserver observe);
 
 // The shim's fopen: NCCL opening this process's tap file gets it created safely, on a descriptor
 // far above the program's (nccl_log_tap.cc); any other path goes to `real_fopen` unchanged.

@@ -20,7 +20,7 @@
 #include "core/printable.h"
 #include "core/vocabulary.h"
 #include "shim/identity.h"
-#include "shim/interpose/cuda_hooks.h"
+#include "shim/record/process_uses.h"
 #include "shim/nccl_log_tap.h"
 #include "probe/probe.h"
 #include "shim/record/text_block.h"
@@ -335,20 +335,12 @@ void PreflightIfNccl(const CudaRuntime& rt) {
   if (NcclCalled()) PreflightFromCuda(rt);
 }
 
-namespace {
-// The runtime the application called (NCCL's init comes after CUDA's first calls): with it the
-// probe knows which GPUs this process sees; without it, none are asked.
-const CudaRuntime* AnsweredRuntime() {
-  for (int n = static_cast<int>(Node::kCount) - 1; n >= 0; --n)
-    if (const CudaRuntime* r = g_runtimes[n].load(std::memory_order_acquire); r != nullptr && RuntimeAnswered(*r)) return r;
-  return nullptr;
-}
-}  // namespace
-
 bool PreflightAtNcclInit(int ndev, const int* devlist) {
   KeepErrno keep;
   if (g_preflight_nccl.load(std::memory_order_relaxed) != 0) return true;
-  const CudaRuntime* rt = AnsweredRuntime();
+  // The runtime the application called (NCCL's init comes after CUDA's first calls): with it the
+  // probe knows which GPUs this process sees; without it, none are asked.
+  const CudaRuntime* rt = AnsweredRuntime(true);
   if (rt == nullptr && ndev == 0) return false;  // its GPU is known after the init
   int expected = 0;
   if (!g_preflight_nccl.compare_exchange_strong(expected, 1)) return true;
@@ -364,7 +356,7 @@ void PreflightAfterNcclInit(int cuda_device) {
   int expected = 0;
   if (g_preflight_nccl.load(std::memory_order_relaxed) != 0 || !g_preflight_nccl.compare_exchange_strong(expected, 1)) return;
   g_preflight.store(1, std::memory_order_relaxed);
-  Run(AnsweredRuntime(), true, nullptr, cuda_device);
+  Run(AnsweredRuntime(true), true, nullptr, cuda_device);
 }
 
 void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {

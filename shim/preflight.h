@@ -6,7 +6,7 @@
 #pragma once
 
 #include "core/nccl_log.h"
-#include "shim/interpose/cuda_runtime.h"
+#include "shim/base/cuda_runtime.h"
 
 namespace p2ptrace::shim {
 
@@ -26,12 +26,6 @@ void PreflightIfNccl(const CudaRuntime& rt);
 bool PreflightAtNcclInit(int ndev = 0, const int* devlist = nullptr);
 // After such an init: `cuda_device` is the communicator's device (ncclCommCuDevice), -1 unknown.
 void PreflightAfterNcclInit(int cuda_device);
-
-// nccl_wrappers.cc: whether this process has called NCCL (a wrapped function; NCCL loaded but never
-// called, as a framework loads it, does not count: such a process moves data with CUDA copies), and
-// the version code the real ncclGetVersion gave at that first call (0 unknown).
-bool NcclCalled();
-int LoadedNcclVersion();
 
 // A pair's first copy resolved its route: when it goes through the host although the driver
 // allows peer access, the application never enabled it ([peer-access-not-enabled]).

@@ -21,29 +21,19 @@
 
 #include "p2ptrace/vocabulary.h"
 #include "shim/interpose/memory_map.h"
-#include "shim/interpose/unload.h"
+#include "shim/base/bind.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
 #include "shim/record/graphs.h"
 #include "shim/record/handle_table.h"
-#include "shim/record/trace_dir.h"
+#include "shim/base/fd.h"
 #include "shim/record/trace_writer.h"
 
 // cudaGetDriverEntryPoint is deprecated, not gone: programs built against CUDA 12 still call it.
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 namespace p2ptrace::shim {
-
-// The trace generation (file) each runtime node was last described in (NoteRuntime, after a
-// successful call); a fork child's new file must be described again.
-std::atomic<uint64_t> g_runtime_noted[static_cast<int>(Node::kCount)];
-
-static inline bool NodeAnswered(Node node) {
-  return g_runtime_noted[static_cast<int>(node)].load(std::memory_order_relaxed) ==
-         detail::g_generation.load(std::memory_order_relaxed);
-}
-bool RuntimeAnswered(const CudaRuntime& rt) { return NodeAnswered(rt.node); }
 
 namespace {
 
@@ -119,10 +109,9 @@ int CurrentDevice(const CudaRuntime& rt) {
 // call of that runtime succeeded, so the runtime's own queries here cannot fail and leave an error.
 void NoteRuntime(const CudaRuntime& rt) {
   KeepErrno keep;
-  uint64_t gen = detail::g_generation.load(std::memory_order_relaxed);
-  if (g_runtime_noted[static_cast<int>(rt.node)].load(std::memory_order_relaxed) == gen) return;
+  if (NodeAnswered(rt.node)) return;
   std::lock_guard<std::mutex> lock(g_slow_mu);
-  if (g_runtime_noted[static_cast<int>(rt.node)].exchange(gen) == gen) return;
+  if (!MarkNodeAnswered(rt.node)) return;
   p2ptrace_file_header* h = TraceWriter::header();
   if (h == nullptr || !rt.complete) return;
   for (int a = 0; a < kMaxDev; ++a)  // links learnt before this file opened (a fork child's)
@@ -1016,35 +1005,29 @@ cudaError_t cudaGraphClone(NodeRuntime, Real<decltype(&::cudaGraphClone)> real, 
   return r;
 }
 
-// Changes to nodes that may already be recorded: the copies replays count stay what was recorded,
-// and the trace says a node changed (graphs.h NodeAltered; nothing when the shim recorded nothing).
-#define P2PTRACE_ALTER_HOOK(name, exec, params, args, relevant)                                      \
-  cudaError_t name(NodeRuntime rt, Real<decltype(&::name)> real, P2PTRACE_UNPAREN params) {          \
-    (void)rt;                                                                                          \
-    cudaError_t r = real(P2PTRACE_UNPAREN args);                                                       \
-    if (r == cudaSuccess && (relevant)) graphs::NodeAltered(exec, n, P2PTRACE_API_##name, r);          \
-    return r;                                                                                          \
-  }
-P2PTRACE_ALTER_HOOK(cudaGraphExecMemcpyNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, const cudaMemcpy3DParms* p),
+// Changes to nodes that may already be recorded (cuda_hooks.h).
+#define P2PTRACE_RUNTIME_ALTER_HOOK(name, exec, params, args, relevant) \
+  P2PTRACE_ALTER_HOOK(cudaError_t, ([[maybe_unused]] NodeRuntime rt, Real<decltype(&::name)> real), name, exec, params, args, relevant)
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphExecMemcpyNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, const cudaMemcpy3DParms* p),
                     (e, n, p), true)
-P2PTRACE_ALTER_HOOK(cudaGraphExecMemcpyNodeSetParams1D, e,
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphExecMemcpyNodeSetParams1D, e,
                     (cudaGraphExec_t e, cudaGraphNode_t n, void* dst, const void* src, size_t count, cudaMemcpyKind k),
                     (e, n, dst, src, count, k), true)
-P2PTRACE_ALTER_HOOK(cudaGraphExecNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraphNodeParams* p),
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphExecNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraphNodeParams* p),
                     (e, n, p), p != nullptr && ReplayedNodeType(p->type))
-P2PTRACE_ALTER_HOOK(cudaGraphExecChildGraphNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraph_t c),
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphExecChildGraphNodeSetParams, e, (cudaGraphExec_t e, cudaGraphNode_t n, cudaGraph_t c),
                     (e, n, c), true)
-P2PTRACE_ALTER_HOOK(cudaGraphNodeSetEnabled, e, (cudaGraphExec_t e, cudaGraphNode_t n, unsigned int on), (e, n, on),
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphNodeSetEnabled, e, (cudaGraphExec_t e, cudaGraphNode_t n, unsigned int on), (e, n, on),
                     graphs::ExecGraph(e) != 0 && ReplayedNode(rt, n))
-P2PTRACE_ALTER_HOOK(cudaGraphMemcpyNodeSetParams, nullptr, (cudaGraphNode_t n, const cudaMemcpy3DParms* p), (n, p), true)
-P2PTRACE_ALTER_HOOK(cudaGraphMemcpyNodeSetParams1D, nullptr,
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphMemcpyNodeSetParams, nullptr, (cudaGraphNode_t n, const cudaMemcpy3DParms* p), (n, p), true)
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphMemcpyNodeSetParams1D, nullptr,
                     (cudaGraphNode_t n, void* dst, const void* src, size_t count, cudaMemcpyKind k),
                     (n, dst, src, count, k), true)
-P2PTRACE_ALTER_HOOK(cudaGraphNodeSetParams, nullptr, (cudaGraphNode_t n, cudaGraphNodeParams* p), (n, p),
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphNodeSetParams, nullptr, (cudaGraphNode_t n, cudaGraphNodeParams* p), (n, p),
                     p != nullptr && ReplayedNodeType(p->type))
 // Of any type: asking a node's type before it is gone could fail, and leave the runtime's last error.
-P2PTRACE_ALTER_HOOK(cudaGraphDestroyNode, nullptr, (cudaGraphNode_t n), (n), true)
-#undef P2PTRACE_ALTER_HOOK
+P2PTRACE_RUNTIME_ALTER_HOOK(cudaGraphDestroyNode, nullptr, (cudaGraphNode_t n), (n), true)
+#undef P2PTRACE_RUNTIME_ALTER_HOOK
 
 // A launch of an exec the shim knows nothing of costs one lookup.
 inline __attribute__((always_inline)) cudaError_t Launch(NodeRuntime rt, cudaError_t (*real)(cudaGraphExec_t, cudaStream_t),
@@ -1253,28 +1236,18 @@ P2PTRACE_ENTRY_POINT_HOOK(cudaGetDriverEntryPointByVersion_ptsz,
 // other runtime loaded in the same process (a process may load cudart 12 and 13 side by side, each
 // with its own state). Unversioned references bind to
 // the @@libcudart.so.13 one, which falls back to whatever cudart is loaded.
-// The wrapper's first call resolves the real function and the runtime table out of line (slow),
-// so that the common path has no call to keep registers across: one load, then the hook.
-using p2ptrace::shim::CachedReal;
+// Each is bind.h's one wrapper shape; its first call also resolves the node's runtime table.
 using p2ptrace::shim::Node;
 using p2ptrace::shim::NodeRuntime;
 using p2ptrace::shim::Runtime;
 
 // Fn: the real function's type; hook: the hooks:: function (both the name's, but where one name
 // has two signatures across runtime versions).
-#define P2PTRACE_WRAP_AS(node, suffix, version, name, hook, Fn, params, args)                            \
-  static std::atomic<void*> p2pw_slot_##name##_##suffix;                                                 \
-  __attribute__((noinline, cold)) static cudaError_t p2pw_slow_##name##_##suffix params {                \
-    auto real = reinterpret_cast<Fn>(CachedReal(&p2pw_slot_##name##_##suffix, #name, node));             \
-    if (real == nullptr) return cudaErrorSharedObjectSymbolNotFound;                                     \
-    Runtime(node); /* resolved at the node's first call, as the NCCL side expects */                     \
-    return p2ptrace::shim::hooks::hook(NodeRuntime{node}, real, P2PTRACE_UNPAREN args);                  \
-  }                                                                                                      \
-  extern "C" __attribute__((visibility("default"))) cudaError_t p2pw_##name##_##suffix params {          \
-    void* real = p2pw_slot_##name##_##suffix.load(std::memory_order_acquire);                            \
-    if (__builtin_expect(real == nullptr, 0)) return p2pw_slow_##name##_##suffix(P2PTRACE_UNPAREN args); \
-    return p2ptrace::shim::hooks::hook(NodeRuntime{node}, reinterpret_cast<Fn>(real), P2PTRACE_UNPAREN args); \
-  }                                                                                                      \
+#define P2PTRACE_WRAP_AS(node, suffix, version, name, hook, Fn, params, args)                                  \
+  static constinit p2ptrace::shim::RealFunction p2pw_real_##name##_##suffix{#name, p2ptrace::shim::LibraryOf(node)};           \
+  P2PTRACE_WRAPPER(cudaError_t, p2pw_##name##_##suffix, p2pw_real_##name##_##suffix, Fn,                       \
+                   cudaErrorSharedObjectSymbolNotFound, Runtime(node),                                         \
+                   p2ptrace::shim::hooks::hook(NodeRuntime{node}, p2p_real, P2PTRACE_UNPAREN args), params, args) \
   __asm__(".symver p2pw_" #name "_" #suffix ", " #name version);
 #define P2PTRACE_WRAP(node, suffix, version, name, params, args) \
   P2PTRACE_WRAP_AS(node, suffix, version, name, name, decltype(&::name), params, args)
@@ -1302,33 +1275,3 @@ P2PTRACE_WRAP_13(cudaGraphAddNode,
                  (cudaGraphNode_t * n, cudaGraph_t g, const cudaGraphNode_t* d, const cudaGraphEdgeData* e, size_t nd,
                   cudaGraphNodeParams* p),
                  (n, g, d, e, nd, p))
-
-// Every wrapper's cached real function, per node: forgotten when the runtime is unloaded (unload.h).
-#define P2PTRACE_SLOT_11(name, params, args) &p2pw_slot_##name##_11,
-#define P2PTRACE_SLOT_12(name, params, args) &p2pw_slot_##name##_12,
-#define P2PTRACE_SLOT_13(name, params, args) &p2pw_slot_##name##_13,
-static std::atomic<void*>* const p2pw_slots[][std::size({P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_13)})] = {
-    {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_11)},
-    {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_12)},
-    {P2PTRACE_CUDA_FUNCTIONS(P2PTRACE_SLOT_13)}};
-
-static std::atomic<void*>* const p2pw_graph_slots[][std::size({P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_SLOT_13)})] = {
-    {P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_SLOT_12)},
-    {P2PTRACE_CUDA_GRAPH_FUNCTIONS(P2PTRACE_SLOT_13)}};
-
-void p2ptrace::shim::ForgetRealFunctions(Node node) {
-  if (node == Node::kDriver) {
-    p2ptrace::shim::ForgetDriverFunctions();
-  } else {
-    for (std::atomic<void*>* slot : p2pw_slots[static_cast<int>(node)]) slot->store(nullptr, std::memory_order_release);
-  }
-  if (node == Node::kCudart12 || node == Node::kCudart13)
-    for (std::atomic<void*>* slot : p2pw_graph_slots[static_cast<int>(node) - 1])
-      slot->store(nullptr, std::memory_order_release);
-  if (node == Node::kCudart12) {
-    p2pw_slot_cudaGraphAddNode_12.store(nullptr, std::memory_order_release);
-    p2pw_slot_cudaGraphAddNode_v2_12.store(nullptr, std::memory_order_release);
-  }
-  if (node == Node::kCudart13) p2pw_slot_cudaGraphAddNode_13.store(nullptr, std::memory_order_release);
-  g_runtime_noted[static_cast<int>(node)].store(0, std::memory_order_relaxed);  // described again in this file
-}

@@ -7,18 +7,14 @@
 
 #include "shim/interpose/cuda_functions.h"
 #include "shim/interpose/cuda_graph_functions.h"
-#include "shim/interpose/cuda_runtime.h"
-
-#define P2PTRACE_UNPAREN(...) __VA_ARGS__
+#include "shim/base/cuda_runtime.h"
+#include "shim/record/graphs.h"
+#include "shim/record/process_uses.h"
 
 namespace p2ptrace::shim {
 
 template <typename F>
 using Real = F;
-
-// True once this runtime answered one of the application's calls successfully: from then on the
-// shim's own calls to it cannot fail and leave an error behind.
-bool RuntimeAnswered(const CudaRuntime& rt);
 
 // --- What the driver's hooks (driver_hooks.cc) share with the runtime's ---------------------------
 
@@ -87,8 +83,17 @@ cudaError_t TracedGraphLaunch(const CudaRuntime& rt, uint32_t id, cudaGraphExec_
 // The shim's wrapper of a driver function handed out by address (cuGetProcAddress,
 // cudaGetDriverEntryPoint*), or `fn` itself when the shim wraps no function there.
 void* DriverWrapperFor(void* fn);
-// The driver wrappers' cached real functions, forgotten when libcuda is unloaded (driver_hooks.cc).
-void ForgetDriverFunctions();
-
 
 }  // namespace p2ptrace::shim
+
+// A hook of either API for a change to a node that may already be recorded: the copies replays
+// count stay what was recorded, and the trace says a node changed (graphs.h NodeAltered; nothing
+// when the shim recorded nothing). `head`: the hook's leading parameters, in parentheses (the
+// runtime's take its node first); `exec`: the exec changed, or nullptr for a graph's node `n`;
+// `relevant`: whether the change can alter what replays move.
+#define P2PTRACE_ALTER_HOOK(Ret, head, name, exec, params, args, relevant)                     \
+  Ret name(P2PTRACE_UNPAREN head, P2PTRACE_UNPAREN params) {                                \
+    Ret r = real(P2PTRACE_UNPAREN args);                                                    \
+    if (r == Ret{} && (relevant)) graphs::NodeAltered(exec, n, P2PTRACE_API_##name, cudaSuccess); \
+    return r;                                                                               \
+  }

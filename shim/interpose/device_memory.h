@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "shim/interpose/cuda_runtime.h"
+#include "shim/base/cuda_runtime.h"
 
 namespace p2ptrace::shim {
 

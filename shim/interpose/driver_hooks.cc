@@ -19,7 +19,7 @@
 #include "shim/interpose/device_memory.h"
 #include "shim/interpose/driver_functions.h"
 #include "shim/interpose/memory_map.h"
-#include "shim/interpose/resolve.h"
+#include "shim/base/bind.h"
 #include "shim/preflight.h"
 #include "shim/record/graphs.h"
 #include "shim/record/trace_writer.h"
@@ -58,10 +58,14 @@ int ContextDevice(CUcontext ctx) {
   using Get = CUresult (*)(CUdevice*);
   using Push = CUresult (*)(CUcontext);
   using Pop = CUresult (*)(CUcontext*);
-  static const auto get_v2 = reinterpret_cast<GetV2>(ResolveReal("cuCtxGetDevice_v2", Node::kDriver));
-  static const auto get = reinterpret_cast<Get>(ResolveReal("cuCtxGetDevice", Node::kDriver));
-  static const auto push = reinterpret_cast<Push>(ResolveReal("cuCtxPushCurrent_v2", Node::kDriver));
-  static const auto pop = reinterpret_cast<Pop>(ResolveReal("cuCtxPopCurrent_v2", Node::kDriver));
+  static constinit RealFunction get_v2_fn{"cuCtxGetDevice_v2", Library::kDriver};
+  static constinit RealFunction get_fn{"cuCtxGetDevice", Library::kDriver};
+  static constinit RealFunction push_fn{"cuCtxPushCurrent_v2", Library::kDriver};
+  static constinit RealFunction pop_fn{"cuCtxPopCurrent_v2", Library::kDriver};
+  auto get_v2 = get_v2_fn.As<GetV2>();
+  auto get = get_fn.As<Get>();
+  auto push = push_fn.As<Push>();
+  auto pop = pop_fn.As<Pop>();
   CUdevice d = -1;
   if (ctx == nullptr) return -1;
   if (get_v2 != nullptr) return get_v2(&d, ctx) == CUDA_SUCCESS ? d : -1;
@@ -122,7 +126,8 @@ CUresult cuMemMap(CUresult (*real)(CUdeviceptr, size_t, size_t, CUmemGenericAllo
   CUresult r = real(p, n, offset, h, f);
   if (r != CUDA_SUCCESS) return r;
   using Props = CUresult (*)(CUmemAllocationProp*, CUmemGenericAllocationHandle);
-  static const auto props = reinterpret_cast<Props>(ResolveReal("cuMemGetAllocationPropertiesFromHandle", Node::kDriver));
+  static constinit RealFunction props_fn{"cuMemGetAllocationPropertiesFromHandle", Library::kDriver};
+  auto props = props_fn.As<Props>();
   CUmemAllocationProp prop{};
   int device = props != nullptr && props(&prop, h) == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE
                    ? prop.location.id
@@ -507,25 +512,21 @@ CUresult cuGraphClone(CUresult (*real)(CUgraph*, CUgraph), CUgraph* clone, CUgra
   return r;
 }
 
-// Changes to nodes that may already be recorded, as the runtime's (cuda_hooks.cc).
-#define P2PTRACE_ALTER_HOOK(name, exec, params, args, relevant)                               \
-  CUresult name(CUresult (*real) params, P2PTRACE_UNPAREN params) {                            \
-    CUresult r = real(P2PTRACE_UNPAREN args);                                                  \
-    if (r == CUDA_SUCCESS && (relevant)) graphs::NodeAltered(exec, n, P2PTRACE_API_##name, cudaSuccess); \
-    return r;                                                                                  \
-  }
-P2PTRACE_ALTER_HOOK(cuGraphExecMemcpyNodeSetParams, x,
+// Changes to nodes that may already be recorded, as the runtime's (cuda_hooks.h).
+#define P2PTRACE_DRIVER_ALTER_HOOK(name, exec, params, args, relevant) \
+  P2PTRACE_ALTER_HOOK(CUresult, (CUresult(*real) params), name, exec, params, args, relevant)
+P2PTRACE_DRIVER_ALTER_HOOK(cuGraphExecMemcpyNodeSetParams, x,
                     (CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D* p, CUcontext ctx), (x, n, p, ctx), true)
-P2PTRACE_ALTER_HOOK(cuGraphExecNodeSetParams, x, (CUgraphExec x, CUgraphNode n, CUgraphNodeParams* p), (x, n, p),
+P2PTRACE_DRIVER_ALTER_HOOK(cuGraphExecNodeSetParams, x, (CUgraphExec x, CUgraphNode n, CUgraphNodeParams* p), (x, n, p),
                     p != nullptr && ReplayedNodeType(p->type))
-P2PTRACE_ALTER_HOOK(cuGraphExecChildGraphNodeSetParams, x, (CUgraphExec x, CUgraphNode n, CUgraph c), (x, n, c), true)
-P2PTRACE_ALTER_HOOK(cuGraphNodeSetEnabled, x, (CUgraphExec x, CUgraphNode n, unsigned int on), (x, n, on),
+P2PTRACE_DRIVER_ALTER_HOOK(cuGraphExecChildGraphNodeSetParams, x, (CUgraphExec x, CUgraphNode n, CUgraph c), (x, n, c), true)
+P2PTRACE_DRIVER_ALTER_HOOK(cuGraphNodeSetEnabled, x, (CUgraphExec x, CUgraphNode n, unsigned int on), (x, n, on),
                     graphs::ExecGraph(x) != 0 && ReplayedNode(Driver(), n))
-P2PTRACE_ALTER_HOOK(cuGraphMemcpyNodeSetParams, nullptr, (CUgraphNode n, const CUDA_MEMCPY3D* p), (n, p), true)
-P2PTRACE_ALTER_HOOK(cuGraphNodeSetParams, nullptr, (CUgraphNode n, CUgraphNodeParams* p), (n, p),
+P2PTRACE_DRIVER_ALTER_HOOK(cuGraphMemcpyNodeSetParams, nullptr, (CUgraphNode n, const CUDA_MEMCPY3D* p), (n, p), true)
+P2PTRACE_DRIVER_ALTER_HOOK(cuGraphNodeSetParams, nullptr, (CUgraphNode n, CUgraphNodeParams* p), (n, p),
                     p != nullptr && ReplayedNodeType(p->type))
-P2PTRACE_ALTER_HOOK(cuGraphDestroyNode, nullptr, (CUgraphNode n), (n), true)  // of any type, as the runtime's
-#undef P2PTRACE_ALTER_HOOK
+P2PTRACE_DRIVER_ALTER_HOOK(cuGraphDestroyNode, nullptr, (CUgraphNode n), (n), true)  // of any type, as the runtime's
+#undef P2PTRACE_DRIVER_ALTER_HOOK
 
 // As cudaGraphLaunch: an exec the shim saw nothing captured into costs one lookup.
 inline __attribute__((always_inline)) CUresult Launch(CUresult (*real)(CUgraphExec, CUstream), CUgraphExec x,
@@ -568,36 +569,24 @@ CUresult cuGetProcAddress_v2(CUresult (*real)(const char*, void**, int, cuuint64
 }  // namespace p2ptrace::shim
 
 // ================================================================================================
-// The exported wrappers, by libcuda's own (unversioned) names. The first call resolves the real
-// function out of line.
-using p2ptrace::shim::CachedReal;
-using p2ptrace::shim::Node;
-
-#define P2PTRACE_DRIVER_WRAP(name, params, args)                                                         \
-  static std::atomic<void*> p2pd_slot_##name;                                                            \
-  extern "C" __attribute__((visibility("default"))) CUresult name params {                               \
-    using Fn = CUresult(*) params;                                                                       \
-    auto real = reinterpret_cast<Fn>(CachedReal(&p2pd_slot_##name, #name, Node::kDriver));               \
-    if (__builtin_expect(real == nullptr, 0)) return CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND;          \
-    return p2ptrace::shim::driver_hooks::name(real, P2PTRACE_UNPAREN args);                              \
-  }
+// The exported wrappers, by libcuda's own (unversioned) names: bind.h's one wrapper shape.
+#define P2PTRACE_DRIVER_WRAP(name, params, args)                                                              \
+  static constinit p2ptrace::shim::RealFunction p2pd_real_##name{#name, p2ptrace::shim::Library::kDriver};    \
+  using p2pd_fn_##name = CUresult(*) params;                                                                  \
+  P2PTRACE_WRAPPER(CUresult, name, p2pd_real_##name, p2pd_fn_##name, CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND, \
+                   (void)0, p2ptrace::shim::driver_hooks::name(p2p_real, P2PTRACE_UNPAREN args), params, args)
 P2PTRACE_DRIVER_FUNCTIONS(P2PTRACE_DRIVER_WRAP)
 #undef P2PTRACE_DRIVER_WRAP
 
 namespace {
 struct Wrapped {
-  const char* name;
-  std::atomic<void*>* slot;
+  p2ptrace::shim::RealFunction* real;
   void* wrapper;
 };
-#define P2PTRACE_DRIVER_ENTRY(name, params, args) {#name, &p2pd_slot_##name, reinterpret_cast<void*>(&name)},
+#define P2PTRACE_DRIVER_ENTRY(name, params, args) {&p2pd_real_##name, reinterpret_cast<void*>(&name)},
 const Wrapped kWrapped[] = {P2PTRACE_DRIVER_FUNCTIONS(P2PTRACE_DRIVER_ENTRY)};
 #undef P2PTRACE_DRIVER_ENTRY
 }  // namespace
-
-void p2ptrace::shim::ForgetDriverFunctions() {
-  for (const Wrapped& w : kWrapped) w.slot->store(nullptr, std::memory_order_release);
-}
 
 // Matched by address, not by name: the driver picks the version and the per-thread-stream form from
 // the caller's version and flags, and only an address equal to the one libcuda exports under a
@@ -605,7 +594,7 @@ void p2ptrace::shim::ForgetDriverFunctions() {
 void* p2ptrace::shim::DriverWrapperFor(void* fn) {
   if (fn == nullptr) return fn;
   for (const Wrapped& w : kWrapped) {
-    if (CachedReal(w.slot, w.name, Node::kDriver) != fn) continue;
+    if (w.real->Get() != fn) continue;
     p2ptrace_audit_bound(P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT);
     return w.wrapper;
   }

@@ -8,12 +8,9 @@
 // bound with .symver to glibc's own
 // names (P2PTRACE_GLIBC_BASE, from CMake: the architecture's first glibc version) and listed under
 // those nodes in the version script.
-// Compiled with -fno-optimize-sibling-calls: dlsym(RTLD_NEXT) looks at its caller's address.
-#include <dlfcn.h>
-
-#include <atomic>
 #include <cstdio>
 
+#include "shim/base/bind.h"
 #include "shim/interpose/unload.h"
 #include "shim/nccl_log_tap.h"
 
@@ -23,43 +20,36 @@
 
 namespace {
 
-// The next definition of `name` (libc's), found once.
-template <typename F>
-__attribute__((noinline)) F Next(std::atomic<void*>& slot, const char* name) {
-  void* fn = slot.load(std::memory_order_acquire);
-  if (__builtin_expect(fn == nullptr, 0)) {
-    fn = dlsym(RTLD_NEXT, name);
-    slot.store(fn, std::memory_order_release);
-  }
-  return reinterpret_cast<F>(fn);
-}
-
+using p2ptrace::shim::Library;
+using p2ptrace::shim::RealFunction;
 using FopenFn = FILE* (*)(const char*, const char*);
 using DlcloseFn = int (*)(void*);
-std::atomic<void*> g_fopen, g_fopen64, g_dlclose;
+constinit RealFunction g_fopen{"fopen", Library::kLibc};
+constinit RealFunction g_fopen64{"fopen64", Library::kLibc};
+constinit RealFunction g_dlclose{"dlclose", Library::kLibc};
 
 // Found before main, never inside a call: dlsym replaces the thread's dlerror() state, and NCCL
 // formats a failed dlopen's dlerror() into a WARN line whose first output is what opens the tap
 // file (through fopen). Resolving there would free the string NCCL is about to print.
 __attribute__((constructor)) void FindNextOnce() {
-  Next<FopenFn>(g_fopen, "fopen");
-  Next<FopenFn>(g_fopen64, "fopen64");
-  Next<DlcloseFn>(g_dlclose, "dlclose");
+  g_fopen.Get();
+  g_fopen64.Get();
+  g_dlclose.Get();
 }
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) FILE* p2p_fopen(const char* path, const char* mode) {
-  return p2ptrace::shim::OpenNcclTapFile(path, mode, Next<FopenFn>(g_fopen, "fopen"));
+  return p2ptrace::shim::OpenNcclTapFile(path, mode, g_fopen.As<FopenFn>());
 }
 extern "C" __attribute__((visibility("default"))) FILE* p2p_fopen64(const char* path, const char* mode) {
-  return p2ptrace::shim::OpenNcclTapFile(path, mode, Next<FopenFn>(g_fopen64, "fopen64"));
+  return p2ptrace::shim::OpenNcclTapFile(path, mode, g_fopen64.As<FopenFn>());
 }
 extern "C" __attribute__((visibility("default"))) int p2p_dlclose(void* handle) {
-  return p2ptrace::shim::CloseLibrary(handle, Next<DlcloseFn>(g_dlclose, "dlclose"));
+  return p2ptrace::shim::CloseLibrary(handle, g_dlclose.As<DlcloseFn>());
 }
 extern "C" __attribute__((visibility("default"))) int p2p_dlclose_base(void* handle) {
-  return p2ptrace::shim::CloseLibrary(handle, Next<DlcloseFn>(g_dlclose, "dlclose"));
+  return p2ptrace::shim::CloseLibrary(handle, g_dlclose.As<DlcloseFn>());
 }
 
 __asm__(".symver p2p_fopen, fopen@@" P2PTRACE_GLIBC_BASE);

@@ -3,29 +3,25 @@
 // ncclCommInitAll → ncclGetUniqueId); a thread-local depth makes such a self-call pass straight
 // through, so one user call is recorded once. The shim's own CUDA calls (timing events) happen only
 // on a runtime that has already answered the application (see cuda_hooks.cc).
-#include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <mutex>
 #include <new>
-#include <string>
 #include <string_view>
 #include <unordered_map>
 
 #include "p2ptrace/vocabulary.h"
-#include "shim/interpose/cuda_hooks.h"
+#include "shim/base/bind.h"
+#include "shim/base/fd.h"
 #include "shim/interpose/nccl_functions.h"
-#include "shim/interpose/unload.h"
 #include "shim/nccl_log_tap.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
 #include "shim/record/graphs.h"
-#include "shim/record/trace_dir.h"
+#include "shim/record/process_uses.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -34,56 +30,6 @@ namespace {
 // initial-exec: a fixed offset from the thread pointer, no __tls_get_addr call on every NCCL call.
 constinit thread_local int t_depth __attribute__((tls_model("initial-exec"))) = 0;  // inside a wrapped NCCL call
 constinit thread_local int t_group_depth __attribute__((tls_model("initial-exec"))) = 0;  // inside a group
-
-struct FindNccl {
-  std::string path;
-};
-int FindLoadedNccl(struct dl_phdr_info* info, size_t, void* data) {
-  const char* name = info->dlpi_name;
-  if (name == nullptr || *name == '\0') return 0;
-  const char* base = std::strrchr(name, '/');
-  base = base ? base + 1 : name;
-  if (std::strncmp(base, "libnccl.so", 10) != 0) return 0;
-  static_cast<FindNccl*>(data)->path = name;
-  return 1;
-}
-
-// pncclX, else ncclX (NCCL before 2.16 has no p-names), from the next object in search order or,
-// for RTLD_LOCAL loads, from the loaded libnccl itself. Never a tail call (resolve.cc says why).
-// Where the NCCL the wrappers call was loaded: one of its functions and the library's base address,
-// so that its unloading can be told (unload.h).
-struct LoadedNccl {
-  std::atomic<const void*> fn{nullptr};
-  std::atomic<const void*> base{nullptr};
-};
-LoadedNccl g_nccl_loaded;
-
-__attribute__((noinline)) void* FindNcclFunction(const char* name) {
-  std::string p = std::string("p") + name;
-  void* fn = dlsym(RTLD_NEXT, p.c_str());
-  if (fn == nullptr) fn = dlsym(RTLD_NEXT, name);
-  if (fn != nullptr) return fn;
-  FindNccl f;
-  dl_iterate_phdr(FindLoadedNccl, &f);
-  if (f.path.empty()) return nullptr;
-  void* handle = dlopen(f.path.c_str(), RTLD_NOLOAD | RTLD_LAZY);
-  if (handle == nullptr) return nullptr;
-  fn = dlsym(handle, p.c_str());
-  if (fn == nullptr) fn = dlsym(handle, name);
-  dlclose(handle);
-  return fn;
-}
-
-__attribute__((noinline)) void* ResolveNccl(const char* name) {
-  KeepErrno keep;
-  void* fn = FindNcclFunction(name);
-  Dl_info info{};
-  if (fn != nullptr && g_nccl_loaded.fn.load(std::memory_order_acquire) == nullptr && dladdr(fn, &info) != 0) {
-    g_nccl_loaded.base.store(info.dli_fbase, std::memory_order_relaxed);
-    g_nccl_loaded.fn.store(fn, std::memory_order_release);
-  }
-  return fn;
-}
 
 uint64_t Fnv(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
   const auto* b = static_cast<const unsigned char*>(data);
@@ -111,24 +57,11 @@ std::unordered_map<ncclComm_t, uint64_t>& Comms() {
   return *m;
 }
 
-template <typename Fn>
-Fn NcclFn(const char* name) {
-  return reinterpret_cast<Fn>(ResolveNccl(name));
-}
-
-// NCCL's own queries the shim asks, each resolved once (again after NCCL was unloaded, unload.h).
-enum NcclQuery { kCommCount, kCommUserRank, kCommCuDevice, kQueries };
-constexpr const char* kQueryNames[kQueries] = {"ncclCommCount", "ncclCommUserRank", "ncclCommCuDevice"};
-std::atomic<void*> g_query_slots[kQueries];
+// NCCL's own queries the shim asks.
+RealFunction g_comm_count{"ncclCommCount", Library::kNccl};
+RealFunction g_comm_user_rank{"ncclCommUserRank", Library::kNccl};
+RealFunction g_comm_cu_device{"ncclCommCuDevice", Library::kNccl};
 using QueryFn = ncclResult_t (*)(ncclComm_t, int*);
-QueryFn Query(NcclQuery q) {
-  void* fn = g_query_slots[q].load(std::memory_order_acquire);
-  if (fn == nullptr && (fn = ResolveNccl(kQueryNames[q])) != nullptr) g_query_slots[q].store(fn, std::memory_order_release);
-  return reinterpret_cast<QueryFn>(fn);
-}
-
-std::atomic<bool> g_first_call_done{false};
-std::atomic<int> g_nccl_version{0};  // ncclGetVersion's answer; 0 unknown
 
 // Once per process, at the first wrapped call and before it reaches NCCL (no release reads its
 // environment earlier): which NCCL this is, asked through the real ncclGetVersion, which only
@@ -138,27 +71,21 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
   KeepErrno keep;
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
-  if (g_first_call_done.load(std::memory_order_relaxed)) return;  // another thread did it
-  // NCCL's transport lines into the trace directory: set up only now, at the process's first NCCL call.
-  StartNcclLogTap(TraceWriter::config());
-  auto get_version = NcclFn<ncclResult_t (*)(int*)>("ncclGetVersion");
+  if (NcclCalled()) return;  // another thread did it
+  // NCCL's transport lines into the trace directory: set up only now, at the process's first NCCL
+  // call; each connection they state is held against the job-start prediction.
+  StartNcclLogTap(TraceWriter::config(), PreflightObserveNccl);
+  auto get_version = reinterpret_cast<ncclResult_t (*)(int*)>(ResolveReal("ncclGetVersion", Library::kNccl));
   int v = 0;
   if (get_version != nullptr && get_version(&v) == ncclSuccess && v > 0) {
-    g_nccl_version.store(v, std::memory_order_relaxed);
     if (NcclIgnoresDebugFile(v)) WithdrawNcclLogTap();
     if (TraceWriter::Ready()) __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   }
   // The environment NCCL is about to read (the tap's variables set, or the user's restored).
   if (TraceWriter::IsOpen()) TraceWriter::RecordEnvironment();
-  g_first_call_done.store(true, std::memory_order_release);
+  NoteNcclCalled(v);
 }
 
-}  // namespace
-
-bool NcclCalled() { return g_first_call_done.load(std::memory_order_acquire); }
-int LoadedNcclVersion() { return g_nccl_version.load(std::memory_order_relaxed); }
-
-namespace {
 // A communicator made inside ncclGroupStart … ncclGroupEnd (several ranks of one process, a
 // grouped ncclCommSplit) is initialised only at the outermost ncclGroupEnd: NCCL cannot say its
 // rank and size before that. Its record waits until then (more than the table holds: recorded at
@@ -185,7 +112,7 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
   }
   // Again here: a forked child's trace opens after the process's first call.
   // Atomic: every thread's first communicator writes the same value into the shared header.
-  if (int v = g_nccl_version.load(std::memory_order_relaxed))
+  if (int v = LoadedNcclVersion())
     __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   p2ptrace_nccl_comm_record rec{};
   rec.comm = reinterpret_cast<uintptr_t>(comm);
@@ -195,9 +122,9 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
   rec.api = api;
   if (r == ncclSuccess && comm != nullptr) {
     // NCCL's own answers: no CUDA call of ours.
-    if (QueryFn count = Query(kCommCount)) count(comm, &rec.nranks);
-    if (QueryFn user_rank = Query(kCommUserRank)) user_rank(comm, &rec.rank);
-    if (QueryFn device = Query(kCommCuDevice)) device(comm, &rec.cuda_device);
+    if (auto count = g_comm_count.As<QueryFn>()) count(comm, &rec.nranks);
+    if (auto user_rank = g_comm_user_rank.As<QueryFn>()) user_rank(comm, &rec.rank);
+    if (auto device = g_comm_cu_device.As<QueryFn>()) device(comm, &rec.cuda_device);
     if (api <= P2PTRACE_NCCL_CommSplit) {
       std::lock_guard<std::mutex> lock(g_comms_mu);
       Comms()[comm] = id_hash;
@@ -209,7 +136,7 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
 // The CUDA device of a communicator an init just made; -1 when it failed or NCCL does not say.
 int CommDevice(ncclResult_t r, ncclComm_t* comm) {
   int device = -1;
-  QueryFn cu_device = Query(kCommCuDevice);
+  auto cu_device = g_comm_cu_device.As<QueryFn>();
   if (r != ncclSuccess || comm == nullptr || *comm == nullptr || cu_device == nullptr || cu_device(*comm, &device) != ncclSuccess)
     return -1;
   return device;
@@ -230,22 +157,15 @@ bool SampleOp(uint64_t bytes) {
   return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
 }
 
-// The runtime the application itself uses (one that has answered it): the only one the shim's
-// timing events may go through.
-const CudaRuntime* AnsweredRuntime() {
-  for (Node n : {Node::kCudart13, Node::kCudart12, Node::kCudart11})
-    if (g_runtimes[static_cast<int>(n)].load(std::memory_order_acquire) && RuntimeAnswered(Runtime(n)))
-      return &Runtime(n);
-  return nullptr;
-}
-
 // Starts a timing pair for an operation of `comm` on `stream`. False when it cannot be timed.
 bool BeginTiming(ncclComm_t comm, cudaStream_t stream, uint64_t bytes, TimedCopy* t) {
   if (!detail::g_sample.enabled) return false;  // P2PTRACE_SAMPLE=off: nothing else to look at
-  const CudaRuntime* rt = AnsweredRuntime();
+  // The runtime the application itself uses: the only one the shim's timing events may go through
+  // (a cudart: the driver's table cannot switch devices).
+  const CudaRuntime* rt = AnsweredRuntime(false);
   if (rt == nullptr || !SampleOp(bytes)) return false;
   int device = -1;
-  QueryFn cu_device = Query(kCommCuDevice);
+  auto cu_device = g_comm_cu_device.As<QueryFn>();
   return cu_device && cu_device(comm, &device) == ncclSuccess && CopyTimer::Begin(*rt, device, stream, t);
 }
 
@@ -382,7 +302,7 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
   uint8_t in_group = t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0;
   // Captured into a graph (never timed: nothing is while a capture runs): its graph id for a seq.
   uint32_t graph = 0;
-  const CudaRuntime* rt = r == ncclSuccess && graphs::AnyCapture() ? AnsweredRuntime() : nullptr;
+  const CudaRuntime* rt = r == ncclSuccess && graphs::AnyCapture() ? AnsweredRuntime(false) : nullptr;
   if (rt != nullptr && graphs::CapturedOn(*rt, stream, &graph)) {
     RecordOp(api, comm, stream, bytes, peer, r, static_cast<uint8_t>(in_group | P2PTRACE_NCCL_CAPTURED), graph, site);
     return r;
@@ -548,40 +468,31 @@ P2PTRACE_OP_HOOK ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, siz
 }  // namespace nccl_hooks
 }  // namespace p2ptrace::shim
 
-// The exported wrappers. An NCCL without the function (older releases) gets ncclInvalidUsage and
-// nothing is recorded; a self-call from inside NCCL goes straight through.
-#define P2PTRACE_NCCL_WRAP(name, params, args)                                                   \
-  static std::atomic<void*> p2pn_slot_##name;                                                    \
-  extern "C" __attribute__((visibility("default"))) ncclResult_t name params {                   \
-    void* fn = p2pn_slot_##name.load(std::memory_order_acquire);                                 \
-    if (__builtin_expect(fn == nullptr, 0)) {                                                    \
-      fn = p2ptrace::shim::ResolveNccl(#name);                                                   \
-      if (fn == nullptr) return ncclInvalidUsage;                                                \
-      p2pn_slot_##name.store(fn, std::memory_order_release);                                     \
-    }                                                                                            \
-    auto real = reinterpret_cast<decltype(&::name)>(fn);                                         \
-    if (p2ptrace::shim::t_depth > 0) return real args;                                           \
-    if (__builtin_expect(!p2ptrace::shim::g_first_call_done.load(std::memory_order_acquire), 0)) \
-      p2ptrace::shim::FirstNcclCall();                                                           \
-    ++p2ptrace::shim::t_depth;                                                                   \
-    ncclResult_t r = p2ptrace::shim::nccl_hooks::name(real P2PTRACE_NCCL_COMMA_ARGS args);       \
-    --p2ptrace::shim::t_depth;                                                                   \
-    /* NCCL's lines of this call: to stdout before the program's next output, into the trace */  \
-    p2ptrace::shim::PumpNcclLog(std::string_view(#name) != "ncclGetVersion");                    \
-    return r;                                                                                    \
-  }
+namespace p2ptrace::shim {
+// Around every hook: a self-call from inside NCCL goes straight through; the process's first call
+// does its once-only work first; afterwards NCCL's lines of this call reach stdout before the
+// program's next output, and the trace (ncclGetVersion's only when NCCL already wrote some).
+template <auto Hook, bool kReadLog, typename Fn, typename... A>
+__attribute__((always_inline)) inline ncclResult_t CallNccl(Fn real, A... args) {
+  if (t_depth > 0) return real(args...);
+  if (__builtin_expect(!NcclCalled(), 0)) FirstNcclCall();
+  ++t_depth;
+  ncclResult_t r = Hook(real, args...);
+  --t_depth;
+  PumpNcclLog(kReadLog);
+  return r;
+}
+}  // namespace p2ptrace::shim
+
+// The exported wrappers (bind.h). An NCCL without the function (older releases) gets
+// ncclInvalidUsage and nothing is recorded.
+#define P2PTRACE_NCCL_WRAP(name, params, args)                                                             \
+  static constinit p2ptrace::shim::RealFunction p2pn_real_##name{#name, p2ptrace::shim::Library::kNccl};   \
+  P2PTRACE_WRAPPER(ncclResult_t, name, p2pn_real_##name, decltype(&::name), ncclInvalidUsage, (void)0,       \
+                   (p2ptrace::shim::CallNccl<&p2ptrace::shim::nccl_hooks::name,                            \
+                                             std::string_view(#name) != "ncclGetVersion">(                 \
+                       p2p_real P2PTRACE_NCCL_COMMA_ARGS args)),                                               \
+                   params, args)
 #define P2PTRACE_NCCL_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__
 
 P2PTRACE_NCCL_FUNCTIONS(P2PTRACE_NCCL_WRAP)
-
-// Every wrapper's cached NCCL function, forgotten with the shim's queries when NCCL is unloaded.
-#define P2PTRACE_NCCL_SLOT(name, params, args) &p2pn_slot_##name,
-static std::atomic<void*>* const p2pn_slots[] = {P2PTRACE_NCCL_FUNCTIONS(P2PTRACE_NCCL_SLOT)};
-
-void p2ptrace::shim::ForgetNcclIfUnloaded(bool (*still_loaded)(const void* fn, const void* base)) {
-  const void* fn = g_nccl_loaded.fn.load(std::memory_order_acquire);
-  if (fn == nullptr || still_loaded(fn, g_nccl_loaded.base.load(std::memory_order_relaxed))) return;
-  for (std::atomic<void*>* slot : p2pn_slots) slot->store(nullptr, std::memory_order_release);
-  for (std::atomic<void*>& slot : g_query_slots) slot.store(nullptr, std::memory_order_release);
-  g_nccl_loaded.fn.store(nullptr, std::memory_order_release);
-}

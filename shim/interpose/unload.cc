@@ -1,48 +1,32 @@
 #include "shim/interpose/unload.h"
 
-#include <dlfcn.h>
-#include <pthread.h>
+#include <mutex>
 
-#include <cerrno>
-
-#include "shim/interpose/cuda_runtime.h"
+#include "shim/base/bind.h"
+#include "shim/base/cuda_runtime.h"
+#include "shim/base/fd.h"
 #include "shim/record/copy_timer.h"
-#include "shim/record/trace_dir.h"
+#include "shim/record/process_uses.h"
 
 namespace p2ptrace::shim {
 namespace {
 
-// Whether the library a resolved pointer came from is still loaded where it was.
-bool StillLoaded(const void* fn, const void* base) {
-  Dl_info info{};
-  return fn != nullptr && dladdr(fn, &info) != 0 && info.dli_fbase == base;
-}
-
+// Each library gone: its real functions forgotten (found again at their next use); for a CUDA node
+// also its runtime table, its timing events, and its description in the trace (made again).
 void RetireUnloaded() {
-  for (int i = 0; i < static_cast<int>(Node::kCount); ++i) {
-    const CudaRuntime* rt = g_runtimes[i].load(std::memory_order_acquire);
-    if (rt == nullptr || StillLoaded(rt->anchor, rt->base)) continue;
-    const_cast<CudaRuntime*>(rt)->retired.store(true, std::memory_order_release);
-    g_runtimes[i].store(nullptr, std::memory_order_release);  // resolved again at the node's next call
-    ForgetRealFunctions(static_cast<Node>(i));
-    CopyTimer::ForgetRuntime(static_cast<Node>(i));
+  for (int i = 0; i < static_cast<int>(Library::kCount); ++i) {
+    auto lib = static_cast<Library>(i);
+    if (!LibraryUnloaded(lib)) continue;
+    ForgetLibrary(lib);
+    if (i >= static_cast<int>(Node::kCount)) continue;
+    auto node = static_cast<Node>(i);
+    RetireRuntime(node);
+    CopyTimer::ForgetRuntime(node);
+    ForgetNodeAnswered(node);
   }
-  ForgetNcclIfUnloaded(StillLoaded);
 }
-
-void LockForFork() { UnloadMutex().lock(); }
-void UnlockAfterFork() { UnloadMutex().unlock(); }
 
 }  // namespace
-
-std::recursive_mutex& UnloadMutex() {
-  static auto* mu = [] {
-    auto* m = new std::recursive_mutex();  // never destroyed: dlclose may run during exit
-    pthread_atfork(LockForFork, UnlockAfterFork, UnlockAfterFork);
-    return m;
-  }();
-  return *mu;
-}
 
 int CloseLibrary(void* handle, int (*real_dlclose)(void*)) {
   std::lock_guard<std::recursive_mutex> lock(UnloadMutex());

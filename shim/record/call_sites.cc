@@ -16,7 +16,7 @@
 #include "p2ptrace/trace_format.h"
 #include "shim/config.h"
 #include "shim/record/text_block.h"
-#include "shim/record/trace_dir.h"
+#include "shim/base/fd.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {

@@ -13,8 +13,8 @@
 #include <mutex>
 #include <vector>
 
-#include "shim/interpose/unload.h"
-#include "shim/record/trace_dir.h"
+#include "shim/base/bind.h"
+#include "shim/base/fd.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {

@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "shim/interpose/cuda_runtime.h"
+#include "shim/base/cuda_runtime.h"
 
 namespace p2ptrace::shim {
 
@@ -50,7 +50,7 @@ class CopyTimer {
   // Waits (bounded) for queued timings and stops the resolver; at exit.
   static void Drain();
 
-  // The runtime of `node` was unloaded (unload.h, under UnloadMutex()): its event pools are
+  // The runtime of `node` was unloaded (interpose/unload.h, under UnloadMutex()): its event pools are
   // forgotten (never freed, never called again); timings in flight on it are dropped by the resolver.
   static void ForgetRuntime(Node node);
 };

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "shim/record/handle_table.h"
-#include "shim/record/trace_dir.h"
+#include "shim/base/fd.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim::graphs {

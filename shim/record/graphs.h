@@ -15,7 +15,7 @@
 #include <atomic>
 #include <cstdint>
 
-#include "shim/interpose/cuda_runtime.h"
+#include "shim/base/cuda_runtime.h"
 #include "shim/record/copy_timer.h"
 
 namespace p2ptrace::shim::graphs {

@@ -1,11 +1,9 @@
 #include "shim/record/trace_dir.h"
 
 #include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -31,21 +29,6 @@ bool MakeDirs(const std::string& dir) {
 }
 
 }  // namespace
-
-ScopedFd& ScopedFd::operator=(ScopedFd&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = o.Release();
-  }
-  return *this;
-}
-
-ScopedFd::~ScopedFd() {
-  if (fd_ >= 0) close(fd_);
-}
-
-KeepErrno::KeepErrno() : saved_(errno) {}
-KeepErrno::~KeepErrno() { errno = saved_; }
 
 namespace {
 // `dir` opened for *at calls when it passes Unsafe(); otherwise not ok() and, with `why`, the reason.
@@ -102,16 +85,6 @@ ScopedFd OpenOwnFile(int dirfd, const char* name, int flags) {
 ScopedFd OpenRegularFile(const std::string& path, int flags, bool follow) {
   int extra = O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW);
   return CheckRegularOwn(ScopedFd(open(path.c_str(), flags | extra)), false);
-}
-
-int MoveFdHigh(int fd) {
-  struct rlimit lim {};
-  rlim_t top = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? lim.rlim_cur : 1024;
-  // Near the soft limit, but not so high that the kernel grows the table to a huge size for it.
-  long floor = static_cast<long>(std::min<rlim_t>(top, 4096)) - 64;
-  int high = floor > 64 ? fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(floor)) : -1;
-  close(fd);
-  return high;
 }
 
 }  // namespace p2ptrace::shim

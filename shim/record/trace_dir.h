@@ -9,28 +9,9 @@
 
 #include <string>
 
+#include "shim/base/fd.h"
+
 namespace p2ptrace::shim {
-
-// A descriptor closed when it goes out of scope; -1 holds nothing.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd = -1) : fd_(fd) {}
-  ScopedFd(ScopedFd&& o) noexcept : fd_(o.Release()) {}
-  ScopedFd& operator=(ScopedFd&& o) noexcept;
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd();
-  int get() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  int Release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-
- private:
-  int fd_;
-};
 
 // Creates `dir` when missing (parents as `mkdir -p` would, the directory itself 0700) and checks
 // that it is safe to write in. "" when it is; otherwise why not, for a warning.
@@ -50,23 +31,5 @@ ScopedFd OpenOwnFile(int dirfd, const char* name, int flags);
 // The same for a path anywhere (e.g. the user's own NCCL_DEBUG_FILE): a regular file, opened
 // without blocking; symlinks followed only when `follow` (the user named the file themselves).
 ScopedFd OpenRegularFile(const std::string& path, int flags, bool follow);
-
-// Moves `fd` to a descriptor number far above what a program allocates (the lowest free one
-// wins, so a program reopening after closing 3..N gets the low numbers back, never this one) and
-// closes the original. -1 (and `fd` closed) when there is none free up there.
-int MoveFdHigh(int fd);
-
-// errno as it was at construction is put back at destruction: every shim path that may call the
-// C library keeps the errno the program's own call left (a failed mkdir's EEXIST never leaks out).
-class KeepErrno {
- public:
-  KeepErrno();
-  ~KeepErrno();
-  KeepErrno(const KeepErrno&) = delete;
-  KeepErrno& operator=(const KeepErrno&) = delete;
-
- private:
-  int saved_;
-};
 
 }  // namespace p2ptrace::shim

@@ -7,7 +7,7 @@
 
 #include <atomic>
 
-#include "shim/interpose/resolve.h"
+#include "shim/base/bind.h"
 
 namespace p2ptrace::shim {
 
@@ -34,15 +34,16 @@ struct CudaRuntime {
   void* StreamGetCaptureInfo;
   // cudaGraphNodeGetType (the driver: cuGraphNodeGetType, same values); null when absent.
   cudaError_t (*GraphNodeGetType)(cudaGraphNode_t, cudaGraphNodeType*);
-  // Where the library the pointers are in was loaded (dladdr's dli_fbase), and whether it has been
-  // unloaded since (set under UnloadMutex(), unload.h; the table is then replaced, never freed).
-  const void* base;
-  const void* anchor;  // a function of that library: still at `base` while it stays loaded
+  // Set when its library was unloaded (RetireRuntime, under UnloadMutex()): the table is then
+  // replaced, never freed, and a timing in flight that still holds it drops its events.
   std::atomic<bool> retired;
 };
 
 const CudaRuntime& ResolveRuntime(Node node);
 extern std::atomic<const CudaRuntime*> g_runtimes[static_cast<int>(Node::kCount)];
+
+// Its library was unloaded: the node's table is retired and resolved again at the node's next call.
+void RetireRuntime(Node node);
 
 // Resolved at the first intercepted call of that node (again after the library was unloaded).
 inline const CudaRuntime& Runtime(Node node) {

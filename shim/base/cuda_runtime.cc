@@ -1,12 +1,11 @@
-#include "shim/interpose/cuda_runtime.h"
+#include "shim/base/cuda_runtime.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <mutex>
 #include <type_traits>
 
-#include "shim/record/trace_dir.h"
+#include "shim/base/fd.h"
 
 namespace p2ptrace::shim {
 
@@ -106,9 +105,6 @@ bool FillDriverTable(CudaRuntime* r) {
   r->StreamGetCaptureInfo = ResolveReal("cuStreamGetCaptureInfo", Node::kDriver);
   r->GraphNodeGetType =
       reinterpret_cast<decltype(r->GraphNodeGetType)>(ResolveReal("cuGraphNodeGetType", Node::kDriver));
-  Dl_info info{};
-  r->anchor = reinterpret_cast<const void*>(d.CtxGetDevice);
-  if (r->anchor != nullptr && dladdr(r->anchor, &info) != 0) r->base = info.dli_fbase;
   return found;
 }
 
@@ -143,11 +139,16 @@ const CudaRuntime& ResolveRuntime(Node node) {
   get(r->GetP2PAttribute, "cudaDeviceGetP2PAttribute");
   r->StreamGetCaptureInfo = ResolveReal("cudaStreamGetCaptureInfo", node);
   get(r->GraphNodeGetType, "cudaGraphNodeGetType");
-  Dl_info info{};
-  r->anchor = reinterpret_cast<const void*>(r->GetDevice);
-  if (r->anchor != nullptr && dladdr(r->anchor, &info) != 0) r->base = info.dli_fbase;
   g_runtimes[i].store(r, std::memory_order_release);
   return *r;
+}
+
+void RetireRuntime(Node node) {
+  std::atomic<const CudaRuntime*>& slot = g_runtimes[static_cast<int>(node)];
+  const CudaRuntime* rt = slot.load(std::memory_order_acquire);
+  if (rt == nullptr) return;
+  const_cast<CudaRuntime*>(rt)->retired.store(true, std::memory_order_release);
+  slot.store(nullptr, std::memory_order_release);
 }
 
 }  // namespace p2ptrace::shim
