@@ -203,12 +203,17 @@ def timed_copies(trace_dir):
 FN_LINE = re.compile(r"^\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*)$")
 
 
-def self_costs(path, inclusive=False, keep_file=False):
+def self_costs(path, inclusive=False, by_object=False):
     """Ir per function, self or inclusive (inlined code of other files folded into its function);
-    keep_file: name them "file:function" (the NCCL wrapper and the simulated NCCL share a name)."""
+    by_object: name them "function [object]" (the shim's NCCL and driver wrappers share their names
+    with the simulated libraries' functions; callgrind names a fragment by the file of its first
+    line, which for a wrapper may be an inlined header's, so only the object tells them apart)."""
     p = subprocess.run([args_global.annotate, "--auto=no", "--threshold=100",
                         "--inclusive=" + ("yes" if inclusive else "no"), path],
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                       # Outside the source tree: there callgrind_annotate reads sources by relative
+                       # path and splits a function's inclusive cost among its inlined files' fragments.
+                       cwd=os.path.dirname(os.path.abspath(path)))
     costs, started = {}, False
     for line in p.stdout.splitlines():
         if "file:function" in line:
@@ -217,9 +222,13 @@ def self_costs(path, inclusive=False, keep_file=False):
         m = FN_LINE.match(line) if started else None
         if not m:
             continue
+        obj = re.search(r"\s+\[([^\]]*)\]$", m.group(2))
         name = re.sub(r"\s+\[[^\]]*\]$", "", m.group(2))
-        if not keep_file:
-            name = re.sub(r"^[^:]*:(?!:)", "", name, count=1)  # drop "file:"
+        name = re.sub(r"^[^:]*:(?!:)", "", name, count=1)  # drop "file:"
+        if by_object:
+            if obj is None:
+                continue  # a fragment without its object: its function's first fragment names it
+            name = "%s [%s]" % (name, os.path.basename(obj.group(1)))
         v = int(m.group(1).replace(",", ""))
         # Self costs of a function's fragments (its inlined code from other files) add up; each
         # fragment's inclusive cost is already the function's whole.
@@ -267,13 +276,12 @@ def callgrind(args, tmp):
                 if api is None:
                     continue
                 driver = api.startswith("cu") and not api.startswith("cuda")
-                inc = {n: self_costs(files[m, k, n][1], inclusive=True, keep_file=driver) for n in (N_SMALL, N_LARGE)}
+                inc = {n: self_costs(files[m, k, n][1], inclusive=True, by_object=driver) for n in (N_SMALL, N_LARGE)}
                 dd = lambda name: (inc[N_LARGE].get(name, 0) - inc[N_SMALL].get(name, 0)) / (N_LARGE - N_SMALL)
                 if driver:  # libcuda is unversioned: the shim's wrapper and the driver's function share a name
-                    wrapper = [f for f in inc[N_LARGE] if f.endswith("driver_hooks.cc:" + api)]
-                    real = [f for f in inc[N_LARGE] if f.endswith(":" + api) and f not in wrapper]
-                    if wrapper and real:
-                        own[m, k] = dd(wrapper[0]) - dd(real[0])
+                    wrapper, real = "%s [libp2ptrace.so]" % api, "%s [libcuda.so.1]" % api
+                    if wrapper in inc[N_LARGE] and real in inc[N_LARGE]:
+                        own[m, k] = dd(wrapper) - dd(real)
                     continue
                 own[m, k] = dd(api + "@@libcudart.so.13") - dd(api)
     return per_call, per_call_caller, files, own
@@ -411,13 +419,12 @@ def nccl_bench(args, tmp):
         s = (ir["shim", kind, N_LARGE] - ir["shim", kind, N_SMALL]) / d
         own = ""
         if args.annotate:
-            inc = {n: self_costs(files["shim", kind, n], inclusive=True, keep_file=True) for n in (N_SMALL, N_LARGE)}
+            inc = {n: self_costs(files["shim", kind, n], inclusive=True, by_object=True) for n in (N_SMALL, N_LARGE)}
             fn = NCCL_WRAPPED[kind]
             per = lambda name: (inc[N_LARGE].get(name, 0) - inc[N_SMALL].get(name, 0)) / d
-            wrapper = [k for k in inc[N_LARGE] if k.endswith("nccl_wrappers.cc:" + fn)]
-            real = [k for k in inc[N_LARGE] if k.endswith(":" + fn) and k not in wrapper]
-            if wrapper and real:
-                own = "%.1f" % (per(wrapper[0]) - per(real[0]))
+            wrapper, real = "%s [libp2ptrace.so]" % fn, "%s [libnccl.so.2]" % fn
+            if wrapper in inc[N_LARGE] and real in inc[N_LARGE]:
+                own = "%.1f" % (per(wrapper) - per(real))
         budget = NCCL_BUDGET.get(kind)
         verdict = ""
         if budget is not None:
@@ -470,12 +477,11 @@ def dlsym_bench(args, tmp):
         per = {m: (ir[m, kind, N_LARGE] - ir[m, kind, N_SMALL]) / d for m in modes}
         own = ""
         if kind == "allreduce" and args.annotate:  # the wrapper's inclusive cost minus the real call's
-            inc = {n: self_costs(files["audit", kind, n], inclusive=True, keep_file=True) for n in (N_SMALL, N_LARGE)}
+            inc = {n: self_costs(files["audit", kind, n], inclusive=True, by_object=True) for n in (N_SMALL, N_LARGE)}
             one = lambda name: (inc[N_LARGE].get(name, 0) - inc[N_SMALL].get(name, 0)) / d
-            wrapper = [k for k in inc[N_LARGE] if k.endswith("nccl_wrappers.cc:ncclAllReduce")]
-            real = [k for k in inc[N_LARGE] if k.endswith(":ncclAllReduce") and k not in wrapper]
-            if wrapper and real:
-                own = "%.1f" % (one(wrapper[0]) - one(real[0]))
+            wrapper, real = "ncclAllReduce [libp2ptrace.so]", "ncclAllReduce [libnccl.so.2]"
+            if wrapper in inc[N_LARGE] and real in inc[N_LARGE]:
+                own = "%.1f" % (one(wrapper) - one(real))
         print("%-10s %-38s %8.1f %8.1f %8.1f %+8.1f %6s" % (kind, DLSYM_DESCRIPTION[kind], per["bare"], per["preload"],
                                                             per["audit"], per["audit"] - per["bare"], own))
     print("preload: LD_PRELOAD=libp2ptrace.so alone (the calls never reach it); audit: with")

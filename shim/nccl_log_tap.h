@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/nccl_log.h"
-#include "shim/config.h"
+#include "shim/base/config.h"
 
 namespace p2ptrace::shim {
 

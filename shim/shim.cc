@@ -2,7 +2,7 @@
 // first intercepted call (libraries such as cudart are often loaded after this runs).
 #include <string>
 
-#include "shim/config.h"
+#include "shim/base/config.h"
 #include "shim/nccl_log_tap.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/trace_writer.h"

@@ -14,7 +14,7 @@
 #include <mutex>
 
 #include "p2ptrace/trace_format.h"
-#include "shim/config.h"
+#include "shim/base/config.h"
 #include "shim/record/text_block.h"
 #include "shim/base/fd.h"
 #include "shim/record/trace_writer.h"

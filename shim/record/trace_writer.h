@@ -13,7 +13,7 @@
 #include <ctime>
 
 #include "p2ptrace/trace_format.h"
-#include "shim/config.h"
+#include "shim/base/config.h"
 
 namespace p2ptrace::shim {
 

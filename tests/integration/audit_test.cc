@@ -204,7 +204,7 @@ void CheckProgram(const std::string& name, const std::vector<std::string>& progr
 
 TEST(Dlsym, CProgramWithLocalNcclAndCudartByNameIsTracedExactly) {
   // libnccl.so.2 by path, RTLD_LOCAL; libcudart.so.13 by name: neither is in the global scope, so
-  // the wrappers find them with dl_iterate_phdr (resolve.cc, nccl_wrappers.cc).
+  // the wrappers find them with dl_iterate_phdr (shim/base/bind.cc).
   CheckProgram("c", {DLSYM_WORKLOAD, kNccl}, true, 0);
 }
 

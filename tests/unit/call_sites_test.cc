@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/trace_reader.h"
-#include "shim/config.h"
+#include "shim/base/config.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/trace_writer.h"
 #include "tests/support/subprocess.h"

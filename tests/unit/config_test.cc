@@ -1,11 +1,11 @@
-// The shim's settings (shim/config.cc): P2PTRACE_STACKS's values, and one warning for a bad one.
+// The shim's settings (shim/base/config.cc): P2PTRACE_STACKS's values, and one warning for a bad one.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "shim/config.h"
+#include "shim/base/config.h"
 
 namespace {
 

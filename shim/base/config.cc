@@ -1,4 +1,4 @@
-#include "shim/config.h"
+#include "shim/base/config.h"
 
 #include <unistd.h>
 
