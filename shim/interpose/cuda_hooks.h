@@ -10,13 +10,14 @@
 #include "shim/base/cuda_runtime.h"
 #include "shim/record/graphs.h"
 #include "shim/record/process_uses.h"
+#include "p2ptrace/trace_format.h"
 
 namespace p2ptrace::shim {
 
 template <typename F>
 using Real = F;
 
-// --- What the driver's hooks (driver_hooks.cc) share with the runtime's ---------------------------
+// --- What the copy engine (cuda_copies.cc) shares with the other hooks, the driver's included -------
 
 // A copy made through another API than the runtime's: what it copies. A device of -1 is found from
 // its pointer (the shim's map, else the API's own pointer attributes once the copy succeeded).
@@ -50,14 +51,27 @@ cudaError_t TraceApiCopy(const CudaRuntime& rt, const ApiCopy& c, InvokeReal inv
 bool ReadyAfter(const CudaRuntime& rt, cudaError_t r);
 // rt's current device when rt is known to answer, else -1.
 int AnsweredDevice(const CudaRuntime& rt);
-// A peer mapping from `from` to `to` appeared (set) or went away.
-void PeerMappingChanged(int from, int to, bool set);
-// `accessor` was granted access to memory of `owner` (device_memory.h): their copies go direct.
-void PeerAccessGranted(int accessor, int owner);
+// How a peer mapping came to be: cudaDeviceEnablePeerAccess/cuCtxEnablePeerAccess, an IPC handle
+// opened with lazy peer access, access granted to mapped or pool memory (device_memory.h).
+enum PeerMapping : uint8_t { kPeerByApi = 1, kPeerByIpc = 2, kPeerByAccess = 4 };
+// A peer mapping from `from` to `to` made (set) or undone, by `how`: the pair's copies go direct
+// while either side maps the other. Ignored unless both are valid, different devices.
+void PeerMappingChanged(int from, int to, uint8_t how, bool set);
 // The device a stream's work runs on, when the shim knows the stream (its current device for the
 // default streams); -1 otherwise.
 int StreamDeviceOf(const CudaRuntime& rt, cudaStream_t s);
 void RecordPeerCall(uint8_t api, int device, int peer, cudaError_t r, int value, int attr);
+void RecordIpcCall(uint8_t api, int device, int owner, cudaError_t r, const void* address);
+// rt's current device, asked (only after one of rt's calls succeeded); -1 when it cannot say.
+int CurrentDevice(const CudaRuntime& rt);
+// A copy of this kind has a host side: not peer traffic.
+inline bool HostSide(cudaMemcpyKind k) {
+  return k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToHost || k == cudaMemcpyHostToHost;
+}
+inline bool ValidDevice(int d) { return d >= 0 && d < P2PTRACE_MAX_DEVICES; }
+// In the _ptsz/_ptds entry points stream 0 is the per-thread default stream (the driver's
+// CU_STREAM_PER_THREAD is the same handle).
+inline cudaStream_t PerThread(cudaStream_t s) { return s == nullptr ? cudaStreamPerThread : s; }
 // A copy added to `graph` as a node through any API (the call returned r): recorded with the
 // graph's id when it is between two devices, as a captured copy (graphs.h).
 void RecordGraphNodeCopy(const CudaRuntime& rt, const ApiCopy& a, cudaGraph_t graph, cudaError_t r);

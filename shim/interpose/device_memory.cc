@@ -41,7 +41,7 @@ int PoolDevice(const void* pool) { return g_pools.Lookup(reinterpret_cast<uintpt
 
 void NoteAccess(const CudaRuntime& rt, uint8_t api, int owner, int accessor, int flags, cudaError_t r) {
   if (!ReadyAfter(rt, r)) return;
-  if (r == cudaSuccess && flags != 0) PeerAccessGranted(accessor, owner);
+  if (r == cudaSuccess && flags != 0) PeerMappingChanged(accessor, owner, kPeerByAccess, true);
   RecordPeerCall(api, accessor, owner, r, flags, 0);
 }
 

@@ -48,8 +48,6 @@ ApiCopy Linear(uint8_t api, uint32_t flags, CUdeviceptr dst, CUdeviceptr src, si
   return ApiCopy{api, flags, Ptr(dst), Ptr(src), -1, -1, n, s};
 }
 
-// In the _ptsz/_ptds entry points stream 0 is the per-thread default stream.
-CUstream PerThread(CUstream s) { return s == nullptr ? CU_STREAM_PER_THREAD : s; }
 
 // The device of a context: cuCtxGetDevice_v2 where the driver has it (12.8+), else with the context
 // current for a moment (pushed and popped: the thread's stack is as it was).
@@ -246,7 +244,7 @@ CUresult cuCtxEnablePeerAccess(CUresult (*real)(CUcontext, unsigned int), CUcont
   bool mapped = r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;  // either way it exists now
   if (mapped) PreflightFromCuda(rt);
   int d = AnsweredDevice(rt), p = ContextDevice(peer);
-  if (mapped) PeerMappingChanged(d, p, true);
+  if (mapped) PeerMappingChanged(d, p, kPeerByApi, true);
   RecordPeerCall(P2PTRACE_API_cuCtxEnablePeerAccess, d, p, AsRuntime(r), static_cast<int>(flags), 0);
   return r;
 }
@@ -256,7 +254,7 @@ CUresult cuCtxDisablePeerAccess(CUresult (*real)(CUcontext), CUcontext peer) {
   const CudaRuntime& rt = Driver();
   if (!ReadyAfter(rt, AsRuntime(r))) return r;
   int d = AnsweredDevice(rt), p = ContextDevice(peer);
-  if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_NOT_ENABLED) PeerMappingChanged(d, p, false);
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_NOT_ENABLED) PeerMappingChanged(d, p, kPeerByApi, false);
   RecordPeerCall(P2PTRACE_API_cuCtxDisablePeerAccess, d, p, AsRuntime(r), 0, 0);
   return r;
 }
