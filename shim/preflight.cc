@@ -17,6 +17,8 @@
 #include <thread>
 
 #include "core/node_probe.h"
+#include "core/warning_lines.h"
+#include "core/preflight_block.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
 #include "shim/identity.h"
@@ -29,20 +31,6 @@
 
 namespace p2ptrace::shim {
 namespace {
-
-// A recorded pair as the prediction WarningLine formats (the one warning format, core/node_probe).
-PairPrediction AsPrediction(const PreflightPair& q) {
-  PairPrediction p;
-  p.a = q.a;
-  p.b = q.b;
-  p.link = q.link;
-  p.transport = q.transport;
-  p.best = q.best;
-  p.fallback = q.fallback;
-  p.causes = q.causes;
-  p.impact = q.impact;
-  return p;
-}
 
 std::atomic<int> g_preflight{0};  // 0 not yet, 1 running or done
 std::mutex g_mu;                  // the probe result below, and the copy-route warnings
@@ -395,7 +383,7 @@ void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct) {
                    " without cudaDeviceEnablePeerAccess, though cudaDeviceCanAccessPeer says " + std::to_string(ab) + "/" +
                    std::to_string(ba);
   q.causes.push_back({"peer-access-not-enabled", "decided", {ev}});
-  std::string line = WarningLine(p.hostname, "GPU" + std::to_string(a), "GPU" + std::to_string(b), -1, -1, AsPrediction(q));
+  std::string line = WarningLine(p.hostname, "GPU" + std::to_string(a), "GPU" + std::to_string(b), -1, -1, q);
   block.pairs.push_back(std::move(q));
   block.warnings.push_back(line);
   // One line for this cause per process, however many pairs the program copies between: the next
@@ -512,7 +500,7 @@ void PreflightObserveNccl(const Connection& c) {
     }
   }
   if (q.causes.empty()) q.causes.push_back({"unknown", "decided", {observed, "checked: the node probes and NCCL_* as the process sees them now"}});
-  PairPrediction shown = AsPrediction(q);
+  PairPrediction shown = q;
   shown.best = was->transport;  // the line compares with what the job start predicted
   std::string line = WarningLine(p.hostname, "GPU" + std::to_string(q.a), "GPU" + std::to_string(q.b), c.src_rank,
                                  c.dst_rank, shown, "observed after the first NCCL operation");

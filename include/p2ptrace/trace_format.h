@@ -292,7 +292,7 @@ typedef struct p2ptrace_nccl_op_record {
 } p2ptrace_nccl_op_record;
 
 /* Added in minor 1. A text block too long for one record, in parts: readers join the parts of one
- * `block` in `part` order. Kind 1 is the preflight block (core/node_probe.h: what the node probes
+ * `block` in `part` order. Kind 1 is the preflight block (core/preflight_block.h: what the node probes
  * found, the predicted path and causes of every GPU pair, the warnings printed at job start), as
  * "p2ptrace-preflight 1" then tab-separated lines.
  * Kind 2 (minor 2) describes one call site, written the first time a record of this file names it

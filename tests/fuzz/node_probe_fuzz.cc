@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/node_probe.h"
+#include "core/preflight_block.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -11,6 +11,7 @@
 
 #include "core/nccl_log.h"
 #include "core/node_probe.h"
+#include "core/preflight_block.h"
 #include "core/trace_reader.h"
 #include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"

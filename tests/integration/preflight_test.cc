@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "core/node_probe.h"
+#include "core/warning_lines.h"
+#include "core/preflight_block.h"
 #include "core/trace_reader.h"
 #include "core/vocabulary.h"
 #include "gtest/gtest.h"

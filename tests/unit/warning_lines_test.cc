@@ -1,4 +1,4 @@
-// core/node_probe's job-start lines (DESIGN.md §2): pairs named compactly, one line per cause, the
+// core/warning_lines' job-start lines (DESIGN.md §2): pairs named compactly, one line per cause, the
 // pairs of the GPUs the job uses only, NCCL's version named as loaded or as assumed.
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/node_probe.h"
+#include "core/warning_lines.h"
 
 namespace {
 

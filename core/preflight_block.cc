@@ -1,0 +1,104 @@
+#include "core/preflight_block.h"
+
+#include "core/fields.h"
+#include "core/vocabulary.h"
+#include "p2ptrace/vocabulary.h"
+
+namespace p2ptrace {
+
+PreflightBlock MakePreflightBlock(const NodeProbe& probe, const Prediction& prediction,
+                                  const std::vector<std::string>& warnings) {
+  PreflightBlock b;
+  b.host = probe.hostname;
+  b.boot_id = probe.boot_id;
+  b.steps = probe.steps;
+  b.warnings = warnings;
+  for (const ProbedGpu& g : probe.gpus)
+    if (g.index >= 0 && g.index < 100)  // another host's GPUs are numbered from 100 (shim/preflight.cc)
+      b.gpus.push_back({g.index, g.bus_id, g.name, g.cuda});
+  for (const ProbedPair& p : probe.pairs)
+    if (p.a >= 0 && p.a < 100 && p.b >= 0 && p.b < 100 && !p.link.empty()) b.links.push_back({p.a, p.b, p.link});
+  for (const PairPrediction& p : prediction.pairs) {
+    PreflightPair q;
+    static_cast<PairPrediction&>(q) = p;
+    const ProbedGpu* ga = probe.Gpu(p.a);
+    const ProbedGpu* gb = probe.Gpu(p.b);
+    if (ga) q.bus_a = ga->bus_id, q.rank_a = ga->rank;
+    if (gb) q.bus_b = gb->bus_id, q.rank_b = gb->rank;
+    b.pairs.push_back(std::move(q));
+  }
+  return b;
+}
+
+std::string SerializePreflight(const PreflightBlock& b) {
+  std::string out = "p2ptrace-preflight 1\n";
+  out += "host\t" + OneLine(b.host) + "\n";
+  out += "boot_id\t" + OneLine(b.boot_id) + "\n";
+  for (const ProbeStep& s : b.steps)
+    out += "probe\t" + OneLine(s.name) + "\t" + OneLine(s.source) + "\t" + OneLine(s.status) + "\t" + OneLine(s.detail) + "\n";
+  for (const PreflightGpu& g : b.gpus)
+    out += "gpu\t" + std::to_string(g.index) + "\t" + OneLine(g.bus_id) + "\t" + OneLine(g.name) + "\t" + std::to_string(g.cuda) + "\n";
+  for (const PreflightLink& l : b.links)
+    out += "link\t" + std::to_string(l.a) + "\t" + std::to_string(l.b) + "\t" + OneLine(l.link) + "\n";
+  for (const PreflightPair& p : b.pairs) {
+    out += "pair\t" + std::to_string(p.a) + "\t" + std::to_string(p.b) + "\t" + OneLine(p.bus_a) + "\t" + OneLine(p.bus_b) +
+           "\t" + OneLine(p.link) + "\t" + std::to_string(p.rank_a) + "\t" + std::to_string(p.rank_b) + "\t" +
+           std::string(TransportName(p.transport)) + "\t" + std::string(TransportName(p.best)) + "\t" +
+           (p.fallback ? "1" : "0") + "\t" + OneLine(p.impact) + "\n";
+    for (const CauseHit& c : p.causes) {
+      out += "cause\t" + OneLine(c.id) + "\t" + OneLine(c.role);
+      for (const std::string& e : c.evidence) out += "\t" + OneLine(e);
+      out += "\n";
+    }
+  }
+  for (const std::string& w : b.warnings) out += "warning\t" + OneLine(w) + "\n";
+  return out;
+}
+
+Expected<PreflightBlock> ParsePreflight(std::string_view text) {
+  constexpr std::string_view kMagic = "p2ptrace-preflight ";
+  if (text.substr(0, kMagic.size()) != kMagic) return Error{"not a p2ptrace preflight block (no 'p2ptrace-preflight' line)"};
+  size_t nl = text.find('\n');
+  int version = ToInt(text.substr(kMagic.size(), nl == std::string_view::npos ? std::string_view::npos : nl - kMagic.size()), -1);
+  if (version != 1) return Error{"preflight block version is not 1"};
+  PreflightBlock b;
+  for (std::string_view line : Split(nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1), '\n')) {
+    std::vector<std::string_view> f;
+    size_t start = 0;
+    for (size_t i = 0; i <= line.size(); ++i)
+      if (i == line.size() || line[i] == '\t') {
+        f.push_back(line.substr(start, i - start));
+        start = i + 1;
+      }
+    if (f.empty()) continue;
+    if (f[0] == "host" && f.size() >= 2) b.host = f[1];
+    else if (f[0] == "boot_id" && f.size() >= 2) b.boot_id = f[1];
+    else if (f[0] == "probe" && f.size() >= 5) b.steps.push_back({std::string(f[1]), std::string(f[2]), std::string(f[3]), std::string(f[4])});
+    else if (f[0] == "link" && f.size() >= 4) b.links.push_back({ToInt(f[1], -1), ToInt(f[2], -1), std::string(f[3])});
+    else if (f[0] == "gpu" && f.size() >= 5) b.gpus.push_back({ToInt(f[1], -1), std::string(f[2]), std::string(f[3]), ToInt(f[4], -1)});
+    else if (f[0] == "pair" && f.size() >= 12) {
+      PreflightPair p;
+      p.a = ToInt(f[1], -1);
+      p.b = ToInt(f[2], -1);
+      p.bus_a = f[3];
+      p.bus_b = f[4];
+      p.link = f[5];
+      p.rank_a = ToInt(f[6], -1);
+      p.rank_b = ToInt(f[7], -1);
+      p.transport = ParseTransport(f[8]).value_or(P2PTRACE_TRANSPORT_UNKNOWN);
+      p.best = ParseTransport(f[9]).value_or(P2PTRACE_TRANSPORT_UNKNOWN);
+      p.fallback = f[10] == "1";
+      p.impact = f[11];
+      b.pairs.push_back(std::move(p));
+    } else if (f[0] == "cause" && f.size() >= 3 && !b.pairs.empty()) {
+      CauseHit c{std::string(f[1]), std::string(f[2]), {}};
+      for (size_t i = 3; i < f.size(); ++i) c.evidence.emplace_back(f[i]);
+      b.pairs.back().causes.push_back(std::move(c));
+    } else if (f[0] == "warning" && f.size() >= 2) {
+      b.warnings.emplace_back(f[1]);
+    }
+  }
+  return b;
+}
+
+}  // namespace p2ptrace
