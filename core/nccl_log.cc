@@ -1086,4 +1086,35 @@ std::string ExpandNcclDebugFile(std::string_view pattern, std::string_view host,
   return out;
 }
 
+namespace {
+constexpr std::string_view kTapPrefix = "nccl.", kTapSuffix = ".log";
+}  // namespace
+
+std::string NcclTapFilePattern(std::string_view host) {
+  if (host.empty()) host = "host";
+  std::string name(kTapPrefix);
+  for (char c : host) {
+    bool plain = c != '/' && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;  // one path component
+    if (c == '%') name += "%%";
+    else name += plain ? c : '_';
+  }
+  return name + ".%p" + std::string(kTapSuffix);
+}
+
+bool IsNcclLogFileName(std::string_view name) {
+  // "nccl.log" counts: its one dot ends the prefix and starts the suffix.
+  return name.size() >= kTapPrefix.size() + kTapSuffix.size() - 1 && name.substr(0, kTapPrefix.size()) == kTapPrefix &&
+         name.substr(name.size() - kTapSuffix.size()) == kTapSuffix;
+}
+
+std::string NcclLogFileHost(std::string_view name) {
+  if (name.size() <= kTapPrefix.size() + kTapSuffix.size() || !IsNcclLogFileName(name)) return "";
+  std::string_view middle = name.substr(kTapPrefix.size(), name.size() - kTapPrefix.size() - kTapSuffix.size());
+  size_t dot = middle.rfind('.');
+  if (dot == std::string_view::npos || dot == 0 || dot + 1 == middle.size() ||
+      middle.find_first_not_of("0123456789", dot + 1) != std::string_view::npos)
+    return "";
+  return std::string(middle.substr(0, dot));
+}
+
 }  // namespace p2ptrace

@@ -287,4 +287,15 @@ std::string_view NcclLogHost(std::string_view host);
 // NCCL_DEBUG_FILE as NCCL expands it for a process: %h NcclLogHost(host), %p the pid, %% a '%'.
 std::string ExpandNcclDebugFile(std::string_view pattern, std::string_view host, long pid);
 
+// The log tap's file in a trace directory (DESIGN.md §4), as the NCCL_DEBUG_FILE pattern the tap
+// sets: "nccl.<host>.%p.log", the host whole (as the process's trace file names it; "host" when
+// empty), made one path component ('/' and control bytes as '_'), its '%' doubled.
+std::string NcclTapFilePattern(std::string_view host);
+// Any NCCL log a trace directory holds: "nccl.*.log" (the tap's, or the user's own
+// NCCL_DEBUG_FILE=<dir>/nccl.%h.%p.log).
+bool IsNcclLogFileName(std::string_view file_name);
+// The host of a log file named as the tap names its files, "nccl.<host>.<pid>.log"; "" for another
+// name.
+std::string NcclLogFileHost(std::string_view file_name);
+
 }  // namespace p2ptrace

@@ -71,28 +71,17 @@ std::string Getenv(const char* name) {
 }
 bool Has(const char* name) { return std::getenv(name) != nullptr; }
 
-// The host part of the tap file's name: the one this process's trace file is named after (the
-// sysroot's host name in the simulated node, else gethostname), so that a process's log and trace
-// carry the same host. '%' doubled, as NCCL reads "%%" as '%'.
+// The tap file's pattern (core/nccl_log.h), named after the host this process's trace file is
+// named after (the sysroot's host name in the simulated node, else gethostname), so that a
+// process's log and trace carry the same host.
 std::string TapPattern(const Config& config) {
-  std::string host = TraceWriter::Host(config);
-  if (host.empty()) host = "host";
-  std::string name;
-  for (const char* c = host.c_str(); *c; ++c) {
-    bool plain = *c != '/' && static_cast<unsigned char>(*c) >= 0x20 && *c != 0x7f;  // one path component
-    name += *c == '%' ? std::string("%%") : std::string(1, plain ? *c : '_');
-  }
-  return config.dir + "/nccl." + name + ".%p.log";
+  return config.dir + "/" + NcclTapFilePattern(TraceWriter::Host(config));
 }
 
-std::string Expand(const std::string& pattern) {
-  std::string out;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') out += std::to_string(getpid()), ++i;
-    else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == '%') out += '%', ++i;
-    else out += pattern[i];
-  }
-  return out;
+// NCCL's expansion of NCCL_DEBUG_FILE for this process (core/nccl_log.h), with the host its trace
+// names (the simulated node's in tests).
+std::string ExpandDebugFile(const std::string& pattern) {
+  return ExpandNcclDebugFile(pattern, TraceWriter::Host(TraceWriter::config()), getpid());
 }
 
 void StartThread(Forwarder* f);
@@ -106,7 +95,7 @@ bool Unchanged(const std::atomic<const std::string*>& path, off_t size) {
 
 // Reads what NCCL appended and writes the user's share of it; `mu` held.
 void PumpLocked(Forwarder* f, bool finish) {
-  if (f->path.empty()) f->path = Expand(f->pattern);
+  if (f->path.empty()) f->path = ExpandDebugFile(f->pattern);
   // The tap file is the shim's own, in its checked directory: a regular file of this user's, never
   // through a symlink, never blocking.
   ScopedFd fd = OpenRegularFile(f->path, O_RDONLY, false);
@@ -291,12 +280,6 @@ struct LogReader {
 };
 std::atomic<LogReader*> g_reader{nullptr};  // set once before main; never freed
 
-// NCCL's expansion of NCCL_DEBUG_FILE for this process (core/nccl_log.h), with the host its trace
-// names (the simulated node's in tests).
-std::string ExpandDebugFile(const std::string& pattern) {
-  return ExpandNcclDebugFile(pattern, TraceWriter::Host(TraceWriter::config()), getpid());
-}
-
 template <size_t N>
 bool CopyField(char (&field)[N], const std::string& text) {
   size_t n = std::min(text.size(), N - 1);
@@ -466,7 +449,7 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
   const Config& c = TraceWriter::config();
   if (std::strncmp(path, c.dir.c_str(), c.dir.size()) != 0 || path[c.dir.size()] != '/') return real_fopen(path, mode);
   KeepErrno keep;
-  if (Expand(*pattern) != path) return real_fopen(path, mode);
+  if (ExpandDebugFile(*pattern) != path) return real_fopen(path, mode);
   ReturnEnvironment();  // NCCL opens the tap file: it has read NCCL_DEBUG and NCCL_DEBUG_FILE
   std::string name = path + c.dir.size() + 1;
   // Created by the shim, 0600, in the checked directory (NCCL's fopen would follow a symlink and

@@ -11,6 +11,7 @@
 #include "core/causes.h"
 #include "core/printable.h"
 #include "core/node_probe.h"
+#include "core/warning_lines.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "probe/probe.h"

@@ -13,6 +13,7 @@
 #include "core/causes.h"
 #include "core/nccl_failures.h"
 #include "core/node_probe.h"
+#include "core/preflight_block.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
@@ -249,22 +250,6 @@ Cause HostStagedCause(const p2ptrace_pair_counters& c, const GpuRef& src, const 
   }
   if (const CauseInfo* info = FindCause(cause.id)) cause.confirm = std::string(info->confirm);
   return cause;
-}
-
-// The host the log tap named its file after (nccl.<host>.<pid>.log, shim/nccl_log_tap.cc): the
-// whole name; "" for any other file.
-std::string TapFileHost(const std::string& path) {
-  std::string name = std::filesystem::path(path).filename().string();
-  constexpr std::string_view kPrefix = "nccl.", kSuffix = ".log";
-  if (name.size() <= kPrefix.size() + kSuffix.size() || name.rfind(kPrefix, 0) != 0 ||
-      name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0)
-    return "";
-  std::string middle = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
-  size_t dot = middle.rfind('.');
-  if (dot == std::string::npos || dot == 0 || middle.find_first_not_of("0123456789", dot + 1) != std::string::npos ||
-      dot + 1 == middle.size())
-    return "";
-  return middle.substr(0, dot);
 }
 
 uint64_t ParsePointer(const std::string& text) { return std::strtoull(text.c_str(), nullptr, 16); }
@@ -730,7 +715,7 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
 void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
   ++s_->rep.nccl_logs;
   if (!f.log.nccl_version.empty()) s_->rep.nccl_versions.insert(f.log.nccl_version);
-  const std::string hint = TapFileHost(f.path);
+  const std::string hint = NcclLogFileHost(std::filesystem::path(f.path).filename().string());
   auto whole = [&](const NcclLogger& l) { return s_->WholeHost(l.host, l.pid, hint); };
   for (const RankIdentity& id : f.log.ranks) {
     RankIdentity named = id;  // CommKey's fallback key names the host too

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "core/input_file.h"
+#include "core/nccl_log.h"
 #include "core/printable.h"
 #include "fmt/format.h"
 
@@ -44,7 +45,7 @@ absl::StatusOr<JobFiles> ListJobFiles(const std::string& path) {
     for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
       std::string name = it->path().filename().string();
       if (it->path().extension() == ".p2ptrace") files.traces.push_back(it->path().string());
-      else if (name.rfind("nccl.", 0) == 0 && it->path().extension() == ".log") files.nccl_logs.push_back(it->path().string());
+      else if (IsNcclLogFileName(name)) files.nccl_logs.push_back(it->path().string());
     }
     if (ec) return absl::PermissionDeniedError(path + ": " + ec.message());
   } else {

@@ -971,4 +971,33 @@ TEST(NcclLogFeed, BinaryGarbageNeverCrashesAndKeepsCounting) {
   EXPECT_EQ(q.log().connections.back().transport, "P2P/IPC");
 }
 
+// The tap file's name: made by the shim (NcclTapFilePattern, expanded as NCCL expands it) and read
+// back by the report (NcclLogFileHost) through one pair of functions; the host survives whole.
+TEST(NcclTapFile, TheNameTheShimMakesGivesItsHostBack) {
+  using namespace p2ptrace;
+  struct Case {
+    std::string host, file, back;
+  };
+  for (const Case& c : std::vector<Case>{{"gpu01.cluster.local", "nccl.gpu01.cluster.local.42.log", "gpu01.cluster.local"},
+                                         {"a%b", "nccl.a%b.42.log", "a%b"},
+                                         {"a/b\x01", "nccl.a_b_.42.log", "a_b_"},
+                                         {"", "nccl.host.42.log", "host"}}) {
+    std::string file = ExpandNcclDebugFile(NcclTapFilePattern(c.host), "ignored-no-%h", 42);
+    EXPECT_EQ(file, c.file) << c.host;
+    EXPECT_TRUE(IsNcclLogFileName(file));
+    EXPECT_EQ(NcclLogFileHost(file), c.back) << file;
+  }
+}
+
+TEST(NcclTapFile, OtherNamesGiveNoHost) {
+  using namespace p2ptrace;
+  EXPECT_TRUE(IsNcclLogFileName("nccl.log"));  // a user's own log in the directory is still read
+  EXPECT_EQ(NcclLogFileHost("nccl.log"), "");
+  EXPECT_EQ(NcclLogFileHost("nccl.host.x.log"), "");  // no pid
+  EXPECT_EQ(NcclLogFileHost("nccl..42.log"), "");      // no host
+  EXPECT_EQ(NcclLogFileHost("nccl.host.42.txt"), "");
+  EXPECT_FALSE(IsNcclLogFileName("trace.log"));
+  EXPECT_FALSE(IsNcclLogFileName("nccl.p2ptrace"));
+}
+
 }  // namespace
