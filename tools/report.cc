@@ -1085,38 +1085,26 @@ Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
 }
 
 absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions& options) {
-  absl::StatusOr<JobFiles> files = ListJobFiles(path);
-  if (!files.ok()) return files.status();
   ReportBuilder b(path);
-  size_t total = files->traces.size() + files->nccl_logs.size(), done = 0;
-  for (const std::string& f : files->traces) {
-    // Records go straight into the fold as they are decoded; none is kept.
-    Expected<Trace> t = ReadTrace(f, {}, [&](const TraceRecord& r) {
-      b.AddRecord(r);
-      if (options.on_record) options.on_record(r);
-    });
-    if (!t.ok()) {
-      b.AbandonTrace();
-      if (options.on_abandon) options.on_abandon();
-      b.AddProblem(t.error().message);
-    } else {
-      if (std::string line = PartialLine(*t); !line.empty()) b.AddPartial(line);
-      b.EndTrace(*t);
-      if (options.on_trace) options.on_trace(*t);
-      size_t before = files->nccl_logs.size();
-      AddUserNcclLog(*t, &*files);
-      total += files->nccl_logs.size() - before;
-    }
-    if (options.progress) options.progress(++done, total);
-  }
-  for (size_t i = 0; i < files->nccl_logs.size(); ++i) {
-    std::string partial;
-    Expected<NcclLog> log = ReadNcclLogFile(files->nccl_logs[i], &partial);
-    if (!log.ok()) b.AddProblem(log.error().message);
-    else b.AddNcclLog(NcclLogFile{files->nccl_logs[i], std::move(log.value())});
-    if (!partial.empty()) b.AddPartial(partial);
-    if (options.progress) options.progress(++done, total);
-  }
+  JobVisitor v;
+  // Records go straight into the fold as they are decoded; none is kept.
+  v.on_record = [&](const TraceRecord& r) {
+    b.AddRecord(r);
+    if (options.on_record) options.on_record(r);
+  };
+  v.on_abandon = [&] {
+    b.AbandonTrace();
+    if (options.on_abandon) options.on_abandon();
+  };
+  v.on_trace = [&](Trace&& t) {
+    b.EndTrace(t);
+    if (options.on_trace) options.on_trace(t);
+  };
+  v.on_nccl_log = [&](NcclLogFile&& f) { b.AddNcclLog(std::move(f)); };
+  v.on_problem = [&](std::string p) { b.AddProblem(p); };
+  v.on_partial = [&](std::string p) { b.AddPartial(p); };
+  v.progress = options.progress;
+  if (absl::Status st = VisitJob(path, v); !st.ok()) return st;
   return b.Finish();
 }
 

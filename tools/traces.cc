@@ -77,32 +77,59 @@ Expected<NcclLog> ReadNcclLogFile(const std::string& path, std::string* partial)
   return parser.log();
 }
 
-absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptions& options) {
+absl::Status VisitJob(const std::string& path, const JobVisitor& visit) {
   absl::StatusOr<JobFiles> files = ListJobFiles(path);
   if (!files.ok()) return files.status();
-  LoadedTraces out;
-  uint64_t records_left = options.max_records_total;
+  size_t total = files->traces.size() + files->nccl_logs.size(), done = 0;
+  auto step = [&] {
+    if (visit.progress) visit.progress(++done, total);
+  };
   for (const std::string& f : files->traces) {
-    ReadOptions ro;
-    ro.max_records = std::min(options.max_records_per_file, records_left);
-    Expected<Trace> t = ReadTrace(f, ro);
+    Expected<Trace> t = ReadTrace(f, visit.read_options ? visit.read_options() : ReadOptions{}, visit.on_record);
     if (!t.ok()) {
-      out.problems.push_back(t.error().message);
-      continue;
+      if (visit.on_record && visit.on_abandon) visit.on_abandon();
+      if (visit.on_problem) visit.on_problem(t.error().message);
+    } else {
+      if (std::string line = PartialLine(*t); !line.empty() && visit.on_partial) visit.on_partial(line);
+      // A user's own NCCL_DEBUG_FILE (recorded in the trace's environment) is read where it is.
+      size_t before = files->nccl_logs.size();
+      AddUserNcclLog(*t, &*files);
+      total += files->nccl_logs.size() - before;
+      if (visit.on_trace) visit.on_trace(std::move(t.value()));
     }
-    records_left -= std::min<uint64_t>(records_left, t->records.size());
-    if (std::string line = PartialLine(*t); !line.empty()) out.partial.push_back(line);
-    out.traces.push_back(std::move(t.value()));
+    step();
   }
-  // A user's own NCCL_DEBUG_FILE (recorded in each trace's environment) is read where it is.
-  for (const Trace& t : out.traces) AddUserNcclLog(t, &*files);
   for (const std::string& f : files->nccl_logs) {
     std::string partial;
     Expected<NcclLog> log = ReadNcclLogFile(f, &partial);
-    if (!log.ok()) out.problems.push_back(log.error().message);
-    else out.nccl_logs.push_back({f, std::move(log.value())});
-    if (!partial.empty()) out.partial.push_back(partial);
+    if (!log.ok()) {
+      if (visit.on_problem) visit.on_problem(log.error().message);
+    } else if (visit.on_nccl_log) {
+      visit.on_nccl_log(NcclLogFile{f, std::move(log.value())});
+    }
+    if (!partial.empty() && visit.on_partial) visit.on_partial(partial);
+    step();
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedTraces> LoadTraces(const std::string& path, const LoadOptions& options) {
+  LoadedTraces out;
+  uint64_t records_left = options.max_records_total;
+  JobVisitor v;
+  v.read_options = [&] {
+    ReadOptions ro;
+    ro.max_records = std::min(options.max_records_per_file, records_left);
+    return ro;
+  };
+  v.on_trace = [&](Trace&& t) {
+    records_left -= std::min<uint64_t>(records_left, t.records.size());
+    out.traces.push_back(std::move(t));
+  };
+  v.on_nccl_log = [&](NcclLogFile&& f) { out.nccl_logs.push_back(std::move(f)); };
+  v.on_problem = [&](std::string p) { out.problems.push_back(std::move(p)); };
+  v.on_partial = [&](std::string p) { out.partial.push_back(std::move(p)); };
+  if (absl::Status st = VisitJob(path, v); !st.ok()) return st;
   return out;
 }
 

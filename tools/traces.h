@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -55,6 +56,22 @@ std::string PartialLine(const Trace& t);
 // --cudart static), whose calls LD_PRELOAD cannot reach; nullopt when it cannot be read (not
 // here, not a regular file).
 std::optional<bool> CarriesStaticCudart(const std::string& path);
+
+// The one walk over a job's files (ListJobFiles, then the users' own NCCL_DEBUG_FILEs the traces
+// recorded), every loader's: each trace file read (its records handed to `on_record` as they are
+// decoded when that is set, else kept in the Trace), then each NCCL log. A file that cannot be used
+// becomes a problem, one used in part a partial line ("FILE: why"). Fails only when the path itself
+// cannot be read.
+struct JobVisitor {
+  std::function<ReadOptions()> read_options;           // per trace file, asked before reading it
+  std::function<void(const TraceRecord&)> on_record;
+  std::function<void(Trace&&)> on_trace;               // read (whole or in part)
+  std::function<void()> on_abandon;                    // failed after records were handed out
+  std::function<void(NcclLogFile&&)> on_nccl_log;
+  std::function<void(std::string)> on_problem, on_partial;
+  std::function<void(size_t done, size_t total)> progress;  // after each file
+};
+absl::Status VisitJob(const std::string& path, const JobVisitor& visit);
 
 // DIR: every *.p2ptrace file in it (not recursive); a file path: that one file. Fails only when
 // the path itself cannot be read; files that are not usable become `problems`.
