@@ -54,30 +54,10 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/cuda_check.h"
+#include "tests/support/nccl_check.h"
+
 namespace {
-
-#define CUDA_OK(call)                                                                                   \
-  do {                                                                                                  \
-    cudaError_t e_ = (call);                                                                            \
-    if (e_ != cudaSuccess) {                                                                            \
-      std::fprintf(stderr, "nccl_ring: %s failed: %s\n", #call, cudaGetErrorString(e_));               \
-      std::exit(2);                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
-#define NCCL_OK(call)                                                                                   \
-  do {                                                                                                  \
-    ncclResult_t r_ = (call);                                                                           \
-    if (r_ != ncclSuccess) {                                                                            \
-      std::fprintf(stderr, "nccl_ring: %s failed: %s\n", #call, ncclGetErrorString(r_));               \
-      std::exit(2);                                                                                     \
-    }                                                                                                   \
-  } while (0)
-
-int EnvInt(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
-}
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr, "nccl_ring: %s\nusage: nccl_ring [-g N] [-t N] [-i rank|group|all] [-o LIST] [-b BYTES] "
@@ -116,31 +96,10 @@ struct Options {
 Options g_opt;
 std::mutex g_print_mu;
 
-// Rank 0 publishes the id atomically (write, then rename); the others (other processes and other
-// threads alike) wait for it. Generation g > 0 (a re-created communicator) uses a file of its own.
+// The id file of generation g > 0 (a re-created communicator) is a file of its own.
 ncclUniqueId ShareId(int rank, int generation) {
-  ncclUniqueId id;
-  std::string path = g_opt.dir + "/nccl_ring.id" + (generation > 0 ? "." + std::to_string(generation) : "");
-  if (rank == 0) {
-    NCCL_OK(ncclGetUniqueId(&id));
-    std::string tmp = path + ".tmp";
-    std::ofstream(tmp, std::ios::binary).write(reinterpret_cast<const char*>(&id), sizeof id);
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-      std::fprintf(stderr, "nccl_ring: cannot write %s\n", path.c_str());
-      std::exit(2);
-    }
-    return id;
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (true) {
-    std::ifstream in(path, std::ios::binary);
-    if (in.read(reinterpret_cast<char*>(&id), sizeof id)) return id;
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr, "nccl_ring: no unique id appeared in %s\n", path.c_str());
-      std::exit(2);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  return p2ptrace::test::ShareNcclId(
+      rank, g_opt.dir + "/nccl_ring.id" + (generation > 0 ? "." + std::to_string(generation) : ""), 120);
 }
 
 // One GPU a thread drives: its world rank, device, stream and timing events.
@@ -159,28 +118,28 @@ struct Member {
 };
 
 float* DeviceBuffer(int dev, size_t n) {
-  CUDA_OK(cudaSetDevice(dev));
+  P2PTRACE_CHECK(cudaSetDevice(dev));
   void* p = nullptr;
-  if (g_opt.mem_alloc) NCCL_OK(ncclMemAlloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
-  else CUDA_OK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
+  if (g_opt.mem_alloc) P2PTRACE_NCCL_CHECK(ncclMemAlloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
+  else P2PTRACE_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(float)));
   return static_cast<float*>(p);
 }
 
 void FreeBuffer(int dev, float* p) {
-  CUDA_OK(cudaSetDevice(dev));
-  if (g_opt.mem_alloc) NCCL_OK(ncclMemFree(p));
-  else CUDA_OK(cudaFree(p));
+  P2PTRACE_CHECK(cudaSetDevice(dev));
+  if (g_opt.mem_alloc) P2PTRACE_NCCL_CHECK(ncclMemFree(p));
+  else P2PTRACE_CHECK(cudaFree(p));
 }
 
 void Upload(int dev, float* d, const std::vector<float>& h) {
-  CUDA_OK(cudaSetDevice(dev));
-  CUDA_OK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  P2PTRACE_CHECK(cudaSetDevice(dev));
+  P2PTRACE_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 std::vector<float> Download(int dev, const float* d, size_t n) {
-  CUDA_OK(cudaSetDevice(dev));
+  P2PTRACE_CHECK(cudaSetDevice(dev));
   std::vector<float> h(n);
-  CUDA_OK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+  P2PTRACE_CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
   return h;
 }
 
@@ -227,7 +186,7 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     *p = OpPlan{whole, whole, whole, 1, 2 * (n - 1) / n};
     p->input = value_input(whole);
     p->issue = [p](const Member& m, const float* s, float* r) {
-      NCCL_OK(ncclAllReduce(s, r, p->param, ncclFloat32, ncclSum, m.comm, m.gpu->stream));
+      P2PTRACE_NCCL_CHECK(ncclAllReduce(s, r, p->param, ncclFloat32, ncclSum, m.comm, m.gpu->stream));
     };
     p->check = [N](const Member& m, const std::vector<float>& got) {
       return Check(m.gpu->rank, "allreduce", got, [&](size_t i) { return float(N * (N + 1) / 2 + N * int(i % 7)); });
@@ -237,8 +196,8 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     *p = OpPlan{whole, whole, whole, 1, 1};
     p->input = value_input(whole);
     p->issue = [p, bcast](const Member& m, const float* s, float* r) {
-      if (bcast) NCCL_OK(ncclBroadcast(s, r, p->param, ncclFloat32, 0, m.comm, m.gpu->stream));
-      else NCCL_OK(ncclReduce(s, r, p->param, ncclFloat32, ncclSum, 0, m.comm, m.gpu->stream));
+      if (bcast) P2PTRACE_NCCL_CHECK(ncclBroadcast(s, r, p->param, ncclFloat32, 0, m.comm, m.gpu->stream));
+      else P2PTRACE_NCCL_CHECK(ncclReduce(s, r, p->param, ncclFloat32, ncclSum, 0, m.comm, m.gpu->stream));
     };
     p->check = [N, bcast, op](const Member& m, const std::vector<float>& got) {
       if (bcast) return Check(m.gpu->rank, op, got, [](size_t i) { return Value(0, i); });
@@ -249,7 +208,7 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     *p = OpPlan{part, part * N, part, n, (n - 1) / n};
     p->input = value_input(part);
     p->issue = [p](const Member& m, const float* s, float* r) {
-      NCCL_OK(ncclAllGather(s, r, p->param, ncclFloat32, m.comm, m.gpu->stream));
+      P2PTRACE_NCCL_CHECK(ncclAllGather(s, r, p->param, ncclFloat32, m.comm, m.gpu->stream));
     };
     p->check = [part](const Member& m, const std::vector<float>& got) {
       return Check(m.gpu->rank, "allgather", got, [&](size_t j) { return Value(int(j / part), j % part); });
@@ -258,7 +217,7 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     *p = OpPlan{part * N, part, part, n, (n - 1) / n};
     p->input = value_input(part * N);
     p->issue = [p](const Member& m, const float* s, float* r) {
-      NCCL_OK(ncclReduceScatter(s, r, p->param, ncclFloat32, ncclSum, m.comm, m.gpu->stream));
+      P2PTRACE_NCCL_CHECK(ncclReduceScatter(s, r, p->param, ncclFloat32, ncclSum, m.comm, m.gpu->stream));
     };
     p->check = [N, part](const Member& m, const std::vector<float>& got) {
       return Check(m.gpu->rank, "reducescatter", got, [&](size_t i) {
@@ -277,12 +236,12 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     };
     p->issue = [p, p2p, part](const Member& m, const float* s, float* r) {
       if (!p2p) {
-        NCCL_OK(ncclAlltoAll(s, r, p->param, ncclFloat32, m.comm, m.gpu->stream));
+        P2PTRACE_NCCL_CHECK(ncclAlltoAll(s, r, p->param, ncclFloat32, m.comm, m.gpu->stream));
         return;
       }
       for (int peer = 0; peer < m.nranks; ++peer) {
-        NCCL_OK(ncclSend(s + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
-        NCCL_OK(ncclRecv(r + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+        P2PTRACE_NCCL_CHECK(ncclSend(s + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+        P2PTRACE_NCCL_CHECK(ncclRecv(r + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
       }
     };
     p->check = [part, op](const Member& m, const std::vector<float>& got) {
@@ -293,8 +252,8 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     *p = gather ? OpPlan{part, part * N, part, n, (n - 1) / n} : OpPlan{part * N, part, part, n, (n - 1) / n};
     p->input = value_input(gather ? part : part * N);
     p->issue = [part, gather](const Member& m, const float* s, float* r) {
-      if (gather) NCCL_OK(ncclGather(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
-      else NCCL_OK(ncclScatter(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+      if (gather) P2PTRACE_NCCL_CHECK(ncclGather(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+      else P2PTRACE_NCCL_CHECK(ncclScatter(s, r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
     };
     p->check = [part, gather, op](const Member& m, const std::vector<float>& got) {
       if (!gather) return Check(m.gpu->rank, op, got, [&](size_t i) { return Value(0, size_t(m.rank) * part + i); });
@@ -305,10 +264,10 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     *p = OpPlan{part, part * N, part, n, (n - 1) / n, true};
     p->input = value_input(part);
     p->issue = [part](const Member& m, const float* s, float* r) {
-      NCCL_OK(ncclSend(s, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+      P2PTRACE_NCCL_CHECK(ncclSend(s, part, ncclFloat32, 0, m.comm, m.gpu->stream));
       if (m.rank == 0)
         for (int peer = 0; peer < m.nranks; ++peer)
-          NCCL_OK(ncclRecv(r + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+          P2PTRACE_NCCL_CHECK(ncclRecv(r + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
     };
     p->check = [part](const Member& m, const std::vector<float>& got) {
       if (m.rank != 0) return true;
@@ -320,8 +279,8 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     p->issue = [part](const Member& m, const float* s, float* r) {
       if (m.rank == 0)
         for (int peer = 0; peer < m.nranks; ++peer)
-          NCCL_OK(ncclSend(s + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
-      NCCL_OK(ncclRecv(r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
+          P2PTRACE_NCCL_CHECK(ncclSend(s + size_t(peer) * part, part, ncclFloat32, peer, m.comm, m.gpu->stream));
+      P2PTRACE_NCCL_CHECK(ncclRecv(r, part, ncclFloat32, 0, m.comm, m.gpu->stream));
     };
     p->check = [part](const Member& m, const std::vector<float>& got) {
       return Check(m.gpu->rank, "scatterp2p", got, [&](size_t i) { return Value(0, size_t(m.rank) * part + i); });
@@ -331,8 +290,8 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     p->input = value_input(whole);
     p->issue = [whole](const Member& m, const float* s, float* r) {
       int next = (m.rank + 1) % m.nranks, prev = (m.rank + m.nranks - 1) % m.nranks;
-      NCCL_OK(ncclSend(s, whole, ncclFloat32, next, m.comm, m.gpu->stream));
-      NCCL_OK(ncclRecv(r, whole, ncclFloat32, prev, m.comm, m.gpu->stream));
+      P2PTRACE_NCCL_CHECK(ncclSend(s, whole, ncclFloat32, next, m.comm, m.gpu->stream));
+      P2PTRACE_NCCL_CHECK(ncclRecv(r, whole, ncclFloat32, prev, m.comm, m.gpu->stream));
     };
     p->check = [](const Member& m, const std::vector<float>& got) {
       int prev = (m.rank + m.nranks - 1) % m.nranks;
@@ -365,29 +324,29 @@ bool RunOp(const std::string& op, const std::string& label, std::vector<Member>&
     if (g_opt.mem_alloc) {
       for (auto [buf, n] : {std::pair{send[k], plan.send}, std::pair{recv[k], plan.recv}}) {
         void* h = nullptr;
-        NCCL_OK(ncclCommRegister(members[k].comm, buf, std::max<size_t>(n, 1) * sizeof(float), &h));
+        P2PTRACE_NCCL_CHECK(ncclCommRegister(members[k].comm, buf, std::max<size_t>(n, 1) * sizeof(float), &h));
         handles.push_back(h);
       }
     }
   }
   double total = 0;
   for (int it = 0; it < g_opt.iters; ++it) {
-    for (Member& m : members) CUDA_OK(cudaEventRecord(m.gpu->start, m.gpu->stream));
+    for (Member& m : members) P2PTRACE_CHECK(cudaEventRecord(m.gpu->start, m.gpu->stream));
     // nccl-tests: one group around the thread's GPUs; send/recv forms in a group of their own.
-    if (m_count > 1) NCCL_OK(ncclGroupStart());
+    if (m_count > 1) P2PTRACE_NCCL_CHECK(ncclGroupStart());
     for (size_t k = 0; k < m_count; ++k) {
-      CUDA_OK(cudaSetDevice(members[k].gpu->dev));
-      if (plan.p2p) NCCL_OK(ncclGroupStart());
+      P2PTRACE_CHECK(cudaSetDevice(members[k].gpu->dev));
+      if (plan.p2p) P2PTRACE_NCCL_CHECK(ncclGroupStart());
       plan.issue(members[k], send[k], recv[k]);
-      if (plan.p2p) NCCL_OK(ncclGroupEnd());
+      if (plan.p2p) P2PTRACE_NCCL_CHECK(ncclGroupEnd());
     }
-    if (m_count > 1) NCCL_OK(ncclGroupEnd());
+    if (m_count > 1) P2PTRACE_NCCL_CHECK(ncclGroupEnd());
     double slowest = 0;
     for (Member& m : members) {
-      CUDA_OK(cudaEventRecord(m.gpu->stop, m.gpu->stream));
-      CUDA_OK(cudaStreamSynchronize(m.gpu->stream));
+      P2PTRACE_CHECK(cudaEventRecord(m.gpu->stop, m.gpu->stream));
+      P2PTRACE_CHECK(cudaStreamSynchronize(m.gpu->stream));
       float ms = 0;
-      CUDA_OK(cudaEventElapsedTime(&ms, m.gpu->start, m.gpu->stop));
+      P2PTRACE_CHECK(cudaEventElapsedTime(&ms, m.gpu->start, m.gpu->stop));
       slowest = std::max(slowest, ms / 1e3);
     }
     total += slowest;
@@ -397,8 +356,8 @@ bool RunOp(const std::string& op, const std::string& label, std::vector<Member>&
   for (size_t k = 0; k < m_count; ++k) {
     ok = plan.check(members[k], Download(members[k].gpu->dev, recv[k], plan.recv)) && ok;
     if (g_opt.mem_alloc) {
-      NCCL_OK(ncclCommDeregister(members[k].comm, handles[2 * k]));
-      NCCL_OK(ncclCommDeregister(members[k].comm, handles[2 * k + 1]));
+      P2PTRACE_NCCL_CHECK(ncclCommDeregister(members[k].comm, handles[2 * k]));
+      P2PTRACE_NCCL_CHECK(ncclCommDeregister(members[k].comm, handles[2 * k + 1]));
     }
     FreeBuffer(members[k].gpu->dev, send[k]);
     FreeBuffer(members[k].gpu->dev, recv[k]);
@@ -437,18 +396,18 @@ void InitComms(std::vector<Gpu>& gpus, int generation) {
     std::vector<ncclComm_t> comms(gpus.size());
     std::vector<int> devs;
     for (const Gpu& g : gpus) devs.push_back(g.dev);
-    NCCL_OK(ncclCommInitAll(comms.data(), int(gpus.size()), devs.data()));
+    P2PTRACE_NCCL_CHECK(ncclCommInitAll(comms.data(), int(gpus.size()), devs.data()));
     for (size_t i = 0; i < gpus.size(); ++i) gpus[i].comm = comms[i];
     return;
   }
   ncclUniqueId id = ShareId(gpus.front().rank, generation);
   bool group = g_opt.init == "group";
-  if (group) NCCL_OK(ncclGroupStart());
+  if (group) P2PTRACE_NCCL_CHECK(ncclGroupStart());
   for (Gpu& g : gpus) {
-    CUDA_OK(cudaSetDevice(g.dev));
-    NCCL_OK(ncclCommInitRank(&g.comm, g_opt.WorldSize(), id, g.rank));
+    P2PTRACE_CHECK(cudaSetDevice(g.dev));
+    P2PTRACE_NCCL_CHECK(ncclCommInitRank(&g.comm, g_opt.WorldSize(), id, g.rank));
   }
-  if (group) NCCL_OK(ncclGroupEnd());
+  if (group) P2PTRACE_NCCL_CHECK(ncclGroupEnd());
 }
 
 // One thread: its GPUs, their communicators, every operation, then the split and re-creations.
@@ -458,10 +417,10 @@ bool Worker(int thread, size_t count) {
     Gpu& g = gpus[i];
     g.rank = (g_opt.proc * g_opt.threads + thread) * g_opt.gpus + i;
     g.dev = g_opt.device >= 0 ? g_opt.device : g_opt.local_rank * g_opt.threads * g_opt.gpus + thread * g_opt.gpus + i;
-    CUDA_OK(cudaSetDevice(g.dev));
-    CUDA_OK(cudaStreamCreate(&g.stream));
-    CUDA_OK(cudaEventCreate(&g.start));
-    CUDA_OK(cudaEventCreate(&g.stop));
+    P2PTRACE_CHECK(cudaSetDevice(g.dev));
+    P2PTRACE_CHECK(cudaStreamCreate(&g.stream));
+    P2PTRACE_CHECK(cudaEventCreate(&g.start));
+    P2PTRACE_CHECK(cudaEventCreate(&g.stop));
   }
   bool ok = true;
   for (int generation = 0; generation <= g_opt.recreate; ++generation) {
@@ -482,32 +441,32 @@ bool Worker(int thread, size_t count) {
       // Like PyTorch's new_group: every rank of the parent takes part (in one group when this
       // thread holds several of them).
       std::vector<ncclComm_t> subs(gpus.size(), nullptr);
-      if (gpus.size() > 1) NCCL_OK(ncclGroupStart());
+      if (gpus.size() > 1) P2PTRACE_NCCL_CHECK(ncclGroupStart());
       for (size_t i = 0; i < gpus.size(); ++i) {
-        CUDA_OK(cudaSetDevice(gpus[i].dev));
-        NCCL_OK(ncclCommSplit(gpus[i].comm, gpus[i].rank % 2, gpus[i].rank, &subs[i], nullptr));
+        P2PTRACE_CHECK(cudaSetDevice(gpus[i].dev));
+        P2PTRACE_NCCL_CHECK(ncclCommSplit(gpus[i].comm, gpus[i].rank % 2, gpus[i].rank, &subs[i], nullptr));
       }
-      if (gpus.size() > 1) NCCL_OK(ncclGroupEnd());
+      if (gpus.size() > 1) P2PTRACE_NCCL_CHECK(ncclGroupEnd());
       std::vector<Member> sub;
       for (size_t i = 0; i < gpus.size(); ++i) {
         Member m{&gpus[i], subs[i], 0, 0};
-        NCCL_OK(ncclCommUserRank(subs[i], &m.rank));
-        NCCL_OK(ncclCommCount(subs[i], &m.nranks));
+        P2PTRACE_NCCL_CHECK(ncclCommUserRank(subs[i], &m.rank));
+        P2PTRACE_NCCL_CHECK(ncclCommCount(subs[i], &m.nranks));
         sub.push_back(m);
       }
       ok = RunAll(sub, "/split", count) && ok;
-      for (ncclComm_t c : subs) NCCL_OK(ncclCommDestroy(c));
+      for (ncclComm_t c : subs) P2PTRACE_NCCL_CHECK(ncclCommDestroy(c));
     }
     for (Gpu& g : gpus) {
-      NCCL_OK(ncclCommDestroy(g.comm));
+      P2PTRACE_NCCL_CHECK(ncclCommDestroy(g.comm));
       g.comm = nullptr;
     }
   }
   for (Gpu& g : gpus) {
-    CUDA_OK(cudaSetDevice(g.dev));
-    CUDA_OK(cudaEventDestroy(g.start));
-    CUDA_OK(cudaEventDestroy(g.stop));
-    CUDA_OK(cudaStreamDestroy(g.stream));
+    P2PTRACE_CHECK(cudaSetDevice(g.dev));
+    P2PTRACE_CHECK(cudaEventDestroy(g.start));
+    P2PTRACE_CHECK(cudaEventDestroy(g.stop));
+    P2PTRACE_CHECK(cudaStreamDestroy(g.stream));
   }
   return ok;
 }
@@ -547,9 +506,9 @@ int main(int argc, char** argv) {
     if (!Plan(op, 1, 1, &probe)) Usage(("unknown operation " + op).c_str());
   if (g_opt.init.empty()) g_opt.init = g_opt.gpus > 1 ? "group" : "rank";
   if (g_opt.init != "rank" && g_opt.init != "group" && g_opt.init != "all") Usage("-i is rank, group or all");
-  g_opt.proc = EnvInt("RANK", 0);
-  g_opt.nprocs = EnvInt("WORLD_SIZE", 1);
-  g_opt.local_rank = EnvInt("LOCAL_RANK", 0);
+  g_opt.proc = p2ptrace::test::EnvInt("RANK", 0);
+  g_opt.nprocs = p2ptrace::test::EnvInt("WORLD_SIZE", 1);
+  g_opt.local_rank = p2ptrace::test::EnvInt("LOCAL_RANK", 0);
   if (g_opt.init == "all" && (g_opt.nprocs != 1 || g_opt.threads != 1)) Usage("-i all needs one process and one thread");
   const char* dir_env = std::getenv("NCCL_RING_DIR");
   g_opt.dir = optind < argc ? argv[optind] : dir_env != nullptr ? dir_env : ".";

@@ -25,35 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KiB 1024u
-#define MiB (1024u * 1024u)
-#define SIZE (2u * MiB)
+#include "tests/support/driver_check.h"
 
-static int g_failed = 0;
-
-static void Check(const char* what, int r) {
-  printf("%s %d\n", what, r);
-  if (r != 0) g_failed = 1;
-}
-
-/* Fills device memory of the current context with a byte pattern seeded by `seed`. */
-static void Fill(CUdeviceptr p, unsigned seed) {
-  unsigned char* h = malloc(SIZE);
-  for (unsigned i = 0; i < SIZE; ++i) h[i] = (unsigned char)(i * 7u + seed);
-  Check("fill", cuMemcpyHtoD(p, h, SIZE));
-  free(h);
-}
-
-/* Whether [dst+doff, +n) equals [src+soff, +n), read back through the host. */
+static void Fill(CUdeviceptr p, unsigned seed) { FillWith(cuMemcpyHtoD, p, seed); }
+/* Whether [dst+doff, +n) equals [src+soff, +n). */
 static void Same(const char* what, CUdeviceptr dst, size_t doff, CUdeviceptr src, size_t soff, size_t n) {
-  unsigned char* a = malloc(n);
-  unsigned char* b = malloc(n);
-  int r = cuMemcpyDtoH(a, dst + doff, n) | cuMemcpyDtoH(b, src + soff, n);
-  int same = r == 0 && memcmp(a, b, n) == 0;
-  printf("%s %s\n", what, same ? "same" : "DIFFERENT");
-  if (!same) g_failed = 1;
-  free(a);
-  free(b);
+  SameWith(cuMemcpyDtoH, what, dst + doff, src + soff, n);
 }
 
 /* cuInit, then each of 3 GPUs' primary context and a SIZE buffer filled with the pattern of seed

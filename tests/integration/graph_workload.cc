@@ -21,21 +21,13 @@
 #include <vector>
 
 #include "tests/support/cuda_check.h"
+#include "tests/support/nccl_check.h"
 
 namespace {
 
 constexpr size_t kCopyA = 1 << 20, kCopyB = 3 << 16, kCopyC = 1 << 19, kCopyD = 1 << 15, kCopyE = 5 << 12;
 constexpr size_t kCountA = 1024, kCountB = 4096;
 constexpr int kLaunches1 = 7, kLaunches2 = 3, kLaunches3 = 5, kLaunches4 = 2, kLaunches5 = 4;
-
-#define NCCL_OK(call)                                                                                 \
-  do {                                                                                                \
-    ncclResult_t r_ = (call);                                                                         \
-    if (r_ != ncclSuccess) {                                                                          \
-      std::fprintf(stderr, "graph_workload: %s failed: %s\n", #call, ncclGetErrorString(r_));         \
-      std::exit(2);                                                                                   \
-    }                                                                                                 \
-  } while (0)
 
 struct Node {
   cudaStream_t s0, s1;
@@ -70,10 +62,10 @@ cudaGraph_t Capture(Node& n, cudaStreamCaptureMode mode, size_t ab, size_t ba, s
   if (status != cudaStreamCaptureStatusActive) std::exit(3);
   if (ba) P2PTRACE_CHECK(cudaMemcpyAsync(n.b0, n.a1, ba, cudaMemcpyDeviceToDevice, n.s1));
   if (count) {
-    NCCL_OK(ncclGroupStart());
-    NCCL_OK(ncclAllReduce(n.x0, n.x0, count, ncclFloat, ncclSum, n.comms[0], n.s0));
-    NCCL_OK(ncclAllReduce(n.x1, n.x1, count, ncclFloat, ncclSum, n.comms[1], n.s1));
-    NCCL_OK(ncclGroupEnd());
+    P2PTRACE_NCCL_CHECK(ncclGroupStart());
+    P2PTRACE_NCCL_CHECK(ncclAllReduce(n.x0, n.x0, count, ncclFloat, ncclSum, n.comms[0], n.s0));
+    P2PTRACE_NCCL_CHECK(ncclAllReduce(n.x1, n.x1, count, ncclFloat, ncclSum, n.comms[1], n.s1));
+    P2PTRACE_NCCL_CHECK(ncclGroupEnd());
   }
   P2PTRACE_CHECK(cudaSetDevice(1));
   P2PTRACE_CHECK(cudaEventRecord(join, n.s1));
@@ -114,15 +106,15 @@ int main() {
     P2PTRACE_CHECK(cudaStreamCreateWithFlags(d ? &n.s1 : &n.s0, cudaStreamNonBlocking));
   }
   int devs[2] = {0, 1};
-  NCCL_OK(ncclCommInitAll(n.comms, 2, devs));
+  P2PTRACE_NCCL_CHECK(ncclCommInitAll(n.comms, 2, devs));
 
   // Outside any graph: counted when called.
   P2PTRACE_CHECK(cudaSetDevice(0));
   P2PTRACE_CHECK(cudaMemcpyPeerAsync(n.b1, 1, n.a0, 0, kCopyA, n.s0));
-  NCCL_OK(ncclGroupStart());
-  NCCL_OK(ncclAllReduce(n.x0, n.x0, kCountA, ncclFloat, ncclSum, n.comms[0], n.s0));
-  NCCL_OK(ncclAllReduce(n.x1, n.x1, kCountA, ncclFloat, ncclSum, n.comms[1], n.s1));
-  NCCL_OK(ncclGroupEnd());
+  P2PTRACE_NCCL_CHECK(ncclGroupStart());
+  P2PTRACE_NCCL_CHECK(ncclAllReduce(n.x0, n.x0, kCountA, ncclFloat, ncclSum, n.comms[0], n.s0));
+  P2PTRACE_NCCL_CHECK(ncclAllReduce(n.x1, n.x1, kCountA, ncclFloat, ncclSum, n.comms[1], n.s1));
+  P2PTRACE_NCCL_CHECK(ncclGroupEnd());
   P2PTRACE_CHECK(cudaStreamSynchronize(n.s0));
   P2PTRACE_CHECK(cudaStreamSynchronize(n.s1));
   P2PTRACE_CHECK(cudaMemset(n.b1, 0, kCopyA));
@@ -172,7 +164,7 @@ int main() {
 
   for (cudaGraphExec_t e : {exec1, exec2, exec3, exec4}) P2PTRACE_CHECK(cudaGraphExecDestroy(e));
   for (cudaGraph_t g : {g1, g2, g3, g4}) P2PTRACE_CHECK(cudaGraphDestroy(g));
-  for (ncclComm_t c : n.comms) NCCL_OK(ncclCommDestroy(c));
+  for (ncclComm_t c : n.comms) P2PTRACE_NCCL_CHECK(ncclCommDestroy(c));
   std::printf("graph_workload: %d launches\n", kLaunches1 + kLaunches2 + kLaunches3 + kLaunches4 + kLaunches5);
   return 0;
 }

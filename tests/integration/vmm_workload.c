@@ -19,17 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KiB 1024u
-#define MiB (1024u * 1024u)
-#define SIZE (2u * MiB)
+#include "tests/support/driver_check.h"
 
-static int g_failed = 0;
 static void* g_cuda = NULL;
-
-static void Check(const char* what, int r) {
-  printf("%s %d\n", what, r);
-  if (r != 0) g_failed = 1;
-}
 
 /* XLA's way: the driver's function by its exact name from its own handle. */
 static void* Sym(const char* name) {
@@ -52,8 +44,6 @@ typedef CUresult (*SetAccessFn)(CUdeviceptr, size_t, const CUmemAccessDesc*, siz
 typedef CUresult (*UnmapFn)(CUdeviceptr, size_t);
 typedef CUresult (*ReleaseFn)(CUmemGenericAllocationHandle);
 typedef CUresult (*AddressFreeFn)(CUdeviceptr, size_t);
-typedef CUresult (*HtoDFn)(CUdeviceptr, const void*, size_t);
-typedef CUresult (*DtoHFn)(void*, CUdeviceptr, size_t);
 typedef CUresult (*PeerAsyncFn)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream);
 typedef CUresult (*DtoDAsyncFn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 typedef CUresult (*SyncFn)(void);
@@ -108,22 +98,12 @@ static void Unmap(struct Vmm v) {
 
 static void Fill(CUdeviceptr p, unsigned seed) {
   DRIVER(cuMemcpyHtoD_v2, HtoDFn);
-  unsigned char* h = malloc(SIZE);
-  for (unsigned i = 0; i < SIZE; ++i) h[i] = (unsigned char)(i * 13u + seed);
-  Check("fill", cuMemcpyHtoD_v2_(p, h, SIZE));
-  free(h);
+  FillWith(cuMemcpyHtoD_v2_, p, seed);
 }
 
 static void Same(const char* what, CUdeviceptr dst, CUdeviceptr src, size_t n) {
   DRIVER(cuMemcpyDtoH_v2, DtoHFn);
-  unsigned char* a = malloc(n);
-  unsigned char* b = malloc(n);
-  int r = cuMemcpyDtoH_v2_(a, dst, n) | cuMemcpyDtoH_v2_(b, src, n);
-  int same = r == 0 && memcmp(a, b, n) == 0;
-  printf("%s %s\n", what, same ? "same" : "DIFFERENT");
-  if (!same) g_failed = 1;
-  free(a);
-  free(b);
+  SameWith(cuMemcpyDtoH_v2_, what, dst, src, n);
 }
 
 static int OneGpu(void) {
