@@ -1,7 +1,8 @@
 #include "probe/probe.h"
 
+#include "probe/nvml.h"
+
 #include <dirent.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -325,33 +326,6 @@ void ProbeAcs(const Files& fs, NodeProbe* p) {
 
 // --- NVML ----------------------------------------------------------------------------------------
 
-struct NvmlPciInfo {
-  char busIdLegacy[16];
-  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-  char busId[32];
-};
-
-struct NvmlApi {
-  int (*Init)() = nullptr;
-  int (*Shutdown)() = nullptr;
-  int (*GetCount)(unsigned*) = nullptr;
-  int (*GetHandle)(unsigned, void**) = nullptr;
-  int (*GetName)(void*, char*, unsigned) = nullptr;
-  int (*GetUuid)(void*, char*, unsigned) = nullptr;
-  int (*GetPci)(void*, NvmlPciInfo*) = nullptr;
-  int (*GetP2P)(void*, void*, int, int*) = nullptr;
-  int (*GetAncestor)(void*, void*, int*) = nullptr;
-  int (*GetLinkState)(void*, unsigned, int*) = nullptr;
-  int (*GetLinkRemote)(void*, unsigned, NvmlPciInfo*) = nullptr;
-  int (*GetMig)(void*, unsigned*, unsigned*) = nullptr;
-  int (*GetVirt)(void*, int*) = nullptr;
-  int (*CurGen)(void*, unsigned*) = nullptr;
-  int (*MaxGen)(void*, unsigned*) = nullptr;
-  int (*CurWidth)(void*, unsigned*) = nullptr;
-  int (*MaxWidth)(void*, unsigned*) = nullptr;
-  int (*DriverVersion)(char*, unsigned) = nullptr;
-};
-
 P2pStatus FromNvml(int s) {
   switch (s) {
     case 0: return P2pStatus::kOk;
@@ -384,32 +358,13 @@ struct NvmlResult {
 };
 
 void QueryNvml(NvmlResult* out) {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
+  const NvmlApi* api = LoadNvml();
+  if (api == nullptr) {
     out->error = "libnvidia-ml.so.1 not found (no NVIDIA driver on this machine)";
     return;
   }
   out->loaded = true;
-  NvmlApi n;
-  auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name)); };
-  sym(n.Init, "nvmlInit_v2");
-  sym(n.Shutdown, "nvmlShutdown");
-  sym(n.GetCount, "nvmlDeviceGetCount_v2");
-  sym(n.GetHandle, "nvmlDeviceGetHandleByIndex_v2");
-  sym(n.GetName, "nvmlDeviceGetName");
-  sym(n.GetUuid, "nvmlDeviceGetUUID");
-  sym(n.GetPci, "nvmlDeviceGetPciInfo_v3");
-  sym(n.GetP2P, "nvmlDeviceGetP2PStatus");
-  sym(n.GetAncestor, "nvmlDeviceGetTopologyCommonAncestor");
-  sym(n.GetLinkState, "nvmlDeviceGetNvLinkState");
-  sym(n.GetLinkRemote, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
-  sym(n.GetMig, "nvmlDeviceGetMigMode");
-  sym(n.GetVirt, "nvmlDeviceGetVirtualizationMode");
-  sym(n.CurGen, "nvmlDeviceGetCurrPcieLinkGeneration");
-  sym(n.MaxGen, "nvmlDeviceGetMaxPcieLinkGeneration");
-  sym(n.CurWidth, "nvmlDeviceGetCurrPcieLinkWidth");
-  sym(n.MaxWidth, "nvmlDeviceGetMaxPcieLinkWidth");
-  sym(n.DriverVersion, "nvmlSystemGetDriverVersion");
+  const NvmlApi& n = *api;
   if (!n.Init || !n.GetCount || !n.GetHandle || !n.GetPci) {
     out->error = "libnvidia-ml.so.1 lacks nvmlInit_v2/nvmlDeviceGetCount_v2/…";
     return;  // the library stays loaded: unloading a driver library mid-process is riskier

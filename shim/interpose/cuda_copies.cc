@@ -5,7 +5,6 @@
 // Every hook keeps the rules written at the top of cuda_hooks.cc.
 #include "shim/interpose/cuda_hooks.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -20,6 +19,7 @@
 #include "shim/base/fd.h"
 #include "shim/interpose/cuda_wrap.h"
 #include "shim/interpose/memory_map.h"
+#include "probe/nvml.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
 #include "shim/record/copy_timer.h"
@@ -128,22 +128,11 @@ bool Ready(const CudaRuntime& rt, cudaError_t r) {
 
 // --- NVML, for the link type of a direct pair ---------------------------------------------------
 
-struct Nvml {
-  bool ok = false;
-  int (*GetHandleByPciBusId)(const char*, void**) = nullptr;
-  int (*GetP2PStatus)(void*, void*, int, int*) = nullptr;
-};
-
-const Nvml& LoadNvml() {
-  static Nvml nvml = [] {
-    Nvml n;
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) return n;
-    auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
-    n.GetHandleByPciBusId = reinterpret_cast<int (*)(const char*, void**)>(dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2"));
-    n.GetP2PStatus = reinterpret_cast<int (*)(void*, void*, int, int*)>(dlsym(lib, "nvmlDeviceGetP2PStatus"));
-    n.ok = init && n.GetHandleByPciBusId && n.GetP2PStatus && init() == 0;
-    return n;
+// NVML's answer to "may a→b copy directly, and over NVLink" needs nvmlInit once (probe/nvml.h).
+const probe::NvmlApi* InitNvml() {
+  static const probe::NvmlApi* nvml = [] {
+    const probe::NvmlApi* n = probe::LoadNvml();
+    return n && n->Init && n->GetHandleByPciBusId && n->GetP2P && n->Init() == 0 ? n : nullptr;
   }();
   return nvml;
 }
@@ -153,19 +142,19 @@ __attribute__((noinline, cold)) uint8_t ResolveLink(const CudaRuntime& rt, int a
   if (uint8_t t = g_link[a][b].load(std::memory_order_relaxed)) return t;
   uint8_t t = P2PTRACE_TRANSPORT_P2P;  // direct, link unknown
   char bus_a[32] = {}, bus_b[32] = {};
-  const Nvml& nvml = LoadNvml();
-  if (nvml.ok && rt.DeviceGetPCIBusId(bus_a, sizeof bus_a, a) == cudaSuccess &&
+  const probe::NvmlApi* nvml = InitNvml();
+  if (nvml != nullptr && rt.DeviceGetPCIBusId(bus_a, sizeof bus_a, a) == cudaSuccess &&
       rt.DeviceGetPCIBusId(bus_b, sizeof bus_b, b) == cudaSuccess) {
     void *ha = nullptr, *hb = nullptr;
     int nvlink = -1, read = -1;
     constexpr int kNvmlP2PCapsRead = 0, kNvmlP2PCapsNvlink = 2;
-    if (nvml.GetHandleByPciBusId(bus_a, &ha) == 0 && nvml.GetHandleByPciBusId(bus_b, &hb) == 0 &&
-        nvml.GetP2PStatus(ha, hb, kNvmlP2PCapsNvlink, &nvlink) == 0) {
+    if (nvml->GetHandleByPciBusId(bus_a, &ha) == 0 && nvml->GetHandleByPciBusId(bus_b, &hb) == 0 &&
+        nvml->GetP2P(ha, hb, kNvmlP2PCapsNvlink, &nvlink) == 0) {
       t = nvlink == 0 ? P2PTRACE_TRANSPORT_NVLINK : P2PTRACE_TRANSPORT_PCIE_P2P;
       if (p2ptrace_file_header* h = TraceWriter::header()) {
         __atomic_fetch_or(&h->capture_flags, static_cast<uint32_t>(P2PTRACE_CAPTURE_NVML_LINKS), __ATOMIC_RELAXED);
         // Whether the driver allows P2P at all: what "expected" means for a host-staged pair.
-        if (nvml.GetP2PStatus(ha, hb, kNvmlP2PCapsRead, &read) == 0 && read >= 0 && read < 7)
+        if (nvml->GetP2P(ha, hb, kNvmlP2PCapsRead, &read) == 0 && read >= 0 && read < 7)
           h->nvml_p2p_status[a][b] = h->nvml_p2p_status[b][a] = static_cast<uint8_t>(read + 1);
       }
     }

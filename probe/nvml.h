@@ -1,0 +1,40 @@
+// NVML (libnvidia-ml.so.1) for the probes and the shim: loaded once with dlopen, each function found
+// once, never unloaded (unloading a driver library mid-process is riskier than keeping it).
+// nvmlInit_v2 is the caller's to call: it can block on a wedged driver (the probe calls it on a
+// helper thread with a deadline).
+#pragma once
+
+namespace p2ptrace::probe {
+
+struct NvmlPciInfo {
+  char busIdLegacy[16];
+  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+  char busId[32];
+};
+
+struct NvmlApi {
+  int (*Init)() = nullptr;
+  int (*Shutdown)() = nullptr;
+  int (*GetCount)(unsigned*) = nullptr;
+  int (*GetHandle)(unsigned, void**) = nullptr;
+  int (*GetName)(void*, char*, unsigned) = nullptr;
+  int (*GetUuid)(void*, char*, unsigned) = nullptr;
+  int (*GetPci)(void*, NvmlPciInfo*) = nullptr;
+  int (*GetP2P)(void*, void*, int, int*) = nullptr;
+  int (*GetAncestor)(void*, void*, int*) = nullptr;
+  int (*GetLinkState)(void*, unsigned, int*) = nullptr;
+  int (*GetLinkRemote)(void*, unsigned, NvmlPciInfo*) = nullptr;
+  int (*GetMig)(void*, unsigned*, unsigned*) = nullptr;
+  int (*GetVirt)(void*, int*) = nullptr;
+  int (*CurGen)(void*, unsigned*) = nullptr;
+  int (*MaxGen)(void*, unsigned*) = nullptr;
+  int (*CurWidth)(void*, unsigned*) = nullptr;
+  int (*MaxWidth)(void*, unsigned*) = nullptr;
+  int (*DriverVersion)(char*, unsigned) = nullptr;
+  int (*GetHandleByPciBusId)(const char*, void**) = nullptr;
+};
+
+// The table; null when libnvidia-ml.so.1 cannot be loaded. A function the library lacks is null.
+const NvmlApi* LoadNvml();
+
+}  // namespace p2ptrace::probe
