@@ -24,23 +24,16 @@ ALLOWED = {
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
-def unit_of_file(rel):
-    """The folder a source file belongs to, as ALLOWED names it."""
-    if rel.startswith("include/p2ptrace/"):
+def unit_of(path):
+    """The folder a file (by its path in the repository, or as an include names it) belongs to."""
+    if path.startswith(("include/p2ptrace/", "p2ptrace/")):
         return "include"
-    parts = rel.split("/")
+    parts = path.split("/")
+    if len(parts) < 2:
+        return None
     if parts[0] == "shim" and len(parts) > 2:
         return "shim/" + parts[1]
     return parts[0]
-
-
-def unit_of_include(path):
-    if path.startswith("p2ptrace/"):
-        return "include"
-    parts = path.split("/")
-    if parts[0] == "shim" and len(parts) > 2:
-        return "shim/" + parts[1]
-    return parts[0] if len(parts) > 1 else None
 
 
 def resolve(root, path):
@@ -59,7 +52,7 @@ def main():
                 if not name.endswith((".h", ".cc")):
                     continue
                 rel = os.path.relpath(os.path.join(dirpath, name), root)
-                unit = unit_of_file(rel)
+                unit = unit_of(rel)
                 if unit not in ALLOWED:
                     problems.append(f"{rel}: folder {unit} has no place in the layering (add it to ALLOWED)")
                     continue
@@ -69,7 +62,7 @@ def main():
                         m = INCLUDE.match(line)
                         if not m:
                             continue
-                        target = unit_of_include(m.group(1))
+                        target = unit_of(m.group(1))
                         if target is not None and target != unit and target in ALLOWED and target not in ALLOWED[unit]:
                             problems.append(f"{rel}:{lineno}: {unit} includes {m.group(1)} ({target}), "
                                             f"which is not below it")
