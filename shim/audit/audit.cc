@@ -6,7 +6,7 @@
 // For a dlsym (LA_SYMB_DLSYM) whose definition is in libcudart.so.N, libnccl.so* or libcuda.so*, and
 // whose name the loaded libp2ptrace.so exports as a wrapper of that library (its version node
 // libcudart.so.N / P2PTRACE_0: the shim's export list is the only list), the program gets the
-// shim's wrapper; the wrapper calls the real function of the library loaded (resolve.cc finds an
+// shim's wrapper; the wrapper calls the real function of the library loaded (shim/base/bind.cc finds an
 // RTLD_LOCAL one). Every other binding is returned untouched, and the shim's own dlsym calls (how
 // it finds the real functions) always get the real address; so do cudart's, NCCL's and libcuda's
 // own lookups in libcuda (a runtime call is then seen once, as the runtime's). No wrapping of dlsym itself, so
@@ -157,7 +157,7 @@ __attribute__((visibility("default"))) uintptr_t la_symbind64(Elf64_Sym* sym, un
                                                                const char* symname) {
   uintptr_t real = sym->st_value;
   // Untouched: PLT bindings; values another auditor already changed; the shim's own lookups of the
-  // real functions (resolve.cc, nccl_wrappers.cc); anything not defined by cudart, NCCL or the
+  // real functions (shim/base/bind.cc); anything not defined by cudart, NCCL or the
   // driver; cudart's, NCCL's and the driver's own lookups in the driver.
   if ((*flags & LA_SYMB_DLSYM) == 0 || (*flags & LA_SYMB_ALTVALUE) != 0) return real;
   uintptr_t from = refcook != nullptr ? *refcook : 0;
