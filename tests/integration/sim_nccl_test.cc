@@ -573,4 +573,137 @@ TEST(SimNcclLibrary, UnmodelledFunctionsSayNotSimulated) {
   EXPECT_EQ(r.err, "p2psim: ncclPutSignal is not simulated; it returns ncclInvalidUsage (5)\n");
 }
 
+// --- the profiler plugin host (tests/sim/nccl/profiler_loader.h) -------------------------------------
+// nccl_ring's two ranks on one host, as release `version` of NCCL, with NCCL_PROFILER_PLUGIN=`plugin`
+// (unset when empty); the recording plugins (tests/sim/nccl/recording_profiler.cc) write what they
+// were asked into job.dir/rec.txt, returned as its lines.
+struct Profiled {
+  Job job;
+  std::vector<std::string> calls;
+  size_t Count(const std::string& prefix) const {
+    size_t n = 0;
+    for (const std::string& c : calls) n += c.find(prefix) != std::string::npos;
+    return n;
+  }
+};
+Profiled RunProfiled(const std::string& version, const std::string& plugin, Env env = {}, const std::string& options = "") {
+  std::string rec = TempDir() + "/rec" + std::to_string(rand()) + ".txt";
+  env["P2PSIM_NCCL_VERSION"] = version;
+  env["RECORDING_PROFILER_OUT"] = rec;
+  env["NCCL_PROFILER_PLUGIN"] = plugin.empty() ? std::optional<std::string>() : plugin;
+  Profiled p;
+  p.job = RunRing(Topology("demo-8gpu.json"), "node0:2", env, "", options);
+  std::istringstream in(ReadAll(rec));
+  for (std::string line; std::getline(in, line);) p.calls.push_back(line);
+  return p;
+}
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+std::string Plugin(const std::string& name) { return std::string(P2PTRACE_SIM_LIB_DIR) + "/" + name + ".so"; }
+
+TEST(SimNcclProfiler, APluginIsLoadedOnceInitialisedPerCommunicatorAndFinalisedAtItsDestroy) {
+  // -s: each rank also makes a one-rank split of the world: two communicators per process.
+  Profiled p = RunProfiled("2.28.9", Plugin("librecording-profiler-v5"), {}, "-s");
+  EXPECT_JOB_OK(p.job);
+  ASSERT_EQ(p.calls.size(), 8u) << p.job.run.err;
+  EXPECT_EQ(p.Count("init v5 hash="), 4u);
+  EXPECT_EQ(p.Count(" nnodes=1 nranks=2 rank=0 mask_in=0"), 1u);  // v5's arguments, in v5's order
+  EXPECT_EQ(p.Count(" nnodes=1 nranks=2 rank=1 mask_in=0"), 1u);
+  EXPECT_EQ(p.Count(" nnodes=1 nranks=1 rank=0 mask_in=0"), 2u);
+  EXPECT_EQ(p.Count("finalize v5"), 4u);
+  ASSERT_EQ(p.job.logs.size(), 2u);
+  for (const std::string& log : p.job.logs) {  // once per process, for both of its communicators
+    EXPECT_EQ(Count(log, "NCCL INFO Successfully loaded external profiler plugin " + Plugin("librecording-profiler-v5")), 1u);
+    EXPECT_EQ(Count(log, "NCCL INFO PROFILER/Plugin: Loaded recording-v5 (v5)"), 1u);
+    EXPECT_EQ(Count(log, "NCCL INFO PROFILER/Plugin: Closing profiler plugin recording-v5"), 1u);  // at the last destroy
+  }
+  EXPECT_TRUE(p.job.LogsContain("NCCL INFO NCCL_PROFILER_PLUGIN set by environment to " + Plugin("librecording-profiler-v5")));
+}
+
+TEST(SimNcclProfiler, EachReleaseTakesTheNewestVersionItKnows) {
+  // The plugin exports v7 and v4: 2.28 looks from v5 down and finds v4, 2.31.2 finds v7, 2.26 (v3
+  // down) nothing.
+  Profiled old = RunProfiled("2.28.9", Plugin("librecording-profiler-v7v4"));
+  EXPECT_JOB_OK(old.job);
+  EXPECT_EQ(old.Count("init v4 hash="), 2u);
+  EXPECT_TRUE(old.job.LogsContain("PROFILER/Plugin: Loaded recording-v4 (v4)"));
+  Profiled now = RunProfiled("2.31.2", Plugin("librecording-profiler-v7v4"));
+  EXPECT_JOB_OK(now.job);
+  EXPECT_EQ(now.Count("init v7 hash="), 2u);
+  EXPECT_TRUE(now.job.LogsContain("PROFILER/Plugin: Loaded recording-v7 (v7)"));
+  Profiled none = RunProfiled("2.26.6", Plugin("librecording-profiler-v7v4"));
+  EXPECT_JOB_OK(none.job);
+  EXPECT_TRUE(none.calls.empty());
+  EXPECT_TRUE(none.job.LogsContain("PROFILER/Plugin: failed to find ncclProfiler_v3"));
+  EXPECT_TRUE(none.job.LogsContain("External profiler plugin"));
+  Profiled v1 = RunProfiled("2.23.4", Plugin("librecording-profiler-v1"));  // v1's init: context and mask only
+  EXPECT_JOB_OK(v1.job);
+  EXPECT_EQ(v1.Count("init v1 mask_in="), 2u);
+  EXPECT_TRUE(v1.job.LogsContain("PROFILER/Plugin: loaded ncclProfiler_v1."));
+}
+
+TEST(SimNcclProfiler, TheNameRulesOfEachRelease) {
+  // A bare name is tried as given, then as libnccl-profiler-<name>.so (2.27.5+); "none" turns the
+  // plugin off (2.28+); unset, libnccl-profiler.so is looked for and not found.
+  Profiled bare = RunProfiled("2.28.9", "recording");
+  EXPECT_JOB_OK(bare.job);
+  EXPECT_EQ(bare.Count("init v5"), 2u);
+  Profiled off = RunProfiled("2.28.9", "none");
+  EXPECT_JOB_OK(off.job);
+  EXPECT_TRUE(off.calls.empty());
+  EXPECT_TRUE(off.job.LogsContain("NCCL_PROFILER_PLUGIN set by environment to none"));
+  EXPECT_FALSE(off.job.LogsContain("Could not find"));
+  Profiled unset = RunProfiled("2.28.9", "");
+  EXPECT_JOB_OK(unset.job);
+  EXPECT_TRUE(unset.calls.empty());
+  EXPECT_TRUE(unset.job.LogsContain("PROFILER/Plugin: Could not find: libnccl-profiler.so"));
+  // 2.27.3 opened only lib*.so names as given: a path became libnccl-profiler-<path>.so (NVIDIA/nccl#1732).
+  Profiled regressed = RunProfiled("2.27.3", Plugin("librecording-profiler-v5"));
+  EXPECT_JOB_OK(regressed.job);
+  EXPECT_TRUE(regressed.calls.empty());
+  EXPECT_TRUE(regressed.job.LogsContain("Could not find: libnccl-profiler-" + Plugin("librecording-profiler-v5") + ".so"));
+}
+
+TEST(SimNcclProfiler, AFailedInitIsHandledAsEachReleaseHandlesIt) {
+  Env fail{{"RECORDING_PROFILER_FAIL_INIT", "1"}};
+  // Up to 2.27: WARN, and no profiler for the process (no finalize).
+  Profiled old = RunProfiled("2.27.5", Plugin("librecording-profiler-v5"), fail);
+  EXPECT_JOB_OK(old.job);
+  EXPECT_EQ(old.Count("init-failed v4"), 0u);
+  EXPECT_EQ(old.Count("init-failed v5"), 0u);  // 2.27 looks from v4 down: this plugin has none of v1-v4
+  Profiled old4 = RunProfiled("2.27.5", Plugin("librecording-profiler-v7v4"), fail);
+  EXPECT_JOB_OK(old4.job);
+  EXPECT_EQ(old4.Count("init-failed v4"), 2u);
+  EXPECT_EQ(old4.Count("finalize"), 0u);
+  EXPECT_TRUE(old4.job.LogsContain("NCCL WARN Profiler init failed with error (3). Continue without profiler."));
+  // 2.28 and 2.29: an INFO line, and the plugin is still called (finalize with the context it made).
+  Profiled kept = RunProfiled("2.28.9", Plugin("librecording-profiler-v5"), fail);
+  EXPECT_JOB_OK(kept.job);
+  EXPECT_EQ(kept.Count("init-failed v5"), 2u);
+  EXPECT_EQ(kept.Count("finalize v5"), 2u);
+  EXPECT_TRUE(kept.job.LogsContain("NCCL INFO Profiler init failed with error '3'"));
+  // 2.30.3 on: the communicator lets the plugin go at once.
+  Profiled dropped = RunProfiled("2.30.7", Plugin("librecording-profiler-v5"), fail);
+  EXPECT_JOB_OK(dropped.job);
+  EXPECT_EQ(dropped.Count("init-failed v5"), 2u);
+  EXPECT_EQ(dropped.Count("finalize"), 0u);
+  EXPECT_TRUE(dropped.job.LogsContain("NCCL INFO Profiler init failed with error '3'"));
+  // Its closing line is NCCL_DESTROY's from 2.30, a subsystem NCCL does not show by default.
+  EXPECT_FALSE(dropped.job.LogsContain("Closing profiler plugin"));
+  Profiled shown = RunProfiled("2.30.7", Plugin("librecording-profiler-v5"), {{"RECORDING_PROFILER_FAIL_INIT", "1"},
+                                                                              {"NCCL_DEBUG_SUBSYS", "INIT,ENV,DESTROY"}});
+  EXPECT_TRUE(shown.job.LogsContain("NCCL INFO PROFILER/Plugin: Closing profiler plugin recording-v5"));
+}
+
+TEST(SimNcclProfiler, TheActivationMaskIsSaidFrom2_29) {
+  Profiled p = RunProfiled("2.30.7", Plugin("librecording-profiler-v5"), {{"RECORDING_PROFILER_MASK", "70"}});
+  EXPECT_JOB_OK(p.job);
+  EXPECT_TRUE(p.job.LogsContain("NCCL INFO Profiler event mask: 0x46 (70) - Enabled: Coll P2p KernelCh"));
+  Profiled q = RunProfiled("2.28.9", Plugin("librecording-profiler-v5"), {{"RECORDING_PROFILER_MASK", "70"}});
+  EXPECT_FALSE(q.job.LogsContain("Profiler event mask"));
+}
+
 }  // namespace

@@ -45,6 +45,7 @@
 
 #include "tests/sim/common/nccl_segments.h"
 #include "tests/sim/common/sim_topology.h"
+#include "tests/sim/nccl/profiler_loader.h"
 
 #define NCCL_API(ret, func, ...)                                                                        \
   extern "C" __attribute__((visibility("default"))) __attribute__((alias(#func))) ret p##func(__VA_ARGS__); \
@@ -62,7 +63,7 @@ enum Level { kNone = 0, kVersion = 1, kWarn = 2, kInfo = 3, kAbort = 4, kTrace =
 enum Subsys : unsigned long {
   kInit = 0x1, kColl = 0x2, kP2p = 0x4, kShm = 0x8, kNet = 0x10, kGraph = 0x20, kTuning = 0x40,
   kEnv = 0x80, kAlloc = 0x100, kCall = 0x200, kProxy = 0x400, kNvls = 0x800, kBootstrap = 0x1000,
-  kReg = 0x2000, kProfile = 0x4000, kRas = 0x8000, kAll = ~0ul
+  kReg = 0x2000, kProfile = 0x4000, kRas = 0x8000, kDestroy = 0x10000, kAll = ~0ul
 };
 
 struct Logger {
@@ -89,7 +90,7 @@ unsigned long ParseSubsys(const char* s) {
   static const std::pair<const char*, unsigned long> kNames[] = {
       {"INIT", kInit}, {"COLL", kColl}, {"P2P", kP2p}, {"SHM", kShm}, {"NET", kNet}, {"GRAPH", kGraph},
       {"TUNING", kTuning}, {"ENV", kEnv}, {"ALLOC", kAlloc}, {"CALL", kCall}, {"PROXY", kProxy},
-      {"NVLS", kNvls}, {"BOOTSTRAP", kBootstrap}, {"REG", kReg}, {"PROFILE", kProfile}, {"RAS", kRas},
+      {"NVLS", kNvls}, {"BOOTSTRAP", kBootstrap}, {"REG", kReg}, {"PROFILE", kProfile}, {"RAS", kRas}, {"DESTROY", kDestroy},
       {"ALL", kAll}};
   bool invert = *s == '^';
   if (invert) ++s;
@@ -186,6 +187,17 @@ __attribute__((format(printf, 3, 4))) void Warn(const char* file, int line, cons
   Emit(l, std::string(msg) + "\n");
 }
 
+// NCCL's ncclDebugLog, as profiler plugins get it (v4+ init): INFO and WARN lines of the sim's log.
+void DebugLog(int level, unsigned long flags, const char* file, int line, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (level == kWarn) Warn(file, line, "%s", msg);
+  else if (level == kInfo) Info(flags, "%s", msg);
+}
+
 // The release the sim says it is (ncclGetVersion, the version line): P2PSIM_NCCL_VERSION as a code
 // (23206) or dotted (2.32.6); 2.28.9, the toolkit's, by default. The exports do not change with it.
 int VersionCode() {
@@ -212,6 +224,25 @@ void ShowVersion() {
     if (level >= kInfo) Info(kAll, "%s", text);
   });
 }
+
+// What the profiler plugin host needs of the sim (profiler_loader.h).
+void InfoV(unsigned long flags, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  Info(flags, "%s", msg);
+}
+void WarnV(const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  WARN("%s", msg);
+}
+p2psim::profiler::Host ProfilerHost() { return {VersionCode(), InfoV, WarnV, DebugLog, kInit, kEnv, kDestroy}; }
 
 // NCCL's integer parameters: read once, echoed as "<NAME> set by environment to <v>." (NCCL_ENV).
 long long Param(const char* name, long long fallback) {
@@ -609,6 +640,7 @@ struct Comm {
   uint32_t split_seq = 0;
   ncclResult_t async_error = ncclSuccess;
   long long shm_charged = 0;
+  p2psim::profiler::CommProfiler profiler;  // the profiler plugin's share of this communicator
   // ncclCommSplit's extra fields for the Init lines.
   Comm* parent = nullptr;
   int color = 0, key = 0, split_count = 0;
@@ -1011,6 +1043,8 @@ ncclResult_t InitFinish(Comm& c) {
     if (ncclResult_t r = ConnectRing(c); r != ncclSuccess) return r;
     connect_s = std::chrono::duration<double>(Clock::now() - tc).count();
   }
+  // The profiler plugin, once per communicator before its transports connect (2.27+'s place).
+  c.profiler = p2psim::profiler::InitComm(ProfilerHost(), c.comm_hash, nullptr, int(nodes.size()), c.nranks, c.rank);
   c.ready = true;
   LogInitLine(c, "Init COMPLETE");
   double total = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -1631,6 +1665,7 @@ ncclResult_t Release(ncclComm_t comm, const char* what) {
     ChargeShm(c->me, -c->shm_charged, LLONG_MAX);
     p2psim::RemoveIdleShmAccount(ShmAccountPath(c->me));  // the host's last charge gone: no file left
   }
+  p2psim::profiler::FinalizeComm(ProfilerHost(), &c->profiler);
   Info(kInit, "comm %p rank %d nranks %d cudaDev %d busId %lx - %s COMPLETE", static_cast<void*>(c), c->rank, c->nranks,
        c->me.cuda_dev, long(c->me.bus_id), what);
   // The last rank out removes the rendezvous directory (a job that dies first leaves it to the next
