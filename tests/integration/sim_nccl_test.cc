@@ -706,4 +706,108 @@ TEST(SimNcclProfiler, TheActivationMaskIsSaidFrom2_29) {
   EXPECT_FALSE(q.job.LogsContain("Profiler event mask"));
 }
 
+// The events a plugin records, by process: p2p and collective operations with the times of their
+// kernel channels (KernelCh start timer to KernelChStop's timer).
+struct TimedOp {
+  std::string func;
+  int rank = -1, peer = -1;
+  uint64_t count = 0;
+  std::vector<uint64_t> ns;  // per channel
+};
+std::vector<TimedOp> TimedOps(const Profiled& p) {
+  static const std::regex kOp(R"(pid=(\d+) start v\d id=(\d+) parent=\d+ type=\d+ rank=(\d+) (?:p2p|coll) func=(\w+) (?:peer=(\d+) )?(?:seq=\d+ )?count=(\d+))");
+  static const std::regex kCh(R"(pid=(\d+) start v\d id=(\d+) parent=(\d+) type=64 rank=\d+ kernel_ch channel=\d+ start=(\d+))");
+  static const std::regex kStop(R"(pid=(\d+) state v\d id=(\d+) 22 stop=(\d+))");
+  std::map<std::pair<std::string, int>, size_t> op_of;                 // (pid, id) → op
+  std::map<std::pair<std::string, int>, std::pair<size_t, uint64_t>> ch;  // (pid, id) → (op, start)
+  std::vector<TimedOp> ops;
+  for (const std::string& line : p.calls) {
+    std::smatch m;
+    if (std::regex_search(line, m, kOp)) {
+      TimedOp op;
+      op.rank = std::stoi(m[3]);
+      op.func = m[4];
+      op.peer = m[5].matched ? std::stoi(m[5]) : -1;
+      op.count = std::stoull(m[6]);
+      op_of[{m[1], std::stoi(m[2])}] = ops.size();
+      ops.push_back(op);
+    } else if (std::regex_search(line, m, kCh)) {
+      auto it = op_of.find({m[1], std::stoi(m[3])});
+      if (it != op_of.end()) ch[{m[1], std::stoi(m[2])}] = {it->second, std::stoull(m[4])};
+    } else if (std::regex_search(line, m, kStop)) {
+      auto it = ch.find({m[1], std::stoi(m[2])});
+      if (it != ch.end()) ops[it->second.first].ns.push_back(std::stoull(m[3]) - it->second.second);
+    }
+  }
+  return ops;
+}
+
+TEST(SimNcclProfiler, EachSendAndReceiveOfAGroupIsTimedOnItsOwnPair) {
+  // The demo's 8-GPU ring: NVLink within each half, SHM across (3 → 4, 7 → 0). Every rank sends to
+  // r+1 and receives from r-1 in one group: the group takes as long as its SHM half, but each
+  // operation's kernel channel carries its own pair's time (issue 26).
+  std::string rec = TempDir() + "/rec" + std::to_string(rand()) + ".txt";
+  Env env{{"RECORDING_PROFILER_OUT", rec}, {"RECORDING_PROFILER_MASK", "70"},  // Coll | P2p | KernelCh
+          {"NCCL_PROFILER_PLUGIN", Plugin("librecording-profiler-v5")}};
+  Profiled p;
+  p.job = RunRing(Topology("demo-8gpu.json"), "node0:8", env, "", "-o sendrecv -b 16M -e 16M");  // 16 MiB: far past the launch time
+  EXPECT_JOB_OK(p.job);
+  std::istringstream in(ReadAll(rec));
+  for (std::string line; std::getline(in, line);) p.calls.push_back(line);
+  std::vector<TimedOp> ops = TimedOps(p);
+  ASSERT_EQ(ops.size(), 16u) << ReadAll(rec);
+  auto shm = [](int a, int b) { return (a == 3 && b == 4) || (a == 7 && b == 0); };
+  double slowest_nvlink = 1e18, fastest_shm = 0;
+  for (const TimedOp& op : ops) {
+    ASSERT_EQ(op.ns.size(), 1u) << op.func << " " << op.rank;  // one channel per peer
+    int src = op.func == "Send" ? op.rank : op.peer, dst = op.func == "Send" ? op.peer : op.rank;
+    EXPECT_EQ(dst, (src + 1) % 8) << op.func << " " << op.rank << " " << op.peer;
+    double gbps = double(op.count * 4) / double(op.ns[0]);
+    if (shm(src, dst)) fastest_shm = std::max(fastest_shm, gbps);
+    else slowest_nvlink = std::min(slowest_nvlink, gbps);
+  }
+  EXPECT_GE(slowest_nvlink, 5 * fastest_shm) << slowest_nvlink << " vs " << fastest_shm;
+  EXPECT_GT(fastest_shm, 0);
+}
+
+TEST(SimNcclProfiler, ACollectiveIsTimedOnEveryChannelItRanOn) {
+  Profiled p = RunProfiled("2.28.9", Plugin("librecording-profiler-v5"), {{"RECORDING_PROFILER_MASK", "70"}},
+                           "-o allreduce");
+  EXPECT_JOB_OK(p.job);
+  std::vector<TimedOp> ops = TimedOps(p);
+  ASSERT_EQ(ops.size(), 2u);  // one allreduce per rank
+  for (const TimedOp& op : ops) {
+    EXPECT_EQ(op.func, "AllReduce");
+    ASSERT_EQ(op.ns.size(), 2u);  // the sim's two channels
+    EXPECT_EQ(op.ns[0], op.ns[1]);
+    EXPECT_GT(op.ns[0], 0u);
+  }
+}
+
+TEST(SimNcclProfiler, OlderVersionsGetTheirOwnView) {
+  // v3 (2.26): kernel channels without timers, no KernelChStop; v1 (2.23): no kernel channels, and
+  // func and datatype as NCCL's enums (Send = 6, ncclFloat32 = 7).
+  Profiled v3 = RunProfiled("2.26.6", Plugin("librecording-profiler-v3"), {{"RECORDING_PROFILER_MASK", "70"}},
+                            "-o sendrecv");
+  EXPECT_JOB_OK(v3.job);
+  EXPECT_EQ(v3.Count("kernel_ch channel="), 4u);  // both ranks' send and receive, one channel each
+  EXPECT_EQ(v3.Count(" start="), 0u);
+  EXPECT_EQ(v3.Count(" 22"), 0u);
+  EXPECT_EQ(v3.Count("p2p func=Send peer=1 count=4096 datatype=ncclFloat32"), 1u);
+  Profiled v1 = RunProfiled("2.23.4", Plugin("librecording-profiler-v1"), {{"RECORDING_PROFILER_MASK", "70"}},
+                            "-o sendrecv");
+  EXPECT_JOB_OK(v1.job);
+  EXPECT_EQ(v1.Count("kernel_ch"), 0u);
+  EXPECT_EQ(v1.Count(" 22"), 0u);
+  EXPECT_EQ(v1.Count("p2p func=6 peer=1 count=4096 datatype=7"), 1u);  // rank 0's send
+  EXPECT_EQ(v1.Count("p2p func=7 peer=1 count=4096 datatype=7"), 1u);  // its receive
+}
+
+TEST(SimNcclProfiler, NothingIsToldThatTheMaskDoesNotAsk) {
+  Profiled p = RunProfiled("2.28.9", Plugin("librecording-profiler-v5"), {}, "-o sendrecv");  // mask 0
+  EXPECT_JOB_OK(p.job);
+  EXPECT_EQ(p.Count(" start "), 0u);
+  EXPECT_EQ(p.Count("init v5"), 2u);
+}
+
 }  // namespace

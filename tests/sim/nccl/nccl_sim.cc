@@ -641,6 +641,7 @@ struct Comm {
   ncclResult_t async_error = ncclSuccess;
   long long shm_charged = 0;
   p2psim::profiler::CommProfiler profiler;  // the profiler plugin's share of this communicator
+  uint64_t coll_seq[8] = {};                // its collectives' sequence numbers, per ncclFunc_t
   // ncclCommSplit's extra fields for the Init lines.
   Comm* parent = nullptr;
   int color = 0, key = 0, split_count = 0;
@@ -1513,6 +1514,34 @@ ncclResult_t Fail(std::vector<Op>& ops, ncclResult_t r) {
 
 ncclResult_t CudaFailure(int err);  // below
 
+// The profiler plugin's events for a batch that ran, per communicator (profiler_loader.h). Alltoall,
+// gather and scatter (NCCL lowers them to grouped sends and receives) are not told yet.
+void TellProfilers(std::vector<Op>& ops) {
+  namespace pf = p2psim::profiler;
+  std::map<Comm*, std::vector<pf::OpEvent>> per_comm;
+  for (Op& op : ops) {
+    Comm& c = *op.comm;
+    if (!c.profiler.active) continue;
+    int func;
+    switch (op.kind) {
+      case OpKind::kAllReduce: func = pf::kAllReduce; break;
+      case OpKind::kBroadcast: func = pf::kBroadcast; break;
+      case OpKind::kReduce: func = pf::kReduce; break;
+      case OpKind::kAllGather: func = pf::kAllGather; break;
+      case OpKind::kReduceScatter: func = pf::kReduceScatter; break;
+      case OpKind::kSend: func = pf::kSend; break;
+      case OpKind::kRecv: func = pf::kRecv; break;
+      default: continue;
+    }
+    bool p2p = IsP2p(op);
+    pf::OpEvent e{p2p, func, op.send, op.recv, op.count, op.type, op.root_or_peer, p2p ? 0 : c.coll_seq[func]++,
+                  p2p ? op.root_or_peer % c.nchannels : 0, p2p ? 1 : c.nchannels, OpSeconds(op)};
+    if (p2p && op.kind == OpKind::kRecv) e.send_buff = op.recv;  // a receive's one buffer
+    per_comm[&c].push_back(e);
+  }
+  for (auto& [c, events] : per_comm) pf::EmitBatch(c->profiler, c->rank, events.data(), events.size());
+}
+
 // Post, meet, complete, meet, advance clocks: what a batch's kernels do.
 ncclResult_t Run(std::vector<Op>& ops) {
   std::vector<Comm*> coll_comms;
@@ -1526,6 +1555,7 @@ ncclResult_t Run(std::vector<Op>& ops) {
     if (ncclResult_t r = Complete(op); r != ncclSuccess) return Fail(ops, r);
   if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
   AdvanceClocks(ops);
+  TellProfilers(ops);
   return ncclSuccess;
 }
 

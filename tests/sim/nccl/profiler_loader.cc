@@ -7,7 +7,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <atomic>
 #include <mutex>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -214,6 +217,174 @@ int LoadedVersion() {
 int ActivationMask() {
   std::lock_guard<std::mutex> lock(S().mu);
   return S().mask;
+}
+
+namespace {
+
+// Every ncclProfiler_vN has the same members (pointers all): the calls below take the descriptor and
+// state arguments of the loaded version as a plain pointer.
+struct AnyPlugin {
+  const char* name;
+  void* init;
+  ncclResult_t (*start_event)(void* context, void** event, void* descr);
+  ncclResult_t (*stop_event)(void* event);
+  ncclResult_t (*record_event_state)(void* event, int state, void* args);
+  ncclResult_t (*finalize)(void* context);
+};
+
+const char* FuncName(int f) {
+  switch (f) {
+    case kBroadcast: return "Broadcast";
+    case kReduce: return "Reduce";
+    case kAllGather: return "AllGather";
+    case kReduceScatter: return "ReduceScatter";
+    case kAllReduce: return "AllReduce";
+    case kSend: return "Send";
+    case kRecv: return "Recv";
+    default: return "Unknown";
+  }
+}
+
+// ncclDatatypeToString's words (2.28).
+const char* TypeName(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: return "ncclInt8";
+    case ncclUint8: return "Unknown";  // NCCL's own table maps it so (§4)
+    case ncclInt32: return "ncclInt32";
+    case ncclUint32: return "ncclUint32";
+    case ncclInt64: return "ncclInt64";
+    case ncclUint64: return "ncclUint64";
+    case ncclFloat16: return "ncclFloat16";
+    case ncclFloat32: return "ncclFloat32";
+    case ncclFloat64: return "ncclFloat64";
+    case ncclBfloat16: return "ncclBfloat16";
+    default: return "Unknown";
+  }
+}
+
+constexpr int kRingAlgo = 1, kSimpleProto = 2;  // NCCL_ALGO_RING, NCCL_PROTO_SIMPLE (v1's enums)
+
+// This process's simulated GPU clock, in ns (a %globaltimer of its own).
+std::atomic<uint64_t> g_gpu_ns{1'700'000'000'000'000'000ull};
+
+template <typename Descr>
+void FillOp(Descr& d, const OpEvent& op, int rank, void* group) {
+  d.rank = rank;
+  d.parent = group;  // v1-v4 see the group as the parent; v5+ the API event (not simulated)
+  if (op.p2p) {
+    d.type = np::kP2p;
+    auto& q = d.p2p;
+    q.buff = const_cast<void*>(op.send_buff);
+    q.count = op.count;
+    q.peer = op.peer_or_root;
+    if constexpr (requires { q.name; }) q.name = nullptr;  // v1-v3: gone since, NCCL's adapters leave them empty
+    if constexpr (requires { q.comm_hash; }) q.comm_hash = 0;
+    if constexpr (requires { q.channels; }) q.channels = static_cast<uint8_t>(op.channels);
+    if constexpr (requires { q.parent_group; }) q.parent_group = group;
+    if constexpr (std::is_same_v<decltype(q.func), uint8_t>) {
+      q.func = static_cast<uint8_t>(op.func);
+      q.datatype = static_cast<uint8_t>(op.type);
+    } else {
+      q.func = FuncName(op.func);
+      q.datatype = TypeName(op.type);
+    }
+  } else {
+    d.type = np::kColl;
+    auto& q = d.coll;
+    q.seq = op.seq;
+    q.send_buff = op.send_buff;
+    q.recv_buff = op.recv_buff;
+    q.count = op.count;
+    q.root = op.peer_or_root;
+    q.warps = 16;
+    if constexpr (requires { q.name; }) q.name = nullptr;
+    if constexpr (requires { q.comm_hash; }) q.comm_hash = 0;
+    if constexpr (requires { q.channels; }) q.channels = static_cast<uint8_t>(op.channels);
+    if constexpr (requires { q.max_channels; }) q.max_channels = static_cast<uint8_t>(op.channels);
+    if constexpr (requires { q.parent_group; }) q.parent_group = group;
+    if constexpr (std::is_same_v<decltype(q.func), uint8_t>) {
+      q.func = static_cast<uint8_t>(op.func);
+      q.datatype = static_cast<uint8_t>(op.type);
+      q.algo = kRingAlgo;
+      q.proto = kSimpleProto;
+    } else {
+      q.func = FuncName(op.func);
+      q.datatype = TypeName(op.type);
+      q.algo = "RING";
+      q.proto = "SIMPLE";
+    }
+  }
+}
+
+template <typename Descr>
+void Emit(const AnyPlugin& pl, int version, int mask, void* context, int rank, const OpEvent* ops, size_t n) {
+  constexpr int kChildren = np::kProxyOp | np::kProxyStep | np::kKernelCh | np::kNetPlugin;
+  const bool kernel_ch = version >= 3 && (mask & np::kKernelCh) != 0;
+  void* group = nullptr;
+  bool any = false;
+  for (size_t i = 0; i < n; ++i) any |= (mask & ((ops[i].p2p ? np::kP2p : np::kColl) | kChildren)) != 0;
+  if (!any && (mask & np::kGroup) == 0) return;
+  Descr g{};
+  g.type = np::kGroup;
+  pl.start_event(context, &group, &g);
+  std::vector<void*> handles(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    if ((mask & ((ops[i].p2p ? np::kP2p : np::kColl) | kChildren)) == 0) continue;
+    Descr d{};
+    FillOp(d, ops[i], rank, group);
+    pl.start_event(context, &handles[i], &d);
+  }
+  for (size_t i = 0; i < n; ++i)
+    if (handles[i] != nullptr) pl.stop_event(handles[i]);
+  if (group != nullptr) pl.stop_event(group);
+  // The kernels: the collectives one after another, then the send/recv side by side.
+  uint64_t start = g_gpu_ns.load(), colls = 0, p2p = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!ops[i].p2p) colls += static_cast<uint64_t>(ops[i].seconds * 1e9);
+  uint64_t next_coll = start;
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t ns = static_cast<uint64_t>(ops[i].seconds * 1e9);
+    uint64_t t0 = ops[i].p2p ? start + colls : next_coll;
+    if (ops[i].p2p) p2p = std::max(p2p, ns);
+    else next_coll += ns;
+    if constexpr (requires(Descr k) { k.kernel_ch; }) {  // v3+
+      if (!kernel_ch || handles[i] == nullptr) continue;
+      for (int c = 0; c < ops[i].channels; ++c) {
+        Descr k{};
+        k.type = np::kKernelCh;
+        k.parent = handles[i];
+        k.kernel_ch.channel = static_cast<uint8_t>(ops[i].channel_lo + c);
+        if constexpr (requires { k.kernel_ch.timer; }) k.kernel_ch.timer = t0;
+        void* ch = nullptr;
+        pl.start_event(context, &ch, &k);
+        if constexpr (requires { k.kernel_ch.timer; }) {  // v4+: the stop time; v3's adapter drops the state
+          np::StateArgs args{};
+          args.kernel_ch.timer = t0 + ns;
+          if (ch != nullptr) pl.record_event_state(ch, np::kKernelChStop, &args);
+        }
+        if (ch != nullptr) pl.stop_event(ch);
+      }
+    }
+  }
+  g_gpu_ns.fetch_add(colls + p2p);
+}
+
+}  // namespace
+
+void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!p.active || s.status != Status::kLoaded || n == 0) return;
+  const auto& pl = *static_cast<const AnyPlugin*>(s.table);
+  switch (s.version) {
+    case 1: Emit<np::v1::Descr>(pl, 1, s.mask, p.context, rank, ops, n); break;
+    case 2: Emit<np::v2::Descr>(pl, 2, s.mask, p.context, rank, ops, n); break;
+    case 3: Emit<np::v3::Descr>(pl, 3, s.mask, p.context, rank, ops, n); break;
+    case 4: Emit<np::v4::Descr>(pl, 4, s.mask, p.context, rank, ops, n); break;
+    case 5: Emit<np::v5::Descr>(pl, 5, s.mask, p.context, rank, ops, n); break;
+    case 6: Emit<np::v6::Descr>(pl, 6, s.mask, p.context, rank, ops, n); break;
+    default: Emit<np::v7::Descr>(pl, 7, s.mask, p.context, rank, ops, n); break;
+  }
 }
 
 }  // namespace p2psim::profiler

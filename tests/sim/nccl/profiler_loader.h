@@ -38,6 +38,31 @@ CommProfiler InitComm(const Host& host, uint64_t comm_hash, const char* comm_nam
 // At its destroy or abort.
 void FinalizeComm(const Host& host, CommProfiler* p);
 
+// One operation of a batch (a group's, or a single call's) as the plugin is told of it.
+struct OpEvent {
+  bool p2p;               // ncclSend / ncclRecv
+  int func;               // NCCL's ncclFunc_t value (v1 gets enums), see FuncName
+  const void* send_buff;  // a send/recv's buffer either way
+  void* recv_buff;
+  size_t count;           // the user's count
+  ncclDataType_t type;
+  int peer_or_root;
+  uint64_t seq;           // a collective's sequence number per function in its communicator
+  int channel_lo, channels;  // the channels its kernel ran on
+  double seconds;            // its simulated kernel time: a send/recv's own pair's, a collective's ring's
+};
+// NCCL's ncclFunc_t numbering and ncclFuncToString's words.
+enum Func { kBroadcast = 0, kReduce = 1, kAllGather = 2, kReduceScatter = 3, kAllReduce = 4, kSend = 6, kRecv = 7 };
+
+// After a batch's kernels ran: the events NCCL gives a plugin for them (§4, v1-v4's view; the API
+// events of v5+ are not simulated): Group, then each operation's P2p or Coll (parent: the group),
+// stopped at once (NCCL's "enqueued"); then, per channel an operation ran on, KernelCh (v3+) with the
+// channel's GPU start time, KernelChStop with its stop time (v4+), stop. Each kind only when the
+// process-wide activation mask asks for it or a child of it. Times come from this process's
+// simulated GPU clock: collectives one after another, a group's send/recv side by side, each
+// taking its own pair's time.
+void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n);
+
 // The ABI version loaded (0: none) and the process-wide activation mask the inits wrote.
 int LoadedVersion();
 int ActivationMask();

@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <type_traits>
 
 #include "shim/interpose/nccl_profiler_abi.h"
 
@@ -69,22 +71,53 @@ ncclResult_t InitV5(void** context, uint64_t id, int* mask, const char* name, in
   return Initialised(kVersion, context, mask);
 }
 
-// Events: the type and, for the members per-pair timing reads, their values.
+// Events: the type and, for the members per-pair timing reads, their values. A handle is the
+// event's number, so that states and stops name the event they belong to.
+int g_events = 0;  // one plugin instance per process; NCCL calls it from one thread at a time here
+
+template <typename T>
+std::string Text(T v) {
+  if constexpr (std::is_same_v<T, const char*>) return v ? v : "-";
+  else return std::to_string(static_cast<long long>(v));
+}
+
 template <int kVersion, typename Descr>
 ncclResult_t Start(void*, void** event, Descr* d) {
-  static int events = 0;
-  *event = &events;
-  Record("start v%d type=%" PRIu64 " rank=%d", kVersion, static_cast<uint64_t>(d->type), d->rank);
+  int id = ++g_events;
+  *event = reinterpret_cast<void*>(static_cast<intptr_t>(id));
+  int parent = static_cast<int>(reinterpret_cast<intptr_t>(d->parent));
+  std::string what;
+  if (d->type == np::kP2p) {
+    what = " p2p func=" + Text(d->p2p.func) + " peer=" + std::to_string(d->p2p.peer) +
+           " count=" + std::to_string(d->p2p.count) + " datatype=" + Text(d->p2p.datatype);
+    if constexpr (requires { d->p2p.channels; }) what += " channels=" + std::to_string(d->p2p.channels);
+  } else if (d->type == np::kColl) {
+    what = " coll func=" + Text(d->coll.func) + " seq=" + std::to_string(d->coll.seq) +
+           " count=" + std::to_string(d->coll.count) + " algo=" + Text(d->coll.algo);
+  } else if (d->type == np::kGroup) {
+    what = " group";
+  } else if constexpr (requires { d->kernel_ch; }) {
+    if (d->type == np::kKernelCh) {
+      what = " kernel_ch channel=" + std::to_string(d->kernel_ch.channel);
+      if constexpr (requires { d->kernel_ch.timer; }) what += " start=" + std::to_string(d->kernel_ch.timer);
+    }
+  }
+  Record("start v%d id=%d parent=%d type=%" PRIu64 " rank=%d%s", kVersion, id, parent, static_cast<uint64_t>(d->type),
+         d->rank, what.c_str());
   return ncclSuccess;
 }
 template <int kVersion>
-ncclResult_t Stop(void*) {
-  Record("stop v%d", kVersion);
+ncclResult_t Stop(void* event) {
+  Record("stop v%d id=%d", kVersion, static_cast<int>(reinterpret_cast<intptr_t>(event)));
   return ncclSuccess;
 }
 template <int kVersion, typename Args>
-ncclResult_t State(void*, np::State state, Args*) {
-  Record("state v%d %d", kVersion, static_cast<int>(state));
+ncclResult_t State(void* event, np::State state, Args* args) {
+  std::string what;
+  if constexpr (requires { args->kernel_ch.timer; })
+    if (state == np::kKernelChStop && args != nullptr) what = " stop=" + std::to_string(args->kernel_ch.timer);
+  Record("state v%d id=%d %d%s", kVersion, static_cast<int>(reinterpret_cast<intptr_t>(event)), static_cast<int>(state),
+         what.c_str());
   return ncclSuccess;
 }
 template <int kVersion>
