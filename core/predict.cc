@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "core/fields.h"
 #include "core/vocabulary.h"
 #include "p2ptrace/vocabulary.h"
 
@@ -13,12 +14,6 @@ namespace {
 // Below /dev/shm of this size NCCL's SHM buffers for a few peers and channels do not fit (Docker's
 // default is 64 MiB; NVIDIA's container guides ask for 1 GiB).
 constexpr uint64_t kMinShmBytes = 512ull << 20;
-
-int ParseInt(std::string_view s, int fallback) {
-  int v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  return ec == std::errc() && p == s.data() + s.size() ? v : fallback;
-}
 
 std::string VersionText(const NcclVersion& v) {
   return std::to_string(v.major) + "." + std::to_string(v.minor) + "." + std::to_string(v.patch);
@@ -87,7 +82,7 @@ Level DefaultLevel(const Rules& r) {
 }
 
 Level P2pLevel(const NodeFacts& f, const Rules& r) {
-  if (const std::string* d = Env(f, "NCCL_P2P_DISABLE"); d && ParseInt(*d, 0) == 1)
+  if (const std::string* d = Env(f, "NCCL_P2P_DISABLE"); d && ToInt(*d, 0) == 1)
     return {NcclLevel::kLOC, Level::kDisable, "LOC (NCCL_P2P_DISABLE=" + *d + ")"};
   if (const std::string* s = Env(f, "NCCL_P2P_LEVEL"))
     if (auto l = ParseNcclLevel(*s)) return {*l, Level::kEnv, std::string(NcclLevelName(*l)) + " (NCCL_P2P_LEVEL=" + *s + ")"};
@@ -266,7 +261,7 @@ class PairPredictor {
   bool PeerChecks() {
     bool refused = false;
     P2pStatus st = WorstStatus(pf_);
-    bool ignore = Env(f_, "NCCL_IGNORE_DISABLED_P2P") && ParseInt(*Env(f_, "NCCL_IGNORE_DISABLED_P2P"), 0) != 0;
+    bool ignore = Env(f_, "NCCL_IGNORE_DISABLED_P2P") && ToInt(*Env(f_, "NCCL_IGNORE_DISABLED_P2P"), 0) != 0;
     if (st != P2pStatus::kUnknown && st != P2pStatus::kOk && !ignore) {
       std::string ev = "NVML P2P status " + std::string(P2pStatusCode(st)) + " (" + std::string(P2pStatusMeaning(st)) +
                        ") between " + Gpu(out_.a) + " and " + Gpu(out_.b);
@@ -343,7 +338,7 @@ class PairPredictor {
 
   void NotP2p(bool same_node) {
     const std::string* shm_off = Env(f_, "NCCL_SHM_DISABLE");
-    bool shm_disabled = shm_off && ParseInt(*shm_off, 0) == 1;
+    bool shm_disabled = shm_off && ToInt(*shm_off, 0) == 1;
     if (same_node && !shm_disabled) {
       out_.transport = P2PTRACE_TRANSPORT_SHM;
       for (const GpuFacts* g : {ga_, gb_})
@@ -357,7 +352,7 @@ class PairPredictor {
     if (shm_disabled) Add("env-shm-disabled", same_node ? "decided" : "context", {"NCCL_SHM_DISABLE=" + *shm_off});
     // The network: sockets unless an RDMA HCA is usable; GPUDirect RDMA when loaded and allowed.
     const std::string* ib_off = Env(f_, "NCCL_IB_DISABLE");
-    if (ib_off && ParseInt(*ib_off, 0) == 1) {
+    if (ib_off && ToInt(*ib_off, 0) == 1) {
       out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
       Add("env-ib-disabled", other_node_ ? "decided" : "contributes", {"NCCL_IB_DISABLE=" + *ib_off});
       return;
@@ -483,7 +478,7 @@ std::optional<NcclLevel> ParseNcclLevel(std::string_view value) {
   if (value == "PXB" || value == "PXN" || value == "P2C") return NcclLevel::kPXB;
   if (value == "PHB" || value == "NODE") return NcclLevel::kPHB;
   if (value == "SYS") return NcclLevel::kSYS;
-  int n = ParseInt(value, -1);
+  int n = ToInt(value, -1);
   if (n < 0) return std::nullopt;
   // Legacy integers (NCCL's env docs): 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS.
   static constexpr NcclLevel kLegacy[] = {NcclLevel::kLOC, NcclLevel::kPIX, NcclLevel::kPXB, NcclLevel::kPHB};

@@ -19,7 +19,6 @@ constexpr Library LibraryOf(Node n) { return static_cast<Library>(n); }
 
 // "libcudart.so.11.0", "libcudart.so.12", "libcudart.so.13", "libcuda.so.1", "libnccl.so", "libc".
 const char* LibraryName(Library lib);
-inline const char* NodeName(Node n) { return LibraryName(LibraryOf(n)); }
 
 // The real `name` of `lib`, or null when there is none; never aborts, keeps errno.
 //   CUDA:  dlvsym(RTLD_NEXT, name, node) → dlsym(RTLD_NEXT, name) → the loaded library of that

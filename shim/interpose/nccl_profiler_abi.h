@@ -142,6 +142,16 @@ union StateArgs {  // v1 to v3
 }  // namespace v1
 
 // --- v2 (2.24): strings for func, datatype, algo, proto ---------------------------------------------
+// The collective's fields v2 and v3 share, as a list (see the v4 lists below for why not a base).
+#define P2PTRACE_PROFILER_COLL_V2_HEAD \
+  const char* name;                    \
+  uint64_t comm_hash, seq;             \
+  const char* func;                    \
+  const void* send_buff;               \
+  void* recv_buff;                     \
+  size_t count;                        \
+  int root;                            \
+  const char* datatype;
 namespace v2 {
 struct Descr {
   uint8_t type;
@@ -149,14 +159,7 @@ struct Descr {
   int rank;
   union {
     struct {
-      const char* name;
-      uint64_t comm_hash, seq;
-      const char* func;
-      const void* send_buff;
-      void* recv_buff;
-      size_t count;
-      int root;
-      const char* datatype;
+      P2PTRACE_PROFILER_COLL_V2_HEAD
       size_t traffic_bytes;
       uint8_t max_channels, warps;
       const char *algo, *proto;
@@ -184,14 +187,7 @@ struct Descr {
   int rank;
   union {
     struct {
-      const char* name;
-      uint64_t comm_hash, seq;
-      const char* func;
-      const void* send_buff;
-      void* recv_buff;
-      size_t count;
-      int root;
-      const char* datatype;
+      P2PTRACE_PROFILER_COLL_V2_HEAD  // traffic_bytes gone
       uint8_t max_channels, warps;
       const char *algo, *proto;
     } coll;
@@ -428,6 +424,7 @@ static_assert(sizeof(PluginV7) == 48);
 
 }  // namespace p2ptrace::nccl_profiler
 
+#undef P2PTRACE_PROFILER_COLL_V2_HEAD
 #undef P2PTRACE_PROFILER_COLL_V4
 #undef P2PTRACE_PROFILER_P2P_V4
 #undef P2PTRACE_PROFILER_COLL_API_V5

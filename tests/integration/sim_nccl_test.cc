@@ -574,7 +574,7 @@ TEST(SimNcclLibrary, UnmodelledFunctionsSayNotSimulated) {
 }
 
 // --- the profiler plugin host (tests/sim/nccl/profiler_loader.h) -------------------------------------
-// nccl_ring's two ranks on one host, as release `version` of NCCL, with NCCL_PROFILER_PLUGIN=`plugin`
+// nccl_ring's ranks (`hosts`: two on one host unless said), as release `version` of NCCL, with NCCL_PROFILER_PLUGIN=`plugin`
 // (unset when empty); the recording plugins (tests/sim/nccl/recording_profiler.cc) write what they
 // were asked into job.dir/rec.txt, returned as its lines.
 struct Profiled {
@@ -586,13 +586,14 @@ struct Profiled {
     return n;
   }
 };
-Profiled RunProfiled(const std::string& version, const std::string& plugin, Env env = {}, const std::string& options = "") {
+Profiled RunProfiled(const std::string& version, const std::string& plugin, Env env = {}, const std::string& options = "",
+                     const std::string& hosts = "node0:2") {
   std::string rec = TempDir() + "/rec" + std::to_string(rand()) + ".txt";
   env["P2PSIM_NCCL_VERSION"] = version;
   env["RECORDING_PROFILER_OUT"] = rec;
   env["NCCL_PROFILER_PLUGIN"] = plugin.empty() ? std::optional<std::string>() : plugin;
   Profiled p;
-  p.job = RunRing(Topology("demo-8gpu.json"), "node0:2", env, "", options);
+  p.job = RunRing(Topology("demo-8gpu.json"), hosts, env, "", options);
   std::istringstream in(ReadAll(rec));
   for (std::string line; std::getline(in, line);) p.calls.push_back(line);
   return p;
@@ -746,16 +747,12 @@ TEST(SimNcclProfiler, EachSendAndReceiveOfAGroupIsTimedOnItsOwnPair) {
   // The demo's 8-GPU ring: NVLink within each half, SHM across (3 → 4, 7 → 0). Every rank sends to
   // r+1 and receives from r-1 in one group: the group takes as long as its SHM half, but each
   // operation's kernel channel carries its own pair's time (issue 26).
-  std::string rec = TempDir() + "/rec" + std::to_string(rand()) + ".txt";
-  Env env{{"RECORDING_PROFILER_OUT", rec}, {"RECORDING_PROFILER_MASK", "70"},  // Coll | P2p | KernelCh
-          {"NCCL_PROFILER_PLUGIN", Plugin("librecording-profiler-v5")}};
-  Profiled p;
-  p.job = RunRing(Topology("demo-8gpu.json"), "node0:8", env, "", "-o sendrecv -b 16M -e 16M");  // 16 MiB: far past the launch time
+  Profiled p = RunProfiled("2.28.9", Plugin("librecording-profiler-v5"),
+                           {{"RECORDING_PROFILER_MASK", "70"}},        // Coll | P2p | KernelCh
+                           "-o sendrecv -b 16M -e 16M", "node0:8");  // 16 MiB: far past the launch time
   EXPECT_JOB_OK(p.job);
-  std::istringstream in(ReadAll(rec));
-  for (std::string line; std::getline(in, line);) p.calls.push_back(line);
   std::vector<TimedOp> ops = TimedOps(p);
-  ASSERT_EQ(ops.size(), 16u) << ReadAll(rec);
+  ASSERT_EQ(ops.size(), 16u) << p.job.run.err;
   auto shm = [](int a, int b) { return (a == 3 && b == 4) || (a == 7 && b == 0); };
   double slowest_nvlink = 1e18, fastest_shm = 0;
   for (const TimedOp& op : ops) {

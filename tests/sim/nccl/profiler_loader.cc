@@ -209,16 +209,6 @@ void FinalizeComm(const Host& h, CommProfiler* p) {
   *p = CommProfiler{};
 }
 
-int LoadedVersion() {
-  std::lock_guard<std::mutex> lock(S().mu);
-  return S().status == Status::kLoaded ? S().version : 0;
-}
-
-int ActivationMask() {
-  std::lock_guard<std::mutex> lock(S().mu);
-  return S().mask;
-}
-
 namespace {
 
 // Every ncclProfiler_vN has the same members (pointers all): the calls below take the descriptor and
@@ -317,9 +307,9 @@ void FillOp(Descr& d, const OpEvent& op, int rank, void* group) {
 }
 
 template <typename Descr>
-void Emit(const AnyPlugin& pl, int version, int mask, void* context, int rank, const OpEvent* ops, size_t n) {
+void Emit(const AnyPlugin& pl, int mask, void* context, int rank, const OpEvent* ops, size_t n) {
   constexpr int kChildren = np::kProxyOp | np::kProxyStep | np::kKernelCh | np::kNetPlugin;
-  const bool kernel_ch = version >= 3 && (mask & np::kKernelCh) != 0;
+  const bool kernel_ch = (mask & np::kKernelCh) != 0;  // v3+: the descriptors that have kernel_ch
   void* group = nullptr;
   bool any = false;
   for (size_t i = 0; i < n; ++i) any |= (mask & ((ops[i].p2p ? np::kP2p : np::kColl) | kChildren)) != 0;
@@ -377,13 +367,13 @@ void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n) {
   if (!p.active || s.status != Status::kLoaded || n == 0) return;
   const auto& pl = *static_cast<const AnyPlugin*>(s.table);
   switch (s.version) {
-    case 1: Emit<np::v1::Descr>(pl, 1, s.mask, p.context, rank, ops, n); break;
-    case 2: Emit<np::v2::Descr>(pl, 2, s.mask, p.context, rank, ops, n); break;
-    case 3: Emit<np::v3::Descr>(pl, 3, s.mask, p.context, rank, ops, n); break;
-    case 4: Emit<np::v4::Descr>(pl, 4, s.mask, p.context, rank, ops, n); break;
-    case 5: Emit<np::v5::Descr>(pl, 5, s.mask, p.context, rank, ops, n); break;
-    case 6: Emit<np::v6::Descr>(pl, 6, s.mask, p.context, rank, ops, n); break;
-    default: Emit<np::v7::Descr>(pl, 7, s.mask, p.context, rank, ops, n); break;
+    case 1: Emit<np::v1::Descr>(pl, s.mask, p.context, rank, ops, n); break;
+    case 2: Emit<np::v2::Descr>(pl, s.mask, p.context, rank, ops, n); break;
+    case 3: Emit<np::v3::Descr>(pl, s.mask, p.context, rank, ops, n); break;
+    case 4: Emit<np::v4::Descr>(pl, s.mask, p.context, rank, ops, n); break;
+    case 5: Emit<np::v5::Descr>(pl, s.mask, p.context, rank, ops, n); break;
+    case 6: Emit<np::v6::Descr>(pl, s.mask, p.context, rank, ops, n); break;
+    default: Emit<np::v7::Descr>(pl, s.mask, p.context, rank, ops, n); break;
   }
 }
 

@@ -63,8 +63,4 @@ enum Func { kBroadcast = 0, kReduce = 1, kAllGather = 2, kReduceScatter = 3, kAl
 // taking its own pair's time.
 void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n);
 
-// The ABI version loaded (0: none) and the process-wide activation mask the inits wrote.
-int LoadedVersion();
-int ActivationMask();
-
 }  // namespace p2psim::profiler
