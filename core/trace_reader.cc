@@ -319,6 +319,9 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
         case P2PTRACE_RECORD_IPC: rec = Take<p2ptrace_ipc_record>(r + pos, rh.size, &scratch, ch.tid); break;
         case P2PTRACE_RECORD_NCCL_COMM: rec = Take<p2ptrace_nccl_comm_record>(r + pos, rh.size, &scratch, ch.tid); break;
         case P2PTRACE_RECORD_NCCL_OP: rec = Take<p2ptrace_nccl_op_record>(r + pos, rh.size, &scratch, ch.tid); break;
+        case P2PTRACE_RECORD_NCCL_KERNEL:
+          rec = Take<p2ptrace_nccl_kernel_record>(r + pos, rh.size, &scratch, ch.tid);
+          break;
         case P2PTRACE_RECORD_GRAPH:
           rec = Take<p2ptrace_graph_record>(r + pos, rh.size, &scratch, ch.tid);
           if (auto* g = rec ? std::get_if<p2ptrace_graph_record>(&rec->body) : nullptr; g && (g->flags & P2PTRACE_GRAPH_TICKS))

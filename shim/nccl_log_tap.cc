@@ -520,6 +520,16 @@ bool IsNcclLogTapSetting(const std::string& name, const std::string& value) {
   return name == "NCCL_DEBUG" && value == t->set_debug && (!t->user_debug || t->debug != value);
 }
 
+bool NcclInfoShownToUser() {
+  const TapSettings* t = g_settings.load(std::memory_order_acquire);
+  bool tapped = g_tap_in_force && t != nullptr;
+  const char* now = std::getenv("NCCL_DEBUG");
+  std::string debug = tapped ? t->debug : now ? now : "";
+  if (tapped ? !t->user_debug : now == nullptr) return false;
+  NcclUserLevel level;
+  return !ParseNcclUserLevel(debug.c_str(), &level) || level == NcclUserLevel::kInfo;
+}
+
 // Checked against NCCL's git history (src/debug.cc, tags v2.12.12 … v2.14.3): only 2.13 tests
 // `ncclDebugLevel > NCCL_LOG_VERSION` for the file before assigning the level it parsed.
 bool NcclIgnoresDebugFile(int version_code) { return version_code >= 21300 && version_code < 21400; }

@@ -38,6 +38,11 @@ void PumpNcclLog(bool read_log = true);
 // not the user's: a change the user made is news, the tap's is not.
 bool IsNcclLogTapSetting(const std::string& name, const std::string& value);
 
+// Whether NCCL's INFO lines reach the user (their own NCCL_DEBUG at INFO, TRACE or ABORT, or a value
+// NCCL reads its own way), on stdout or in their own file: then anything that makes NCCL log other
+// lines than it would bare (a profiler plugin it loads) is visible. After StartNcclLogTap.
+bool NcclInfoShownToUser();
+
 // NCCL 2.13.x decides whether to open NCCL_DEBUG_FILE before it has read NCCL_DEBUG (its level is
 // still unset then; fixed in 2.14.3), so it ignores the file and prints the tap's INFO level on
 // stdout. True for such a version code (ncclGetVersion's answer).

@@ -482,8 +482,9 @@ void PreflightObserveNccl(const Connection& c) {
                          std::string(TransportName(was->transport));
   const PairPrediction* is = find(after);
   if (is != nullptr && Family(is->transport) == Family(c.transport_class) && !is->causes.empty()) {
-    // NCCL's debug settings never choose a path (and the log tap sets them, then gives the user's back).
-    auto debug_setting = [](const std::string& k) { return k.rfind("NCCL_DEBUG", 0) == 0; };
+    // NCCL's debug and profiler settings never choose a path (and the shim sets them, then gives the
+    // user's back).
+    auto debug_setting = [](const std::string& k) { return k.rfind("NCCL_DEBUG", 0) == 0 || k == "NCCL_PROFILER_PLUGIN"; };
     std::vector<std::string> changed;
     for (const auto& [k, v] : now_probe.env) {
       auto old = p.env.find(k);

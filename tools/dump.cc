@@ -62,6 +62,12 @@ json Record(const TraceRecord& r) {
               {"flags", g->flags}});
     if (g->event == P2PTRACE_GRAPH_INCLUDE) j["included_id"] = g->included_id;
     if (g->event == P2PTRACE_GRAPH_ALTERED) j["api"] = ApiName(g->api);
+  } else if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&r.body)) {
+    j.update({{"kind", "nccl_kernel"}, {"api", NcclApiName(k->api)}, {"comm_hash", fmt::format("{:#x}", k->comm_hash)},
+              {"rank", k->rank}, {"nranks", k->nranks}, {"peer", k->peer}, {"bytes", k->bytes},
+              {"coll_seq", k->coll_seq}, {"channels", k->channels}, {"channel_mask", k->channel_mask},
+              {"gpu_start_ns", k->gpu_start_ns}, {"duration_ns", k->duration_ns}, {"channel_ns", k->channel_ns},
+              {"abi", k->abi}, {"algo", k->algo}, {"flags", k->flags}});
   } else if (const auto* i = std::get_if<p2ptrace_ipc_record>(&r.body)) {
     j.update({{"kind", "ipc"}, {"api", ApiName(i->api)}, {"device", i->device}, {"owner", i->owner_device},
               {"result", i->result}, {"address", i->address}});

@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.8 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.9 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -40,7 +40,9 @@
  * 7 added the generic node calls (api cudaGraphAddNode / cuGraphAddNode) and GRAPH ALTERED records.
  * 8 added access grants to mapped and pool memory as peer records (api cuMemSetAccess,
  * cuMemPoolSetAccess; cudaMemPoolSetAccess's records now say the same): device = the device granted
- * access, peer = the memory's owner. */
+ * access, peer = the memory's owner.
+ * 9 added NCCL_KERNEL records (NCCL operations timed on the GPU by NCCL's profiler plugin interface,
+ * p2ptrace_nccl_kernel_record) and P2PTRACE_CAPTURE_NCCL_PROFILER / _NCCL_PROFILER_USER. */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -52,7 +54,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 8
+#define P2PTRACE_FORMAT_MINOR 9
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -84,7 +86,13 @@ enum p2ptrace_capture_flag {
   /* (1.5) a driver function was handed out through dlsym (the audit module), cuGetProcAddress or
    * cudaGetDriverEntryPoint* as the shim's wrapper (set when handed out, called or not) */
   P2PTRACE_CAPTURE_DRIVER_DLSYM = 1u << 11,
-  P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT = 1u << 12
+  P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT = 1u << 12,
+  /* (1.9) NCCL loaded libp2ptrace.so as its profiler plugin and initialised it for a communicator:
+   * NCCL_KERNEL records time this process's sampled NCCL operations on the GPU */
+  P2PTRACE_CAPTURE_NCCL_PROFILER = 1u << 13,
+  /* (1.9) the program set NCCL_PROFILER_PLUGIN itself: its plugin was left in place, so NCCL's
+   * operations were timed by events around their calls (per group) only */
+  P2PTRACE_CAPTURE_NCCL_PROFILER_USER = 1u << 14
 };
 
 typedef struct p2ptrace_file_header {
@@ -167,8 +175,10 @@ enum p2ptrace_record_type {
   P2PTRACE_RECORD_NCCL_CONN = 8, /* minor 1: a connection NCCL logged (p2ptrace_nccl_conn_record) */
   P2PTRACE_RECORD_CLOCK = 10,    /* minor 2: the CPU counter and CLOCK_MONOTONIC read together
                                     (p2ptrace_clock_record), first in every chunk */
-  P2PTRACE_RECORD_GRAPH = 11     /* minor 5: a CUDA graph captured, instantiated, launched, updated or
+  P2PTRACE_RECORD_GRAPH = 11,    /* minor 5: a CUDA graph captured, instantiated, launched, updated or
                                     destroyed (p2ptrace_graph_record) */
+  P2PTRACE_RECORD_NCCL_KERNEL = 12 /* minor 9: an NCCL operation's kernel timed on the GPU
+                                      (p2ptrace_nccl_kernel_record) */
 };
 
 typedef struct p2ptrace_record_header {
@@ -399,6 +409,38 @@ typedef struct p2ptrace_graph_record {
   uint16_t api;       /* ALTERED (minor 7): the p2ptrace_api of the call; 0 otherwise (reserved before) */
   uint32_t included_id; /* INCLUDE (minor 6): the graph id whose work graph_id holds; 0 otherwise */
 } p2ptrace_graph_record;
+
+/* Added in minor 9. One sampled NCCL operation of one rank as NCCL's profiler plugin interface timed
+ * it (NCCL >= 2.27, profiler ABI v4+; DESIGN.md §4): the GPU's own start and stop time of each
+ * channel its kernel ran on (NCCL's KernelCh events, %globaltimer ns), summed up when the last
+ * channel stopped. A send or receive is timed alone, inside a group too; a collective's channels
+ * each carry one ring's or tree's share. Written by whichever thread NCCL reports the channels on
+ * (its proxy or profiler thread); h.time_ns is when the last one reached the shim (CLOCK_MONOTONIC,
+ * shortly after the kernel ended), h.seq 0. Sampled per communicator as P2PTRACE_SAMPLE says. */
+enum p2ptrace_nccl_algo { P2PTRACE_NCCL_ALGO_UNKNOWN = 0, P2PTRACE_NCCL_ALGO_RING = 1, P2PTRACE_NCCL_ALGO_TREE = 2,
+                          P2PTRACE_NCCL_ALGO_OTHER = 3 /* NVLS, CollNet, PAT, … */ };
+enum p2ptrace_nccl_kernel_flag {
+  P2PTRACE_NCCL_KERNEL_PARTIAL = 1u << 0 /* written when its communicator ended, before every channel it
+                                            announced had stopped: the channels that did are in */
+};
+typedef struct p2ptrace_nccl_kernel_record {
+  p2ptrace_record_header h;
+  uint64_t comm_hash;     /* NCCL's commHash: the commId its log prints ("commId 0x%llx") */
+  uint64_t bytes;         /* count × type size, as p2ptrace_nccl_op_record.bytes */
+  uint64_t coll_seq;      /* a collective's sequence number for its function in the communicator; 0 send/recv */
+  uint64_t channel_mask;  /* bit c: channel c's kernel was timed (c < 64) */
+  uint64_t gpu_start_ns;  /* the earliest channel start (the GPU's %globaltimer) */
+  uint64_t duration_ns;   /* the latest channel stop - gpu_start_ns */
+  uint64_t channel_ns;    /* the sum over the timed channels of each one's stop - start */
+  int32_t rank, nranks;   /* this rank in the communicator, its size (NCCL's init) */
+  int32_t peer;           /* a send's or receive's peer, a broadcast's or reduce's root; -1 */
+  uint8_t api;            /* p2ptrace_nccl_api (Send, Recv, AllReduce, …) */
+  uint8_t channels;       /* channels timed (the bits of channel_mask) */
+  uint8_t abi;            /* the profiler ABI version NCCL called (4-7) */
+  uint8_t algo;           /* p2ptrace_nccl_algo of a collective; 0 for send/recv */
+  uint32_t flags;         /* p2ptrace_nccl_kernel_flag */
+  uint32_t reserved;
+} p2ptrace_nccl_kernel_record;
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@
 #include "shim/base/bind.h"
 #include "shim/base/fd.h"
 #include "shim/interpose/nccl_functions.h"
+#include "shim/interpose/nccl_profiler.h"
 #include "shim/nccl_log_tap.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
@@ -81,6 +82,7 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
     if (NcclIgnoresDebugFile(v)) WithdrawNcclLogTap();
     if (TraceWriter::Ready()) __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   }
+  StartNcclProfiler(v);  // per-pair kernel times, where this NCCL has them
   // The environment NCCL is about to read (the tap's variables set, or the user's restored).
   if (TraceWriter::IsOpen()) TraceWriter::RecordEnvironment();
   NoteNcclCalled(v);
@@ -110,6 +112,7 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
     GroupComms()[t_group_comm_count++] = GroupComm{api, comm, id_hash};
     return;
   }
+  if (r != ncclInProgress) ReturnNcclProfilerEnvironment();  // NCCL has read it by now
   // Again here: a forked child's trace opens after the process's first call.
   // Atomic: every thread's first communicator writes the same value into the shared header.
   if (int v = LoadedNcclVersion())

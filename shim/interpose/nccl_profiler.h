@@ -1,0 +1,21 @@
+// p2ptrace as NCCL's profiler plugin (DESIGN.md §4, "NCCL's own timers"): libp2ptrace.so exports
+// ncclProfiler_v4 … v7, and NCCL, told to load it, reports each sampled send, receive and
+// collective with the GPU start and stop time of every channel its kernel ran on. The shim sums
+// those into one NCCL_KERNEL record per operation: a time per GPU pair, inside groups too.
+#pragma once
+
+namespace p2ptrace::shim {
+
+// Once, at the process's first NCCL call, before NCCL reads its environment (`nccl_version`:
+// ncclGetVersion's code). Sets NCCL_PROFILER_PLUGIN to the shim, where the NCCL has kernel timers
+// (2.27+), the trace is open and timing is on, unless the program set a plugin of its own (then one
+// warning, and its plugin stays) or the user reads NCCL's INFO lines (NCCL would log loading the
+// shim where it logs something else bare: no output may change). P2PTRACE_NCCL_PROFILER=off leaves
+// NCCL's profiler alone.
+void StartNcclProfiler(int nccl_version);
+
+// NCCL has read NCCL_PROFILER_PLUGIN (a communicator's init returned or NCCL initialised the
+// plugin): the program's environment becomes its own again. Cheap when there is nothing to do.
+void ReturnNcclProfilerEnvironment();
+
+}  // namespace p2ptrace::shim
