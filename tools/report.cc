@@ -284,7 +284,8 @@ uint64_t PairEntry::DriverCalls() const {
 }
 
 std::string PairEntry::RateBasis() const {
-  if (timed_calls == 0) return "";
+  if (timed_calls == 0) return coll.timed_calls ? "collectives, NCCL kernel timers" : "";
+  if (kernel_timed_calls == timed_calls) return "NCCL kernel timers";
   if (group_timed_calls == 0) return "own events";
   return group_timed_calls == timed_calls ? "group" : "own events and group";
 }
@@ -335,6 +336,22 @@ struct ReportBuilder::State {
     std::string refusal_kind, refusal_evidence;  // NCCL_P2P_DISABLE / NCCL_P2P_LEVEL=LOC in its environment
   };
   std::vector<TraceConns> trace_conns;
+  // NCCL's kernel timers (NCCL_KERNEL records), keyed by the communicator's commId ("0x…", the key
+  // of its connections): send/recv by (commId, sending rank, receiving rank), as the sender and as
+  // the receiver timed them; collectives by (commId, rank, nranks, api, algo, channel mask).
+  std::map<std::tuple<std::string, int, int>, TraceFold::KernelTimes> kernel_sends, kernel_recvs;
+  std::map<std::tuple<std::string, int, int, int, int, uint64_t>, TraceFold::KernelTimes> kernel_colls;
+  // Each ring's next hop: (commId, channel, rank) -> (the line that said it, next rank). A rank's
+  // first connection of a channel (index 0) is its ring's; its tree's come later in its log.
+  std::map<std::tuple<std::string, int, int>, std::pair<uint64_t, int>> ring_next;
+  void AddRingHop(const std::string& key, int channel, int conn_index, int src, int dst, const std::string& direction,
+                  uint64_t line) {
+    if (channel < 0 || conn_index > 0 || direction == "receive" || src == dst) return;
+    auto [it, fresh] = ring_next.try_emplace({key, channel, src}, line, dst);
+    if (!fresh && line < it->second.first) it->second = {line, dst};
+  }
+  void FinishKernelTimes(const std::map<std::tuple<std::string, int, int>, std::pair<int, PairEntry*>>& by_ranks);
+  void FinishRings();
   // NCCL calls that returned an error, by (api, ncclResult_t): how many, and by whom.
   struct NcclFailure {
     uint64_t calls = 0;
@@ -528,6 +545,8 @@ void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
     std::string bus = NormalizeBusId(t.BusId(ci->second.device));
     tc.who.try_emplace({key, ci->second.rank}, Who{tc.host, bus, ci->second.device});
     tc.comm_of.try_emplace({tc.host, tc.pid, ci->first}, std::pair{key, ci->second.rank});
+    AddRingHop(key, c.channel, c.conn_index, c.src_rank, c.dst_rank,
+               c.direction == P2PTRACE_NCCL_CONN_RECEIVE ? "receive" : "", c.line);
     NcclConn& nc = tc.conns[{key, c.src_rank, c.dst_rank, c.transport_class}];
     nc.transports.insert(Field(c.transport));
     ++nc.channels;
@@ -704,6 +723,14 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
     s.graph_calls += a.graph_calls;
     s.graph_bytes += size(a.graph_bytes);
   }
+  auto add = [](TraceFold::KernelTimes& to, const TraceFold::KernelTimes& from) {
+    to.calls += from.calls, to.bytes += from.bytes, to.ns += from.ns;
+  };
+  auto comm_id = [](uint64_t hash) { return fmt::format("{:#x}", hash); };  // as NCCL prints commId
+  for (const auto& [k, v] : f.kernel_sends) add(kernel_sends[{comm_id(std::get<0>(k)), std::get<1>(k), std::get<2>(k)}], v);
+  for (const auto& [k, v] : f.kernel_recvs) add(kernel_recvs[{comm_id(std::get<0>(k)), std::get<1>(k), std::get<2>(k)}], v);
+  for (const auto& [k, v] : f.kernel_colls)
+    add(kernel_colls[{comm_id(k.comm_hash), k.rank, k.nranks, k.api, k.algo, k.channel_mask}], v);
   for (const auto& [k, a] : f.sends) {
     P2pOps& p = sends[{host, t.header.pid, k.first, k.second}];
     p += Traffic{a.calls, a.bytes, 0, a.timed_calls, a.timed_bytes, a.timed_ns};
@@ -729,6 +756,7 @@ void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
     if (found == nullptr) continue;
     RankIdentity me = *found;
     me.host = s_->WholeHost(me.host, me.pid, hint);
+    s_->AddRingHop(CommKey(me), c.channel, c.conn_index, c.src_rank, c.dst_rank, c.direction, c.line);
     State::NcclConn& nc = s_->nccl_conns[{CommKey(me), c.src_rank, c.dst_rank, c.transport_class}];
     nc.transports.insert(c.transport);
     ++nc.channels;
@@ -790,6 +818,7 @@ void ReportBuilder::State::FinishNcclPairs() {
     pe.group_timed_calls += p.group_calls;
     pe.shared_calls += p.shared_calls;
   }
+  FinishKernelTimes(by_ranks);
   for (auto it = pairs.begin(); it != pairs.end(); it = pairs.erase(it)) {
     PairEntry& e = it->second;
     bool same_host = e.src.host == e.dst.host;
@@ -811,6 +840,111 @@ void ReportBuilder::State::FinishNcclPairs() {
       e.expected = P2PTRACE_TRANSPORT_P2P;  // what NCCL uses between two GPUs of a node when allowed
     }
     rep.pairs.push_back(std::move(e));
+  }
+}
+
+// NCCL's kernel timers on the pairs: a send/recv pair's own time (the sender's, else the
+// receiver's, never both: one transfer) in place of its group's; a ring collective's share on each
+// hop its channels' rings took from this rank.
+void ReportBuilder::State::FinishKernelTimes(
+    const std::map<std::tuple<std::string, int, int>, std::pair<int, PairEntry*>>& by_ranks) {
+  for (const auto* side : {&kernel_recvs, &kernel_sends})  // the sender's last: it wins
+    for (const auto& [k, t] : *side) {
+      auto e = by_ranks.find(k);
+      if (e == by_ranks.end() || t.calls == 0) continue;
+      PairEntry& pe = *e->second.second;
+      pe.timed_calls = pe.kernel_timed_calls = t.calls;
+      pe.timed_bytes = t.bytes;
+      pe.timed_ns = t.ns;
+      pe.group_timed_calls = pe.shared_calls = 0;
+    }
+  for (const auto& [k, t] : kernel_colls) {
+    const auto& [key, rank, nranks, api, algo, mask] = k;
+    if (algo != P2PTRACE_NCCL_ALGO_RING || nranks < 2 || mask == 0) continue;
+    const int channels = __builtin_popcountll(mask);
+    const double edge_bytes = NcclTestsSize(api, t.bytes, nranks) * NcclBusFactor(api, nranks) / channels;
+    std::map<int, int> next;  // next rank -> channels of this rank that send to it
+    for (int c = 0; c < 64; ++c)
+      if ((mask >> c) & 1)
+        if (auto n = ring_next.find({key, c, rank}); n != ring_next.end()) ++next[n->second.second];
+    for (const auto& [to, n] : next) {
+      auto e = by_ranks.find({key, rank, to});
+      if (e == by_ranks.end()) continue;
+      e->second.second->coll += Traffic{t.calls, 0, 0, t.calls, static_cast<uint64_t>(edge_bytes * n), t.ns};
+    }
+  }
+}
+
+// Every ring a timed collective ran on: its hops in order, what each carried, and the hop whose
+// class sets the pace. The others are bounded by it, never slow themselves.
+void ReportBuilder::State::FinishRings() {
+  std::map<std::pair<std::string, int>, int> timed;  // (commId, channel) -> a rank of it that was timed
+  for (const auto& [k, t] : kernel_colls) {
+    const auto& [key, rank, nranks, api, algo, mask] = k;
+    if (algo != P2PTRACE_NCCL_ALGO_RING) continue;
+    for (int c = 0; c < 64; ++c)
+      if ((mask >> c) & 1) timed.try_emplace({key, c}, rank);
+  }
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, PairEntry*> pair_of;
+  for (PairEntry& e : rep.pairs)
+    if (e.source == "nccl" && e.coll.timed_calls > 0) pair_of[{e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}] = &e;
+  auto pair = [&](const std::string& key, int a, int b) -> PairEntry* {
+    auto wa = who.find({key, a}), wb = who.find({key, b});
+    if (wa == who.end() || wb == who.end()) return nullptr;
+    auto p = pair_of.find({wa->second.host, NormalizeBusId(wa->second.bus), wb->second.host, NormalizeBusId(wb->second.bus)});
+    if (p == pair_of.end()) p = pair_of.find({wa->second.host, wa->second.bus, wb->second.host, wb->second.bus});
+    return p == pair_of.end() ? nullptr : p->second;
+  };
+  auto hop_name = [](const PairEntry& e) {
+    return fmt::format("{} -> {}{} ({})", GpuName(e.src), e.dst.host == e.src.host ? "" : e.dst.host + " ",
+                       GpuName(e.dst), TransportName(e.transport));
+  };
+  for (const auto& [ring, start] : timed) {
+    const auto& [key, channel] = ring;
+    RingSummary r;
+    r.comm = key;
+    r.channel = channel;
+    std::vector<PairEntry*> hops;
+    int at = start;
+    std::set<int> seen;
+    // From the lowest rank of the ring, so that every rank's ring reads the same.
+    for (int guard = 0; guard < 1 << 16 && seen.insert(at).second; ++guard) {
+      auto n = ring_next.find({key, channel, at});
+      if (n == ring_next.end()) break;
+      at = n->second.second;
+    }
+    int first = seen.empty() ? start : *seen.begin();
+    seen.clear();
+    for (at = first; seen.insert(at).second;) {
+      auto n = ring_next.find({key, channel, at});
+      if (n == ring_next.end()) break;
+      PairEntry* e = pair(key, at, n->second.second);
+      if (e == nullptr) break;
+      hops.push_back(e);
+      at = n->second.second;
+    }
+    if (hops.size() < 2) continue;
+    PairEntry* slowest = nullptr;
+    for (PairEntry* e : hops) {
+      r.hops.push_back(hop_name(*e));
+      double g = e->CollGbps();
+      if (g > 0 && (r.slowest_gbps < 0 || g < r.slowest_gbps)) r.slowest_gbps = g;
+      r.fastest_gbps = std::max(r.fastest_gbps, g);
+      if (e->expected_gbps_high > 0 && (slowest == nullptr || e->expected_gbps_high < slowest->expected_gbps_high))
+        slowest = e;
+    }
+    // Mixed classes: the hop whose class tops out below another's floor sets the pace.
+    bool mixed = slowest != nullptr && std::any_of(hops.begin(), hops.end(), [&](const PairEntry* e) {
+                   return e->expected_gbps_low > slowest->expected_gbps_high;
+                 });
+    if (mixed) {
+      r.bounded_by = hop_name(*slowest);
+      r.bound_expected_low = slowest->expected_gbps_low;
+      r.bound_expected_high = slowest->expected_gbps_high;
+      for (PairEntry* e : hops)
+        if (e->expected_gbps_low > slowest->expected_gbps_high && e->bounded_by.empty()) e->bounded_by = r.bounded_by;
+    }
+    rep.rings.push_back(std::move(r));
   }
 }
 
@@ -838,7 +972,10 @@ void ReportBuilder::State::FinishCosts() {
     e.expected_gbps_low = b.low;
     e.expected_gbps_high = b.high;
     e.expected_basis = b.basis;
-    if (!e.fallback || e.expected == 0 || e.Gbps() <= 0) continue;
+    // A pair timed only inside collectives: the time its ring share took.
+    const bool coll_only = e.Gbps() <= 0 && e.CollGbps() > 0;
+    const double gbps = coll_only ? e.CollGbps() : e.Gbps();
+    if (!e.fallback || e.expected == 0 || gbps <= 0) continue;
     if (auto m = measured_pair.find({e.src.host, e.src.bus_id, e.dst.bus_id, e.expected}); m != measured_pair.end()) {
       e.best_gbps = m->second;
       e.best_basis = "measured on this pair";
@@ -853,8 +990,9 @@ void ReportBuilder::State::FinishCosts() {
     }
     // The timed calls' measured time less what their bytes would take at `best`: what was measured
     // lost, never more than was measured (untimed bytes are not extrapolated).
+    const Traffic& t = coll_only ? e.coll : static_cast<const Traffic&>(e);
     e.lost_seconds =
-        std::max(0.0, static_cast<double>(e.timed_ns) * 1e-9 - static_cast<double>(e.timed_bytes) * 1e-9 / e.best_gbps);
+        std::max(0.0, static_cast<double>(t.timed_ns) * 1e-9 - static_cast<double>(t.timed_bytes) * 1e-9 / e.best_gbps);
     rep.lost_seconds += e.lost_seconds;
   }
 }
@@ -1020,6 +1158,7 @@ Report ReportBuilder::Finish() {
       }
   for (const auto& [host, hp] : s.preflight) rep.preflight.push_back({host, hp.boot_id, hp.warnings});
   s.FinishCosts();
+  s.FinishRings();
   // One finding per cause id, listing its pairs.
   std::map<std::string, Finding> by_cause;
   for (const PairEntry& e : rep.pairs)

@@ -100,10 +100,35 @@ struct PairEntry : Traffic {
   // The measured time of the timed calls (never bytes extrapolated at a rate: a sweep's first,
   // small calls are latency); -1 when nothing was timed.
   double Seconds() const { return timed_calls ? static_cast<double>(timed_ns) * 1e-9 : -1; }
+  // Of timed_calls: timed by NCCL's own kernel timers (p2ptrace as NCCL's profiler plugin): each
+  // send's channels on the GPU, alone even inside a group. When there are any, they are all the
+  // timed calls: the group timing of the pair's sends is set aside.
+  uint64_t kernel_timed_calls = 0;
+  // What the pair carried inside ring collectives, by NCCL's kernel timers: the sampled collectives
+  // whose ring ran over this pair (calls, timed_calls), the bytes each ring edge carries by
+  // nccl-tests' bus bandwidth rule (S × busbw factor, over the channels that used this edge), and
+  // the kernels' time (timed_ns). Not in the pair's calls and bytes above (those are its sends).
+  Traffic coll;
+  double CollGbps() const { return MeasuredGbps(coll.timed_bytes, coll.timed_ns); }
+  // In a pipelined ring every hop carries at the pace of the slowest: the slower hop that set this
+  // pair's collective pace ("GPU3 -> GPU4 (shm)"); "" when it is the slowest or carried none.
+  std::string bounded_by;
   // How the rate was measured: "own events" (events around each call: CUDA copies, NCCL calls
   // outside a group), "group" (the group's duration with this pair's bytes in it), "own events and
-  // group"; "" when not timed.
+  // group", "NCCL kernel timers" (each send's own channels on the GPU), "collectives, NCCL kernel
+  // timers" (only the ring share above was timed); "" when not timed.
   std::string RateBasis() const;
+};
+
+// One ring of a communicator's channel whose collectives NCCL's kernel timers measured: its hops in
+// ring order, the rate each carried, and the hop whose link class sets the ring's pace.
+struct RingSummary {
+  std::string comm;  // NCCL's commId ("0x…")
+  int channel = -1;
+  std::vector<std::string> hops;  // "GPU0 -> GPU1 (nvlink)", in ring order from the lowest rank
+  double slowest_gbps = -1, fastest_gbps = -1;  // the hops' measured collective rates
+  std::string bounded_by;  // the hop of the slowest class, when the ring mixes classes; "" when not
+  double bound_expected_low = 0, bound_expected_high = 0;  // that hop's class's expected GB/s
 };
 
 // One NCCL operation kind of one communicator, over all its ranks, by nccl-tests' definitions
@@ -200,6 +225,7 @@ struct Report {
   // Processes whose NCCL connections came from their trace's records: no log read held a
   // connection line they logged (the file was deleted, not copied, or never written in DIR).
   size_t nccl_from_traces = 0;
+  std::vector<RingSummary> rings;
   std::set<std::string> nccl_versions;  // printed in NCCL's log lines ("2.18.3+cuda12.2")
   // Each host's job-start preflight (the shim's probes and prediction): its warning lines, once
   // per host however many processes wrote the block.

@@ -105,6 +105,14 @@ json PairJson(const PairEntry& e) {
   p["graph_bytes"] = e.graph_bytes;
   p["group_timed_calls"] = e.group_timed_calls;
   p["shared_group_calls"] = e.shared_calls;
+  p["kernel_timed_calls"] = e.kernel_timed_calls;
+  p["collectives"] = e.coll.timed_calls == 0
+                         ? json(nullptr)
+                         : json{{"timed_calls", e.coll.timed_calls}, {"timed_bytes", e.coll.timed_bytes},
+                                {"seconds", static_cast<double>(e.coll.timed_ns) * 1e-9},
+                                {"gbps", e.CollGbps() > 0 ? json(e.CollGbps()) : json(nullptr)},
+                                {"basis", "NCCL kernel timers"},
+                                {"bounded_by", e.bounded_by.empty() ? json(nullptr) : json(e.bounded_by)}};
   p["channels"] = e.channels;
   p["link"] = e.link.empty() ? json(nullptr) : json(e.link);
   p["nccl_from"] = e.nccl_from.empty() ? json(nullptr) : json(e.nccl_from);
@@ -129,6 +137,16 @@ json NcclOpJson(const NcclOpSummary& s) {
   o["algbw_gbps"] = s.AlgBw() >= 0 ? json(s.AlgBw()) : json(nullptr);
   o["busbw_gbps"] = s.BusBw() >= 0 ? json(s.BusBw()) : json(nullptr);
   o["rate_note"] = s.RateNote().empty() ? json(nullptr) : json(s.RateNote());
+  return o;
+}
+
+json RingJson(const RingSummary& r) {
+  json o{{"comm", r.comm}, {"channel", r.channel}, {"hops", r.hops}};
+  o["slowest_gbps"] = r.slowest_gbps > 0 ? json(r.slowest_gbps) : json(nullptr);
+  o["fastest_gbps"] = r.fastest_gbps > 0 ? json(r.fastest_gbps) : json(nullptr);
+  o["bounded_by"] = r.bounded_by.empty() ? json(nullptr) : json(r.bounded_by);
+  o["bound_expected_gbps"] =
+      r.bounded_by.empty() ? json(nullptr) : json{{"low", r.bound_expected_low}, {"high", r.bound_expected_high}};
   return o;
 }
 
@@ -252,6 +270,7 @@ json RenderJson(const Report& rep) {
   j["job"] = JobJson(rep);
   j["lost_seconds"] = rep.lost_seconds;
   j["preflight"] = ArrayOf(rep.preflight, PreflightJson);
+  j["rings"] = ArrayOf(rep.rings, RingJson);
   j["findings"] = ArrayOf(rep.findings, FindingJson);
   j["capture"] = CaptureJson(rep);
   return j;
@@ -279,6 +298,8 @@ void WriteJson(const Report& rep, std::ostream& out) {
   PutArray(out, rep.preflight, PreflightJson);
   out << ",\n  \"ranks\": ";
   PutArray(out, RankRows(rep), RankJson);
+  out << ",\n  \"rings\": ";
+  PutArray(out, rep.rings, RingJson);
   out << ",\n  \"version\": 1\n}";
 }
 

@@ -105,24 +105,38 @@ std::string RateNumber(double gbps) { return gbps >= 0.1 ? fmt::format("{:.1f}",
 
 // A pair's rate, only as measured, and how: "(group)" when an NCCL send was timed with its group;
 // how many of its calls the figure covers when not all.
+std::string Expected(const PairEntry& e) {
+  return e.expected_gbps_high <= 0 ? ""
+         : e.expected_gbps_low == e.expected_gbps_high
+             ? fmt::format(" [~{:.0f}]", e.expected_gbps_high)
+             : fmt::format(" [{:.0f}-{:.0f}]", e.expected_gbps_low, e.expected_gbps_high);
+}
+
+// What a pair carried inside ring collectives, by NCCL's kernel timers, and the hop that set its pace.
+std::string CollText(const PairEntry& e) {
+  if (e.CollGbps() <= 0) return "";
+  return fmt::format("{} GB/s in collectives (kernel timers){}", RateNumber(e.CollGbps()),
+                     e.bounded_by.empty() ? "" : ", bounded by " + e.bounded_by);
+}
+
 std::string RateText(const PairEntry& e) {
+  if (e.Gbps() <= 0 && e.CollGbps() > 0) return CollText(e) + Expected(e);
   if (e.Gbps() <= 0) {
     if (e.shared_calls > 0)
       return "no per-pair rate: it was timed only together with other peers (a group, or an alltoall, gather or scatter)";
     if (std::string note = e.RateNote(); !note.empty()) return note;
     return e.source == "nccl" && e.bytes == 0 ? "no send/recv to measure" : "not timed";
   }
-  std::string expect = e.expected_gbps_high <= 0 ? ""
-                       : e.expected_gbps_low == e.expected_gbps_high
-                           ? fmt::format(" [~{:.0f}]", e.expected_gbps_high)
-                           : fmt::format(" [{:.0f}-{:.0f}]", e.expected_gbps_low, e.expected_gbps_high);
+  std::string expect = Expected(e);
   // NCCL's send/recv rates include NCCL's own protocol, and a group's duration is set by its
   // slowest link: never judged SLOW on that rate.
   bool nccl = e.source == "nccl";
   const char* slow = !nccl && e.expected_gbps_low > 0 && e.Gbps() < 0.5 * e.expected_gbps_low ? " SLOW" : "";
-  std::string basis = e.RateBasis() == "group" ? " (group)" : e.RateBasis() == "own events and group" ? " (own events and group)" : "";
+  const std::string b = e.RateBasis();
+  std::string basis = b == "group" || b == "own events and group" ? " (" + b + ")" : b == "NCCL kernel timers" ? " (kernel timers)" : "";
   std::string covered = e.timed_calls < e.calls ? fmt::format(" ({} of {} calls timed)", e.timed_calls, e.calls) : "";
-  return fmt::format("{} GB/s{}{}{}{}", RateNumber(e.Gbps()), basis, expect, slow, covered);
+  std::string coll = CollText(e);
+  return fmt::format("{} GB/s{}{}{}{}{}", RateNumber(e.Gbps()), basis, expect, slow, covered, coll.empty() ? "" : "; " + coll);
 }
 
 // The part of a pair's or operation's calls that CUDA graph launches replayed.
@@ -316,7 +330,8 @@ std::string RenderText(const Report& rep, bool color) {
     out += "\nLegend: NVL nvlink, PCI pcie_p2p, P2P direct (link unknown), HST host-staged, SHM NCCL via host memory,\n"
            "NET NCCL via the network, . none, * several paths (the cell shows the one that moved most bytes);\n"
            "time: the timed calls' measured time; [low-high]: the GB/s the path used should give (one direction);\n"
-           "(group): an NCCL send timed as its group (the group's duration, this pair's bytes; its slowest link sets the rate)\n";
+           "(group): an NCCL send timed as its group (the group's duration, this pair's bytes; its slowest link sets the rate)\n"
+           "(kernel timers): timed on the GPU by NCCL's own channel timers (p2ptrace as NCCL's profiler plugin)\n";
 
   // Cross-host pairs, grouped by host pair.
   std::map<std::pair<std::string, std::string>, std::vector<const PairEntry*>> cross;
@@ -362,6 +377,19 @@ std::string RenderText(const Report& rep, bool color) {
                        e.fallback && e.expected ? fmt::format("  fallback from {}", TransportName(e.expected)) : "");
   }
   if (shown > kPairsShown) out += fmt::format("  … {} more pairs (--json lists them all)\n", shown - kPairsShown);
+
+  if (!rep.rings.empty()) {
+    out += "\nNCCL rings timed by NCCL's kernel timers (every hop of a pipelined ring carries at the pace of its slowest):\n";
+    for (const RingSummary& r : rep.rings) {
+      std::string pace = r.slowest_gbps > 0 ? fmt::format("{}-{} GB/s per hop", RateNumber(r.slowest_gbps), RateNumber(r.fastest_gbps))
+                                            : std::string("not timed");
+      std::string bound = r.bounded_by.empty()
+                              ? "one link class: no hop bounds the others"
+                              : fmt::format("bounded by {} [{:.0f}-{:.0f}]", r.bounded_by, r.bound_expected_low,
+                                            r.bound_expected_high);
+      out += fmt::format("  comm {} channel {}: {} hops, {}; {}\n", r.comm, r.channel, r.hops.size(), pace, bound);
+    }
+  }
 
   if (!rep.nccl_ops.empty()) {
     out += "\nNCCL operations (per communicator; timed subset, nccl-tests' algbw/busbw):\n";

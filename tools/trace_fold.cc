@@ -168,6 +168,15 @@ TraceFold::SiteUse* TraceFold::Site(uint32_t id) {
   return &sites[id];
 }
 
+void TraceFold::AddKernel(const p2ptrace_nccl_kernel_record& k) {
+  if (k.rank < 0 || k.duration_ns == 0 || kernel_colls.size() >= kMaxPending) return;
+  auto add = [&](KernelTimes& t) { ++t.calls, t.bytes += k.bytes, t.ns += k.duration_ns; };
+  if (k.api == P2PTRACE_NCCL_Send && k.peer >= 0) add(kernel_sends[{k.comm_hash, k.rank, k.peer}]);
+  else if (k.api == P2PTRACE_NCCL_Recv && k.peer >= 0) add(kernel_recvs[{k.comm_hash, k.peer, k.rank}]);
+  else if (k.api != P2PTRACE_NCCL_Send && k.api != P2PTRACE_NCCL_Recv)
+    add(kernel_colls[{k.comm_hash, k.rank, k.nranks, k.api, k.algo, k.channel_mask}]);
+}
+
 void TraceFold::Add(const TraceRecord& r) {
   last_ns = std::max(last_ns, r.header().time_ns);
   if (const auto* cr = std::get_if<p2ptrace_copy_record>(&r.body)) {
@@ -260,6 +269,9 @@ void TraceFold::Add(const TraceRecord& r) {
       if (pending.size() + pending_more.size() >= kMaxPending) pending.clear(), pending_more.clear();
       if (!pending.try_emplace(o->h.seq, p).second) pending_more.emplace(o->h.seq, p);
     }
+  } else if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&r.body)) {
+    nccl_used = true;
+    AddKernel(*k);
   } else if (const auto* gr = std::get_if<p2ptrace_graph_record>(&r.body)) {
     AddGraph(*gr);
   } else if (const auto* t = std::get_if<p2ptrace_timing_record>(&r.body); t && t->src_device < 0) {

@@ -108,6 +108,22 @@ struct TraceFold {
   static constexpr uint64_t kMaxRuns = 1ull << 48;     // runs of one id (a damaged file's includes multiply)
   static constexpr size_t kMaxIncludes = 1 << 16;      // INCLUDEs of one id kept
 
+  // NCCL operations timed on the GPU by NCCL's profiler plugin interface (NCCL_KERNEL records, trace
+  // 1.9): calls, bytes and the kernels' time. A send's or receive's by (NCCL's commHash, sending rank,
+  // receiving rank) and the side that timed it; a collective's by what places its share on ring edges.
+  struct KernelTimes {
+    uint64_t calls = 0, bytes = 0, ns = 0;
+  };
+  std::map<std::tuple<uint64_t, int, int>, KernelTimes> kernel_sends, kernel_recvs;
+  struct KernelColl {
+    uint64_t comm_hash;
+    int rank, nranks, api, algo;
+    uint64_t channel_mask;
+    auto operator<=>(const KernelColl&) const = default;
+  };
+  std::map<KernelColl, KernelTimes> kernel_colls;
+  void AddKernel(const p2ptrace_nccl_kernel_record& k);
+
   bool nccl_used = false;
   // NCCL calls that returned an error: (p2ptrace_nccl_api, ncclResult_t) -> how many.
   std::map<std::pair<int, int>, uint64_t> nccl_failures;

@@ -258,6 +258,8 @@ std::map<int, double> TimedSecondsByPid(const std::string& trace_dir) {
     for (const p2ptrace::TraceRecord& rec : t.records)
       if (const auto* tr = std::get_if<p2ptrace_timing_record>(&rec.body); tr && tr->src_device < 0)
         by_pid[t.header.pid] += static_cast<double>(tr->duration_ns) * 1e-9;
+      else if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&rec.body))
+        by_pid[t.header.pid] += static_cast<double>(k->duration_ns) * 1e-9;
   return by_pid;
 }
 
@@ -266,6 +268,8 @@ struct RatesCase {
   const char* hosts;
   std::vector<std::string> args;
   const char* sample;  // P2PTRACE_SAMPLE; nullptr for the default
+  // NCCL's kernel timers (the shim as its profiler plugin) on; off, the shim times calls and groups
+  bool kernel_timers = false;
 };
 
 class NcclJobRates : public ::testing::TestWithParam<RatesCase> {};
@@ -275,6 +279,7 @@ TEST_P(NcclJobRates, NoTimeBeyondItsTimingRecordsAndEveryRateSaysHow) {
   std::string dir = TempDir() + "/rates-" + c.name;
   Env env;
   if (c.sample) env["P2PTRACE_SAMPLE"] = c.sample;
+  if (!c.kernel_timers) env["P2PTRACE_NCCL_PROFILER"] = "off";
   RunResult r = Job(dir, c.hosts, c.args, true, env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   json j = ReportJson(dir + "/trace");
@@ -288,7 +293,7 @@ TEST_P(NcclJobRates, NoTimeBeyondItsTimingRecordsAndEveryRateSaysHow) {
   for (const json& rank : j["ranks"])
     if (rank["rank"].is_number()) pid_of_rank[rank["rank"].get<int>()] = rank["pid"].get<int>();
   std::map<int, double> pair_seconds;  // by pid
-  int rated = 0, group_rated = 0, unrated_shared = 0;
+  int rated = 0, group_rated = 0, unrated_shared = 0, kernel_rated = 0;
   double lost = 0;
   for (const json& p : j["pairs"]) {
     if (p["source"] != "nccl") continue;
@@ -303,9 +308,11 @@ TEST_P(NcclJobRates, NoTimeBeyondItsTimingRecordsAndEveryRateSaysHow) {
     if (!p["gbps"].is_null()) {
       ++rated;
       ASSERT_TRUE(p["rate_basis"].is_string()) << p.dump();
-      EXPECT_TRUE(p["rate_basis"] == "own events" || p["rate_basis"] == "group" || p["rate_basis"] == "own events and group")
+      if (c.kernel_timers) EXPECT_EQ(p["rate_basis"], "NCCL kernel timers") << p.dump();
+      else EXPECT_TRUE(p["rate_basis"] == "own events" || p["rate_basis"] == "group" || p["rate_basis"] == "own events and group")
           << p.dump();
       group_rated += p["rate_basis"] == "group";
+      kernel_rated += p["rate_basis"] == "NCCL kernel timers";
       EXPECT_GT(p["timed_calls"].get<uint64_t>(), 0u) << p.dump();
       // The rate is the timed calls' bytes over their time, no more.
       EXPECT_NEAR(p["gbps"].get<double>(), p["timed_bytes"].get<double>() / p["seconds"].get<double>() / 1e9,
@@ -329,12 +336,21 @@ TEST_P(NcclJobRates, NoTimeBeyondItsTimingRecordsAndEveryRateSaysHow) {
   for (const auto& [pid, s] : life) total_life += s;
   EXPECT_LE(j["lost_seconds"].get<double>(), total_life);
   EXPECT_NEAR(j["lost_seconds"].get<double>(), lost, 1e-12);
-  // The ring's sends were timed as groups that sent to one peer (sendrecv); the alltoall's groups
-  // sent to every peer: those pairs have no rate of their own, and say so.
-  EXPECT_GT(group_rated, 0) << j["pairs"].size() << " pairs";
-  EXPECT_GT(unrated_shared, 0) << j["pairs"].size() << " pairs";
   RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
-  EXPECT_NE(text.out.find("no per-pair rate"), std::string::npos) << text.out;
+  if (c.kernel_timers) {
+    // Every send of the alltoall's groups was timed on its own channels: every pair that sent has a
+    // rate of its own, none is left to the group.
+    EXPECT_EQ(kernel_rated, rated) << j["pairs"].size() << " pairs";
+    EXPECT_EQ(group_rated + unrated_shared, 0) << j["pairs"].size() << " pairs";
+    EXPECT_EQ(text.out.find("no per-pair rate"), std::string::npos) << text.out;
+    EXPECT_EQ(text.out.find("GB/s (group)"), std::string::npos) << text.out;
+  } else {
+    // The ring's sends were timed as groups that sent to one peer (sendrecv); the alltoall's groups
+    // sent to every peer: those pairs have no rate of their own, and say so.
+    EXPECT_GT(group_rated, 0) << j["pairs"].size() << " pairs";
+    EXPECT_GT(unrated_shared, 0) << j["pairs"].size() << " pairs";
+    EXPECT_NE(text.out.find("no per-pair rate"), std::string::npos) << text.out;
+  }
   // Operations: a mean time per call no longer than the process lived.
   double longest = 0;
   for (const auto& [pid, s] : life) longest = std::max(longest, s);
@@ -353,8 +369,87 @@ INSTANTIATE_TEST_SUITE_P(
         RatesCase{"g8_all", "node0:1", {"-g", "8", "-o", "sendrecv,alltoallp2p", "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}, "all"},
         // one thread per GPU: every group timed (the default's first calls go to whichever threads come first)
         RatesCase{"t8", "node0:1", {"-t", "8", "-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all"},
-        RatesCase{"p4", "node0:4", {"-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all"}),
+        RatesCase{"p4", "node0:4", {"-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all"},
+        // NCCL's kernel timers: each send of a group on its own
+        RatesCase{"t8_kernel", "node0:1", {"-t", "8", "-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all", true},
+        RatesCase{"p4_kernel", "node0:4", {"-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all", true}),
     [](const ::testing::TestParamInfo<RatesCase>& i) { return std::string(i.param.name); });
+
+// ---- NCCL's kernel timers (issue 26): a speed for every pair -------------------------------------
+
+// The demo's ring (8 processes): GPU0-3 and GPU4-7 on NVLink, the two hops between them (3->4, 7->0)
+// through host memory. Its grouped sends take, as a group, the time of the slow receive: with the
+// kernel timers every pair has its own.
+TEST(NcclKernelTimers, EachGroupedSendHasItsOwnPairsRate) {
+  std::string dir = TempDir() + "/kernel-sendrecv";
+  RunResult r = Job(dir, "node0:8", {"-o", "sendrecv", "-b", "16M", "-e", "16M"}, true, {{"P2PTRACE_SAMPLE", "all"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  std::vector<double> nvlink, shm;
+  for (const json& p : j["pairs"]) {
+    if (p["source"] != "nccl" || p["gbps"].is_null()) continue;
+    EXPECT_EQ(p["rate_basis"], "NCCL kernel timers") << p.dump();
+    EXPECT_EQ(p["group_timed_calls"], 0) << p.dump();
+    (p["transport"] == "nvlink" ? nvlink : shm).push_back(p["gbps"].get<double>());
+    if (p["transport"] == "shm") {
+      EXPECT_TRUE(p["lost_seconds"].is_number()) << "a fallback's cost, measured: " << p.dump();
+    }
+  }
+  ASSERT_EQ(nvlink.size(), 6u);
+  ASSERT_EQ(shm.size(), 2u);
+  for (double n : nvlink)
+    for (double s : shm) EXPECT_GE(n, 5 * s) << "NVLink " << n << " GB/s vs SHM " << s;
+  // The same job timed per group: the NVLink sends of the ranks that also receive over SHM (0->1,
+  // 4->5) show the slow hop's time (the issue's symptom).
+  std::string group_dir = TempDir() + "/kernel-sendrecv-off";
+  r = Job(group_dir, "node0:8", {"-o", "sendrecv", "-b", "16M", "-e", "16M"}, true,
+          {{"P2PTRACE_SAMPLE", "all"}, {"P2PTRACE_NCCL_PROFILER", "off"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json g = ReportJson(group_dir + "/trace");
+  int held_back = 0;
+  for (const json& p : g["pairs"])
+    held_back += p["source"] == "nccl" && p["transport"] == "nvlink" && p["gbps"].is_number() &&
+                 p["gbps"].get<double>() < 2 * shm[0];
+  EXPECT_EQ(held_back, 2) << g["pairs"].dump();
+}
+
+// An allreduce-only job: no send/recv at all, yet every ring hop gets the rate it carried, and the
+// ring names the host-memory hop that bounds it; the NVLink hops are bounded, not slow.
+TEST(NcclKernelTimers, AnAllreduceOnlyJobRatesEveryHopAndNamesTheBound) {
+  std::string dir = TempDir() + "/kernel-allreduce";
+  RunResult r = Job(dir, "node0:8", {"-o", "allreduce", "-b", "16M", "-e", "16M"}, true, {{"P2PTRACE_SAMPLE", "all"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  int rated = 0;
+  for (const json& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ASSERT_TRUE(p["collectives"].is_object()) << p.dump();
+    ++rated;
+    EXPECT_EQ(p["rate_basis"], "collectives, NCCL kernel timers") << p.dump();
+    double gbps = p["collectives"]["gbps"].get<double>();
+    // The ring's pace is the SHM hop's (the sim's host-memory rate, 12 GB/s on the demo).
+    EXPECT_NEAR(gbps, 12.0, 1.0) << p.dump();
+    if (p["transport"] == "nvlink") {
+      ASSERT_TRUE(p["collectives"]["bounded_by"].is_string()) << p.dump();
+      EXPECT_NE(p["collectives"]["bounded_by"].get<std::string>().find("(shm)"), std::string::npos) << p.dump();
+    } else {
+      EXPECT_TRUE(p["collectives"]["bounded_by"].is_null()) << p.dump();
+      EXPECT_TRUE(p["lost_seconds"].is_number()) << p.dump();
+    }
+  }
+  EXPECT_EQ(rated, 8);
+  ASSERT_FALSE(j["rings"].empty());
+  for (const json& ring : j["rings"]) {
+    EXPECT_EQ(ring["hops"].size(), 8u) << ring.dump();
+    ASSERT_TRUE(ring["bounded_by"].is_string()) << ring.dump();
+    EXPECT_NE(ring["bounded_by"].get<std::string>().find("(shm)"), std::string::npos) << ring.dump();
+  }
+  RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(text.out.find("bounded by GPU3 -> GPU4 (shm)"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("no send/recv to measure"), std::string::npos) << text.out;
+}
 
 // ---- point 5: bytes, algbw and busbw as nccl-tests defines them ---------------------------------
 
