@@ -369,18 +369,30 @@ def print_breakdown(args, files, mode="counting", kinds=None, base="bare", calle
 # the log tap's settings as a traced parent hands them down (NCCL_DEBUG=INFO, NCCL_DEBUG_FILE in the
 # trace directory, P2PTRACE_NCCL_TAP_FILE), so the shim runs with its tap in force, and the log file
 # exists and does not grow during the loop. P2PTRACE_SAMPLE=off: the collective is untimed.
-NCCL_KINDS = ["version", "allreduce"]
+NCCL_KINDS = ["version", "allreduce", "profiled", "sampled"]
 NCCL_DESCRIPTION = {"version": "ncclGetVersion (nothing recorded)",
-                    "allreduce": "ncclAllReduce 4 KiB, 1 rank, untimed"}
-NCCL_WRAPPED = {"version": "ncclGetVersion", "allreduce": "ncclAllReduce"}
-NCCL_BUDGET = {"allreduce": 150}  # issue 5: an untimed NCCL call, log file not grown
+                    "allreduce": "ncclAllReduce 4 KiB, 1 rank, untimed",
+                    "profiled": "the same, profiler plugin on, sampled out",
+                    "sampled": "the same, every call timed (SAMPLE=all)"}
+NCCL_WRAPPED = {"version": "ncclGetVersion", "allreduce": "ncclAllReduce", "profiled": "ncclAllReduce",
+                "sampled": "ncclAllReduce"}
+NCCL_PROGRAM = {"version": "version", "allreduce": "allreduce", "profiled": "allreduce", "sampled": "allreduce"}
+# P2PTRACE_SAMPLE per kind. Off, NCCL is not given the shim as its profiler plugin; "profiled" times
+# the first call only (the CUDA events' sample and the plugin's), so the loop's calls are sampled out.
+NCCL_SAMPLE = {"version": "off", "allreduce": "off", "profiled": "1:1000000000:1024G", "sampled": "all"}
+# issue 5: an untimed NCCL call, log file not grown (+bare); issue 26: the profiler plugin's callbacks
+# per sampled-out operation (the "plugin" column: their inclusive instructions, whatever NCCL does
+# around them is NCCL's cost, in +bare).
+NCCL_BUDGET = {"allreduce": 150}
+NCCL_PLUGIN_BUDGET = {"profiled": 150}
+PLUGIN_CALLBACKS = re.compile(r"::(StartEvent|StopEvent|RecordEventState)<?.*\[libp2ptrace\.so\]$")
 
 
-def nccl_env(args, mode, trace_dir):
+def nccl_env(args, mode, trace_dir, sample="off"):
     env = {k: v for k, v in base_env(args).items() if not k.startswith("NCCL_")}
     env["P2PSIM_ARENA_GB"] = "1"
     pattern = os.path.join(trace_dir, "nccl.bench.%p.log")
-    env.update({"P2PTRACE_DIR": trace_dir, "P2PTRACE_MAX_MB": str(args.max_mb), "P2PTRACE_SAMPLE": "off",
+    env.update({"P2PTRACE_DIR": trace_dir, "P2PTRACE_MAX_MB": str(args.max_mb), "P2PTRACE_SAMPLE": sample,
                 "P2PTRACE_WARN": "off", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": pattern,
                 "P2PTRACE_NCCL_TAP_FILE": pattern, "P2PTRACE_NCCL_TAP": "1",
                 "LD_PRELOAD": args.shim if mode == "shim" else ""})
@@ -399,9 +411,9 @@ def nccl_bench(args, tmp):
         for mode in ("bare", "shim"):
             for n in (N_SMALL, N_LARGE):
                 out = os.path.join(tmp, "nccl-%s-%s-%d.out" % (mode, kind, n))
-                env = nccl_env(args, mode, os.path.join(tmp, "nccl-trace-%s-%s-%d" % (mode, kind, n)))
+                env = nccl_env(args, mode, os.path.join(tmp, "nccl-trace-%s-%s-%d" % (mode, kind, n)), NCCL_SAMPLE[kind])
                 run([args.valgrind, "--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=" + out,
-                     binary, kind, str(n)], env, "callgrind nccl %s %s N=%d" % (mode, kind, n))
+                     binary, NCCL_PROGRAM[kind], str(n)], env, "callgrind nccl %s %s N=%d" % (mode, kind, n))
                 with open(out + "-01") as f:
                     ir[mode, kind, n] = next(int(l.split()[1]) for l in f if l.startswith(("totals:", "summary:")))
                 files[mode, kind, n] = out + "-01"
@@ -410,14 +422,15 @@ def nccl_bench(args, tmp):
     print()
     print("NCCL calls, instructions per call (callgrind, calling thread, (Ir(N=%d) - Ir(N=%d)) / %d):"
           % (N_LARGE, N_SMALL, d))
-    hdr = "%-10s %-38s %8s %8s %8s %8s %-5s %6s" % ("kind", "call", "bare", "shim", "+bare", "budget", "", "own")
+    hdr = "%-10s %-42s %8s %8s %8s %8s %-5s %6s %7s %8s %-5s" % (
+        "kind", "call", "bare", "shim", "+bare", "budget", "", "own", "plugin", "budget", "")
     print(hdr)
     print("-" * len(hdr))
     ok = True
     for kind in NCCL_KINDS:
         b = (ir["bare", kind, N_LARGE] - ir["bare", kind, N_SMALL]) / d
         s = (ir["shim", kind, N_LARGE] - ir["shim", kind, N_SMALL]) / d
-        own = ""
+        own, plugin = "", None
         if args.annotate:
             inc = {n: self_costs(files["shim", kind, n], inclusive=True, by_object=True) for n in (N_SMALL, N_LARGE)}
             fn = NCCL_WRAPPED[kind]
@@ -425,14 +438,23 @@ def nccl_bench(args, tmp):
             wrapper, real = "%s [libp2ptrace.so]" % fn, "%s [libnccl.so.2]" % fn
             if wrapper in inc[N_LARGE] and real in inc[N_LARGE]:
                 own = "%.1f" % (per(wrapper) - per(real))
+            # The plugin's callbacks, called by NCCL (from inside the real call): none is inside another.
+            plugin = sum(per(name) for name in set(inc[N_LARGE]) | set(inc[N_SMALL]) if PLUGIN_CALLBACKS.search(name))
         budget = NCCL_BUDGET.get(kind)
         verdict = ""
         if budget is not None:
             verdict = "ok" if s - b <= budget else "OVER"
             ok = ok and s - b <= budget
-        print("%-10s %-38s %8.1f %8.1f %+8.1f %8s %-5s %6s" % (
-            kind, NCCL_DESCRIPTION[kind], b, s, s - b, "<=%d" % budget if budget else "", verdict, own))
+        plugin_budget, plugin_verdict = NCCL_PLUGIN_BUDGET.get(kind), ""
+        if plugin_budget is not None and plugin is not None:
+            plugin_verdict = "ok" if plugin <= plugin_budget else "OVER"
+            ok = ok and plugin <= plugin_budget
+        print("%-10s %-42s %8.1f %8.1f %+8.1f %8s %-5s %6s %7s %8s %-5s" % (
+            kind, NCCL_DESCRIPTION[kind], b, s, s - b, "<=%d" % budget if budget else "", verdict, own,
+            "%.1f" % plugin if plugin else "", "<=%d" % plugin_budget if plugin_budget else "", plugin_verdict))
     print("+bare: shim - bare (the issue's measure). own: the shim's wrapper inclusive minus the real call's.")
+    print("plugin: the shim's profiler callbacks (StartEvent, StopEvent, RecordEventState) per call, inclusive;")
+    print("+bare of profiled/sampled also holds what the simulated NCCL does to report its events to a plugin.")
     print("Both runs: NCCL_DEBUG=INFO, NCCL_DEBUG_FILE in the trace dir (the tap in force; the file does not grow")
     print("in the loop), P2PTRACE_SAMPLE=off. valgrind has no vDSO: clock_gettime is ~10 instructions + a syscall.")
     return ok
