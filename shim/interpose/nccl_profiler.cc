@@ -6,6 +6,9 @@
 // Facts on the ABI and its callers: docs/research/nccl-profiler-abi.md.
 #include "shim/interpose/nccl_profiler.h"
 
+#include <dlfcn.h>
+#include <strings.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +38,7 @@ constexpr size_t kMaxPending = 4096;  // operations of one communicator awaiting
 
 std::atomic<bool> g_env_ours{false};  // NCCL_PROFILER_PLUGIN holds the shim's name, set by it
 
-enum class Kind : uint8_t { kOp = 1, kChannel = 2 };
+enum class Kind : uint8_t { kOp = 1, kChannel = 2, kFwd = 3 };
 
 struct Op;
 struct Channel {
@@ -67,6 +70,12 @@ struct Context {
   Op* pending = nullptr;
   size_t npending = 0;
   bool finalized = false;
+  bool timing = false;  // the shim times this communicator's operations
+  // Forwarding to the program's own plugin (below): its table, its context, the handle ring.
+  const struct UserPlugin* user = nullptr;
+  void* user_ctx = nullptr;
+  struct Fwd* fwd = nullptr;
+  std::atomic<uint64_t> next_fwd{0};
 };
 
 bool Sampled(Context* c, uint64_t bytes) {
@@ -196,36 +205,142 @@ Op* NewOp(Context* c, const Descr& d) {
   return op;
 }
 
+// ---- the program's own plugin, forwarded ----------------------------------------------------------
+// Where the program set NCCL_PROFILER_PLUGIN, the shim loads that plugin itself and takes its place:
+// NCCL calls the shim, the shim calls the plugin with the same arguments, events and states it
+// would have had alone. Only the same ABI version NCCL picks for the shim can be forwarded (no
+// descriptor is converted); else the program's plugin stays, untouched.
+struct UserPlugin {
+  std::string name;      // as the program set it: given back once NCCL has read it
+  int version = 0;       // the ncclProfiler_vN found (NCCL's newest for its release)
+  const void* table = nullptr;  // ncclProfiler_vN: name, init, start, stop, state, finalize
+  ncclResult_t (*start)(void*, void**, void*) = nullptr;
+  ncclResult_t (*stop)(void*) = nullptr;
+  ncclResult_t (*state)(void*, np::State, np::StateArgs*) = nullptr;
+  ncclResult_t (*finalize)(void*) = nullptr;
+};
+std::atomic<const UserPlugin*> g_user{nullptr};
+int g_user_mask = 0;  // the mask the program's plugin sets and reads (NCCL's, as it would be alone)
+std::atomic<int*> g_nccl_mask{nullptr};
+
+// An event the program's plugin would have seen alone: its bit, or a child's that NCCL starts its
+// ancestors for (docs/research/nccl-profiler-abi.md §4, "Parent events are started implicitly").
+bool UserWants(uint64_t type, int m) {
+  constexpr int kChildren = np::kProxyOp | np::kProxyStep | np::kKernelCh | np::kNetPlugin;
+  switch (type) {
+    case np::kGroupApi: return m != 0;
+    case np::kCollApi: return m & (np::kCollApi | np::kColl | kChildren | np::kCeColl | np::kCeSync | np::kCeBatch);
+    case np::kP2pApi: return m & (np::kP2pApi | np::kP2p | kChildren);
+    case np::kGroup: return m & (np::kGroup | np::kColl | np::kP2p | kChildren);
+    case np::kColl: return m & (np::kColl | kChildren);
+    case np::kP2p: return m & (np::kP2p | kChildren);
+    case np::kProxyOp: return m & (np::kProxyOp | np::kProxyStep | np::kNetPlugin);
+    case np::kProxyStep: return m & (np::kProxyStep | np::kNetPlugin);
+    case np::kKernelCh: return m & (np::kKernelCh | np::kKernelPhase);
+    default: return (m & type) != 0;
+  }
+}
+
+// NCCL's mask: the program's plugin's bits and the shim's.
+void SyncMask() {
+  if (int* m = g_nccl_mask.load(std::memory_order_relaxed))
+    __atomic_store_n(m, __atomic_load_n(&g_user_mask, __ATOMIC_RELAXED) | kEvents, __ATOMIC_RELAXED);
+}
+
+// A forwarded event's handle: the plugin's and the shim's own. Taken from the communicator's ring of
+// slots, as NCCL's example plugin keeps its events: a parent must stay valid until NCCL has started
+// its children (after the parent's stop), so no slot is freed; the oldest is reused.
+struct Fwd {
+  Kind kind = Kind::kFwd;
+  void* user = nullptr;
+  void* own = nullptr;
+};
+constexpr size_t kFwdSlots = 1 << 13;
+
+Fwd* NextFwd(Context* c) {
+  if (c->fwd == nullptr) return nullptr;
+  return &c->fwd[c->next_fwd.fetch_add(1, std::memory_order_relaxed) % kFwdSlots];
+}
+
+void* Inner(void* handle, void** user) {
+  auto* f = static_cast<Fwd*>(handle);
+  if (f == nullptr || f->kind != Kind::kFwd) {
+    if (user) *user = nullptr;
+    return handle;
+  }
+  if (user) *user = f->user;
+  return f->own;
+}
+
+// ---- the callbacks --------------------------------------------------------------------------------
+
+// The shim's own handle for an event (parent: the shim's own handle of its parent).
+template <typename Descr>
+void* Own(Context* c, const Descr& d, void* parent) {
+  if (d.type == np::kKernelCh) {
+    auto* op = static_cast<Op*>(parent);  // the P2p or Coll handle: an Op of ours, or null
+    unsigned ch = d.kernel_ch.channel;
+    if (op == nullptr || op->kind != Kind::kOp || ch >= 64) return nullptr;
+    Channel& slot = op->ch[ch];
+    slot.op = op;
+    slot.start = d.kernel_ch.timer;
+    slot.stop = 0;
+    return &slot;
+  }
+  if ((d.type == np::kP2p || d.type == np::kColl) && c->timing) return NewOp(c, d);
+  return nullptr;
+}
+
+template <typename Descr>
+ncclResult_t Forward(Context* c, void** handle, Descr* d, const UserPlugin& u) {
+  void* user_parent = nullptr;
+  void* own = Own(c, *d, Inner(d->parent, &user_parent));
+  void* user = nullptr;
+  if (d->type == np::kGroup || d->type == np::kGroupApi) SyncMask();  // the plugin may have changed its mask
+  if (c->user_ctx != nullptr && UserWants(d->type, __atomic_load_n(&g_user_mask, __ATOMIC_RELAXED))) {
+    Descr copy = *d;
+    copy.parent = user_parent;
+    if constexpr (requires { copy.p2p.parent_group; }) {  // v5+: the Group as well as the API parent
+      if (d->type == np::kP2p) copy.p2p.parent_group = static_cast<Fwd*>(d->p2p.parent_group) ? static_cast<Fwd*>(d->p2p.parent_group)->user : nullptr;
+      if (d->type == np::kColl) copy.coll.parent_group = static_cast<Fwd*>(d->coll.parent_group) ? static_cast<Fwd*>(d->coll.parent_group)->user : nullptr;
+    }
+    u.start(c->user_ctx, &user, &copy);
+  }
+  if (own == nullptr && user == nullptr) return ncclSuccess;
+  Fwd* f = NextFwd(c);
+  if (f == nullptr) return ncclSuccess;
+  f->user = user;
+  f->own = own;
+  *handle = f;
+  return ncclSuccess;
+}
+
 template <typename Descr>
 ncclResult_t StartEvent(void* context, void** handle, Descr* d) {
   if (handle == nullptr) return ncclSuccess;
   *handle = nullptr;
   auto* c = static_cast<Context*>(context);
   if (c == nullptr || d == nullptr) return ncclSuccess;
-  if (d->type == np::kKernelCh) {
-    auto* op = static_cast<Op*>(d->parent);  // the P2p or Coll handle: an Op of ours, or null
-    unsigned ch = d->kernel_ch.channel;
-    if (op == nullptr || op->kind != Kind::kOp || ch >= 64) return ncclSuccess;
-    Channel& slot = op->ch[ch];
-    slot.op = op;
-    slot.start = d->kernel_ch.timer;
-    slot.stop = 0;
-    *handle = &slot;
-  } else if (d->type == np::kP2p || d->type == np::kColl) {
-    *handle = NewOp(c, *d);
-  }
+  if (const UserPlugin* u = c->user; __builtin_expect(u != nullptr, 0)) return Forward(c, handle, d, *u);
+  *handle = Own(c, *d, d->parent);
   return ncclSuccess;
 }
 
 ncclResult_t RecordEventState(void* handle, np::State state, np::StateArgs* args) {
-  auto* ch = static_cast<Channel*>(handle);
+  void* user = nullptr;
+  auto* ch = static_cast<Channel*>(Inner(handle, &user));
+  if (user != nullptr)
+    if (const UserPlugin* u = g_user.load(std::memory_order_acquire)) u->state(user, state, args);
   if (ch != nullptr && ch->kind == Kind::kChannel && state == np::kKernelChStop && args != nullptr)
     ch->stop = args->kernel_ch.timer;
   return ncclSuccess;
 }
 
 ncclResult_t StopEvent(void* handle) {
-  auto* ch = static_cast<Channel*>(handle);
+  void* user = nullptr;
+  auto* ch = static_cast<Channel*>(Inner(handle, &user));
+  if (user != nullptr)
+    if (const UserPlugin* u = g_user.load(std::memory_order_acquire)) u->stop(user);
   if (ch == nullptr || ch->kind != Kind::kChannel) return ncclSuccess;  // an Op stops when enqueued: nothing yet
   Op* op = ch->op;
   if (op->stopped.fetch_add(1, std::memory_order_acq_rel) + 1 == op->expected) Complete(op);
@@ -236,6 +351,7 @@ ncclResult_t Finalize(void* context) {
   auto* c = static_cast<Context*>(context);
   if (c == nullptr) return ncclSuccess;
   KeepErrno keep;
+  if (c->user != nullptr && c->user_ctx != nullptr) c->user->finalize(c->user_ctx);
   std::lock_guard<std::mutex> lock(c->mu);
   c->finalized = true;
   // What had started and not finished (a communicator destroyed or aborted in flight): the channels
@@ -244,31 +360,119 @@ ncclResult_t Finalize(void* context) {
   return ncclSuccess;
 }
 
-ncclResult_t Init(void** context, int* mask, uint64_t comm_hash, int nranks, int rank, int abi) {
+// NCCL's init arguments, whichever version called.
+struct InitArgs {
+  void** context;
+  int* mask;
+  const char* name;
+  uint64_t comm_hash;
+  int nodes, nranks, rank;
+  np::Logger log;
+};
+
+ncclResult_t Init(const InitArgs& a, int abi) {
   KeepErrno keep;
   ReturnNcclProfilerEnvironment();
-  if (context == nullptr) return ncclSuccess;
-  *context = nullptr;
-  if (!TraceWriter::Ready() || !detail::g_sample.enabled) return ncclSuccess;  // NCCL runs on, nothing timed
+  if (a.context == nullptr) return ncclSuccess;
+  *a.context = nullptr;
+  const UserPlugin* u = g_user.load(std::memory_order_acquire);
+  if (u != nullptr && u->version != abi) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      Warn("NCCL called p2ptrace's profiler v" + std::to_string(abi) + ", not v" + std::to_string(u->version) +
+           " as expected: NCCL_PROFILER_PLUGIN=" + u->name + " gets no events in this process");
+    u = nullptr;
+  }
+  bool timing = TraceWriter::Ready() && detail::g_sample.enabled;
+  if (!timing && u == nullptr) return ncclSuccess;  // NCCL runs on, nothing timed
   auto* c = new (std::nothrow) Context;
   if (c == nullptr) return ncclSuccess;
-  c->comm_hash = comm_hash;
-  c->nranks = nranks;
-  c->rank = rank;
+  c->comm_hash = a.comm_hash;
+  c->nranks = a.nranks;
+  c->rank = a.rank;
   c->abi = abi;
-  // One int for the whole process (every communicator's init is handed the same pointer).
-  if (mask != nullptr) __atomic_fetch_or(mask, kEvents, __ATOMIC_RELAXED);
-  __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_PROFILER, __ATOMIC_RELAXED);
-  *context = c;
+  c->timing = timing;
+  if (u != nullptr && a.mask != nullptr) {
+    // The program's plugin keeps its own view of the one process-wide mask: what it set last.
+    static std::once_flag first;
+    std::call_once(first, [&] { __atomic_store_n(&g_user_mask, __atomic_load_n(a.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED); });
+    g_nccl_mask.store(a.mask, std::memory_order_relaxed);
+    c->fwd = new (std::nothrow) Fwd[kFwdSlots];
+    ncclResult_t r = ncclSuccess;
+    if (u->version == 4)
+      r = static_cast<const np::PluginV4*>(u->table)->init(&c->user_ctx, &g_user_mask, a.name, a.comm_hash, a.nodes,
+                                                           a.nranks, a.rank, a.log);
+    else
+      r = static_cast<const np::PluginV5*>(u->table)->init(&c->user_ctx, a.comm_hash, &g_user_mask, a.name, a.nodes,
+                                                           a.nranks, a.rank, a.log);
+    if (r != ncclSuccess || c->fwd == nullptr) {
+      // NCCL would have gone on without it (each release its own way): the shim stops calling it
+      // for this communicator and says so once.
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true))
+        Warn("the profiler plugin NCCL_PROFILER_PLUGIN=" + u->name + " failed its init (" + std::to_string(r) +
+             "): p2ptrace calls it no more for that communicator");
+      c->user_ctx = nullptr;
+    } else {
+      c->user = u;
+    }
+  }
+  if (a.mask != nullptr) {
+    if (u != nullptr) SyncMask();
+    else __atomic_fetch_or(a.mask, kEvents, __ATOMIC_RELAXED);  // one int for the whole process
+  }
+  if (timing)
+    __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_PROFILER, __ATOMIC_RELAXED);
+  *a.context = c;
   return ncclSuccess;
 }
 
-ncclResult_t InitV4(void** context, int* mask, const char*, uint64_t comm_hash, int, int nranks, int rank, np::Logger) {
-  return Init(context, mask, comm_hash, nranks, rank, 4);
+ncclResult_t InitV4(void** context, int* mask, const char* name, uint64_t comm_hash, int nodes, int nranks, int rank,
+                    np::Logger log) {
+  return Init({context, mask, name, comm_hash, nodes, nranks, rank, log}, 4);
 }
 template <int kAbi>
-ncclResult_t InitV5(void** context, uint64_t comm_hash, int* mask, const char*, int, int nranks, int rank, np::Logger) {
-  return Init(context, mask, comm_hash, nranks, rank, kAbi);
+ncclResult_t InitV5(void** context, uint64_t comm_hash, int* mask, const char* name, int nodes, int nranks, int rank,
+                    np::Logger log) {
+  return Init({context, mask, name, comm_hash, nodes, nranks, rank, log}, kAbi);
+}
+
+// The ABI version a release looks up first (§3.2): the one it will call the shim with.
+int NcclProfilerVersion(int code) {
+  return code >= 23102 ? 7 : code >= 22902 ? 6 : code >= 22803 ? 5 : code >= 22703 ? 4 : 0;
+}
+
+// The program's plugin, opened as NCCL would open it (§3.1, 2.27.5's rule: the name as given, then
+// libnccl-profiler-NAME.so for a bare name not of the form lib*.so), its ncclProfiler_vN for NCCL's
+// version. Null, with the reason, when it cannot be forwarded.
+const UserPlugin* LoadUserPlugin(const char* name, int version, std::string* why) {
+  std::string x = name;
+  bool lib_so = x.rfind("lib", 0) == 0 && x.size() >= 6 && x.compare(x.size() - 3, 3, ".so") == 0;
+  void* lib = dlopen(x.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr && x.find('/') == std::string::npos && !lib_so)
+    lib = dlopen(("libnccl-profiler-" + x + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* e = dlerror();
+    *why = std::string("it could not be loaded (") + (e ? e : "dlopen failed") + ")";
+    return nullptr;
+  }
+  std::string symbol = "ncclProfiler_v" + std::to_string(version);
+  const void* table = dlsym(lib, symbol.c_str());
+  if (table == nullptr) {
+    *why = "it has no " + symbol + ", the version this NCCL calls";
+    dlclose(lib);
+    return nullptr;
+  }
+  auto* u = new UserPlugin;  // for the process's life: NCCL may call it until exit
+  u->name = name;
+  u->version = version;
+  u->table = table;
+  const auto* any = static_cast<const np::PluginV5*>(table);  // the members after init: the same in v4-v7
+  u->start = reinterpret_cast<ncclResult_t (*)(void*, void**, void*)>(any->start_event);
+  u->stop = any->stop_event;
+  u->state = any->record_event_state;
+  u->finalize = any->finalize;
+  return u;
 }
 
 }  // namespace
@@ -277,22 +481,29 @@ void StartNcclProfiler(int nccl_version) {
   if (!TraceWriter::Ready() || !detail::g_sample.enabled || nccl_version < kFirstVersion) return;
   const char* off = std::getenv("P2PTRACE_NCCL_PROFILER");
   if (off != nullptr && std::strcmp(off, "off") == 0) return;
+  if (NcclInfoShownToUser()) return;
   const char* set = std::getenv("NCCL_PROFILER_PLUGIN");
   if (set != nullptr && *set != '\0' && std::strcmp(set, kPluginName) != 0) {  // (ours: a traced parent's)
-    Warn(std::string("NCCL_PROFILER_PLUGIN=") + set +
-         " is the program's own: p2ptrace leaves it in place and times NCCL's operations per call and per group "
-         "(no per-pair kernel times)");
-    __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_PROFILER_USER, __ATOMIC_RELAXED);
-    return;
+    if (strcasecmp(set, "none") == 0) return;  // the program turned NCCL's profiler off: so be it
+    std::string why;
+    const UserPlugin* u = LoadUserPlugin(set, NcclProfilerVersion(nccl_version), &why);
+    if (u == nullptr) {
+      Warn(std::string("NCCL_PROFILER_PLUGIN=") + set + " is left in place: p2ptrace cannot forward to it (" + why +
+           "), so NCCL's operations are timed per call and per group only (no per-pair kernel times)");
+      __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_PROFILER_USER, __ATOMIC_RELAXED);
+      return;
+    }
+    g_user.store(u, std::memory_order_release);
   }
-  if (NcclInfoShownToUser()) return;
   if (setenv("NCCL_PROFILER_PLUGIN", kPluginName, 1) == 0) g_env_ours.store(true, std::memory_order_release);
 }
 
 void ReturnNcclProfilerEnvironment() {
   if (!g_env_ours.load(std::memory_order_acquire) || !g_env_ours.exchange(false)) return;
   const char* now = std::getenv("NCCL_PROFILER_PLUGIN");
-  if (now != nullptr && std::strcmp(now, kPluginName) == 0) unsetenv("NCCL_PROFILER_PLUGIN");
+  if (now == nullptr || std::strcmp(now, kPluginName) != 0) return;  // someone else changed it since
+  if (const UserPlugin* u = g_user.load(std::memory_order_acquire)) setenv("NCCL_PROFILER_PLUGIN", u->name.c_str(), 1);
+  else unsetenv("NCCL_PROFILER_PLUGIN");
 }
 
 }  // namespace p2ptrace::shim

@@ -451,6 +451,87 @@ TEST(NcclKernelTimers, AnAllreduceOnlyJobRatesEveryHopAndNamesTheBound) {
   EXPECT_EQ(text.out.find("no send/recv to measure"), std::string::npos) << text.out;
 }
 
+// The program's own profiler plugin (the recording one: every call it gets, one line, into a file the
+// ranks share): each process's lines, without their pid, in the order it wrote them; the processes
+// sorted, since they interleave.
+std::vector<std::vector<std::string>> PluginCalls(const std::string& path) {
+  std::map<std::string, std::vector<std::string>> by_pid;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    size_t space = line.find(' ');
+    // The communicator's hash is new in every run (its unique id is random).
+    by_pid[line.substr(0, space)].push_back(std::regex_replace(line.substr(space + 1), std::regex("hash=[0-9a-f]+"), "hash=H"));
+  }
+  std::vector<std::vector<std::string>> out;
+  for (auto& [pid, calls] : by_pid) out.push_back(std::move(calls));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string RecordingPlugin(const std::string& name) { return std::string(P2PTRACE_SIM_LIB_DIR) + "/" + name + ".so"; }
+
+// NCCL_PROFILER_PLUGIN set by the program: p2ptrace takes its place and forwards, and the program's
+// plugin sees, call by call, what it sees alone, whatever its mask (NCCL then starts more events
+// for the shim's bits: none of them may reach it), while every pair is still timed.
+TEST(NcclKernelTimers, TheProgramsOwnPluginSeesExactlyWhatItSeesAlone) {
+  const std::vector<std::string> args = {"-o", "allreduce,sendrecv", "-b", "64K", "-e", "64K", "-n", "2", "-s"};
+  // Coll; P2p + KernelCh; Group; everything through NetPlugin; nothing
+  for (int mask : {2, 4 | 64, 1, 255, 0}) {
+    SCOPED_TRACE("mask " + std::to_string(mask));
+    std::string dir = TempDir() + "/forward-" + std::to_string(mask);
+    Env env = {{"NCCL_PROFILER_PLUGIN", RecordingPlugin("librecording-profiler-v5")},
+               {"RECORDING_PROFILER_MASK", std::to_string(mask)}, {"P2PTRACE_SAMPLE", "all"}};
+    env["RECORDING_PROFILER_OUT"] = dir + "-bare.txt";
+    RunResult bare = Job(dir + "-bare", "node0:2", args, false, env);
+    ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
+    env["RECORDING_PROFILER_OUT"] = dir + "-traced.txt";
+    RunResult traced = Job(dir, "node0:2", args, true, env);
+    ASSERT_EQ(traced.exit_code, 0) << traced.out << traced.err;
+    EXPECT_EQ(traced.err.find("warning"), std::string::npos) << traced.err;
+    auto alone = PluginCalls(dir + "-bare.txt"), forwarded = PluginCalls(dir + "-traced.txt");
+    ASSERT_EQ(alone.size(), 2u);
+    EXPECT_GE(alone[0].size(), 4u);  // two inits (the world and its split), events, two finalizes
+    ASSERT_EQ(forwarded.size(), alone.size());
+    for (size_t i = 0; i < alone.size(); ++i) {
+      size_t at = 0;
+      while (at < alone[i].size() && at < forwarded[i].size() && alone[i][at] == forwarded[i][at]) ++at;
+      EXPECT_EQ(at, alone[i].size()) << "first difference at call " << at << ": alone "
+                                     << (at < alone[i].size() ? alone[i][at] : "(end)") << ", forwarded "
+                                     << (at < forwarded[i].size() ? forwarded[i][at] : "(end)");
+      EXPECT_EQ(forwarded[i].size(), alone[i].size());
+    }
+    json j = ReportJson(dir + "/trace");
+    int kernel_rated = 0;
+    for (const json& p : j["pairs"]) kernel_rated += p["rate_basis"] == "NCCL kernel timers";
+    EXPECT_EQ(kernel_rated, 2) << "both send pairs of the 2-rank ring, timed while forwarding";
+  }
+}
+
+// A plugin the shim cannot stand in for (it exports only v1; this NCCL, 2.28, calls v5): it stays
+// in place, exactly as alone, and the shim says so once.
+TEST(NcclKernelTimers, APluginThatCannotBeForwardedIsLeftInPlace) {
+  const std::vector<std::string> args = {"-o", "sendrecv", "-b", "64K", "-e", "64K"};
+  std::string dir = TempDir() + "/forward-v1";
+  Env env = {{"NCCL_PROFILER_PLUGIN", RecordingPlugin("librecording-profiler-v1")},
+             {"RECORDING_PROFILER_MASK", "7"}, {"P2PTRACE_SAMPLE", "all"}};
+  env["RECORDING_PROFILER_OUT"] = dir + "-bare.txt";
+  ASSERT_EQ(Job(dir + "-bare", "node0:2", args, false, env).exit_code, 0);
+  env["RECORDING_PROFILER_OUT"] = dir + "-traced.txt";
+  RunResult traced = Job(dir, "node0:2", args, true, env);
+  ASSERT_EQ(traced.exit_code, 0) << traced.err;
+  EXPECT_EQ(PluginCalls(dir + "-traced.txt"), PluginCalls(dir + "-bare.txt"));
+  EXPECT_FALSE(PluginCalls(dir + "-bare.txt").empty());
+  // One warning per process (the job has two), naming the plugin and why.
+  size_t warnings = 0;
+  for (size_t at = traced.err.find("cannot forward to it"); at != std::string::npos;
+       at = traced.err.find("cannot forward to it", at + 1))
+    ++warnings;
+  EXPECT_EQ(warnings, 2u) << traced.err;
+  EXPECT_NE(traced.err.find("has no ncclProfiler_v5"), std::string::npos) << traced.err;
+  json j = ReportJson(dir + "/trace");
+  for (const json& p : j["pairs"]) EXPECT_NE(p["rate_basis"], "NCCL kernel timers") << p.dump();
+}
+
 // ---- point 5: bytes, algbw and busbw as nccl-tests defines them ---------------------------------
 
 // Every collective of one size, every call timed: the report's bytes per call are the size

@@ -311,9 +311,9 @@ void Emit(const AnyPlugin& pl, int mask, void* context, int rank, const OpEvent*
   constexpr int kChildren = np::kProxyOp | np::kProxyStep | np::kKernelCh | np::kNetPlugin;
   const bool kernel_ch = (mask & np::kKernelCh) != 0;  // v3+: the descriptors that have kernel_ch
   void* group = nullptr;
-  bool any = false;
-  for (size_t i = 0; i < n; ++i) any |= (mask & ((ops[i].p2p ? np::kP2p : np::kColl) | kChildren)) != 0;
-  if (!any && (mask & np::kGroup) == 0) return;
+  // NCCL starts a batch's Group for any of these bits, whatever the batch holds (a Coll-only mask
+  // gets the Group of a batch of sends too: ncclProfilerStartGroupEvent, src/plugin/profiler.cc).
+  if ((mask & (np::kGroup | np::kColl | np::kP2p | kChildren)) == 0) return;
   Descr g{};
   g.type = np::kGroup;
   pl.start_event(context, &group, &g);
