@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/trace_reader.h"
+#include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -322,6 +323,49 @@ TEST(Errno, EveryWrappedCallLeavesTheErrnoTheRealOneLeft) {
   EXPECT_NE(bare_dl.out.find("libp2ptrace-test-missing.so"), std::string::npos) << bare_dl.out;
   EXPECT_EQ(traced_dl.out, bare_dl.out);
   EXPECT_EQ(traced_dl.exit_code, 0) << traced_dl.err;
+}
+
+// --- 6b. An NCCL that drives the profiler plugin wrongly ---------------------------------------------
+
+TEST(ProfilerPlugin, AnNcclGoneWrongBreaksNothingAndWritesOnlyWhatWasMeasured) {
+  std::string dir = TempDir() + "/profiler";
+  Env env = Traced(Sim(), dir);
+  env["P2PTRACE_SAMPLE"] = "all";
+  RunResult r = RunTimed(Shim({HOSTILE_WORKLOAD, "profiler"}), env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out,
+            "plugin p2ptrace mask 0x46\n"  // P2p, Coll, KernelCh
+            "channel 200: null\n"
+            "storm: 4094 held\n"  // 4096 pending at most: the clean send left, the partial and channel 200's stay
+            "after finalize: null\n"
+            "done\n");
+  EXPECT_EQ(r.err, "");
+  std::vector<std::string> files = Traces(dir);
+  ASSERT_EQ(files.size(), 1u);
+  auto t = p2ptrace::ReadTrace(files[0]);
+  ASSERT_TRUE(t) << t.error().message;
+  std::vector<p2ptrace_nccl_kernel_record> kernels;
+  for (const p2ptrace::TraceRecord& rec : t->records)
+    if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&rec.body)) kernels.push_back(*k);
+  // The clean send, and the collective finalized in flight with the one channel that stopped; none
+  // of the storm's (no channel stopped), nothing after finalize.
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0].api, P2PTRACE_NCCL_Send);
+  EXPECT_EQ(kernels[0].bytes, 4096u);
+  EXPECT_EQ(kernels[0].peer, 1);
+  EXPECT_EQ(kernels[0].channel_mask, 3u);
+  EXPECT_EQ(kernels[0].gpu_start_ns, 1000u);
+  EXPECT_EQ(kernels[0].duration_ns, 2100u);
+  EXPECT_EQ(kernels[0].channel_ns, 4000u);
+  EXPECT_EQ(kernels[0].flags, 0u);
+  EXPECT_EQ(kernels[0].comm_hash, 0xabcu);
+  EXPECT_EQ(kernels[1].api, P2PTRACE_NCCL_AllReduce);
+  EXPECT_EQ(kernels[1].channel_mask, 1u);
+  EXPECT_EQ(kernels[1].duration_ns, 2000u);
+  EXPECT_EQ(kernels[1].flags, static_cast<uint32_t>(P2PTRACE_NCCL_KERNEL_PARTIAL));
+  // Bare, the program's NCCL finds no plugin: the shim's is the shim's.
+  RunResult bare = RunTimed({HOSTILE_WORKLOAD, "profiler"}, Sim());
+  EXPECT_EQ(bare.out, "no profiler plugin\n");
 }
 
 // --- 7. Nothing before the first CUDA or NCCL call -------------------------------------------------

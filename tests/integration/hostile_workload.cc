@@ -12,6 +12,10 @@
 //                      missing libcuda.so does exactly this: its first log line opens the tap file)
 //   untouched DIR      no CUDA or NCCL call at all: prints its environment (sorted) and how many
 //                      entries DIR has (a launcher, a shell of the job)
+//   profiler           an NCCL gone wrong, driving the profiler plugin it was given (the shim, under
+//                      it) as NCCL never should: null arguments, unknown events, a channel past 64,
+//                      a storm of operations whose channels never stop, a finalize in flight and
+//                      calls after it; one clean send in between (channels 0-1: 1000-3000, 1100-3100)
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -26,6 +30,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "shim/interpose/nccl_profiler_abi.h"
 
 extern char** environ;
 
@@ -169,6 +175,75 @@ int Copies(int n) {
   return 0;
 }
 
+int ProfilerGoneWrong() {
+  namespace np = p2ptrace::nccl_profiler;
+  int version = 0;
+  ncclGetVersion(&version);  // the process's first NCCL call: the shim sets NCCL_PROFILER_PLUGIN here
+  const char* name = std::getenv("NCCL_PROFILER_PLUGIN");
+  void* lib = name ? dlopen(name, RTLD_NOW | RTLD_LOCAL) : nullptr;
+  auto* pl = lib ? static_cast<const np::PluginV5*>(dlsym(lib, "ncclProfiler_v5")) : nullptr;
+  if (pl == nullptr) {
+    std::printf("no profiler plugin\n");
+    return 0;
+  }
+  int mask = 0;
+  void* ctx = nullptr;
+  if (pl->init(&ctx, 0xabcull, &mask, "hostile", 1, 2, 0, nullptr) != ncclSuccess) return 1;
+  std::printf("plugin %s mask 0x%x\n", pl->name, mask);
+  np::v5::Descr d{};
+  void* h = reinterpret_cast<void*>(1);
+  pl->start_event(ctx, nullptr, &d);        // no handle to fill
+  pl->start_event(nullptr, &h, &d);         // no context
+  pl->start_event(ctx, &h, nullptr);        // no descriptor
+  d.type = 1ull << 40;                      // an event type from the future
+  pl->start_event(ctx, &h, &d);
+  pl->record_event_state(nullptr, np::kKernelChStop, nullptr);
+  pl->stop_event(nullptr);
+  auto op = [&](const char* func, int peer, int channels) {
+    np::v5::Descr o{};
+    o.type = std::strcmp(func, "Send") == 0 ? np::kP2p : np::kColl;
+    if (o.type == np::kP2p) o.p2p = {func, nullptr, "ncclFloat32", 1024, peer, static_cast<uint8_t>(channels), nullptr};
+    else o.coll = {1, func, nullptr, nullptr, 1024, -1, "ncclFloat32", static_cast<uint8_t>(channels), 16, "RING", "SIMPLE", nullptr};
+    void* handle = nullptr;
+    pl->start_event(ctx, &handle, &o);
+    if (handle) pl->stop_event(handle);  // enqueued
+    return handle;
+  };
+  auto channel = [&](void* parent, int c, uint64_t start) {
+    np::v5::Descr k{};
+    k.type = np::kKernelCh;
+    k.parent = parent;
+    k.kernel_ch = {static_cast<uint8_t>(c), start};
+    void* handle = nullptr;
+    pl->start_event(ctx, &handle, &k);
+    return handle;
+  };
+  auto stop = [&](void* ch, uint64_t at) {
+    np::StateArgs a{};
+    a.kernel_ch.timer = at;
+    pl->record_event_state(ch, np::kKernelChStop, &a);
+    pl->stop_event(ch);
+  };
+  void* send = op("Send", 1, 2);
+  void* c0 = channel(send, 0, 1000);
+  pl->record_event_state(c0, np::kKernelChStop, nullptr);  // a stop state without its arguments
+  stop(c0, 3000);
+  stop(channel(send, 1, 1100), 3100);
+  std::printf("channel 200: %s\n", channel(op("Send", 1, 1), 200, 5) ? "handle" : "null");
+  void* partial = op("AllReduce", -1, 2);
+  void* late = channel(partial, 1, 7000);
+  stop(channel(partial, 0, 7000), 9000);
+  int held = 0;  // a storm: operations whose channels never stop
+  for (int i = 0; i < 10000; ++i) held += channel(op("AllReduce", -1, 1), 0, 10) != nullptr;
+  std::printf("storm: %d held\n", held);
+  pl->finalize(ctx);                // in flight: what stopped is written, flagged partial
+  stop(late, 9500);                 // after finalize: nothing written, nothing broken
+  std::printf("after finalize: %s\n", op("Send", 1, 1) ? "handle" : "null");
+  pl->finalize(nullptr);
+  std::printf("done\n");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -180,6 +255,7 @@ int main(int argc, char** argv) {
   if (cmd == "ring" && n > 0) return Ring(n);
   if (cmd == "untouched" && argc > 2) return Untouched(argv[2]);
   if (cmd == "dlerror") return DlerrorAcrossFopen();
-  std::fprintf(stderr, "usage: hostile_workload closefds DATA | errno | copies N | ring N | dlerror | untouched DIR\n");
+  if (cmd == "profiler") return ProfilerGoneWrong();
+  std::fprintf(stderr, "usage: hostile_workload closefds DATA | errno | copies N | ring N | dlerror | untouched DIR | profiler\n");
   return 64;
 }
