@@ -92,6 +92,8 @@ void ExportCounts::Add(const TraceRecord& r) {
              o && o->result == 0 && !(o->flags & P2PTRACE_NCCL_CAPTURED)) {
     ++events;  // every NCCL call has a slice: a zero-length one when it was not timed
     if (o->api == P2PTRACE_NCCL_Send || o->api == P2PTRACE_NCCL_Recv) ++file_p2p_[{o->comm, o->api, o->peer}];
+  } else if (std::holds_alternative<p2ptrace_nccl_kernel_record>(r.body)) {
+    ++events;  // an operation timed on the GPU: a slice of its own
   }
 }
 
@@ -280,6 +282,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
     };
     std::map<std::tuple<int, int, int>, Cached> copy_tracks;  // (src, dst, path)
     std::map<std::tuple<int, uint64_t, int, int, int>, Cached> nccl_tracks;  // (api|-1, comm, link, device)
+    std::map<std::tuple<int, uint64_t, int, int, int>, Cached> kernel_tracks;  // (api, NCCL's comm hash, from, to, device)
     auto emit = [&](const TraceRecord& r) {
       if (const auto* c = std::get_if<p2ptrace_copy_record>(&r.body)) {
         // A captured copy ran nothing when called (its seq is a graph id): graph launches have no slices yet.
@@ -360,6 +363,38 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         if (gbps > 0) {
           counter(label, pid, on, begin, gbps);
           counter(label, pid, on, end, 0);
+        }
+      } else if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&r.body)) {
+        // NCCL's kernel timers (trace 1.9): the GPU's own start and stop, in its clock. Placed to end
+        // when the shim read the last channel's stop (h.time_ns, the CPU's clock), just after it ended.
+        int device = -1;
+        for (const auto& [ptr, view] : comms)
+          if (view.rank == k->rank && view.nranks == k->nranks) device = view.device;
+        bool p2p = k->api == P2PTRACE_NCCL_Send || k->api == P2PTRACE_NCCL_Recv;
+        int from = k->api == P2PTRACE_NCCL_Recv ? k->peer : k->rank, to = k->api == P2PTRACE_NCCL_Recv ? k->rank : k->peer;
+        auto [cached, added] = kernel_tracks.try_emplace({k->api, k->comm_hash, from, to, device});
+        if (added) {
+          cached->second.label = p2p ? fmt::format("NCCL kernel rank {} -> rank {}", from, to)
+                                     : fmt::format("NCCL kernel {} comm {:#x}", NcclApiName(k->api), k->comm_hash);
+          Lane& lane = lane_of(device);
+          cached->second.pid = lane.pid;
+          cached->second.track = &track(lane, cached->second.label);
+        }
+        auto& [on, seen] = *cached->second.track;
+        if (seen++ % stats.stride != 0) return;
+        double end = us(k->h.time_ns), begin = end - static_cast<double>(k->duration_ns) / 1000.0;
+        json args{{"op", NcclApiName(k->api)}, {"bytes", k->bytes}, {"timing", "NCCL kernel timers"},
+                  {"channels", k->channels}, {"channel_mask", fmt::format("{:#x}", k->channel_mask)},
+                  {"gpu_start_ns", k->gpu_start_ns}, {"comm", fmt::format("{:#x}", k->comm_hash)}, {"rank", k->rank}};
+        if (k->peer >= 0) args["peer"] = k->peer;
+        if (k->flags & P2PTRACE_NCCL_KERNEL_PARTIAL) args["partial"] = true;
+        // A send's or receive's own rate; a collective's bytes are not one link's.
+        double gbps = p2p ? std::max(0.0, MeasuredGbps(k->bytes, k->duration_ns)) : 0;
+        if (gbps > 0) args["gbps"] = gbps;
+        slice(cached->second.label, cached->second.pid, on, "p2ptrace.nccl_kernel", begin, end, args, "");
+        if (gbps > 0) {
+          counter(cached->second.label, cached->second.pid, on, begin, gbps);
+          counter(cached->second.label, cached->second.pid, on, end, 0);
         }
       }
     };

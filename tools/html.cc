@@ -58,6 +58,9 @@ std::string PairLabel(const PairEntry& e) {
 std::string Gb(double v) { return v > 0 ? fmt::format("{:.1f} GB/s", v) : "not timed"; }
 // A pair's rate as the text report says it: how it was measured, or why there is none.
 std::string PairRate(const PairEntry& e) {
+  if (e.Gbps() <= 0 && e.CollGbps() > 0)  // timed only inside ring collectives, by NCCL's kernel timers
+    return fmt::format("{:.1f} GB/s in collectives (NCCL kernel timers){}", e.CollGbps(),
+                       e.bounded_by.empty() ? "" : ", bounded by " + e.bounded_by);
   if (e.Gbps() <= 0 && !e.RateNote().empty()) return e.RateNote();
   if (e.Gbps() <= 0) return e.shared_calls > 0 ? "no per-pair rate (timed only together with other peers: a group, or an alltoall, gather or scatter)" : "not timed";
   std::string rate = e.Gbps() >= 0.1 ? fmt::format("{:.1f} GB/s", e.Gbps()) : fmt::format("{:.2g} GB/s", e.Gbps());

@@ -400,6 +400,19 @@ TEST(NcclKernelTimers, EachGroupedSendHasItsOwnPairsRate) {
   ASSERT_EQ(shm.size(), 2u);
   for (double n : nvlink)
     for (double s : shm) EXPECT_GE(n, 5 * s) << "NVLink " << n << " GB/s vs SHM " << s;
+  // Perfetto: every send and receive of every rank as a slice of its own, with the rate it carried.
+  RunResult exported = RunProgram({P2PTRACE_CLI, "export", "--perfetto", dir + "/p.json", dir + "/trace"}, {});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  json perfetto = json::parse(std::ifstream(dir + "/p.json"), nullptr, false);
+  ASSERT_FALSE(perfetto.is_discarded());
+  int kernel_slices = 0, fast = 0;
+  for (const json& e : perfetto["traceEvents"])
+    if (e.value("cat", "") == "p2ptrace.nccl_kernel" && e["ph"] == "b") {
+      ++kernel_slices;
+      fast += e["args"].value("gbps", 0.0) > 100;
+    }
+  EXPECT_EQ(kernel_slices, 16);  // 8 sends, 8 receives
+  EXPECT_EQ(fast, 12);           // the NVLink hops' send and receive
   // The same job timed per group: the NVLink sends of the ranks that also receive over SHM (0->1,
   // 4->5) show the slow hop's time (the symptom).
   std::string group_dir = TempDir() + "/kernel-sendrecv-off";
