@@ -159,6 +159,10 @@ void DescribeCapture(ProcessInfo* p) {
       trust.push_back("NCCL's transports from the connection lines the shim recorded; NCCL's other messages (its "
                       "reasons for refusing P2P) were only in the missing log: the recorded environment stands in");
   }
+  if (p->capture_flags & P2PTRACE_CAPTURE_NCCL_PROFILER) mode.push_back("NCCL kernel timers");
+  if (p->capture_flags & P2PTRACE_CAPTURE_NCCL_PROFILER_USER)
+    trust.push_back("the program's own NCCL profiler plugin (NCCL_PROFILER_PLUGIN) could not be forwarded and was left "
+                    "in place: its NCCL pairs were timed per call and per group, not on their own");
   if (p->capture_flags & P2PTRACE_CAPTURE_TIMING_OFF) {
     mode.push_back("timing off");
     trust.push_back("no bandwidth measured (P2PTRACE_SAMPLE)");

@@ -195,6 +195,10 @@ json CaptureJson(const Report& rep) {
           {"driver_via_dlsym", (flags & P2PTRACE_CAPTURE_DRIVER_DLSYM) != 0},
           {"driver_via_entry_point", (flags & P2PTRACE_CAPTURE_DRIVER_ENTRY_POINT) != 0},
           {"timing", (flags & P2PTRACE_CAPTURE_TIMING_OFF) == 0},
+          // trace 1.9: NCCL called the shim as its profiler plugin (per-pair kernel times), or the
+          // program's own plugin was left in place (NCCL's pairs timed per call and group only)
+          {"nccl_kernel_timers", (flags & P2PTRACE_CAPTURE_NCCL_PROFILER) != 0},
+          {"nccl_profiler_left_to_program", (flags & P2PTRACE_CAPTURE_NCCL_PROFILER_USER) != 0},
           {"abnormal_exits", abnormal},
           {"dropped_records", dropped},
           {"skipped_files", rep.problems},

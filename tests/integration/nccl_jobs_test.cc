@@ -396,6 +396,10 @@ TEST(NcclKernelTimers, EachGroupedSendHasItsOwnPairsRate) {
       EXPECT_TRUE(p["lost_seconds"].is_number()) << "a fallback's cost, measured: " << p.dump();
     }
   }
+  EXPECT_EQ(j["capture"]["nccl_kernel_timers"], true);
+  EXPECT_EQ(j["capture"]["nccl_profiler_left_to_program"], false);
+  for (const json& rank : j["ranks"])
+    EXPECT_NE(rank["capture_mode"].get<std::string>().find("NCCL kernel timers"), std::string::npos) << rank.dump();
   ASSERT_EQ(nvlink.size(), 6u);
   ASSERT_EQ(shm.size(), 2u);
   for (double n : nvlink)
@@ -543,6 +547,12 @@ TEST(NcclKernelTimers, APluginThatCannotBeForwardedIsLeftInPlace) {
   EXPECT_NE(traced.err.find("has no ncclProfiler_v5"), std::string::npos) << traced.err;
   json j = ReportJson(dir + "/trace");
   for (const json& p : j["pairs"]) EXPECT_NE(p["rate_basis"], "NCCL kernel timers") << p.dump();
+  EXPECT_EQ(j["capture"]["nccl_kernel_timers"], false);
+  EXPECT_EQ(j["capture"]["nccl_profiler_left_to_program"], true);
+  for (const json& rank : j["ranks"])
+    EXPECT_NE(rank["trust"].get<std::string>().find("profiler plugin (NCCL_PROFILER_PLUGIN) could not be forwarded"),
+              std::string::npos)
+        << rank.dump();
 }
 
 // ---- point 5: bytes, algbw and busbw as nccl-tests defines them ---------------------------------
