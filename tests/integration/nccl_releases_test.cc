@@ -259,6 +259,15 @@ TEST_P(NcclRelease, OutputUnchangedWrappersRecordAndLogRead) {
   EXPECT_EQ((trace->header.capture_flags & P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN) != 0,
             tap_expected && !HonoursDebugFile(version));
 
+  // NCCL's profiler plugin (issue 26): the shim offers itself (NCCL_PROFILER_PLUGIN, set before NCCL
+  // reads its environment: the environment the trace recorded at the first NCCL call) to the releases
+  // with GPU kernel timers, 2.27.3 on, and only where the user does not read NCCL's INFO lines (the
+  // plugin's loading would be lines of their output that bare are others). No GPU here: no release
+  // gets as far as loading it (NCCL loads it in its transport setup).
+  bool offered = VersionCode(version) >= 22703 && debug != Debug::kInfo && debug != Debug::kUserFile;
+  EXPECT_EQ(trace->Env("NCCL_PROFILER_PLUGIN"), offered ? "libp2ptrace.so" : "") << version;
+  EXPECT_EQ(trace->header.capture_flags & P2PTRACE_CAPTURE_NCCL_PROFILER, 0u);
+
   // p2ptrace finds NCCL's lines where the policy put them: its own file when the user set nothing,
   // the user's file when they named one.
   RunResult report = RunProgram({P2PTRACE_CLI, "report", trace_dir, "--json"});
