@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/trace_reader.h"
+#include "p2ptrace/vocabulary.h"
 #include "p2ptrace/trace_format.h"
 #include "tests/support/subprocess.h"
 
@@ -466,6 +467,31 @@ TEST(NcclKernelTimers, AnAllreduceOnlyJobRatesEveryHopAndNamesTheBound) {
   RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
   EXPECT_NE(text.out.find("bounded by GPU3 -> GPU4 (shm)"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("no send/recv to measure"), std::string::npos) << text.out;
+}
+
+// P2PTRACE_SAMPLE=K:N:SIZE for NCCL's kernel timers, per communicator: its first K operations, then
+// 1 in N, and every one of SIZE bytes or more, so that a long job's trace grows with the sample.
+TEST(NcclKernelTimers, SampledPerCommunicatorAsTheCopiesAre) {
+  for (const auto& [sample, all_large] : {std::pair{"3:4:1G", false}, std::pair{"3:4:32K", true}}) {
+    SCOPED_TRACE(sample);
+    std::string dir = TempDir() + "/kernel-sample-" + std::string(sample).substr(4);
+    RunResult r = Job(dir, "node0:2", {"-o", "allreduce", "-b", "64K", "-e", "64K", "-n", "23"}, true,
+                      {{"P2PTRACE_SAMPLE", sample}});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::vector<p2ptrace::Trace> traces = ReadDir(dir + "/trace");
+    ASSERT_EQ(traces.size(), 2u);
+    for (const p2ptrace::Trace& t : traces) {
+      uint64_t calls = 0, timed = 0;
+      for (const p2ptrace::TraceRecord& rec : t.records) {
+        if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&rec.body); o && o->api == P2PTRACE_NCCL_AllReduce) ++calls;
+        if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&rec.body); k && k->api == P2PTRACE_NCCL_AllReduce) ++timed;
+      }
+      uint64_t want = 0;
+      for (uint64_t i = 0; i < calls; ++i) want += all_large || i < 3 || i % 4 == 0;
+      EXPECT_GE(calls, 23u);
+      EXPECT_EQ(timed, want) << calls << " allreduces";
+    }
+  }
 }
 
 // The program's own profiler plugin (the recording one: every call it gets, one line, into a file the
