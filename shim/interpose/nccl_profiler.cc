@@ -41,10 +41,12 @@ std::atomic<bool> g_env_ours{false};  // NCCL_PROFILER_PLUGIN holds the shim's n
 enum class Kind : uint8_t { kOp = 1, kChannel = 2, kFwd = 3 };
 
 struct Op;
+// A channel's times: written by NCCL's proxy or profiler thread, read by whichever thread writes the
+// record (the last stop, or a finalize racing a late stop): atomics, so that neither is undefined.
 struct Channel {
   Kind kind = Kind::kChannel;
-  Op* op = nullptr;
-  uint64_t start = 0, stop = 0;
+  Op* op = nullptr;      // set with the operation, before NCCL sees it
+  std::atomic<uint64_t> start{0}, stop{0};
 };
 
 struct Context;
@@ -119,12 +121,12 @@ uint8_t Algo(const char* a) {
 void Write(const Op& op, bool partial) {
   uint64_t mask = 0, first = UINT64_MAX, last = 0, sum = 0;
   for (int c = 0; c < 64; ++c) {
-    const Channel& ch = op.ch[c];
-    if (ch.op == nullptr || ch.stop < ch.start || ch.stop == 0) continue;
+    uint64_t start = op.ch[c].start.load(std::memory_order_relaxed), stop = op.ch[c].stop.load(std::memory_order_relaxed);
+    if (stop == 0 || stop < start) continue;  // not stopped (or a clock gone backwards): not measured
     mask |= 1ull << c;
-    first = ch.start < first ? ch.start : first;
-    last = ch.stop > last ? ch.stop : last;
-    sum += ch.stop - ch.start;
+    first = start < first ? start : first;
+    last = stop > last ? stop : last;
+    sum += stop - start;
   }
   if (mask == 0 || !TraceWriter::Ready()) return;
   const Context& ctx = *op.ctx;
@@ -187,6 +189,7 @@ Op* NewOp(Context* c, const Descr& d) {
   auto* op = new (std::nothrow) Op;
   if (op == nullptr) return nullptr;
   op->ctx = c;
+  for (Channel& ch : op->ch) ch.op = op;
   op->bytes = bytes;
   op->coll_seq = coll_seq;
   op->peer = peer;
@@ -282,9 +285,8 @@ void* Own(Context* c, const Descr& d, void* parent) {
     unsigned ch = d.kernel_ch.channel;
     if (op == nullptr || op->kind != Kind::kOp || ch >= 64) return nullptr;
     Channel& slot = op->ch[ch];
-    slot.op = op;
-    slot.start = d.kernel_ch.timer;
-    slot.stop = 0;
+    slot.start.store(d.kernel_ch.timer, std::memory_order_relaxed);
+    slot.stop.store(0, std::memory_order_relaxed);
     return &slot;
   }
   if ((d.type == np::kP2p || d.type == np::kColl) && c->timing) return NewOp(c, d);
@@ -332,7 +334,7 @@ ncclResult_t RecordEventState(void* handle, np::State state, np::StateArgs* args
   if (user != nullptr)
     if (const UserPlugin* u = g_user.load(std::memory_order_acquire)) u->state(user, state, args);
   if (ch != nullptr && ch->kind == Kind::kChannel && state == np::kKernelChStop && args != nullptr)
-    ch->stop = args->kernel_ch.timer;
+    ch->stop.store(args->kernel_ch.timer, std::memory_order_relaxed);
   return ncclSuccess;
 }
 
