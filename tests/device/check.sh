@@ -161,6 +161,33 @@ if [ -x "$BUILD/bin/nccl_ring" ]; then
     "$BUILD/bin/nccl_ring"
 fi
 
+# 4b. NCCL's kernel timers (issue 26): the shim as NCCL's profiler plugin (NCCL >= 2.27.3). The ring's
+#     send/recv and collectives timed on the GPU, every call (P2PTRACE_SAMPLE=all): how many NCCL_KERNEL
+#     records, and the per-peer times the report prints. An NCCL that should have loaded the shim and
+#     left no such record fails the check.
+kernel_timers() {  # NAME DIR: the verdict on DIR's NCCL_KERNEL records
+  local name=$1 dir=$2 n
+  n=$("$CLI" dump "$dir" 2>/dev/null | grep -c '"kind":"nccl_kernel"')
+  {
+    echo "# $name: $n NCCL_KERNEL records"
+    "$CLI" dump "$dir" 2>/dev/null | grep '"kind":"nccl_kernel"' | head -20
+    NO_COLOR=1 "$CLI" report "$dir" 2>&1 | grep -E 'kernel timers|rings timed|comm .* channel' | head -20
+  } >>"$OUT/kernel-timers.txt"
+  local code; code=$(echo "$NCCL_VERSION" | awk -F. '{printf "%d", $1 * 10000 + $2 * 100 + $3}')
+  if [ "${code:-0}" -ge 22703 ]; then
+    [ "$n" -gt 0 ]
+    verdict "$name-kernel-timers" $? "NCCL $NCCL_VERSION: $n operations timed on the GPU by NCCL's kernel timers (kernel-timers.txt)"
+  else
+    say "$name-kernel-timers: NCCL $NCCL_VERSION has no GPU kernel timers (2.27.3+): $n records, none expected"
+  fi
+}
+if [ -x "$BUILD/bin/nccl_ring" ] && [ -n "$CLI" ]; then
+  P2PTRACE_SAMPLE=all compare nccl_ring_kernel "$TRACES/nccl_ring_kernel" \
+    env LD_LIBRARY_PATH="$NCCL_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
+    bash -c 'd=$(mktemp -d) && "$0" -o sendrecv,allreduce "$d" 1048576; r=$?; rm -rf "$d"; exit $r' "$BUILD/bin/nccl_ring"
+  kernel_timers nccl_ring "$TRACES/nccl_ring_kernel"
+fi
+
 # 5. PyTorch (when importable): same-device and host copies, and a one-process NCCL allreduce.
 if python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
   cat >"$WORK/torch_check.py" <<'EOF'
@@ -322,7 +349,12 @@ print("median step: " + ", ".join(out))
 EOF
   ddp_line=$(python3 "$WORK/ddp_summary.py" "$OUT/ddp.txt")
   verdict ddp $? "$ddp_line"
-  if [ -n "$CLI" ] && [ -d "$TRACES/ddp-1" ]; then NO_COLOR=1 "$CLI" report "$TRACES/ddp-1" >"$OUT/report-ddp.txt" 2>&1; fi
+  if [ -n "$CLI" ] && [ -d "$TRACES/ddp-1" ]; then
+    NO_COLOR=1 "$CLI" report "$TRACES/ddp-1" >"$OUT/report-ddp.txt" 2>&1
+    # torch's own NCCL (its wheel's, not necessarily NCCL_ROOT's): the same verdict on its release.
+    NCCL_VERSION=$(python3 -c 'import torch; print(".".join(map(str, torch.cuda.nccl.version())))' 2>/dev/null || echo 0) \
+      kernel_timers ddp "$TRACES/ddp-1"
+  fi
 else
   say "SKIP ddp: torch not importable with CUDA"
 fi
