@@ -115,6 +115,7 @@ constexpr const char* kUsed = "p2ptrace_pair_path_used_info";
 constexpr const char* kBytes = "p2ptrace_pair_bytes_total";
 constexpr const char* kCalls = "p2ptrace_pair_calls_total";
 constexpr const char* kBandwidth = "p2ptrace_pair_bandwidth_bytes_per_second";
+constexpr const char* kCollBandwidth = "p2ptrace_pair_collective_bandwidth_bytes_per_second";
 constexpr const char* kFallback = "p2ptrace_pair_fallback";
 constexpr const char* kLost = "p2ptrace_pair_lost_seconds_total";
 constexpr const char* kWithoutP2p = "p2ptrace_node_pairs_without_p2p";
@@ -139,6 +140,11 @@ void DeclareFamilies(Exposition& x, bool job) {
     x.Family(kBandwidth, Exposition::kGauge,
              "Measured bandwidth of the pair's timed calls in bytes per second (bytes over their measured time). "
              "No sample where no call was timed, or where the figure is above what any link or memory moves.");
+    x.Family(kCollBandwidth, Exposition::kGauge,
+             "Bandwidth a GPU pair carried inside NCCL ring collectives in bytes per second, timed on the GPU by "
+             "NCCL's kernel timers (the bytes its ring hop carries by nccl-tests' bus bandwidth rule over the "
+             "kernels' time). A pipelined ring moves at its slowest hop's pace: bounded=\"1\" marks a pair held "
+             "back by a slower hop of its ring. No sample where no collective was timed.");
   }
   x.Family(kFallback, Exposition::kGauge,
            "1 per cause when the pair takes a worse path than the node allows (the cause id as label, \"unknown\" "
@@ -246,6 +252,11 @@ std::string PrometheusFromReport(const Report& report) {
     x.Count(kBytes, used, e.bytes);
     x.Count(kCalls, used, e.calls);
     if (e.Gbps() > 0) x.Sample(kBandwidth, used, e.Gbps() * 1e9);  // core/rate.h: never beyond any hardware
+    if (e.CollGbps() > 0) {
+      Labels l = used;
+      l.push_back({"bounded", e.bounded_by.empty() ? "0" : "1"});
+      x.Sample(kCollBandwidth, l, e.CollGbps() * 1e9);
+    }
     if (!e.fallback) {
       x.Sample(kFallback, used, 0);
       x.Sample(kLost, used, 0);

@@ -150,6 +150,10 @@ json PairRow(const Report& rep, const JobFacts& f, const PairEntry& e) {
   r["timed_bytes"] = e.timed_bytes;
   r["seconds"] = OrNull(e.Seconds(), e.Seconds() >= 0);
   r["gbps"] = OrNull(e.Gbps(), e.Gbps() > 0);
+  r["rate_basis"] = OrNull(e.RateBasis());
+  // Inside ring collectives, by NCCL's kernel timers (trace 1.9), and the hop that set that pace.
+  r["coll_gbps"] = OrNull(e.CollGbps(), e.CollGbps() > 0);
+  r["bounded_by"] = OrNull(e.bounded_by);
   // What the class used should deliver (the report's expected_gbps), and what the cost was counted against.
   r["class_used_gbps_low"] = OrNull(e.expected_gbps_low, e.expected_gbps_high > 0);
   r["class_used_gbps_high"] = OrNull(e.expected_gbps_high, e.expected_gbps_high > 0);

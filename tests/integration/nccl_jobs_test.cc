@@ -467,6 +467,29 @@ TEST(NcclKernelTimers, AnAllreduceOnlyJobRatesEveryHopAndNamesTheBound) {
   RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
   EXPECT_NE(text.out.find("bounded by GPU3 -> GPU4 (shm)"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("no send/recv to measure"), std::string::npos) << text.out;
+  // Fleet rows and Prometheus carry the same: each hop's rate in collectives, the bounded ones marked.
+  RunResult rows = RunProgram({P2PTRACE_CLI, "export", dir + "/trace", "--rows", "-"}, {});
+  ASSERT_EQ(rows.exit_code, 0) << rows.err;
+  int rows_rated = 0, rows_bounded = 0;
+  std::istringstream in(rows.out);
+  for (std::string line; std::getline(in, line);) {
+    json row = json::parse(line, nullptr, false);
+    if (row.is_discarded() || row["kind"] != "pair" || row["source"] != "nccl") continue;
+    rows_rated += row["coll_gbps"].is_number() && row["rate_basis"] == "collectives, NCCL kernel timers";
+    rows_bounded += row["bounded_by"].is_string();
+  }
+  EXPECT_EQ(rows_rated, 8) << rows.out;
+  EXPECT_EQ(rows_bounded, 6) << rows.out;
+  RunResult prom = RunProgram({P2PTRACE_CLI, "export", dir + "/trace", "--prometheus", dir + "/p2p.prom"}, {});
+  ASSERT_EQ(prom.exit_code, 0) << prom.err;
+  size_t bounded = 0, unbounded = 0;
+  std::ifstream pin(dir + "/p2p.prom");
+  for (std::string line; std::getline(pin, line);) {
+    if (line.rfind("p2ptrace_pair_collective_bandwidth_bytes_per_second{", 0) != 0) continue;
+    (line.find("bounded=\"1\"") != std::string::npos ? bounded : unbounded)++;
+  }
+  EXPECT_EQ(bounded, 6u);
+  EXPECT_EQ(unbounded, 2u);
 }
 
 // P2PTRACE_SAMPLE=K:N:SIZE for NCCL's kernel timers, per communicator: its first K operations, then
