@@ -345,8 +345,20 @@ TEST(ProfilerPlugin, AnNcclGoneWrongBreaksNothingAndWritesOnlyWhatWasMeasured) {
   auto t = p2ptrace::ReadTrace(files[0]);
   ASSERT_TRUE(t) << t.error().message;
   std::vector<p2ptrace_nccl_kernel_record> kernels;
+  int threaded = 0;
   for (const p2ptrace::TraceRecord& rec : t->records)
-    if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&rec.body)) kernels.push_back(*k);
+    if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&rec.body)) {
+      if (k->comm_hash != 0xdef) {
+        kernels.push_back(*k);
+        continue;
+      }
+      // The threaded communicator's: every send once, both channels in, whichever thread came last.
+      ++threaded;
+      EXPECT_EQ(k->channel_mask, 3u);
+      EXPECT_EQ(k->duration_ns, 201u);
+      EXPECT_EQ(k->flags, 0u);
+    }
+  EXPECT_EQ(threaded, 2000);
   // The clean send, and the collective finalized in flight with the one channel that stopped; none
   // of the storm's (no channel stopped), nothing after finalize.
   ASSERT_EQ(kernels.size(), 2u);

@@ -15,7 +15,8 @@
 //   profiler           an NCCL gone wrong, driving the profiler plugin it was given (the shim, under
 //                      it) as NCCL never should: null arguments, unknown events, a channel past 64,
 //                      a storm of operations whose channels never stop, a finalize in flight and
-//                      calls after it; one clean send in between (channels 0-1: 1000-3000, 1100-3100)
+//                      calls after it; one clean send in between (channels 0-1: 1000-3000, 1100-3100),
+//                      and 2000 sends of another communicator whose two channels two threads report
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <dlfcn.h>
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "shim/interpose/nccl_profiler_abi.h"
@@ -236,6 +238,35 @@ int ProfilerGoneWrong() {
   int held = 0;  // a storm: operations whose channels never stop
   for (int i = 0; i < 10000; ++i) held += channel(op("AllReduce", -1, 1), 0, 10) != nullptr;
   std::printf("storm: %d held\n", held);
+  // NCCL's threads: a second communicator's operations made on this thread, each of their two
+  // channels reported by a thread of its own (its proxy and profiler threads), the last one to stop
+  // writing the record.
+  void* ctx2 = nullptr;
+  int mask2 = 0;
+  pl->init(&ctx2, 0xdefull, &mask2, "threads", 1, 2, 0, nullptr);
+  std::swap(ctx, ctx2);
+  constexpr int kThreaded = 2000;
+  std::vector<void*> sends(kThreaded);
+  for (void*& s : sends) s = op("Send", 1, 2);
+  std::swap(ctx, ctx2);
+  std::vector<std::thread> reporters;
+  for (int c = 0; c < 2; ++c)
+    reporters.emplace_back([&, c] {
+      for (void* send_op : sends) {
+        np::v5::Descr k{};
+        k.type = np::kKernelCh;
+        k.parent = send_op;
+        k.kernel_ch = {static_cast<uint8_t>(c), 100};
+        void* ch = nullptr;
+        pl->start_event(ctx2, &ch, &k);
+        np::StateArgs a{};
+        a.kernel_ch.timer = 300 + c;
+        pl->record_event_state(ch, np::kKernelChStop, &a);
+        pl->stop_event(ch);
+      }
+    });
+  for (std::thread& t : reporters) t.join();
+  pl->finalize(ctx2);
   pl->finalize(ctx);                // in flight: what stopped is written, flagged partial
   stop(late, 9500);                 // after finalize: nothing written, nothing broken
   std::printf("after finalize: %s\n", op("Send", 1, 1) ? "handle" : "null");
