@@ -345,7 +345,9 @@ ncclResult_t StopEvent(void* handle) {
     if (const UserPlugin* u = g_user.load(std::memory_order_acquire)) u->stop(user);
   if (ch == nullptr || ch->kind != Kind::kChannel) return ncclSuccess;  // an Op stops when enqueued: nothing yet
   Op* op = ch->op;
-  if (op->stopped.fetch_add(1, std::memory_order_acq_rel) + 1 == op->expected) Complete(op);
+  // Read before the count moves: once it has, another channel's thread may complete and free `op`.
+  const uint32_t expected = op->expected;
+  if (op->stopped.fetch_add(1, std::memory_order_acq_rel) + 1 == expected) Complete(op);
   return ncclSuccess;
 }
 
