@@ -131,7 +131,7 @@ int main(int argc, char** argv) {
   std::string prometheus_out;
   exporter->add_option("--prometheus", prometheus_out,
                        "write the job's GPU pairs in Prometheus text format for node_exporter's textfile collector "
-                       "(atomically: a temporary file in the same directory, then rename)")
+                       "(atomically: a temporary file in the same directory, then rename); '-': stdout")
       ->option_text("FILE");
   std::string rows_out;  // tools/rows.h
   exporter->add_option("--rows", rows_out, "write newline-delimited JSON rows (p2ptrace.rows/1: one per pair and "

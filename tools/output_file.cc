@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 #include <string>
 
 #include "core/printable.h"
@@ -80,6 +81,12 @@ std::string WriteFileAtomically(const std::string& file, const std::string& text
     return why;
   }
   return "";
+}
+
+std::string WriteOutput(const std::string& file, const std::string& text) {
+  if (file != "-") return WriteFileAtomically(file, text);
+  std::cout << text << std::flush;
+  return std::cout ? "" : "cannot write to stdout";
 }
 
 }  // namespace p2ptrace::cli

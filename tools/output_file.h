@@ -13,5 +13,7 @@ std::string OutputFileProblem(const std::string& file);
 // the umask, then renamed over FILE. On failure nothing is left behind (FILE keeps what it held) and
 // the returned text says why; "" on success.
 std::string WriteFileAtomically(const std::string& file, const std::string& text);
+// FILE "-": `text` on stdout (a pipe, promtool, jq); else WriteFileAtomically. "" on success.
+std::string WriteOutput(const std::string& file, const std::string& text);
 
 }  // namespace p2ptrace::cli

@@ -285,7 +285,7 @@ std::string PrometheusFromReport(const Report& report) {
 
 int RunExportPrometheus(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty) {
   // Before reading anything: a job of many files should not be read to find the target unwritable.
-  if (std::string why = OutputFileProblem(file); !why.empty()) {
+  if (std::string why = file == "-" ? "" : OutputFileProblem(file); !why.empty()) {
     err << "p2ptrace export: " << why << "\n";
     return 2;
   }
@@ -294,10 +294,11 @@ int RunExportPrometheus(const std::string& dir, const std::string& file, std::os
     err << "p2ptrace export: " << Printable(std::string(report.status().message()), false) << "\n";
     return 2;
   }
-  if (std::string why = WriteFileAtomically(file, PrometheusFromReport(*report)); !why.empty()) {
+  if (std::string why = WriteOutput(file, PrometheusFromReport(*report)); !why.empty()) {
     err << "p2ptrace export: " << why << "\n";
     return 2;
   }
+  if (file == "-") return 0;
   err << fmt::format("p2ptrace export: {} GPU pair entr{} -> {}\n", report->pairs.size(),
                      report->pairs.size() == 1 ? "y" : "ies", Printable(file, false));
   return 0;

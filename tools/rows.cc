@@ -238,14 +238,11 @@ int RunRowsExport(const std::string& dir, const std::string& file, std::ostream&
   std::vector<json> rows = BuildRows(*report, origins);
   std::string text;
   for (const json& r : rows) text += JsonText(r) + "\n";
-  if (file == "-") {
-    std::cout << text << std::flush;
-    return std::cout ? 0 : 2;
-  }
-  if (std::string why = WriteFileAtomically(file, text); !why.empty()) {
+  if (std::string why = WriteOutput(file, text); !why.empty()) {
     err << "p2ptrace export: " << why << "\n";
     return 2;
   }
+  if (file == "-") return 0;
   err << fmt::format("p2ptrace export: {} pair row{} and {} operation row{} ({}) -> {}\n", report->pairs.size(),
                      report->pairs.size() == 1 ? "" : "s", report->nccl_ops.size(),
                      report->nccl_ops.size() == 1 ? "" : "s", kRowsSchema, file);

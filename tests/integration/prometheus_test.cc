@@ -421,6 +421,12 @@ TEST(Prometheus, ExportOfATracedJobHasItsBytesFallbacksAndCauses) {
   ASSERT_NE(node, nullptr);
   EXPECT_EQ(node->value, PairsWithoutP2p(job.report));
   EXPECT_EQ(node->value, 32);
+  // '-': the same exposition on stdout (as --rows -), and no file named "-".
+  RunResult piped = RunProgram({"sh", "-c", "cd \"$0\" && exec \"$@\"", dir, P2PTRACE_CLI, "export", job.dir,
+                                "--prometheus", "-"});
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.out, p2ptrace::testing::ReadFile(file));
+  EXPECT_EQ(Entries(dir), std::vector<std::string>{"job.prom"});
 }
 
 TEST(Prometheus, ExportOfAnUntimedJobHasNoBandwidthAndNoLostTimeSamples) {
