@@ -32,7 +32,7 @@ namespace np = nccl_profiler;
 // gets the preloaded shim itself, and every release's name rule opens a "lib*.so" name verbatim
 // (2.27.3 opens nothing else).
 constexpr const char kPluginName[] = "libp2ptrace.so";
-constexpr int kFirstVersion = 22703;  // 2.27.3: profiler ABI v4, the first with GPU timers
+constexpr int kFirstTimedVersion = 4;  // profiler ABI v4 (NCCL 2.27.3): the first with GPU timers
 constexpr int kEvents = np::kP2p | np::kColl | np::kKernelCh;
 constexpr size_t kMaxPending = 4096;  // operations of one communicator awaiting their channels
 
@@ -303,8 +303,8 @@ ncclResult_t Forward(Context* c, void** handle, Descr* d, const UserPlugin& u) {
     Descr copy = *d;
     copy.parent = user_parent;
     if constexpr (requires { copy.p2p.parent_group; }) {  // v5+: the Group as well as the API parent
-      if (d->type == np::kP2p) copy.p2p.parent_group = static_cast<Fwd*>(d->p2p.parent_group) ? static_cast<Fwd*>(d->p2p.parent_group)->user : nullptr;
-      if (d->type == np::kColl) copy.coll.parent_group = static_cast<Fwd*>(d->coll.parent_group) ? static_cast<Fwd*>(d->coll.parent_group)->user : nullptr;
+      if (d->type == np::kP2p) Inner(d->p2p.parent_group, &copy.p2p.parent_group);
+      if (d->type == np::kColl) Inner(d->coll.parent_group, &copy.coll.parent_group);
     }
     u.start(c->user_ctx, &user, &copy);
   }
@@ -441,11 +441,6 @@ ncclResult_t InitV5(void** context, uint64_t comm_hash, int* mask, const char* n
   return Init({context, mask, name, comm_hash, nodes, nranks, rank, log}, kAbi);
 }
 
-// The ABI version a release looks up first (§3.2): the one it will call the shim with.
-int NcclProfilerVersion(int code) {
-  return code >= 23102 ? 7 : code >= 22902 ? 6 : code >= 22803 ? 5 : code >= 22703 ? 4 : 0;
-}
-
 // The program's plugin, opened as NCCL would open it (§3.1, 2.27.5's rule: the name as given, then
 // libnccl-profiler-NAME.so for a bare name not of the form lib*.so), its ncclProfiler_vN for NCCL's
 // version. Null, with the reason, when it cannot be forwarded.
@@ -482,7 +477,7 @@ const UserPlugin* LoadUserPlugin(const char* name, int version, std::string* why
 }  // namespace
 
 void StartNcclProfiler(int nccl_version) {
-  if (!TraceWriter::Ready() || !detail::g_sample.enabled || nccl_version < kFirstVersion) return;
+  if (!TraceWriter::Ready() || !detail::g_sample.enabled || np::NewestVersion(nccl_version) < kFirstTimedVersion) return;
   const char* off = std::getenv("P2PTRACE_NCCL_PROFILER");
   if (off != nullptr && std::strcmp(off, "off") == 0) return;
   if (NcclInfoShownToUser()) return;
@@ -490,7 +485,7 @@ void StartNcclProfiler(int nccl_version) {
   if (set != nullptr && *set != '\0' && std::strcmp(set, kPluginName) != 0) {  // (ours: a traced parent's)
     if (strcasecmp(set, "none") == 0) return;  // the program turned NCCL's profiler off: so be it
     std::string why;
-    const UserPlugin* u = LoadUserPlugin(set, NcclProfilerVersion(nccl_version), &why);
+    const UserPlugin* u = LoadUserPlugin(set, np::NewestVersion(nccl_version), &why);
     if (u == nullptr) {
       Warn(std::string("NCCL_PROFILER_PLUGIN=") + set + " is left in place: p2ptrace cannot forward to it (" + why +
            "), so NCCL's operations are timed per call and per group only (no per-pair kernel times)");

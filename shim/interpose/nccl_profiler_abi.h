@@ -389,6 +389,20 @@ struct Descr {
 };
 }  // namespace v7
 
+// The ABI version a release looks up first (docs/research/nccl-profiler-abi.md §0, §3.2): the
+// version it calls a plugin with when the plugin exports it. `version_code` as ncclGetVersion
+// gives it (22809 for 2.28.9); 0 before 2.23.4, which has no profiler interface.
+constexpr int NewestVersion(int version_code) {
+  return version_code >= 23102   ? 7
+         : version_code >= 22902 ? 6
+         : version_code >= 22803 ? 5
+         : version_code >= 22703 ? 4
+         : version_code >= 22602 ? 3
+         : version_code >= 22403 ? 2
+         : version_code >= 22304 ? 1
+                                 : 0;
+}
+
 // --- the exported table, ncclProfiler_vN -------------------------------------------------------------
 // The same six members in every version; init's arguments change in v4 and again in v5.
 template <typename Descr, typename Args, typename Init>

@@ -76,3 +76,12 @@ TEST(NcclProfilerAbi, AV7CollectiveKeepsItsTagAfterTheV5Fields) {
 }
 
 }  // namespace
+
+// Each release's first version looked up, at the first release of each version and just before it.
+TEST(NcclProfilerAbi, EachReleaseCallsTheNewestVersionItKnows) {
+  namespace np = p2ptrace::nccl_profiler;
+  const std::pair<int, int> cases[] = {{22303, 0}, {22304, 1}, {22402, 1}, {22403, 2}, {22601, 2}, {22602, 3},
+                                       {22702, 3}, {22703, 4}, {22802, 4}, {22803, 5}, {22809, 5}, {22901, 5},
+                                       {22902, 6}, {23007, 6}, {23101, 6}, {23102, 7}, {23203, 7}};
+  for (const auto& [code, version] : cases) EXPECT_EQ(np::NewestVersion(code), version) << code;
+}

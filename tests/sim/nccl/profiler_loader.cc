@@ -95,7 +95,7 @@ bool Load(const Host& h) {
   } else if (env != nullptr && *env != '\0') {
     h.info(h.init_flag | h.env_flag, "PROFILER/Plugin: Plugin name set by env to %s", env);
   }
-  for (int v = NewestVersion(code); v >= 1 && s.table == nullptr; --v) {
+  for (int v = np::NewestVersion(code); v >= 1 && s.table == nullptr; --v) {
     std::string symbol = "ncclProfiler_v" + std::to_string(v);
     if (const void* t = dlsym(lib, symbol.c_str())) {
       s.table = t;
@@ -148,21 +148,10 @@ std::string MaskNames(int mask) {
 
 }  // namespace
 
-int NewestVersion(int code) {
-  if (code >= V(31, 2)) return 7;
-  if (code >= V(29, 2)) return 6;
-  if (code >= V(28, 3)) return 5;
-  if (code >= V(27, 3)) return 4;
-  if (code >= V(26, 2)) return 3;
-  if (code >= V(24, 3)) return 2;
-  if (code >= V(23, 4)) return 1;
-  return 0;
-}
-
 CommProfiler InitComm(const Host& h, uint64_t comm_hash, const char* comm_name, int nnodes, int nranks, int rank) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (NewestVersion(h.version_code) == 0 || !Load(h)) return {};
+  if (np::NewestVersion(h.version_code) == 0 || !Load(h)) return {};
   CommProfiler p;
   p.holds = true;
   ncclResult_t r;

@@ -22,9 +22,6 @@ struct Host {
   unsigned long init_flag, env_flag, destroy_flag;                         // NCCL_INIT, NCCL_ENV, NCCL_DESTROY
 };
 
-// The ABI version a release looks up first (7 for 2.31.2, 5 for 2.28, 1 for 2.23; 0: none before 2.23).
-int NewestVersion(int version_code);
-
 // A communicator's share of the plugin: its context (null when the plugin is off for it).
 struct CommProfiler {
   void* context = nullptr;
