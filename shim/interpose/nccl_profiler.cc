@@ -446,9 +446,8 @@ ncclResult_t InitV5(void** context, uint64_t comm_hash, int* mask, const char* n
 // version. Null, with the reason, when it cannot be forwarded.
 const UserPlugin* LoadUserPlugin(const char* name, int version, std::string* why) {
   std::string x = name;
-  bool lib_so = x.rfind("lib", 0) == 0 && x.size() >= 6 && x.compare(x.size() - 3, 3, ".so") == 0;
   void* lib = dlopen(x.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr && x.find('/') == std::string::npos && !lib_so)
+  if (lib == nullptr && x.find('/') == std::string::npos && !np::IsLibSoName(x))
     lib = dlopen(("libnccl-profiler-" + x + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* e = dlerror();

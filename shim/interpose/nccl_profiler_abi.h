@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace p2ptrace::nccl_profiler {
 
@@ -401,6 +402,13 @@ constexpr int NewestVersion(int version_code) {
          : version_code >= 22403 ? 2
          : version_code >= 22304 ? 1
                                  : 0;
+}
+
+// NCCL_PROFILER_PLUGIN's name rule (§3.1): a name of the form lib*.so is opened as given; from
+// 2.27.5 any other name without a '/' is also tried as libnccl-profiler-NAME.so (2.27.3 tried only
+// that).
+constexpr bool IsLibSoName(std::string_view name) {
+  return name.substr(0, 3) == "lib" && name.size() >= 6 && name.substr(name.size() - 3) == ".so";
 }
 
 // --- the exported table, ncclProfiler_vN -------------------------------------------------------------

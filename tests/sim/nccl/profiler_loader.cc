@@ -39,18 +39,14 @@ State& S() {
 
 const char* PluginName() { return S().table ? *static_cast<const char* const*>(S().table) : ""; }
 
-bool IsLibSo(const std::string& x) {
-  return x.rfind("lib", 0) == 0 && x.size() >= 6 && x.compare(x.size() - 3, 3, ".so") == 0;
-}
-
 // The names tried for NCCL_PROFILER_PLUGIN=x, per release (§3.1).
 std::vector<std::string> Candidates(const char* env, int code) {
   if (env == nullptr || *env == '\0') return {"libnccl-profiler.so"};
   std::string x = env, prefixed = "libnccl-profiler-" + x + ".so";
   if (code < V(26, 2)) return {x};
   if (code < V(27, 3)) return {x, prefixed};
-  if (code < V(27, 5)) return {IsLibSo(x) ? x : prefixed};  // 2.27.3's regression (NVIDIA/nccl#1732)
-  if (x.find('/') == std::string::npos && !IsLibSo(x)) return {x, prefixed};
+  if (code < V(27, 5)) return {np::IsLibSoName(x) ? x : prefixed};  // 2.27.3's regression (NVIDIA/nccl#1732)
+  if (x.find('/') == std::string::npos && !np::IsLibSoName(x)) return {x, prefixed};
   return {x};
 }
 
