@@ -348,6 +348,9 @@ struct ReportBuilder::State {
   // Each ring's next hop: (commId, channel, rank) -> (the line that said it, next rank). A rank's
   // first connection of a channel (index 0) is its ring's; its tree's come later in its log.
   std::map<std::tuple<std::string, int, int>, std::pair<uint64_t, int>> ring_next;
+  // (host, pid, comm pointer) -> the communicator's id hash (its trace's init record): with comm_of,
+  // names a ring's communicator as the operations name it.
+  std::map<std::tuple<std::string, int, uint64_t>, uint64_t> id_hash_of;
   void AddRingHop(const std::string& key, int channel, int conn_index, int src, int dst, const std::string& direction,
                   uint64_t line) {
     if (channel < 0 || conn_index > 0 || direction == "receive" || src == dst) return;
@@ -730,6 +733,7 @@ void ReportBuilder::State::AddNcclOps(const Trace& t, const TraceFold& f) {
   auto add = [](TraceFold::KernelTimes& to, const TraceFold::KernelTimes& from) {
     to.calls += from.calls, to.bytes += from.bytes, to.ns += from.ns;
   };
+  for (const auto& [ptr, seen] : f.comm) id_hash_of[{host, t.header.pid, ptr}] = seen.id_hash;
   auto comm_id = [](uint64_t hash) { return fmt::format("{:#x}", hash); };  // as NCCL prints commId
   for (const auto& [k, v] : f.kernel_sends) add(kernel_sends[{comm_id(std::get<0>(k)), std::get<1>(k), std::get<2>(k)}], v);
   for (const auto& [k, v] : f.kernel_recvs) add(kernel_recvs[{comm_id(std::get<0>(k)), std::get<1>(k), std::get<2>(k)}], v);
@@ -899,6 +903,9 @@ void ReportBuilder::State::FinishRings() {
     if (p == pair_of.end()) p = pair_of.find({wa->second.host, wa->second.bus, wb->second.host, wb->second.bus});
     return p == pair_of.end() ? nullptr : p->second;
   };
+  std::map<std::string, uint64_t> op_comm;  // NCCL's commId -> the id hash the operations are named by
+  for (const auto& [where, key] : comm_of)
+    if (auto h = id_hash_of.find(where); h != id_hash_of.end()) op_comm.try_emplace(key.first, h->second);
   auto hop_name = [](const PairEntry& e) {
     return fmt::format("{} -> {}{} ({})", GpuName(e.src), e.dst.host == e.src.host ? "" : e.dst.host + " ",
                        GpuName(e.dst), TransportName(e.transport));
@@ -906,7 +913,8 @@ void ReportBuilder::State::FinishRings() {
   for (const auto& [ring, start] : timed) {
     const auto& [key, channel] = ring;
     RingSummary r;
-    r.comm = key;
+    r.nccl_comm = key;
+    if (auto h = op_comm.find(key); h != op_comm.end()) r.comm = fmt::format("{:016x}", h->second);
     r.channel = channel;
     std::vector<PairEntry*> hops;
     int at = start;

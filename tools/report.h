@@ -123,7 +123,8 @@ struct PairEntry : Traffic {
 // One ring of a communicator's channel whose collectives NCCL's kernel timers measured: its hops in
 // ring order, the rate each carried, and the hop whose link class sets the ring's pace.
 struct RingSummary {
-  std::string comm;  // NCCL's commId ("0x…")
+  std::string comm;        // the communicator as NcclOpSummary::comm names it; "" when no trace said
+  std::string nccl_comm;   // NCCL's commId ("0x…"), as its log prints it
   int channel = -1;
   std::vector<std::string> hops;  // "GPU0 -> GPU1 (nvlink)", in ring order from the lowest rank
   double slowest_gbps = -1, fastest_gbps = -1;  // the hops' measured collective rates

@@ -141,7 +141,8 @@ json NcclOpJson(const NcclOpSummary& s) {
 }
 
 json RingJson(const RingSummary& r) {
-  json o{{"comm", r.comm}, {"channel", r.channel}, {"hops", r.hops}};
+  json o{{"comm", r.comm.empty() ? json(nullptr) : json(r.comm)}, {"nccl_comm_id", r.nccl_comm},
+         {"channel", r.channel}, {"hops", r.hops}};
   o["slowest_gbps"] = r.slowest_gbps > 0 ? json(r.slowest_gbps) : json(nullptr);
   o["fastest_gbps"] = r.fastest_gbps > 0 ? json(r.fastest_gbps) : json(nullptr);
   o["bounded_by"] = r.bounded_by.empty() ? json(nullptr) : json(r.bounded_by);

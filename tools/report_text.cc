@@ -387,7 +387,9 @@ std::string RenderText(const Report& rep, bool color) {
                               ? "one link class: no hop bounds the others"
                               : fmt::format("bounded by {} [{:.0f}-{:.0f}]", r.bounded_by, r.bound_expected_low,
                                             r.bound_expected_high);
-      out += fmt::format("  comm {} channel {}: {} hops, {}; {}\n", r.comm, r.channel, r.hops.size(), pace, bound);
+      // Named as the operations below name it (NCCL's commId where no trace said which it is).
+      std::string comm = r.comm.empty() ? r.nccl_comm : r.comm.substr(0, 8);
+      out += fmt::format("  comm {} channel {}: {} hops, {}; {}\n", comm, r.channel, r.hops.size(), pace, bound);
     }
   }
 

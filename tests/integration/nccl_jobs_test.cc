@@ -459,7 +459,11 @@ TEST(NcclKernelTimers, AnAllreduceOnlyJobRatesEveryHopAndNamesTheBound) {
   }
   EXPECT_EQ(rated, 8);
   ASSERT_FALSE(j["rings"].empty());
+  ASSERT_EQ(j["nccl_ops"].size(), 1u);
   for (const json& ring : j["rings"]) {
+    // The communicator as the operations name it, with NCCL's own id beside it.
+    EXPECT_EQ(ring["comm"], j["nccl_ops"][0]["comm"]) << ring.dump();
+    EXPECT_EQ(ring["nccl_comm_id"].get<std::string>().rfind("0x", 0), 0u) << ring.dump();
     EXPECT_EQ(ring["hops"].size(), 8u) << ring.dump();
     ASSERT_TRUE(ring["bounded_by"].is_string()) << ring.dump();
     EXPECT_NE(ring["bounded_by"].get<std::string>().find("(shm)"), std::string::npos) << ring.dump();
