@@ -432,6 +432,28 @@ TEST(NcclKernelTimers, EachGroupedSendHasItsOwnPairsRate) {
   EXPECT_EQ(held_back, 2) << g["pairs"].dump();
 }
 
+// MoE's all-to-all: NCCL runs it as a send and a receive per peer, each on its own channel, so every
+// pair it used has a rate of its own (timed per group, none had: "no per-pair rate").
+TEST(NcclKernelTimers, AnAlltoallRatesEveryPairItUsed) {
+  std::string dir = TempDir() + "/kernel-alltoall";
+  RunResult r = Job(dir, "node0:8", {"-o", "alltoall", "-b", "32M", "-e", "32M"}, true, {{"P2PTRACE_SAMPLE", "all"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  double slowest_nvlink = 1e9, fastest_other = 0;
+  int rated = 0;
+  for (const json& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ASSERT_EQ(p["rate_basis"], "NCCL kernel timers") << p.dump();
+    ++rated;
+    double gbps = p["gbps"].get<double>();
+    if (p["transport"] == "nvlink") slowest_nvlink = std::min(slowest_nvlink, gbps);
+    else fastest_other = std::max(fastest_other, gbps);
+  }
+  EXPECT_EQ(rated, 8 * 7);
+  EXPECT_GE(slowest_nvlink, 5 * fastest_other);
+}
+
 // An allreduce-only job: no send/recv at all, yet every ring hop gets the rate it carried, and the
 // ring names the host-memory hop that bounds it; the NVLink hops are bounded, not slow.
 TEST(NcclKernelTimers, AnAllreduceOnlyJobRatesEveryHopAndNamesTheBound) {

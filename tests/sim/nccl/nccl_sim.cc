@@ -1423,6 +1423,8 @@ bool UsesP2pConnections(const Op& op) {
   return IsP2p(op) || op.kind == OpKind::kAlltoAll || op.kind == OpKind::kGather || op.kind == OpKind::kScatter;
 }
 
+constexpr double kLaunchSeconds = 5e-6;  // an operation's fixed cost, like a kernel launch on the fake cudart
+
 // Simulated duration: nccl-tests' bus bytes over the slowest link the operation uses.
 double OpSeconds(Op& op) {
   Comm& c = *op.comm;
@@ -1459,7 +1461,6 @@ double OpSeconds(Op& op) {
       default: break;
     }
   }
-  constexpr double kLaunchSeconds = 5e-6;  // like a kernel launch on the fake cudart
   return kLaunchSeconds + bus / (gbps * 1e9);
 }
 
@@ -1515,13 +1516,24 @@ ncclResult_t Fail(std::vector<Op>& ops, ncclResult_t r) {
 ncclResult_t CudaFailure(int err);  // below
 
 // The profiler plugin's events for a batch that ran, per communicator (profiler_loader.h). Alltoall,
-// gather and scatter (NCCL lowers them to grouped sends and receives) are not told yet.
+// gather and scatter are told as NCCL runs them: a Send or Recv per peer (P2pPeers), each on one
+// channel and taking its own pair's time.
 void TellProfilers(std::vector<Op>& ops) {
   namespace pf = p2psim::profiler;
   std::map<Comm*, std::vector<pf::OpEvent>> per_comm;
   for (Op& op : ops) {
     Comm& c = *op.comm;
     if (!c.profiler.active) continue;
+    if (UsesP2pConnections(op) && !IsP2p(op)) {
+      const double bytes = double(op.count * TypeSize(op.type));
+      for (auto [peer, send] : P2pPeers(op)) {
+        int src = send ? c.rank : peer, dst = send ? peer : c.rank;
+        double seconds = kLaunchSeconds + bytes / (SelectTransport(c, c.ranks[src], c.ranks[dst]).gbps * 1e9);
+        per_comm[&c].push_back(pf::OpEvent{true, send ? pf::kSend : pf::kRecv, send ? op.send : op.recv, op.recv,
+                                           op.count, op.type, peer, 0, peer % c.nchannels, 1, seconds});
+      }
+      continue;
+    }
     int func;
     switch (op.kind) {
       case OpKind::kAllReduce: func = pf::kAllReduce; break;
