@@ -318,7 +318,17 @@ Expected<Trace> ReadTrace(const std::string& path, const ReadOptions& options, c
         case P2PTRACE_RECORD_TIMING: rec = Take<p2ptrace_timing_record>(r + pos, rh.size, &scratch, ch.tid); break;
         case P2PTRACE_RECORD_IPC: rec = Take<p2ptrace_ipc_record>(r + pos, rh.size, &scratch, ch.tid); break;
         case P2PTRACE_RECORD_NCCL_COMM: rec = Take<p2ptrace_nccl_comm_record>(r + pos, rh.size, &scratch, ch.tid); break;
-        case P2PTRACE_RECORD_NCCL_OP: rec = Take<p2ptrace_nccl_op_record>(r + pos, rh.size, &scratch, ch.tid); break;
+        case P2PTRACE_RECORD_NCCL_OP:
+          rec = Take<p2ptrace_nccl_op_record>(r + pos, rh.size, &scratch, ch.tid);
+          if (auto* o = rec ? std::get_if<p2ptrace_nccl_op_record>(&rec->body) : nullptr; o && (o->flags & P2PTRACE_NCCL_TICKS))
+            o->h.time_ns = clock.ToNs(o->h.time_ns);
+          break;
+        case P2PTRACE_RECORD_NCCL_PROGRESS:
+          rec = Take<p2ptrace_nccl_progress_record>(r + pos, rh.size, &scratch, ch.tid);
+          if (auto* p = rec ? std::get_if<p2ptrace_nccl_progress_record>(&rec->body) : nullptr;
+              p && (p->flags & P2PTRACE_PROGRESS_TICKS))
+            p->through = clock.ToNs(p->through);
+          break;
         case P2PTRACE_RECORD_NCCL_KERNEL:
           rec = Take<p2ptrace_nccl_kernel_record>(r + pos, rh.size, &scratch, ch.tid);
           break;

@@ -19,7 +19,8 @@ namespace p2ptrace {
 struct TraceRecord {
   uint32_t tid = 0;
   std::variant<p2ptrace_copy_record, p2ptrace_peer_record, p2ptrace_timing_record, p2ptrace_ipc_record,
-               p2ptrace_nccl_comm_record, p2ptrace_nccl_op_record, p2ptrace_graph_record, p2ptrace_nccl_kernel_record>
+               p2ptrace_nccl_comm_record, p2ptrace_nccl_op_record, p2ptrace_graph_record, p2ptrace_nccl_kernel_record,
+               p2ptrace_nccl_progress_record>
       body;
   const p2ptrace_record_header& header() const {
     return std::visit([](const auto& r) -> const p2ptrace_record_header& { return r.h; }, body);

@@ -67,7 +67,7 @@ constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
     "unknown",       "ncclCommInitRank", "ncclCommInitRankConfig", "ncclCommInitAll", "ncclCommInitRankScalable",
     "ncclCommSplit", "ncclCommFinalize", "ncclCommDestroy",        "ncclCommAbort",   "ncclAllReduce",
     "ncclBroadcast", "ncclReduce",       "ncclAllGather",          "ncclReduceScatter", "ncclAlltoAll",
-    "ncclGather",    "ncclScatter",      "ncclSend",               "ncclRecv"};
+    "ncclGather",    "ncclScatter",      "ncclSend",               "ncclRecv",          "ncclCommGetAsyncError"};
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-/* p2ptrace trace file format, version 1.9 (DESIGN.md §6). One file per traced process.
+/* p2ptrace trace file format, version 1.10 (DESIGN.md §6). One file per traced process.
  *
  * The whole file is one MAP_SHARED mapping of a fixed size (P2PTRACE_MAX_MB), so whatever the
  * process wrote is in the page cache the moment it is written and survives SIGKILL, a crash or _exit.
@@ -42,7 +42,13 @@
  * cuMemPoolSetAccess; cudaMemPoolSetAccess's records now say the same): device = the device granted
  * access, peer = the memory's owner.
  * 9 added NCCL_KERNEL records (NCCL operations timed on the GPU by NCCL's profiler plugin interface,
- * p2ptrace_nccl_kernel_record) and P2PTRACE_CAPTURE_NCCL_PROFILER / _NCCL_PROFILER_USER. */
+ * p2ptrace_nccl_kernel_record) and P2PTRACE_CAPTURE_NCCL_PROFILER / _NCCL_PROFILER_USER.
+ * 10 added what tells a stopped job apart (DESIGN.md §4 "When the job stops"): an NCCL operation is
+ * recorded when it is called, its result P2PTRACE_RESULT_PENDING until the call returns (then the
+ * real one; time_ns is the call's start, in CPU ticks when P2PTRACE_NCCL_TICKS), with its datatype;
+ * a communicator init is recorded pending before it blocks; the watchdog's heartbeat in the header;
+ * NCCL_PROGRESS records (the GPU finished a stream's NCCL work through a given operation, or had
+ * not after P2PTRACE_HANG_S); ncclCommGetAsyncError's errors as NCCL_COMM records. */
 #ifndef P2PTRACE_TRACE_FORMAT_H_
 #define P2PTRACE_TRACE_FORMAT_H_
 
@@ -54,7 +60,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 9
+#define P2PTRACE_FORMAT_MINOR 10
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -147,7 +153,17 @@ typedef struct p2ptrace_file_header {
    * convert the time of records flagged P2PTRACE_COPY_TICKS into CLOCK_MONOTONIC ns. All 0 when
    * the CPU has no such counter (then no record carries ticks). */
   uint64_t start_ticks, calib_ticks, calib_monotonic_ns, end_ticks;
+  /* Added in minor 10. The shim's watchdog thread, started at the process's first NCCL call, beats
+   * every heartbeat_period_ms: CLOCK_MONOTONIC of its latest beat (0: no beat yet, or an older
+   * file). A beat that stopped while the state is RUNNING: the process was stopped, killed or is
+   * stuck in the kernel (a stopped process's threads all stop; a CPU-bound one still beats). */
+  uint64_t heartbeat_ns;
+  uint32_t heartbeat_period_ms, heartbeats;
 } p2ptrace_file_header;
+
+/* Minor 10: the result of an NCCL call that has not returned (yet, or ever: the process stopped or
+ * died inside it). Never an ncclResult_t. */
+#define P2PTRACE_RESULT_PENDING (-1)
 
 typedef struct p2ptrace_pair_counters {
   uint64_t calls;       /* copies that succeeded */
@@ -177,8 +193,10 @@ enum p2ptrace_record_type {
                                     (p2ptrace_clock_record), first in every chunk */
   P2PTRACE_RECORD_GRAPH = 11,    /* minor 5: a CUDA graph captured, instantiated, launched, updated or
                                     destroyed (p2ptrace_graph_record) */
-  P2PTRACE_RECORD_NCCL_KERNEL = 12 /* minor 9: an NCCL operation's kernel timed on the GPU
+  P2PTRACE_RECORD_NCCL_KERNEL = 12, /* minor 9: an NCCL operation's kernel timed on the GPU
                                       (p2ptrace_nccl_kernel_record) */
+  P2PTRACE_RECORD_NCCL_PROGRESS = 13 /* minor 10: how far the GPU got with a stream's NCCL work
+                                        (p2ptrace_nccl_progress_record) */
 };
 
 typedef struct p2ptrace_record_header {
@@ -261,7 +279,11 @@ typedef struct p2ptrace_ipc_record {
   uint64_t size;
 } p2ptrace_ipc_record;
 
-/* An NCCL communicator created, split or ended in this process. */
+/* An NCCL communicator created, split or ended in this process. Minor 10: a blocking init
+ * (ncclCommInitRank, …Config, …Scalable outside a group) is recorded when it is entered, with result
+ * P2PTRACE_RESULT_PENDING, comm 0 and rank/nranks from its arguments, and completed in place when it
+ * returns (result last). api ncclCommGetAsyncError: the error it reported for `comm` (once per comm
+ * and value). */
 typedef struct p2ptrace_nccl_comm_record {
   p2ptrace_record_header h;
   uint64_t comm;        /* the ncclComm_t value */
@@ -280,11 +302,15 @@ enum p2ptrace_nccl_op_flag {
   P2PTRACE_NCCL_TIMED = 1u << 1,    /* a TIMING record with this seq follows (src = dst = -1); in a
                                        group, the ops of one stream share one seq and one TIMING: the
                                        whole group's launch (none follows when ncclGroupEnd failed) */
-  P2PTRACE_NCCL_CAPTURED = 1u << 2  /* minor 5: issued on a capturing stream (a graph node); h.seq is
+  P2PTRACE_NCCL_CAPTURED = 1u << 2, /* minor 5: issued on a capturing stream (a graph node); h.seq is
                                        the graph id; GRAPH launches replay it */
+  P2PTRACE_NCCL_TICKS = 1u << 3     /* minor 10: h.time_ns holds the CPU counter (as P2PTRACE_COPY_TICKS) */
 };
 
-/* A collective or point-to-point operation. */
+/* A collective or point-to-point operation. Minor 10: written when the call is made (h.time_ns its
+ * start), `result` P2PTRACE_RESULT_PENDING until it returns; every call is recorded (never sampled),
+ * so a communicator's records in call order number its operations as NCCL and PyTorch's Flight
+ * Recorder do (readers count them: no counter costs the call). */
 typedef struct p2ptrace_nccl_op_record {
   p2ptrace_record_header h;
   uint64_t comm;
@@ -297,7 +323,8 @@ typedef struct p2ptrace_nccl_op_record {
   int32_t result;
   uint8_t api;     /* p2ptrace_nccl_api */
   uint8_t flags;   /* p2ptrace_nccl_op_flag */
-  uint16_t reserved0;
+  uint8_t datatype; /* minor 10: ncclDataType_t + 1; 0 unknown (older files) */
+  uint8_t reserved0;
   uint32_t site;   /* minor 2: the call site, as in p2ptrace_copy_record; 0 not captured */
 } p2ptrace_nccl_op_record;
 
@@ -441,6 +468,28 @@ typedef struct p2ptrace_nccl_kernel_record {
   uint32_t flags;         /* p2ptrace_nccl_kernel_flag */
   uint32_t reserved;
 } p2ptrace_nccl_kernel_record;
+
+/* Added in minor 10. The watchdog's view of one stream the process issued NCCL operations on (not
+ * the legacy or per-thread default streams, which another thread cannot name). About once a
+ * heartbeat it records one event on the stream behind the newest operation (never on a stream while
+ * any capture runs, never waiting on it) and, when that event completes, writes DONE: every NCCL
+ * operation of this process on `stream` recorded at or before `through` finished on the GPU.
+ * STALLED: the operation recorded at `through` had been called `waited_ms` ago and had not finished
+ * (written once per operation, when P2PTRACE_HANG_S passed; the shim printed its line then).
+ * `through` is that operation's h.time_ns as its record holds it: CPU ticks when
+ * P2PTRACE_PROGRESS_TICKS, converted by readers exactly as the operation's. h.seq 0. */
+enum p2ptrace_nccl_progress_state { P2PTRACE_PROGRESS_DONE = 1, P2PTRACE_PROGRESS_STALLED = 2 };
+enum p2ptrace_nccl_progress_flag { P2PTRACE_PROGRESS_TICKS = 1u << 0 };
+typedef struct p2ptrace_nccl_progress_record {
+  p2ptrace_record_header h;
+  uint64_t stream;
+  uint64_t comm;        /* the communicator of the operation at `through` */
+  uint64_t through;     /* that operation's h.time_ns (see above) */
+  uint64_t waited_ms;   /* STALLED: since that operation was called */
+  uint8_t state;        /* p2ptrace_nccl_progress_state */
+  uint8_t flags;        /* p2ptrace_nccl_progress_flag */
+  uint8_t reserved[6];
+} p2ptrace_nccl_progress_record;
 
 #ifdef __cplusplus
 }

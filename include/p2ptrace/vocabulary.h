@@ -111,6 +111,7 @@ enum p2ptrace_nccl_api {
   P2PTRACE_NCCL_Scatter = 16,
   P2PTRACE_NCCL_Send = 17,
   P2PTRACE_NCCL_Recv = 18,
+  P2PTRACE_NCCL_CommGetAsyncError = 19, /* trace minor 10: an asynchronous error it reported */
   P2PTRACE_NCCL_COUNT_
 };
 

@@ -92,6 +92,15 @@ bool ParseStacks(const std::string& text, int* depth) {
   return true;
 }
 
+bool ParseHangSeconds(const std::string& text, double* seconds) {
+  if (text.empty() || text.size() > 32) return false;
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !(v >= 0) || v > 7 * 86400.0) return false;  // !(v >= 0): NaN too
+  *seconds = v;
+  return true;
+}
+
 Config ReadConfig(void (*warn)(const std::string&)) {
   Config c;
   if (const char* v = Env("P2PTRACE_DISABLE")) c.disabled = std::string(v) == "1";
@@ -102,6 +111,13 @@ Config ReadConfig(void (*warn)(const std::string&)) {
   if (const char* v = Env("P2PTRACE_STACKS"); v && !ParseStacks(v, &c.stack_depth))
     warn(std::string("P2PTRACE_STACKS=") + v + " is not 0, off, 1, on or a depth up to " +
          std::to_string(kMaxStackDepth) + "; call sites off");
+  if (const char* v = Env("P2PTRACE_HANG_S"); v && !ParseHangSeconds(v, &c.hang_seconds))
+    warn(std::string("P2PTRACE_HANG_S=") + v + " is not a number of seconds (0 off, at most 604800); using 300");
+  if (const char* v = Env("P2PTRACE_HEARTBEAT_MS")) {
+    uint64_t ms = 0;
+    if (ParseU64(v, &ms) && ms <= 60000) c.heartbeat_ms = static_cast<uint32_t>(ms);
+    else warn(std::string("P2PTRACE_HEARTBEAT_MS=") + v + " is not 0 (off) to 60000 milliseconds; using 1000");
+  }
   if (const char* v = Env("P2PTRACE_SYSROOT")) c.sysroot = v;
   if (const char* v = Env("P2PTRACE_WARN")) {
     std::string w = v;

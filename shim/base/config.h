@@ -22,6 +22,10 @@ struct Config {
   std::string warn = "node";  // P2PTRACE_WARN: node (once per node), rank (every process), off
   bool disabled = false;  // P2PTRACE_DISABLE=1: the shim passes everything through and records nothing
   int stack_depth = 0;    // P2PTRACE_STACKS: application frames kept per call site; 0 off
+  // P2PTRACE_HANG_S: an NCCL operation unfinished this long gets one line on stderr; 0 never.
+  double hang_seconds = 300;
+  // P2PTRACE_HEARTBEAT_MS: the watchdog's period (heartbeat, completion checks); 0 no watchdog.
+  uint32_t heartbeat_ms = 1000;
 };
 
 // Parses the environment. `warn` receives each warning line (without the "p2ptrace: warning: ").
@@ -37,5 +41,7 @@ bool ParseSize(const std::string& text, uint64_t* bytes);
 // False when malformed or out of range.
 constexpr int kDefaultStackDepth = 8, kMaxStackDepth = 32;
 bool ParseStacks(const std::string& text, int* depth);
+// P2PTRACE_HANG_S: seconds, "0" off (fractions allowed, at most a week). False when malformed.
+bool ParseHangSeconds(const std::string& text, double* seconds);
 
 }  // namespace p2ptrace::shim

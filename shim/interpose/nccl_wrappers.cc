@@ -17,6 +17,7 @@
 #include "shim/base/fd.h"
 #include "shim/interpose/nccl_functions.h"
 #include "shim/interpose/nccl_profiler.h"
+#include "shim/interpose/nccl_watchdog.h"
 #include "shim/nccl_log_tap.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
@@ -83,6 +84,7 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
     if (TraceWriter::Ready()) __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   }
   StartNcclProfiler(v);  // per-pair kernel times, where this NCCL has them
+  StartNcclWatchdog();   // heartbeat and completion: a stopped job's ranks told apart
   // The environment NCCL is about to read (the tap's variables set, or the user's restored).
   if (TraceWriter::IsOpen()) TraceWriter::RecordEnvironment();
   NoteNcclCalled(v);
@@ -101,7 +103,9 @@ constexpr int kGroupComms = 64;
 constinit thread_local int t_group_comm_count __attribute__((tls_model("initial-exec"))) = 0;
 GroupComm* GroupComms();  // this thread's table (below); null when it cannot be had
 
-void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) {
+// `entered`: the init's record written when it was entered (EnteringInit), completed in place.
+void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r,
+                p2ptrace_nccl_comm_record* entered = nullptr) {
   if (!TraceWriter::Ready()) return;
   if (t_group_depth > 0 && r == ncclSuccess && comm != nullptr && api <= P2PTRACE_NCCL_CommSplit &&
       t_group_comm_count < kGroupComms && GroupComms() != nullptr) {
@@ -113,6 +117,7 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
     return;
   }
   if (r != ncclInProgress) ReturnNcclProfilerEnvironment();  // NCCL has read it by now
+  StartNcclWatchdog();  // a fork child's (its parent's did not come along); one load otherwise
   // Again here: a forked child's trace opens after the process's first call.
   // Atomic: every thread's first communicator writes the same value into the shared header.
   if (int v = LoadedNcclVersion())
@@ -133,7 +138,52 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r) 
       Comms()[comm] = id_hash;
     }
   }
-  TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_COMM, TraceWriter::NextSeq());
+  if (entered == nullptr) {
+    TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_COMM, TraceWriter::NextSeq());
+    return;
+  }
+  entered->comm = rec.comm;
+  entered->rank = rec.rank;
+  entered->nranks = rec.nranks;
+  entered->cuda_device = rec.cuda_device;
+  __atomic_store_n(&entered->result, rec.result, __ATOMIC_RELEASE);  // last: the rest is in place
+}
+
+uint64_t CommHash(ncclComm_t comm);  // below
+
+// A blocking init is about to be entered (outside a group; inside one nothing blocks before its
+// end): on record first, pending, so that a rank that never comes out of it is seen there.
+// RecordComm completes the record when it returns.
+p2ptrace_nccl_comm_record* EnteringInit(uint8_t api, uint64_t id_hash, int rank, int nranks) {
+  if (t_group_depth > 0 || !TraceWriter::Ready()) return nullptr;
+  return TraceWriter::Emit<p2ptrace_nccl_comm_record>(P2PTRACE_RECORD_NCCL_COMM, 0, [&](p2ptrace_nccl_comm_record& rec) {
+    rec.id_hash = id_hash;
+    rec.rank = rank;
+    rec.nranks = nranks;
+    rec.cuda_device = -1;
+    rec.result = P2PTRACE_RESULT_PENDING;
+    rec.api = api;
+  });
+}
+
+// ncclCommGetAsyncError's answer when it is an error: once per communicator and value (PyTorch's
+// watchdog asks every communicator many times a second).
+void RecordAsyncError(ncclComm_t comm, ncclResult_t error) {
+  static std::mutex mu;
+  static auto* seen = new std::vector<std::pair<ncclComm_t, ncclResult_t>>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (std::find(seen->begin(), seen->end(), std::make_pair(comm, error)) != seen->end() || seen->size() >= 4096) return;
+    seen->push_back({comm, error});
+  }
+  if (!TraceWriter::Ready()) return;
+  p2ptrace_nccl_comm_record rec{};
+  rec.comm = reinterpret_cast<uintptr_t>(comm);
+  rec.id_hash = CommHash(comm);
+  rec.rank = rec.nranks = rec.cuda_device = -1;
+  rec.result = error;
+  rec.api = P2PTRACE_NCCL_CommGetAsyncError;
+  TraceWriter::Append(rec, P2PTRACE_RECORD_NCCL_COMM, 0);
 }
 
 // The CUDA device of a communicator an init just made; -1 when it failed or NCCL does not say.
@@ -263,27 +313,36 @@ void EndGroup(ncclResult_t r) {
   t_group_streams = 0;
 }
 
-// The operation record, written in place in this thread's chunk.
-__attribute__((always_inline)) inline void RecordOp(uint8_t api, ncclComm_t comm, cudaStream_t stream,
-                                                    uint64_t bytes, int peer, ncclResult_t r, uint8_t flags,
-                                                    uint32_t seq, uint32_t site = 0) {
-  TraceWriter::Emit<p2ptrace_nccl_op_record>(P2PTRACE_RECORD_NCCL_OP, seq, [&](p2ptrace_nccl_op_record& rec) {
-    rec.comm = reinterpret_cast<uintptr_t>(comm);
-    rec.stream = reinterpret_cast<uintptr_t>(stream);
-    rec.bytes = bytes;
-    rec.peer = peer;
-    rec.result = r;
-    rec.api = api;
-    rec.flags = flags;
-    rec.site = site;
-  });
+// The operation record, written in place in this thread's chunk when the call is made, its result
+// pending until the call returns (a call that never returns is still on record: a stopped job's
+// ranks are compared by what each was inside). Stamped with the CPU counter: no clock_gettime call.
+__attribute__((always_inline)) inline p2ptrace_nccl_op_record* RecordOp(uint8_t api, ncclComm_t comm, cudaStream_t stream,
+                                                                         uint64_t bytes, int peer, ncclDataType_t type,
+                                                                         uint8_t flags, uint32_t seq, uint32_t site = 0) {
+  return TraceWriter::EmitAt<p2ptrace_nccl_op_record>(
+      P2PTRACE_RECORD_NCCL_OP, seq, CpuTicks(), [&](p2ptrace_nccl_op_record& rec) {
+        rec.comm = reinterpret_cast<uintptr_t>(comm);
+        rec.stream = reinterpret_cast<uintptr_t>(stream);
+        rec.bytes = bytes;
+        rec.peer = peer;
+        rec.result = P2PTRACE_RESULT_PENDING;
+        rec.api = api;
+        rec.flags = static_cast<uint8_t>(flags | (kCpuTicks ? P2PTRACE_NCCL_TICKS : 0));
+        rec.datatype = static_cast<uint8_t>(type + 1);
+        rec.site = site;
+      });
+}
+
+// The call returned: its result, stored last (a reader of the live file that sees it sees the rest).
+inline void Returned(p2ptrace_nccl_op_record* rec, ncclResult_t r) {
+  if (rec != nullptr) __atomic_store_n(&rec->result, static_cast<int32_t>(r), __ATOMIC_RELEASE);
 }
 
 // Everything but the common case: the trace not open yet, timing on, inside a group, call sites on,
 // a capture running.
 template <typename Fn, typename... Args>
 __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cudaStream_t stream, uint64_t bytes,
-                                              int peer, Fn real, Args... args) {
+                                              int peer, ncclDataType_t type, Fn real, Args... args) {
   if (!TraceWriter::Ready()) return real(args...);
   uint32_t site = CallSitesEnabled() ? CaptureCallSite() : 0;  // before any record of this call
   uint32_t seq;
@@ -296,39 +355,48 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
     seq = TraceWriter::NextSeq();
     if (t_group_depth == 0) timed = BeginTiming(comm, stream, bytes, &t);
   }
+  uint8_t in_group = t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0;
+  p2ptrace_nccl_op_record* rec = RecordOp(api, comm, stream, bytes, peer, type, in_group, seq, site);
   ncclResult_t r = real(args...);
   if (timed) {
     t.bytes = bytes;
     t.seq = seq;
     CopyTimer::End(stream, r == ncclSuccess, &t);
   }
-  uint8_t in_group = t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0;
   // Captured into a graph (never timed: nothing is while a capture runs): its graph id for a seq.
   uint32_t graph = 0;
   const CudaRuntime* rt = r == ncclSuccess && graphs::AnyCapture() ? AnsweredRuntime(false) : nullptr;
+  uint8_t flags = 0;
   if (rt != nullptr && graphs::CapturedOn(*rt, stream, &graph)) {
-    RecordOp(api, comm, stream, bytes, peer, r, static_cast<uint8_t>(in_group | P2PTRACE_NCCL_CAPTURED), graph, site);
-    return r;
+    flags = P2PTRACE_NCCL_CAPTURED;
+    seq = graph;
+  } else {
+    if (group != nullptr && group->timed && r == ncclSuccess) group->t.bytes += bytes;
+    bool will_time = group != nullptr ? group->timed : timed;
+    if (will_time && r == ncclSuccess) flags = P2PTRACE_NCCL_TIMED;
   }
-  if (group != nullptr && group->timed && r == ncclSuccess) group->t.bytes += bytes;
-  bool will_time = group != nullptr ? group->timed : timed;
-  RecordOp(api, comm, stream, bytes, peer, r,
-           static_cast<uint8_t>(in_group | (will_time && r == ncclSuccess ? P2PTRACE_NCCL_TIMED : 0)), seq, site);
+  if (rec != nullptr) {  // what only the call's end tells, before its result says it returned
+    rec->h.seq = seq;
+    __atomic_fetch_or(&rec->flags, flags, __ATOMIC_RELAXED);
+  }
+  Returned(rec, r);
   return r;
 }
 
 // A collective or send/recv: recorded, and timed with events on the user's stream — alone when it
 // runs now, with its group (above) inside ncclGroupStart … ncclGroupEnd. The common case (trace
-// open, P2PTRACE_SAMPLE=off, no group) is inlined into the exported wrapper: the real call, then
-// the record; the arguments stay in registers, no timing state on the stack.
+// open, P2PTRACE_SAMPLE=off, no group) is inlined into the exported wrapper: the record, the real
+// call, its result; no timing state on the stack.
 template <typename Fn, typename... Args>
 __attribute__((always_inline)) inline ncclResult_t Op(uint8_t api, ncclComm_t comm, cudaStream_t stream,
-                                                      uint64_t bytes, int peer, Fn real, Args... args) {
+                                                      uint64_t bytes, int peer, ncclDataType_t type, Fn real,
+                                                      Args... args) {
   if (__builtin_expect(detail::g_sample.enabled || t_group_depth > 0 || !TraceWriter::IsOpen() || CallSitesEnabled() ||
                            graphs::AnyCapture(), 0))
-    return SlowOp(api, comm, stream, bytes, peer, real, args...);
+    return SlowOp(api, comm, stream, bytes, peer, type, real, args...);
+  p2ptrace_nccl_op_record* rec = RecordOp(api, comm, stream, bytes, peer, type, 0, 0);  // untimed: no seq
   ncclResult_t r = real(args...);
-  RecordOp(api, comm, stream, bytes, peer, r, 0, 0);  // untimed: no seq (only a TIMING record needs one)
+  Returned(rec, r);
   return r;
 }
 
@@ -345,9 +413,10 @@ ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* co
   // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
   bool later = t_group_depth == 0 && !PreflightAtNcclInit();
+  p2ptrace_nccl_comm_record* entered = EnteringInit(P2PTRACE_NCCL_CommInitRank, Fnv(&id, sizeof id), rank, nranks);
   ncclResult_t r = real(comm, nranks, id, rank);
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
-  RecordComm(P2PTRACE_NCCL_CommInitRank, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
+  RecordComm(P2PTRACE_NCCL_CommInitRank, comm ? *comm : nullptr, Fnv(&id, sizeof id), r, entered);
   return r;
 }
 ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, ncclComm_t* comm, int nranks,
@@ -356,9 +425,10 @@ ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, nc
   // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
   bool later = t_group_depth == 0 && !PreflightAtNcclInit();
+  p2ptrace_nccl_comm_record* entered = EnteringInit(P2PTRACE_NCCL_CommInitRankConfig, Fnv(&id, sizeof id), rank, nranks);
   ncclResult_t r = real(comm, nranks, id, rank, config);
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
-  RecordComm(P2PTRACE_NCCL_CommInitRankConfig, comm ? *comm : nullptr, Fnv(&id, sizeof id), r);
+  RecordComm(P2PTRACE_NCCL_CommInitRankConfig, comm ? *comm : nullptr, Fnv(&id, sizeof id), r, entered);
   return r;
 }
 ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm, int ndev, const int* devlist) {
@@ -375,10 +445,11 @@ ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real
   // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
   bool later = t_group_depth == 0 && !PreflightAtNcclInit();
+  p2ptrace_nccl_comm_record* entered = EnteringInit(P2PTRACE_NCCL_CommInitRankScalable, ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, rank, nranks);
   ncclResult_t r = real(comm, nranks, rank, nids, ids, config);
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRankScalable, comm ? *comm : nullptr,
-             ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, r);
+             ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, r, entered);
   return r;
 }
 ncclResult_t ncclCommSplit(decltype(&::ncclCommSplit) real, ncclComm_t comm, int color, int key,
@@ -407,6 +478,14 @@ ncclResult_t ncclCommAbort(decltype(&::ncclCommAbort) real, ncclComm_t comm) {
   RecordComm(P2PTRACE_NCCL_CommAbort, nullptr, h, r);
   return r;
 }
+ncclResult_t ncclCommGetAsyncError(decltype(&::ncclCommGetAsyncError) real, ncclComm_t comm, ncclResult_t* error) {
+  ncclResult_t r = real(comm, error);
+  if (r == ncclSuccess && error != nullptr && *error != ncclSuccess && *error != ncclInProgress) {
+    KeepErrno keep;
+    RecordAsyncError(comm, *error);
+  }
+  return r;
+}
 ncclResult_t ncclGroupStart(decltype(&::ncclGroupStart) real) {
   ncclResult_t r = real();
   if (r == ncclSuccess && t_group_depth++ == 0) t_group_streams = t_group_comm_count = 0;
@@ -423,49 +502,49 @@ ncclResult_t ncclGetVersion(decltype(&::ncclGetVersion) real, int* version) { re
 
 P2PTRACE_OP_HOOK ncclResult_t ncclAllReduce(decltype(&::ncclAllReduce) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_AllReduce, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, op, comm, s);
+  return Op(P2PTRACE_NCCL_AllReduce, comm, s, n * TypeSize(t), -1, t, real, sb, rb, n, t, op, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclBroadcast(decltype(&::ncclBroadcast) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                            int root, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
+  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, t, real, sb, rb, n, t, root, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclBcast(decltype(&::ncclBcast) real, void* b, size_t n, ncclDataType_t t, int root, ncclComm_t comm,
                        cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, real, b, n, t, root, comm, s);
+  return Op(P2PTRACE_NCCL_Broadcast, comm, s, n * TypeSize(t), root, t, real, b, n, t, root, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclReduce(decltype(&::ncclReduce) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                         ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Reduce, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, op, root, comm, s);
+  return Op(P2PTRACE_NCCL_Reduce, comm, s, n * TypeSize(t), root, t, real, sb, rb, n, t, op, root, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclAllGather(decltype(&::ncclAllGather) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                            ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_AllGather, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, comm, s);
+  return Op(P2PTRACE_NCCL_AllGather, comm, s, n * TypeSize(t), -1, t, real, sb, rb, n, t, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclReduceScatter(decltype(&::ncclReduceScatter) real, const void* sb, void* rb, size_t n,
                                ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_ReduceScatter, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, op, comm, s);
+  return Op(P2PTRACE_NCCL_ReduceScatter, comm, s, n * TypeSize(t), -1, t, real, sb, rb, n, t, op, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclAlltoAll(decltype(&::ncclAlltoAll) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                           ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_AlltoAll, comm, s, n * TypeSize(t), -1, real, sb, rb, n, t, comm, s);
+  return Op(P2PTRACE_NCCL_AlltoAll, comm, s, n * TypeSize(t), -1, t, real, sb, rb, n, t, comm, s);
 }
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
 P2PTRACE_OP_HOOK ncclResult_t ncclGather(decltype(&::ncclGather) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                                          int root, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Gather, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
+  return Op(P2PTRACE_NCCL_Gather, comm, s, n * TypeSize(t), root, t, real, sb, rb, n, t, root, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclScatter(decltype(&::ncclScatter) real, const void* sb, void* rb, size_t n, ncclDataType_t t,
                                           int root, ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Scatter, comm, s, n * TypeSize(t), root, real, sb, rb, n, t, root, comm, s);
+  return Op(P2PTRACE_NCCL_Scatter, comm, s, n * TypeSize(t), root, t, real, sb, rb, n, t, root, comm, s);
 }
 #endif
 P2PTRACE_OP_HOOK ncclResult_t ncclSend(decltype(&::ncclSend) real, const void* sb, size_t n, ncclDataType_t t, int peer,
                       ncclComm_t comm, cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Send, comm, s, n * TypeSize(t), peer, real, sb, n, t, peer, comm, s);
+  return Op(P2PTRACE_NCCL_Send, comm, s, n * TypeSize(t), peer, t, real, sb, n, t, peer, comm, s);
 }
 P2PTRACE_OP_HOOK ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, size_t n, ncclDataType_t t, int peer, ncclComm_t comm,
                       cudaStream_t s) {
-  return Op(P2PTRACE_NCCL_Recv, comm, s, n * TypeSize(t), peer, real, rb, n, t, peer, comm, s);
+  return Op(P2PTRACE_NCCL_Recv, comm, s, n * TypeSize(t), peer, t, real, rb, n, t, peer, comm, s);
 }
 
 }  // namespace nccl_hooks
@@ -493,7 +572,8 @@ __attribute__((always_inline)) inline ncclResult_t CallNccl(Fn real, A... args) 
   static constinit p2ptrace::shim::RealFunction p2pn_real_##name{#name, p2ptrace::shim::Library::kNccl};   \
   P2PTRACE_WRAPPER(ncclResult_t, name, p2pn_real_##name, decltype(&::name), ncclInvalidUsage, (void)0,       \
                    (p2ptrace::shim::CallNccl<&p2ptrace::shim::nccl_hooks::name,                            \
-                                             std::string_view(#name) != "ncclGetVersion">(                 \
+                                             std::string_view(#name) != "ncclGetVersion" &&                \
+                                                 std::string_view(#name) != "ncclCommGetAsyncError">(      \
                        p2p_real P2PTRACE_NCCL_COMMA_ARGS args)),                                               \
                    params, args)
 #define P2PTRACE_NCCL_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__

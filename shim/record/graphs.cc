@@ -108,7 +108,15 @@ void WriteInclude(cudaGraph_t graph, uint32_t id, uint32_t included) {
 
 }  // namespace
 
-void CaptureStarting() { g_captures.fetch_add(1, std::memory_order_relaxed); }
+std::mutex& CaptureGate() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+
+void CaptureStarting() {
+  g_captures.fetch_add(1, std::memory_order_seq_cst);
+  std::lock_guard<std::mutex> wait_for_watchdog(CaptureGate());  // it holds it across one event call
+}
 
 void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r, cudaGraph_t into) {
   if (r != cudaSuccess) {

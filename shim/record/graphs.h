@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstdint>
 
 #include "shim/base/cuda_runtime.h"
@@ -31,6 +32,10 @@ inline bool AnyCapture() { return g_captures.load(std::memory_order_relaxed) != 
 // returns sees a capture running), Started after it with its result. `into`: the program's graph a
 // capture appends to (cudaStreamBeginCaptureToGraph), null for a capture that makes a new graph.
 void CaptureStarting();
+// Held by a thread of the shim's own while it records or queries an event outside the program's
+// calls (the NCCL watchdog), having seen no capture running: CaptureStarting waits for it, so that
+// a capture never begins in the middle (an event there would join or invalidate it). Never destroyed.
+std::mutex& CaptureGate();
 void CaptureStarted(const CudaRuntime& rt, cudaStream_t origin, cudaError_t r, cudaGraph_t into = nullptr);
 // The runtime's id of the capture `stream` takes part in (0: none, or it cannot say), read before
 // the end call to tell apart captures on two threads' per-thread streams (one handle).

@@ -20,7 +20,7 @@ bool WriteTextBlock(uint16_t kind, uint32_t tag, std::string_view text) {
   for (size_t i = 0; i < parts; ++i) {
     size_t off = i * P2PTRACE_TEXT_PART_BYTES;
     size_t len = std::min<size_t>(P2PTRACE_TEXT_PART_BYTES, text.size() - off);
-    whole &= TraceWriter::Emit<p2ptrace_text_record>(P2PTRACE_RECORD_TEXT, TraceWriter::NextSeq(),
+    whole &= nullptr != TraceWriter::Emit<p2ptrace_text_record>(P2PTRACE_RECORD_TEXT, TraceWriter::NextSeq(),
                                                      [&](p2ptrace_text_record& r) {
                                                        r.block = block;
                                                        r.part = static_cast<uint16_t>(i);

@@ -97,18 +97,19 @@ class TraceWriter {
   // Writes one record (R starts with p2ptrace_record_header) in place in this thread's chunk:
   // stamps its header (type, size, seq, the time now), lets `fill` set the other fields, then
   // publishes it. Chunk memory comes from a fresh file, so fields `fill` leaves alone are zero.
-  // False when the record was dropped (counted in the header).
+  // Returns the record where it lies in the mapping (a field may still be updated in place, as an
+  // NCCL call's result when it returns); null when it was dropped (counted in the header).
   template <typename R, typename Fill>
-  static bool Emit(uint16_t type, uint32_t seq, Fill&& fill) {
+  static R* Emit(uint16_t type, uint32_t seq, Fill&& fill) {
     return EmitAt<R>(type, seq, MonotonicNs(), fill);
   }
   // Emit with the record's time given (e.g. in CPU ticks: see CpuTicks).
   template <typename R, typename Fill>
-  static bool EmitAt(uint16_t type, uint32_t seq, uint64_t now, Fill&& fill) {
+  static R* EmitAt(uint16_t type, uint32_t seq, uint64_t now, Fill&& fill) {
     static_assert(sizeof(R) % 8 == 0 && sizeof(R) < 65536);
     Slot slot;
     if (__builtin_expect(!Reserve<R>(&slot), 0)) {
-      if (!ClaimChunk()) return false;  // counted as dropped
+      if (!ClaimChunk()) return nullptr;  // counted as dropped
       Reserve<R>(&slot);
     }
     R* r = At<R>(slot);
@@ -118,7 +119,7 @@ class TraceWriter {
     r->h.time_ns = now;
     fill(*r);
     Publish<R>(slot);
-    return true;
+    return r;
   }
 
   // For a hot path that writes its record itself, in three steps: Reserve (false: no room, then

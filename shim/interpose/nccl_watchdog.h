@@ -1,0 +1,22 @@
+// The watchdog (DESIGN.md §4, "When the job stops"): one thread per traced process, started at its
+// first NCCL call, that tells a stopped job's processes apart. About once a period it
+//   - beats: the trace header's heartbeat (a stopped or killed process stops beating);
+//   - reads the records this process has written since its last look (its own trace, in memory: the
+//     program's calls pay nothing for it) and, per stream with NCCL work, records one event behind
+//     the newest operation and checks whether the previous one completed: NCCL_PROGRESS records
+//     say how far the GPU got;
+//   - prints one line when an operation has been unfinished for P2PTRACE_HANG_S, naming it, whom it
+//     waits for and the connections NCCL said it uses. It never kills, aborts or waits on the job.
+// Never while a stream capture runs (CaptureGate), never on the legacy or per-thread default
+// streams (the program's calls there would queue behind its event), never a synchronizing call.
+#pragma once
+
+namespace p2ptrace::shim {
+
+// At the process's first NCCL call (and a fork child's first communicator). Idempotent.
+void StartNcclWatchdog();
+
+// At exit, before the CUDA runtime is torn down: the thread makes no CUDA call after this.
+void StopNcclWatchdog();
+
+}  // namespace p2ptrace::shim
