@@ -18,6 +18,7 @@
 #include "tools/html.h"
 #include "tools/prometheus.h"
 #include "tools/report.h"
+#include "tools/watch.h"
 #include "tools/rows.h"
 #include "tools/run.h"
 #include "tools/synth.h"
@@ -30,7 +31,10 @@ using namespace p2ptrace::cli;
 constexpr const char* kUsage = R"(p2ptrace: which path GPU-to-GPU traffic took, and why
 
   p2ptrace run [--dir D] [--json] -- CMD …   run CMD with libp2ptrace.so preloaded, then print the report
-  p2ptrace report DIR [--json]               merged view of every trace in DIR (or one trace file)
+  p2ptrace report DIR [--json] [--stall S]   merged view of every trace in DIR (or one trace file); a hung or
+                                             dead job leads with who stopped first
+  p2ptrace watch DIR [--interval S] [--stall S] [--once] [--json]
+                                             follow a running job: says when a communicator makes no progress
   p2ptrace dump FILE [--json]                one trace file, record by record (--json: JSON lines)
   p2ptrace doctor [--json] [--prometheus F] probe this node now: paths each GPU pair will take, and why
   p2ptrace explain FILE… [--json]            explain NCCL_DEBUG=INFO logs and `nvidia-smi topo -m`: paths per pair, and why
@@ -100,6 +104,19 @@ int main(int argc, char** argv) {
   auto* report = app.add_subcommand("report", "merged view of every trace in DIR (or one trace file)");
   report->add_option("DIR", path, "directory of trace files (P2PTRACE_DIR of the job)")->required();
   report->add_flag("--json", json, "print the report as JSON (DESIGN.md §7 schema)");
+  double stall = 60;
+  report->add_option("--stall", stall, "an NCCL operation still unfinished this many seconds after its call is "
+                     "stuck (the stopped finding; default 60)")->check(CLI::Range(0.0, 604800.0));
+  WatchOptions watch_options;
+  auto* watch = app.add_subcommand("watch", "follow a running job's traces: progress per communicator, and who stopped "
+                                   "when one makes none (ends when every process has exited)");
+  watch->add_option("DIR", path, "the job's trace directory (P2PTRACE_DIR)")->required();
+  watch->add_option("--interval", watch_options.interval_seconds, "seconds between looks (default 5)")
+      ->check(CLI::Range(0.1, 3600.0));
+  watch->add_option("--stall", watch_options.stall_seconds, "seconds without progress before a communicator is "
+                    "called stuck (default 60)")->check(CLI::Range(0.0, 604800.0));
+  watch->add_flag("--once", watch_options.once, "look once and exit");
+  watch->add_flag("--json", watch_options.json, "one JSON object per look");
   auto* dump = app.add_subcommand("dump", "one trace file, record by record");
   dump->add_option("FILE", path, "a .p2ptrace file")->required();
   dump->add_flag("--json", json, "JSON lines: header, counters, records");
@@ -231,8 +248,11 @@ int main(int argc, char** argv) {
   if (html->parsed()) return RunHtml(path, html_out, std::cerr, isatty(2));
   if (differ->parsed()) return RunDiff(path, path_b, json, std::cout, std::cerr, isatty(2));
 
+  if (watch->parsed()) return RunWatch(path, watch_options, std::cout, std::cerr);
   if (report->parsed()) {
-    absl::StatusOr<Report> rep = LoadReport(path, std::cerr, isatty(2));
+    StreamOptions report_options;
+    report_options.stall_seconds = stall;
+    absl::StatusOr<Report> rep = LoadReport(path, std::cerr, isatty(2), report_options);
     if (!rep.ok()) {
       std::cerr << "p2ptrace: " << p2ptrace::Printable(std::string(rep.status().message()), false) << "\n";
       return 2;

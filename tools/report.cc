@@ -416,6 +416,10 @@ struct ReportBuilder::State {
     return g;
   }
   TraceFold fold;  // the trace being read
+  StoppedFold stop_fold;  // the same trace, for the stopped finding
+  std::map<std::string, StoppedComm> stop_comms;
+  double stall_seconds = 60;
+  std::vector<PairPath> StopPaths() const;
   void AddNcclOps(const Trace& t, const TraceFold& f);
   void AddCudaPairs(const Trace& t, const TraceFold& f);
   void AddCallSites(const Trace& t, const TraceFold& f);
@@ -442,13 +446,24 @@ void ReportBuilder::AddTrace(const Trace& t) {
   EndTrace(t);
 }
 
-void ReportBuilder::AddRecord(const TraceRecord& r) { s_->fold.Add(r); }
-void ReportBuilder::AbandonTrace() { s_->fold = TraceFold{}; }
+void ReportBuilder::SetStallSeconds(double seconds) { s_->stall_seconds = seconds; }
+
+void ReportBuilder::AddRecord(const TraceRecord& r) {
+  s_->fold.Add(r);
+  s_->stop_fold.Add(r);
+}
+void ReportBuilder::AbandonTrace() {
+  s_->fold = TraceFold{};
+  s_->stop_fold = StoppedFold{};
+}
 
 void ReportBuilder::EndTrace(const Trace& t) {
   TraceFold f = std::move(s_->fold);
   s_->fold = TraceFold{};
   f.Finish();
+  s_->rep.stopped.processes.push_back(
+      s_->stop_fold.Finish(t, &s_->stop_comms, s_->rep.stopped.processes.size()));
+  s_->stop_fold = StoppedFold{};
   const p2ptrace_file_header& h = t.header;
   ProcessInfo p;
   p.rank = h.rank;
@@ -1134,6 +1149,37 @@ void ReportBuilder::State::ApplyPreflight(PairEntry& e) const {
   }
 }
 
+// Each NCCL connection as the stopped finding names an operation's pairs: its communicator as the
+// operations name it, its ranks, its path and, where the pair fell back, the causes with their fix.
+std::vector<PairPath> ReportBuilder::State::StopPaths() const {
+  std::map<std::string, std::string> id_of_key;  // connection key ("0x…" commId) -> 8 hex digits of the id hash
+  for (const auto& [where, key] : comm_of)
+    if (auto h = id_hash_of.find(where); h != id_hash_of.end()) id_of_key.try_emplace(key.first, fmt::format("{:08x}", h->second >> 32));
+  std::vector<PairPath> out;
+  for (const auto& [k, conn] : nccl_conns) {
+    const auto& [key, src, dst, cls] = k;
+    auto id = id_of_key.find(key);
+    if (id == id_of_key.end()) continue;
+    std::string gpus;
+    const PairEntry* pair = nullptr;
+    auto a = who.find({key, src}), b = who.find({key, dst});
+    if (a != who.end() && b != who.end()) {
+      GpuRef ga = Ref(a->second.host, a->second.bus), gb = Ref(b->second.host, b->second.bus);
+      gpus = fmt::format(" ({} {} -> {}{})", ga.host, GpuName(ga), gb.host == ga.host ? "" : gb.host + " ", GpuName(gb));
+      for (const PairEntry& e : rep.pairs)
+        if (e.source == "nccl" && e.src.host == ga.host && e.src.bus_id == ga.bus_id && e.dst.host == gb.host &&
+            e.dst.bus_id == gb.bus_id)
+          pair = &e;
+    }
+    std::string text = fmt::format("rank {} -> rank {}{} via {} ({})", src, dst, gpus, fmt::join(conn.transports, ", "),
+                                   TransportName(cls));
+    if (pair != nullptr && pair->fallback && !pair->causes.empty())
+      text += fmt::format(": {} — fix: {}", pair->causes.front().id, pair->causes.front().fix);
+    out.push_back({id->second, src, dst, std::move(text)});
+  }
+  return out;
+}
+
 Report ReportBuilder::Finish() {
   State& s = *s_;
   Report& rep = s.rep;
@@ -1171,6 +1217,7 @@ Report ReportBuilder::Finish() {
   for (const auto& [host, hp] : s.preflight) rep.preflight.push_back({host, hp.boot_id, hp.warnings});
   s.FinishCosts();
   s.FinishRings();
+  FinishStopped(&rep.stopped, std::move(s.stop_comms), s.StopPaths(), s.stall_seconds);
   // One finding per cause id, listing its pairs.
   std::map<std::string, Finding> by_cause;
   for (const PairEntry& e : rep.pairs)
@@ -1237,6 +1284,7 @@ Report BuildReport(const std::string& path, const LoadedTraces& loaded) {
 
 absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions& options) {
   ReportBuilder b(path);
+  b.SetStallSeconds(options.stall_seconds);
   JobVisitor v;
   // Records go straight into the fold as they are decoded; none is kept.
   v.on_record = [&](const TraceRecord& r) {

@@ -19,6 +19,7 @@
 #include "core/rate.h"
 #include "nlohmann/json.hpp"
 #include "tools/finding.h"
+#include "tools/stopped.h"
 #include "tools/traces.h"
 
 namespace p2ptrace::cli {
@@ -236,6 +237,8 @@ struct Report {
   };
   std::vector<Preflight> preflight;
   double lost_seconds = 0;            // summed over the fallback pairs that could be costed
+  // A job that hung or died: who stopped first, what it was doing, who waits (tools/stopped.h).
+  StoppedFinding stopped;
 };
 
 // Folds traces and NCCL logs into a Report, one at a time; keeps nothing of their records.
@@ -250,6 +253,8 @@ class ReportBuilder {
   void EndTrace(const Trace& trace);
   void AbandonTrace();
   void AddNcclLog(const NcclLogFile& log);
+  // An NCCL operation or init still open this long after its call is stuck (default 60 s).
+  void SetStallSeconds(double seconds);
   void AddProblem(std::string problem) ;      // a file that was skipped
   void AddPartial(std::string partial);       // a file that was used in part
   Report Finish();                            // once, after every Add
@@ -273,6 +278,7 @@ struct StreamOptions {
   // When the command started (LoadReport's progress shows once the whole run, not this read, has
   // taken a second); the default: when the read starts.
   std::chrono::steady_clock::time_point started{};
+  double stall_seconds = 60;  // ReportBuilder::SetStallSeconds
 };
 
 // "p2ptrace: reading 120 of 8192 files (1%)" on `err`, redrawn at most every 100 ms, once the run
@@ -306,6 +312,9 @@ absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bo
                                   StreamOptions options = {});
 
 std::string RenderText(const Report& report, bool color);
+// The stopped finding's lines (empty when the job did not stop): the report leads with them, and
+// `watch` prints them.
+std::string StoppedText(const StoppedFinding& stopped);
 // "0-7, 9, 12-15" for sorted ranks.
 std::string RankRanges(const std::vector<int>& sorted);
 // "4.0 MiB", "512 B": a byte count as the report prints it.
@@ -322,6 +331,7 @@ std::vector<std::string> NcclVersionGroups(const Report& report);
 // A matrix cell's three letters, as `nvidia-smi topo -m` prints its links: "NVL", "PCI", "HST", …
 const char* TransportCell(int transport);
 nlohmann::json RenderJson(const Report& report);
+nlohmann::json StoppedJson(const StoppedFinding& stopped);
 // The same document written as RenderJson(report).dump(2) prints it (byte for byte, no final
 // newline), one array element at a time: memory stays one element, not the whole tree.
 void WriteJson(const Report& report, std::ostream& out);

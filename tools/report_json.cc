@@ -265,6 +265,32 @@ json JobJson(const Report& rep) {
           {"cuda_runtime", CudaVersionText(rt)}, {"cuda_driver", CudaVersionText(drv)}};
 }
 
+json StoppedJson(const StoppedFinding& st) {
+  auto op = [](const StoppedOp& o) {
+    return json{{"seq", o.seq},     {"p2p", o.p2p},     {"op", NcclApiName(o.api)}, {"bytes", o.bytes},
+                {"peer", o.peer},   {"state", o.state}, {"called_realtime_ns", o.called_realtime_ns}};
+  };
+  json procs = json::array(), comms = json::array();
+  for (const StoppedProcess& p : st.processes)
+    procs.push_back({{"host", p.host}, {"pid", p.pid}, {"rank", p.rank}, {"job_id", p.job_id}, {"file", p.file},
+                     {"life", p.life}, {"beating", p.beating}, {"last_seen_realtime_ns", p.last_sign_realtime_ns},
+                     {"nccl_errors", p.nccl_errors}, {"pending_init", p.pending_init}, {"incomplete", p.incomplete}});
+  for (const StoppedComm& c : st.comms) {
+    json members = json::array();
+    for (const StoppedMember& m : c.members) {
+      json last = json::array();
+      for (const StoppedOp& o : m.last) last.push_back(op(o));
+      members.push_back({{"process", m.process}, {"rank", m.rank}, {"collectives", m.collectives}, {"p2p", m.p2p},
+                         {"last", last}});
+    }
+    comms.push_back({{"id", c.id}, {"nranks", c.nranks}, {"waits", c.waits}, {"mismatches", c.mismatches},
+                     {"members", members}});
+  }
+  return {{"present", st.present}, {"verdict", st.verdict}, {"first_process", st.first_process},
+          {"first_doing", st.first_doing}, {"pairs", st.pair_notes}, {"notes", st.notes},
+          {"processes", procs}, {"comms", comms}};
+}
+
 json RenderJson(const Report& rep) {
   json j;
   j["version"] = 1;
@@ -278,6 +304,7 @@ json RenderJson(const Report& rep) {
   j["rings"] = ArrayOf(rep.rings, RingJson);
   j["findings"] = ArrayOf(rep.findings, FindingJson);
   j["capture"] = CaptureJson(rep);
+  j["stopped"] = StoppedJson(rep.stopped);
   return j;
 }
 
@@ -305,6 +332,8 @@ void WriteJson(const Report& rep, std::ostream& out) {
   PutArray(out, RankRows(rep), RankJson);
   out << ",\n  \"rings\": ";
   PutArray(out, rep.rings, RingJson);
+  out << ",\n  \"stopped\": ";
+  PutNested(out, StoppedJson(rep.stopped), 1);
   out << ",\n  \"version\": 1\n}";
 }
 

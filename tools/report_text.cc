@@ -216,6 +216,34 @@ std::vector<std::string> NcclVersionGroups(const Report& rep) {
   return out;
 }
 
+std::string StoppedText(const StoppedFinding& st) {
+  if (!st.present) return "";
+  std::string out = "STOPPED: " + st.verdict + "\n";
+  if (st.first_process >= 0) out += "  it was doing: " + st.first_doing + "\n";
+  for (const std::string& p : st.pair_notes) out += "  pair: " + p + "\n";
+  constexpr size_t kCommsShown = 8;
+  size_t shown = 0;
+  for (const StoppedComm& c : st.comms) {
+    if (c.waits.empty() && c.mismatches.empty()) continue;
+    if (shown++ >= kCommsShown) continue;
+    out += fmt::format("  communicator {} ({} ranks){}{}\n", c.id, c.nranks, c.waits.empty() ? "" : ": ", c.waits);
+    for (const std::string& m : c.mismatches) out += "    mismatch " + m + "\n";
+  }
+  if (shown > kCommsShown) out += fmt::format("  … {} more communicators (--json has each)\n", shown - kCommsShown);
+  constexpr size_t kProcessesShown = 16;
+  size_t listed = 0;
+  for (const StoppedProcess& p : st.processes) {
+    if (p.life == "exited" || (p.beating && p.nccl_errors.empty() && p.pending_init.empty())) continue;
+    if (listed++ >= kProcessesShown) continue;
+    out += fmt::format("  {} {} (pid {}): {}{}{}\n", p.rank >= 0 ? fmt::format("rank {}", p.rank) : "process", p.host,
+                       p.pid, p.life, p.nccl_errors.empty() ? "" : "; " + p.nccl_errors.front(),
+                       p.pending_init.empty() ? "" : "; " + p.pending_init);
+  }
+  if (listed > kProcessesShown) out += fmt::format("  … {} more processes (--json has each)\n", listed - kProcessesShown);
+  for (const std::string& n : st.notes) out += "  note: " + n + "\n";
+  return out;
+}
+
 std::string RenderText(const Report& rep, bool color) {
   TerminalText out(color);
   std::set<std::string> hosts, job_ids;
@@ -239,6 +267,7 @@ std::string RenderText(const Report& rep, bool color) {
   out += fmt::format("CUDA runtime {}, driver {}; NCCL {}\n", version(rt), version(drv),
                      nccl.empty() ? std::string(rep.nccl_logs ? "version not printed" : "not seen")
                                   : fmt::format("{}", fmt::join(nccl, ", ")));
+  out += StoppedText(rep.stopped);  // a hung or dead job: that first
   // Capture modes: processes that saw alike grouped, with what that means for trusting the answer.
   std::map<std::pair<std::string, std::string>, std::vector<int>> modes;
   std::map<std::pair<std::string, std::string>, std::vector<int>> mode_pids;  // processes without a rank

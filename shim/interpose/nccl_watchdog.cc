@@ -209,9 +209,13 @@ void CheckStream(State& s, StreamState& st) {
     WriteProgress(st.stream, st.covered, P2PTRACE_PROGRESS_DONE, 0);
     while (!st.open.empty() && st.open.front().raw_time <= st.covered.raw_time) st.open.pop_front();
   }
-  if (st.open.empty()) return;
-  const OpInfo& newest = st.open.back();
-  if (Load(&newest.rec->result) != 0) return;  // still inside its call: an event now could land before its work
+  // Behind the newest operation whose call returned (its work is queued); one still inside its call
+  // may or may not be queued yet, so the event claims nothing of it.
+  const OpInfo* returned = nullptr;
+  for (auto it = st.open.rbegin(); it != st.open.rend() && returned == nullptr; ++it)
+    if (Load(&it->rec->result) == 0) returned = &*it;
+  if (returned == nullptr || (st.covered.rec != nullptr && returned->raw_time <= st.covered.raw_time)) return;
+  const OpInfo& newest = *returned;
   if (st.event == nullptr) {
     int device = StreamDeviceOf(rt, reinterpret_cast<cudaStream_t>(st.stream));
     if (device < 0) device = s.comms[newest.comm].device;
@@ -261,7 +265,9 @@ void ReportStall(State& s, StreamState& st, const OpInfo& op, bool returned, uin
   for (const Connection& k : s.connections) {
     if (k.comm != comm_text || (k.src != c.rank && k.dst != c.rank) || shown == 4) continue;
     if (p2p && k.src != op.peer && k.dst != op.peer) continue;
-    via += std::string(shown++ ? ", " : "") + std::to_string(k.src) + " -> " + std::to_string(k.dst) + " via " + k.transport;
+    std::string hop = std::to_string(k.src) + " -> " + std::to_string(k.dst) + " via " + k.transport;
+    if (via.find(hop) != std::string::npos) continue;  // one line per channel in NCCL's log
+    via += std::string(shown++ ? ", " : "") + hop;
   }
   if (!via.empty()) line += "; NCCL connects it " + via;
   line += ". Nothing is changed; `p2ptrace report " + TraceWriter::config().dir + "` names the rank that stopped.";

@@ -1554,14 +1554,52 @@ void TellProfilers(std::vector<Op>& ops) {
   for (auto& [c, events] : per_comm) pf::EmitBatch(c->profiler, c->rank, events.data(), events.size());
 }
 
+// P2PSIM_FAULT (DESIGN.md §9): a rank that stops or dies, for the stopped-job tests. "stop@R:N": the
+// process holding rank R of a communicator stops itself (SIGSTOP) as its N-th operation batch
+// begins, before it posts anything, so the other ranks wait in that operation; "die@R:N": it posts
+// its contribution to its N-th batch and is then killed (SIGKILL), mid-collective.
+struct Fault {
+  enum Kind { kNone, kStop, kDie } kind = kNone;
+  int rank = -1;
+  long batch = 0;
+};
+const Fault& TheFault() {
+  static const Fault f = [] {
+    Fault out;
+    const char* v = std::getenv("P2PSIM_FAULT");
+    char kind[8] = {};
+    int rank = -1;
+    long batch = 0;
+    if (v != nullptr && std::sscanf(v, "%7[a-z]@%d:%ld", kind, &rank, &batch) == 3 && rank >= 0 && batch > 0) {
+      out.kind = std::strcmp(kind, "stop") == 0 ? Fault::kStop : std::strcmp(kind, "die") == 0 ? Fault::kDie : Fault::kNone;
+      out.rank = rank;
+      out.batch = batch;
+    } else if (v != nullptr && *v != '\0') {
+      std::fprintf(stderr, "p2psim: P2PSIM_FAULT=%s is not stop@RANK:N or die@RANK:N; no fault\n", v);
+    }
+    return out;
+  }();
+  return f;
+}
+// This batch's fault, if it is this process's: counted per process, for the batches of the rank.
+Fault::Kind FaultNow(const std::vector<Op>& ops) {
+  const Fault& f = TheFault();
+  if (f.kind == Fault::kNone || ops.empty() || ops.front().comm->rank != f.rank) return Fault::kNone;
+  static std::atomic<long> batches{0};
+  return batches.fetch_add(1) + 1 == f.batch ? f.kind : Fault::kNone;
+}
+
 // Post, meet, complete, meet, advance clocks: what a batch's kernels do.
 ncclResult_t Run(std::vector<Op>& ops) {
+  Fault::Kind fault = FaultNow(ops);
+  if (fault == Fault::kStop) raise(SIGSTOP);
   std::vector<Comm*> coll_comms;
   for (const Op& op : ops)
     if (!IsP2p(op) && std::find(coll_comms.begin(), coll_comms.end(), op.comm) == coll_comms.end())
       coll_comms.push_back(op.comm);
   for (Op& op : ops)
     if (ncclResult_t r = Post(op); r != ncclSuccess) return Fail(ops, r);
+  if (fault == Fault::kDie) kill(getpid(), SIGKILL);
   if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
   for (Op& op : ops)
     if (ncclResult_t r = Complete(op); r != ncclSuccess) return Fail(ops, r);

@@ -1,0 +1,344 @@
+#include "tools/stopped.h"
+
+#include <algorithm>
+#include <ctime>
+#include <set>
+#include <tuple>
+
+#include "core/nccl_failures.h"
+#include "core/vocabulary.h"
+#include "fmt/format.h"
+#include "p2ptrace/trace_format.h"
+#include "tools/report.h"
+
+namespace p2ptrace::cli {
+namespace {
+
+bool IsP2p(int api) { return api == P2PTRACE_NCCL_Send || api == P2PTRACE_NCCL_Recv; }
+
+std::string_view TypeName(int t) {
+  static constexpr std::string_view kNames[] = {"int8",    "uint8",   "int32",   "uint32",     "int64",
+                                                "uint64",  "float16", "float32", "float64",    "bfloat16",
+                                                "float8e4m3", "float8e5m2"};
+  return t >= 0 && t < static_cast<int>(std::size(kNames)) ? kNames[t] : "";
+}
+
+// Wall-clock time of day, UTC, to the millisecond: when each rank was last seen is compared by eye.
+std::string Clock(uint64_t realtime_ns) {
+  if (realtime_ns == 0) return "?";
+  time_t s = static_cast<time_t>(realtime_ns / 1000000000ull);
+  struct tm tm {};
+  gmtime_r(&s, &tm);
+  return fmt::format("{:02}:{:02}:{:02}.{:03} UTC", tm.tm_hour, tm.tm_min, tm.tm_sec, (realtime_ns / 1000000) % 1000);
+}
+
+std::string RankList(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  return (ranks.size() == 1 ? "rank " : "ranks ") + RankRanges(ranks);
+}
+
+}  // namespace
+
+std::string StoppedOp::Text() const {
+  std::string what = fmt::format("{} #{}", NcclApiName(api), seq);
+  std::string size = BytesText(bytes);
+  if (!TypeName(datatype).empty()) size += " " + std::string(TypeName(datatype));
+  if (p2p) size += fmt::format(" {} rank {}", api == P2PTRACE_NCCL_Send ? "to" : "from", peer);
+  else if (peer >= 0) size += fmt::format(", root {}", peer);
+  return fmt::format("{} ({})", what, size);
+}
+
+void StoppedFold::Add(const TraceRecord& r) {
+  last_record_ns_ = std::max(last_record_ns_, r.header().time_ns);
+  if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
+    if (o->flags & P2PTRACE_NCCL_CAPTURED) return;  // a graph node: runs at launches, not numbered (as NCCL)
+    Comm& c = ops_[o->comm];
+    ++(IsP2p(o->api) ? c.p2p : c.collectives);
+    Op op{o->h.time_ns, o->stream, o->bytes, o->result, o->peer, o->api, o->datatype};
+    // The newest kKeep by time (records come chunk by chunk: not in time order across threads).
+    auto later = [](const Op& a, const Op& b) { return a.time < b.time; };
+    if (c.last.size() < kKeep) {
+      c.last.insert(std::upper_bound(c.last.begin(), c.last.end(), op, later), op);
+    } else if (op.time >= c.last.front().time) {
+      c.last.erase(c.last.begin());
+      c.last.insert(std::upper_bound(c.last.begin(), c.last.end(), op, later), op);
+    }
+    if (o->result > 0 && o->result != 7 && errors_.size() < 4)  // 7: ncclInProgress, no error
+      errors_.push_back(fmt::format("{} returned {} ({})", NcclApiName(o->api), o->result, NcclResultName(o->result)));
+  } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
+    if (c->result == 0 && c->comm != 0 && c->api <= P2PTRACE_NCCL_CommSplit) {
+      comms_[c->comm] = {c->id_hash, c->rank, c->nranks};
+    } else if (c->result == P2PTRACE_RESULT_PENDING) {
+      pending_init_ = fmt::format("{} (rank {} of {})", NcclApiName(c->api), c->rank, c->nranks);
+      pending_init_time_ = c->h.time_ns;
+    } else if (c->result > 0 && c->result != 7 && errors_.size() < 4) {
+      errors_.push_back(fmt::format("{} {} ({})", NcclApiName(c->api),
+                                    c->api == P2PTRACE_NCCL_CommGetAsyncError ? "reported" : "returned",
+                                    fmt::format("{}, {}", c->result, NcclResultName(c->result))));
+    }
+  } else if (const auto* p = std::get_if<p2ptrace_nccl_progress_record>(&r.body)) {
+    if (p->state == P2PTRACE_PROGRESS_DONE) done_through_[p->stream] = std::max(done_through_[p->stream], p->through);
+  }
+}
+
+StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, StoppedComm>* comms, size_t index) {
+  const p2ptrace_file_header& h = t.header;
+  // Each host's CLOCK_MONOTONIC to wall-clock time through its own anchor: hosts are compared by
+  // their wall clocks, each process's times by its monotonic clock.
+  auto real = [&](uint64_t mono) { return mono == 0 ? 0 : mono - h.start_monotonic_ns + h.start_realtime_ns; };
+  StoppedProcess p;
+  p.host = t.Host();
+  p.job_id = std::string(h.job_id, strnlen(h.job_id, sizeof h.job_id));
+  p.file = t.path;
+  p.pid = h.pid;
+  p.rank = h.rank;
+  p.incomplete = t.CutShort() || t.missing_chunks > 0 || h.dropped_records > 0 || t.bad_chunks > 0;
+  uint64_t last = std::max({last_record_ns_, h.heartbeat_ns, h.end_monotonic_ns});
+  p.last_sign_realtime_ns = real(last);
+  if (h.state == P2PTRACE_STATE_EXITED) p.life = "exited";
+  else if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.life = "fatal signal " + SignalName(h.fatal_signal);
+  else if (h.heartbeat_ns != 0) p.life = "no heartbeat since " + Clock(real(h.heartbeat_ns));  // FinishStopped may say "running"
+  else p.life = "ended without exit (no heartbeat recorded)";
+  p.nccl_errors = errors_;
+  if (!pending_init_.empty())
+    p.pending_init = fmt::format("{} entered at {} and never returned", pending_init_, Clock(real(pending_init_time_)));
+  bool watched = h.heartbeat_ns != 0;
+  for (auto& [ptr, c] : ops_) {
+    auto info = comms_.find(ptr);
+    if (info == comms_.end()) continue;  // its init was not recorded (before the trace opened)
+    if (p.rank < 0 && info->second.rank >= 0 && (comms_.size() == 1)) p.rank = info->second.rank;
+    std::string id = fmt::format("{:08x}", info->second.hash >> 32);
+    StoppedComm& sc = (*comms)[p.job_id + "/" + id];
+    sc.id = id;
+    sc.nranks = std::max(sc.nranks, info->second.nranks);
+    StoppedMember m;
+    m.process = index;
+    m.rank = info->second.rank;
+    m.collectives = c.collectives;
+    m.p2p = c.p2p;
+    uint64_t coll = c.collectives, p2p = c.p2p;
+    for (auto it = c.last.rbegin(); it != c.last.rend(); ++it) {  // newest first: numbers count down
+      StoppedOp op;
+      op.p2p = IsP2p(it->api);
+      op.seq = op.p2p ? p2p-- : coll--;
+      op.api = it->api;
+      op.bytes = it->bytes;
+      op.datatype = it->datatype - 1;
+      op.peer = it->peer;
+      op.called_realtime_ns = real(it->time);
+      auto done = done_through_.find(it->stream);
+      if (it->result == P2PTRACE_RESULT_PENDING) op.state = "in the call";
+      else if (it->result != 0) op.state = fmt::format("failed {} ({})", it->result, NcclResultName(it->result));
+      else if (done != done_through_.end() && done->second >= it->time) op.state = "finished";
+      else if (h.state == P2PTRACE_STATE_EXITED) op.state = "finished";
+      else if (watched && it->stream != 0) op.state = "on the GPU";
+      else op.state = "returned";
+      m.last.insert(m.last.begin(), op);
+    }
+    sc.members.push_back(std::move(m));
+  }
+  return p;
+}
+
+namespace {
+
+bool Unfinished(const StoppedOp& op) { return op.state == "in the call" || op.state == "on the GPU"; }
+
+// The newest collective a member called, or null.
+const StoppedOp* LastCollective(const StoppedMember& m) {
+  for (auto it = m.last.rbegin(); it != m.last.rend(); ++it)
+    if (!it->p2p) return &*it;
+  return nullptr;
+}
+const StoppedOp* Newest(const StoppedMember& m) { return m.last.empty() ? nullptr : &m.last.back(); }
+
+std::string Signature(const StoppedOp& op) {
+  return fmt::format("{} ({}{}{})", NcclApiName(op.api), BytesText(op.bytes),
+                     TypeName(op.datatype).empty() ? "" : " " + std::string(TypeName(op.datatype)),
+                     op.peer >= 0 ? fmt::format(", root {}", op.peer) : "");
+}
+
+// Where the communicator's ranks stand: who waits in which operation, who never called it, and
+// where ranks disagree on what operation a number is.
+void Compare(StoppedComm& c, const std::vector<StoppedProcess>& procs) {
+  uint64_t top = 0;
+  for (const StoppedMember& m : c.members) top = std::max(top, m.collectives);
+  std::map<uint64_t, std::map<std::string, std::vector<int>>> by_seq;  // seq → signature → ranks
+  for (const StoppedMember& m : c.members)
+    for (const StoppedOp& op : m.last)
+      if (!op.p2p) by_seq[op.seq][Signature(op)].push_back(m.rank);
+  for (const auto& [seq, sigs] : by_seq) {
+    if (sigs.size() < 2 || c.mismatches.size() >= 5) continue;
+    std::vector<std::string> parts;
+    for (const auto& [sig, ranks] : sigs) parts.push_back(fmt::format("{} called {}", RankList(ranks), sig));
+    c.mismatches.push_back(fmt::format("#{}: {}", seq, fmt::join(parts, "; ")));
+  }
+  if (top == 0) return;
+  std::vector<int> waiting, stopped_in, behind;
+  std::string op_text, behind_text;
+  for (const StoppedMember& m : c.members) {
+    const StoppedOp* op = LastCollective(m);
+    const StoppedProcess& p = procs[m.process];
+    if (m.collectives == top && op != nullptr && Unfinished(*op)) {
+      (p.beating || p.life == "exited" ? waiting : stopped_in).push_back(m.rank);
+      if (op_text.empty()) op_text = fmt::format("{} #{}", NcclApiName(op->api), op->seq);
+    } else if (m.collectives < top && procs[m.process].life != "exited") {
+      behind.push_back(m.rank);
+      if (behind_text.empty())
+        behind_text = op ? fmt::format("its last: #{} ({})", op->seq, op->state) : "it called no collective";
+    }
+  }
+  std::vector<int> absent;
+  std::set<int> seen;
+  for (const StoppedMember& m : c.members) seen.insert(m.rank);
+  for (int r = 0; r < c.nranks && absent.size() < 64; ++r)
+    if (!seen.count(r)) absent.push_back(r);
+  std::vector<std::string> parts;
+  if (!waiting.empty()) parts.push_back(fmt::format("{} wait in {}", RankList(waiting), op_text));
+  if (!stopped_in.empty())
+    parts.push_back(fmt::format("{} {} in it", RankList(stopped_in), waiting.empty() ? "stopped" : "stopped (no heartbeat)"));
+  if (!behind.empty())
+    parts.push_back(fmt::format("{} never called #{} ({})", RankList(behind), top, behind_text));
+  if (!absent.empty()) parts.push_back(fmt::format("{} left no trace", RankList(absent)));
+  c.waits = fmt::format("{}", fmt::join(parts, "; "));
+}
+
+}  // namespace
+
+void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, const std::vector<PairPath>& paths,
+                   double stall_seconds) {
+  auto& procs = f->processes;
+  // Beating: a heartbeat as recent as the newest of its job (3 periods of slack, at least 3 s).
+  std::map<std::string, uint64_t> newest;
+  for (const StoppedProcess& p : procs) newest[p.job_id] = std::max(newest[p.job_id], p.last_sign_realtime_ns);
+  constexpr uint64_t kSlackNs = 3000000000ull;
+  for (StoppedProcess& p : procs)
+    if (p.life.rfind("no heartbeat", 0) == 0 && p.last_sign_realtime_ns + kSlackNs >= newest[p.job_id]) {
+      p.beating = true;
+      p.life = "beating until " + Clock(p.last_sign_realtime_ns) + " (as late as any process of the job)";
+    }
+  for (auto& [key, c] : comms) Compare(c, procs);
+
+  // Unfinished for long: an operation or an init still open stall_seconds after it was called.
+  uint64_t stall_ns = static_cast<uint64_t>(stall_seconds * 1e9);
+  std::vector<const StoppedComm*> stuck;
+  for (const auto& [key, c] : comms)
+    for (const StoppedMember& m : c.members)
+      if (const StoppedOp* op = Newest(m); op && Unfinished(*op) && procs[m.process].life != "exited" &&
+                                           procs[m.process].last_sign_realtime_ns >= op->called_realtime_ns + stall_ns) {
+        stuck.push_back(&c);
+        break;
+      }
+  std::set<std::string> jobs;
+  bool any_abnormal = false;
+  for (const StoppedProcess& p : procs) {
+    jobs.insert(p.job_id);
+    if (p.life != "exited" && !p.beating) any_abnormal = true;
+    if (!p.nccl_errors.empty() || !p.pending_init.empty()) any_abnormal = true;
+  }
+  f->present = any_abnormal || !stuck.empty();
+  for (auto& [key, c] : comms) f->comms.push_back(std::move(c));
+  if (!f->present) return;
+  if (jobs.size() > 1)
+    f->notes.push_back(fmt::format("traces of {} jobs are in this directory: each communicator is compared within its job "
+                                   "(job ids: {})", jobs.size(), fmt::join(jobs, ", ")));
+  for (const StoppedProcess& p : procs)
+    if (p.incomplete)
+      f->notes.push_back(fmt::format("{} (pid {}): its trace is cut short or dropped records; its operation numbers may be "
+                                     "low, so it is never named first on them alone", p.host, p.pid));
+
+  // Who stopped first: a process that stopped beating or died, earliest last sign of life; within
+  // the clocks' margin, the one behind in its communicators (the others wait for it).
+  auto behind_in = [&](size_t i) {
+    for (const StoppedComm& c : f->comms) {
+      uint64_t top = 0, mine = UINT64_MAX;
+      for (const StoppedMember& m : c.members) {
+        top = std::max(top, m.collectives);
+        if (m.process == i) mine = m.collectives;
+      }
+      if (mine != UINT64_MAX && mine < top && !procs[i].incomplete) return true;
+    }
+    return false;
+  };
+  std::vector<size_t> dead;
+  for (size_t i = 0; i < procs.size(); ++i)
+    if (procs[i].life != "exited" && !procs[i].beating) dead.push_back(i);
+  std::sort(dead.begin(), dead.end(),
+            [&](size_t a, size_t b) { return procs[a].last_sign_realtime_ns < procs[b].last_sign_realtime_ns; });
+  constexpr uint64_t kMarginNs = 2000000000ull;  // two heartbeats: when each was last seen is known to a beat
+  std::set<std::string> hosts_of_dead;
+  if (!dead.empty()) {
+    std::vector<size_t> close;
+    for (size_t i : dead)
+      if (procs[i].last_sign_realtime_ns <= procs[dead[0]].last_sign_realtime_ns + kMarginNs) close.push_back(i);
+    for (size_t i : close) hosts_of_dead.insert(procs[i].host);
+    std::vector<size_t> behind;
+    for (size_t i : close)
+      if (behind_in(i)) behind.push_back(i);
+    if (close.size() == 1) f->first_process = static_cast<int>(close[0]);
+    else if (behind.size() == 1) f->first_process = static_cast<int>(behind[0]);
+    else {
+      std::vector<std::string> names;
+      for (size_t i : close) names.push_back(fmt::format("{} pid {}", procs[i].host, procs[i].pid));
+      f->notes.push_back(fmt::format("{} stopped within {} s of each other{}: which was first cannot be told from "
+                                     "their clocks",
+                                     fmt::join(names, ", "), kMarginNs / 1000000000ull,
+                                     hosts_of_dead.size() > 1 ? " on different hosts (their clocks may differ)" : ""));
+    }
+  }
+  // None stopped: one that lives but never joined the operation the others wait in.
+  if (f->first_process < 0 && dead.empty())
+    for (size_t i = 0; i < procs.size() && f->first_process < 0; ++i)
+      if (procs[i].beating && behind_in(i)) f->first_process = static_cast<int>(i);
+  // None behind: the first to report an NCCL error.
+  if (f->first_process < 0 && dead.empty())
+    for (size_t i = 0; i < procs.size() && f->first_process < 0; ++i)
+      if (!procs[i].nccl_errors.empty() || !procs[i].pending_init.empty()) f->first_process = static_cast<int>(i);
+
+  auto name = [&](const StoppedProcess& p) {
+    return p.rank >= 0 ? fmt::format("rank {} ({}, pid {})", p.rank, p.host, p.pid) : fmt::format("{} pid {}", p.host, p.pid);
+  };
+  std::vector<const StoppedOp*> first_ops;
+  if (f->first_process >= 0) {
+    const StoppedProcess& p = procs[f->first_process];
+    std::string how = p.life == "exited" || p.beating
+                          ? (p.nccl_errors.empty() ? "is alive but never joined the operation the others wait in"
+                                                   : "reported an NCCL error: " + p.nccl_errors.front())
+                      : p.life.rfind("fatal", 0) == 0 ? "died of a " + p.life.substr(6) + " at " + Clock(p.last_sign_realtime_ns)
+                      : p.life.rfind("no heartbeat", 0) == 0
+                          ? "stopped first: " + p.life + " (stopped, killed or stuck), while the others went on"
+                          : "stopped first: " + p.life;
+    f->verdict = fmt::format("{} {}", name(p), how);
+    std::vector<std::string> doing;
+    for (const StoppedComm& c : f->comms)
+      for (const StoppedMember& m : c.members)
+        if (m.process == static_cast<size_t>(f->first_process))
+          if (const StoppedOp* op = Newest(m)) {
+            doing.push_back(fmt::format("communicator {} (rank {}): {}, {}, called at {}", c.id, m.rank, op->Text(),
+                                        op->state, Clock(op->called_realtime_ns)));
+            first_ops.push_back(op);
+            for (const PairPath& path : paths) {
+              if (path.comm != c.id || f->pair_notes.size() >= 6) continue;
+              bool mine = op->p2p ? ((path.src_rank == m.rank && path.dst_rank == op->peer) ||
+                                     (path.dst_rank == m.rank && path.src_rank == op->peer))
+                                  : (path.src_rank == m.rank || path.dst_rank == m.rank);
+              if (mine) f->pair_notes.push_back(path.text);
+            }
+          }
+    if (!p.pending_init.empty()) doing.push_back(p.pending_init);
+    f->first_doing = doing.empty() ? "no NCCL operation on record" : fmt::format("{}", fmt::join(doing, "; "));
+  } else if (!stuck.empty()) {
+    const StoppedComm& c = *stuck.front();
+    f->verdict = fmt::format("no rank stopped: every rank of communicator {} is alive and the operation they are in "
+                             "has not finished ({})", c.id, c.waits);
+    for (const PairPath& path : paths)
+      if (path.comm == c.id && f->pair_notes.size() < 8) f->pair_notes.push_back(path.text);
+  } else if (!dead.empty()) {
+    f->verdict = "processes stopped without exit; which was first cannot be told (see the notes)";
+  } else {
+    f->verdict = "the job did not end cleanly, but no rank can be named";
+  }
+}
+
+}  // namespace p2ptrace::cli
