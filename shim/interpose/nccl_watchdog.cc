@@ -71,17 +71,17 @@ struct State {
   std::vector<StreamState> streams;
   std::unordered_map<uint64_t, CommInfo> comms;
   std::vector<Connection> connections;
+  std::vector<const p2ptrace_nccl_comm_record*> entered;  // inits on record whose result is pending
 };
 
-std::mutex& Mu() {  // guards starting, stopping and g_stop's condition
-  static auto* mu = new std::mutex();
-  return *mu;
-}
-std::condition_variable& Wake() {
-  static auto* cv = new std::condition_variable();
-  return *cv;
-}
-bool g_started = false, g_stop = false;
+// Starting and the thread's sleep; a fork child gets fresh ones (ForkChild), never a copy held by a
+// thread that did not come along.
+std::mutex* g_mu = new std::mutex();
+std::condition_variable* g_wake = new std::condition_variable();
+std::mutex& Mu() { return *g_mu; }
+std::condition_variable& Wake() { return *g_wake; }
+bool g_started = false;
+std::atomic<bool> g_stop{false};
 State* g_state = nullptr;  // the thread's own (a fork child makes a new one)
 
 template <typename T>
@@ -133,7 +133,13 @@ void TakeRecord(State& s, const p2ptrace_file_header* h, const unsigned char* at
     st->open.push_back(op);
   } else if (type == P2PTRACE_RECORD_NCCL_COMM) {
     const auto* r = reinterpret_cast<const p2ptrace_nccl_comm_record*>(at);
-    if (r->result != 0 || r->comm == 0 || r->api > P2PTRACE_NCCL_CommSplit) return;
+    // An init still running: its fields are filled in place before its result; looked at again later.
+    int32_t result = Load(&r->result);
+    if (result == P2PTRACE_RESULT_PENDING) {
+      if (s.entered.size() < 64) s.entered.push_back(r);
+      return;
+    }
+    if (result != 0 || r->comm == 0 || r->api > P2PTRACE_NCCL_CommSplit) return;
     CommInfo& c = s.comms[r->comm];
     c.id_hash = r->id_hash;
     c.rank = r->rank;
@@ -156,6 +162,10 @@ void Scan(State& s) {
   uint64_t n_chunks = (h->file_size - h->chunks_offset) / h->chunk_size;
   uint64_t claimed = std::min<uint64_t>(Load(&h->chunks_claimed), n_chunks);
   if (s.cursors.size() < claimed) s.cursors.resize(claimed, 0);
+  std::vector<const p2ptrace_nccl_comm_record*> entered;
+  entered.swap(s.entered);
+  for (const p2ptrace_nccl_comm_record* r : entered)
+    TakeRecord(s, h, reinterpret_cast<const unsigned char*>(r), P2PTRACE_RECORD_NCCL_COMM);
   const auto* base = reinterpret_cast<const unsigned char*>(h);
   for (uint64_t c = 0; c < claimed; ++c) {
     const auto* ch = reinterpret_cast<const p2ptrace_chunk_header*>(base + h->chunks_offset + c * h->chunk_size);
@@ -307,7 +317,7 @@ void* WatchdogMain(void*) {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(Mu());
-      if (Wake().wait_for(lock, period, [] { return g_stop; })) return nullptr;
+      if (Wake().wait_for(lock, period, [] { return g_stop.load(); })) return nullptr;
     }
     if (!TraceWriter::IsOpen()) continue;
     if (p2ptrace_file_header* h = TraceWriter::header()) Beat(h);
@@ -317,11 +327,11 @@ void* WatchdogMain(void*) {
       for (StreamState& st : s.streams)
         if (st.rt == nullptr) st.rt = rt;
     {
+      // Gate, then the unload lock: a capture waits for these calls, and no library goes meanwhile.
       std::lock_guard<std::mutex> gate(graphs::CaptureGate());
+      if (g_stop.load()) return nullptr;  // StopNcclWatchdog: no CUDA call after it returned
       if (!graphs::AnyCapture()) {
         std::lock_guard<std::recursive_mutex> unload(UnloadMutex());
-        std::lock_guard<std::mutex> lock(Mu());  // StopNcclWatchdog: no CUDA call once it returned
-        if (g_stop) return nullptr;
         for (StreamState& st : s.streams) CheckStream(s, st);
       }
     }
@@ -329,20 +339,13 @@ void* WatchdogMain(void*) {
   }
 }
 
-void ForkPrepare() {
-  graphs::CaptureGate().lock();
-  Mu().lock();
-}
-void ForkParent() {
-  Mu().unlock();
-  graphs::CaptureGate().unlock();
-}
-// The thread did not come along: the child starts its own at its first communicator.
+// The thread did not come along: the child starts its own at its first communicator, with locks
+// of its own (the parent's may have been held by the thread).
 void ForkChild() {
-  Mu().unlock();
-  graphs::CaptureGate().unlock();
+  g_mu = new std::mutex();
+  g_wake = new std::condition_variable();
   g_started = false;
-  g_stop = false;
+  g_stop.store(false);
   g_state = nullptr;  // the parent's (left alone: its events are not the child's)
 }
 
@@ -356,8 +359,8 @@ void StartNcclWatchdog() {
   const Config& config = TraceWriter::config();
   if (config.heartbeat_ms == 0 || !TraceWriter::Ready()) return;
   std::lock_guard<std::mutex> lock(Mu());
-  if (g_started || g_stop) return;
-  static bool registered = (pthread_atfork(ForkPrepare, ForkParent, ForkChild), std::atexit(AtExit), true);
+  if (g_started || g_stop.load()) return;
+  static bool registered = (pthread_atfork(nullptr, nullptr, ForkChild), std::atexit(AtExit), true);
   (void)registered;
   g_started = true;
   g_state = new State();
@@ -376,9 +379,13 @@ void StartNcclWatchdog() {
 }
 
 void StopNcclWatchdog() {
-  std::lock_guard<std::mutex> lock(Mu());
-  g_stop = true;
-  Wake().notify_all();
+  {
+    std::lock_guard<std::mutex> lock(Mu());
+    g_stop.store(true);
+    Wake().notify_all();
+  }
+  // Waits out a CUDA call the thread is in: it checks g_stop under the gate before making any.
+  std::lock_guard<std::mutex> gate(graphs::CaptureGate());
 }
 
 }  // namespace p2ptrace::shim

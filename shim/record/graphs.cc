@@ -1,5 +1,7 @@
 #include "shim/record/graphs.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <mutex>
 #include <unordered_map>
@@ -108,9 +110,16 @@ void WriteInclude(cudaGraph_t graph, uint32_t id, uint32_t included) {
 
 }  // namespace
 
+// A fork child gets a fresh gate: the thread that may have held it did not come along.
+std::mutex* g_gate = nullptr;
 std::mutex& CaptureGate() {
-  static auto* mu = new std::mutex();
-  return *mu;
+  static bool made = [] {
+    g_gate = new std::mutex();
+    pthread_atfork(nullptr, nullptr, [] { g_gate = new std::mutex(); });  // the old one is leaked, never used again
+    return true;
+  }();
+  (void)made;
+  return *g_gate;
 }
 
 void CaptureStarting() {
