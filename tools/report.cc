@@ -1173,9 +1173,25 @@ std::vector<PairPath> ReportBuilder::State::StopPaths() const {
     }
     std::string text = fmt::format("rank {} -> rank {}{} via {} ({})", src, dst, gpus, fmt::join(conn.transports, ", "),
                                    TransportName(cls));
-    if (pair != nullptr && pair->fallback && !pair->causes.empty())
-      text += fmt::format(": {} — fix: {}", pair->causes.front().id, pair->causes.front().fix);
-    out.push_back({id->second, src, dst, std::move(text)});
+    // Paths known to hang transfers (nccl#2079: ACS redirecting peer writes deadlocked allreduce).
+    static const std::map<std::string, int> kHangs = {{"acs-redirect", 6},     {"acs-suspected", 5}, {"nvml-p2p-status", 4},
+                                                      {"p2p-degraded", 3},     {"iommu-enabled", 2}, {"virtualized", 1}};
+    auto risk_of = [](const Cause& c) {
+      auto it = kHangs.find(c.id);
+      return it == kHangs.end() ? 0 : it->second;
+    };
+    int risk = 0;
+    if (pair != nullptr && !pair->causes.empty()) {
+      std::vector<std::string> ids;
+      const Cause* shown = &pair->causes.front();
+      for (const Cause& c : pair->causes) {
+        ids.push_back(c.id);
+        if (risk_of(c) > risk) risk = risk_of(c), shown = &c;
+      }
+      text += fmt::format(": {}{} — fix ({}): {}", fmt::join(ids, ", "), risk ? ", a path known to hang peer transfers" : "",
+                          shown->id, shown->fix);
+    }
+    out.push_back({id->second, src, dst, std::move(text), risk});
   }
   return out;
 }

@@ -173,6 +173,12 @@ void Compare(StoppedComm& c, const std::vector<StoppedProcess>& procs) {
     std::vector<std::string> parts;
     for (const auto& [sig, ranks] : sigs) parts.push_back(fmt::format("{} called {}", RankList(ranks), sig));
     c.mismatches.push_back(fmt::format("#{}: {}", seq, fmt::join(parts, "; ")));
+    if (!c.odd_ranks.empty() || sigs.size() != 2) continue;  // the first mismatch; two sides, one smaller
+    auto small = sigs.begin(), big = std::next(small);
+    if (small->second.size() > big->second.size()) std::swap(small, big);
+    if (small->second.size() == big->second.size()) continue;
+    c.odd_ranks = small->second;
+    c.odd_text = fmt::format("called {} as #{} where {} called {}", small->first, seq, RankList(big->second), big->first);
   }
   if (top == 0) return;
   std::vector<int> waiting, stopped_in, behind;
@@ -222,8 +228,9 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
 
   // Unfinished for long: an operation or an init still open stall_seconds after it was called.
   uint64_t stall_ns = static_cast<uint64_t>(stall_seconds * 1e9);
+  for (auto& [key, c] : comms) f->comms.push_back(std::move(c));
   std::vector<const StoppedComm*> stuck;
-  for (const auto& [key, c] : comms)
+  for (const StoppedComm& c : f->comms)
     for (const StoppedMember& m : c.members)
       if (const StoppedOp* op = Newest(m); op && Unfinished(*op) && procs[m.process].life != "exited" &&
                                            procs[m.process].last_sign_realtime_ns >= op->called_realtime_ns + stall_ns) {
@@ -238,7 +245,6 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
     if (!p.nccl_errors.empty() || !p.pending_init.empty()) any_abnormal = true;
   }
   f->present = any_abnormal || !stuck.empty();
-  for (auto& [key, c] : comms) f->comms.push_back(std::move(c));
   if (!f->present) return;
   if (jobs.size() > 1)
     f->notes.push_back(fmt::format("traces of {} jobs are in this directory: each communicator is compared within its job "
@@ -287,6 +293,13 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
                                      hosts_of_dead.size() > 1 ? " on different hosts (their clocks may differ)" : ""));
     }
   }
+  // None stopped: the odd one out of a communicator's first mismatch (Flight Recorder's culprit).
+  const StoppedComm* odd = nullptr;
+  if (f->first_process < 0 && dead.empty())
+    for (const StoppedComm& c : f->comms)
+      if (c.odd_ranks.size() == 1 && odd == nullptr)
+        for (const StoppedMember& m : c.members)
+          if (m.rank == c.odd_ranks[0]) f->first_process = static_cast<int>(m.process), odd = &c;
   // None stopped: one that lives but never joined the operation the others wait in.
   if (f->first_process < 0 && dead.empty())
     for (size_t i = 0; i < procs.size() && f->first_process < 0; ++i)
@@ -302,7 +315,8 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
   std::vector<const StoppedOp*> first_ops;
   if (f->first_process >= 0) {
     const StoppedProcess& p = procs[f->first_process];
-    std::string how = p.life == "exited" || p.beating
+    std::string how = odd != nullptr ? fmt::format("{} of communicator {}", odd->odd_text, odd->id)
+                      : p.life == "exited" || p.beating
                           ? (p.nccl_errors.empty() ? "is alive but never joined the operation the others wait in"
                                                    : "reported an NCCL error: " + p.nccl_errors.front())
                       : p.life.rfind("fatal", 0) == 0 ? "died of a " + p.life.substr(6) + " at " + Clock(p.last_sign_realtime_ns)
@@ -330,10 +344,18 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
     f->first_doing = doing.empty() ? "no NCCL operation on record" : fmt::format("{}", fmt::join(doing, "; "));
   } else if (!stuck.empty()) {
     const StoppedComm& c = *stuck.front();
+    // The communicator's pairs on a path known to hang transfers first: the likely cause.
+    std::vector<const PairPath*> mine;
+    for (const PairPath& path : paths)
+      if (path.comm == c.id) mine.push_back(&path);
+    std::stable_sort(mine.begin(), mine.end(), [](const PairPath* a, const PairPath* b) { return a->hang_risk > b->hang_risk; });
     f->verdict = fmt::format("no rank stopped: every rank of communicator {} is alive and the operation they are in "
                              "has not finished ({})", c.id, c.waits);
-    for (const PairPath& path : paths)
-      if (path.comm == c.id && f->pair_notes.size() < 8) f->pair_notes.push_back(path.text);
+    if (!mine.empty() && mine.front()->hang_risk)
+      f->verdict += fmt::format("; rank {} -> rank {} is on a path known to hang peer transfers", mine.front()->src_rank,
+                                mine.front()->dst_rank);
+    for (const PairPath* path : mine)
+      if (f->pair_notes.size() < 8) f->pair_notes.push_back(path->text);
   } else if (!dead.empty()) {
     f->verdict = "processes stopped without exit; which was first cannot be told (see the notes)";
   } else {

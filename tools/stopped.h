@@ -44,6 +44,10 @@ struct StoppedComm {
   std::vector<StoppedMember> members;
   std::vector<std::string> mismatches;  // "#57: rank 3 called ncclBroadcast (4 MiB) where 0-2 called …"
   std::string waits;                    // "ranks 0, 1, 3 wait in ncclAllReduce #57; rank 2 never called it (its last: #56)"
+  // The first mismatch's odd ones out: the ranks whose operation fewer ranks called (none on a tie),
+  // and what they called against what the others did.
+  std::vector<int> odd_ranks;
+  std::string odd_text;
 };
 
 struct StoppedProcess {
@@ -104,6 +108,10 @@ struct PairPath {
   std::string comm;  // 8 hex digits
   int src_rank = -1, dst_rank = -1;
   std::string text;  // "GPU3 -> GPU4 over shm (host-staged): acs-redirect …"
+  // Its causes include one known to make peer transfers hang (ACS or the IOMMU redirecting them
+  // through the root complex, a driver regkey or NVML status refusing P2P, a degraded link): how
+  // strongly, 0 none (ACS redirect highest, then a suspected one, NVML's status, degraded, IOMMU, VM).
+  int hang_risk = 0;
 };
 
 // All processes in: compares them. `paths`: the pairs NCCL connected, for the pair notes; an

@@ -61,7 +61,7 @@ namespace {
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr, "nccl_ring: %s\nusage: nccl_ring [-g N] [-t N] [-i rank|group|all] [-o LIST] [-b BYTES] "
-                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [-D DEV] [ID_DIR] [COUNT]\n", why);
+                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [-D DEV] [-M RANK:N:size|op] [ID_DIR] [COUNT]\n", why);
   std::exit(2);
 }
 
@@ -87,6 +87,10 @@ struct Options {
   size_t min_bytes = 0, max_bytes = 0;
   double factor = 2;
   bool split = false, mem_alloc = false;
+  // -M R:N:size|op: the rank R's N-th allreduce is called with half the count, or as a broadcast
+  // (a rank that calls a different collective or size: what the stopped-job report must name).
+  int mismatch_rank = -1, mismatch_call = 0;
+  std::string mismatch_kind;
   std::string dir;
   // The job as started: this process's place in it.
   int proc = 0, nprocs = 1, local_rank = 0;
@@ -186,6 +190,12 @@ bool Plan(const std::string& op, int N, size_t count, OpPlan* p) {
     *p = OpPlan{whole, whole, whole, 1, 2 * (n - 1) / n};
     p->input = value_input(whole);
     p->issue = [p](const Member& m, const float* s, float* r) {
+      static thread_local int calls = 0;
+      if (m.rank == g_opt.mismatch_rank && ++calls == g_opt.mismatch_call) {
+        if (g_opt.mismatch_kind == "op") P2PTRACE_NCCL_CHECK(ncclBroadcast(s, r, p->param, ncclFloat32, 0, m.comm, m.gpu->stream));
+        else P2PTRACE_NCCL_CHECK(ncclAllReduce(s, r, std::max<size_t>(p->param / 2, 1), ncclFloat32, ncclSum, m.comm, m.gpu->stream));
+        return;
+      }
       P2PTRACE_NCCL_CHECK(ncclAllReduce(s, r, p->param, ncclFloat32, ncclSum, m.comm, m.gpu->stream));
     };
     p->check = [N](const Member& m, const std::vector<float>& got) {
@@ -483,7 +493,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 int main(int argc, char** argv) {
   int c;
-  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:mD:")) != -1) {
+  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:mD:M:")) != -1) {
     switch (c) {
       case 'g': g_opt.gpus = std::atoi(optarg); break;
       case 't': g_opt.threads = std::atoi(optarg); break;
@@ -497,6 +507,14 @@ int main(int argc, char** argv) {
       case 'r': g_opt.recreate = std::atoi(optarg); break;
       case 'm': g_opt.mem_alloc = true; break;
       case 'D': g_opt.device = std::atoi(optarg); break;
+      case 'M': {
+        char kind[8] = {};
+        if (std::sscanf(optarg, "%d:%d:%7s", &g_opt.mismatch_rank, &g_opt.mismatch_call, kind) != 3 ||
+            (std::strcmp(kind, "size") != 0 && std::strcmp(kind, "op") != 0))
+          Usage("-M is RANK:N:size or RANK:N:op");
+        g_opt.mismatch_kind = kind;
+        break;
+      }
       default: Usage("unknown option");
     }
   }

@@ -280,7 +280,7 @@ void ReportStall(State& s, StreamState& st, const OpInfo& op, bool returned, uin
     via += std::string(shown++ ? ", " : "") + hop;
   }
   if (!via.empty()) line += "; NCCL connects it " + via;
-  line += ". Nothing is changed; `p2ptrace report " + TraceWriter::config().dir + "` names the rank that stopped.";
+  line += ". Nothing is changed; `p2ptrace report " + TraceWriter::config().dir + "` tells which rank or pair stopped it.";
   Warn(line);
   WriteProgress(st.stream, op, P2PTRACE_PROGRESS_STALLED, waited_ms);
 }

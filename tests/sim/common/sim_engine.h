@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -315,6 +316,10 @@ double SimNow(const State& st) {
 
 // The host waits until simulated time t (sleeping time_scale × the wait when time_scale > 0).
 void WaitUntil(State& st, std::unique_lock<std::mutex>& lock, double t) {
+  if (std::isinf(t)) {  // work that never completes (p2psim_stream_hang): the caller waits for ever
+    lock.unlock();
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
   if (st.topo.time_scale > 0) {
     double wall_target = t * st.topo.time_scale;
     double wait = wall_target - WallSeconds(st);
@@ -330,6 +335,7 @@ void WaitUntil(State& st, std::unique_lock<std::mutex>& lock, double t) {
 // Work finishing at t is done when the host clock has passed it. With time_scale 0 a poll that
 // finds it pending moves the host clock there, so pollers see "not ready" once and then progress.
 bool Completed(State& st, double t) {
+  if (std::isinf(t)) return false;  // never (p2psim_stream_hang); the host clock stays where it is
   if (t <= SimNow(st)) return true;
   if (st.topo.time_scale == 0) st.host_now = t;
   return false;

@@ -1273,6 +1273,17 @@ SIM_API int p2psim_capture_replay(cudaStream_t handle, void (*replay)(void*, cud
   SIM_ENTER();
   return CaptureReplay(st, handle, replay, ctx, release);
 }
+// The simulated NCCL's P2PSIM_FAULT hang@S-D: the stream's queued work never completes, as a kernel
+// waiting on a transfer that never arrives (ACS redirecting P2P writes): events recorded behind it
+// stay not ready, a synchronize waits for ever, streams that wait on it inherit it.
+SIM_API cudaError_t p2psim_stream_hang(cudaStream_t handle) {
+  SIM_ENTER();
+  std::lock_guard<std::mutex> lock(Mu());
+  Stream* s = Resolve(st, handle, false);
+  if (s == nullptr) return Ret(cudaErrorInvalidResourceHandle);
+  s->t = HUGE_VAL;
+  return cudaSuccess;
+}
 SIM_API cudaError_t p2psim_stream_advance(cudaStream_t handle, double seconds) {
   SIM_ENTER();
   std::lock_guard<std::mutex> lock(Mu());

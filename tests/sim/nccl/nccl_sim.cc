@@ -1554,13 +1554,15 @@ void TellProfilers(std::vector<Op>& ops) {
   for (auto& [c, events] : per_comm) pf::EmitBatch(c->profiler, c->rank, events.data(), events.size());
 }
 
-// P2PSIM_FAULT (DESIGN.md §9): a rank that stops or dies, for the stopped-job tests. "stop@R:N": the
-// process holding rank R of a communicator stops itself (SIGSTOP) as its N-th operation batch
-// begins, before it posts anything, so the other ranks wait in that operation; "die@R:N": it posts
-// its contribution to its N-th batch and is then killed (SIGKILL), mid-collective.
+// P2PSIM_FAULT (DESIGN.md §9), for the stopped-job tests. "stop@R:N": the process holding rank R of
+// a communicator stops itself (SIGSTOP) as its N-th operation batch begins, before it posts
+// anything, so the other ranks wait in that operation; "die@R:N": it posts its contribution to its
+// N-th batch and is then killed (SIGKILL), mid-collective; "hang@S-D": every operation that moves data
+// from rank S to rank D (a send/recv of that pair, a ring collective with that hop) returns, and its
+// stream's work never completes, as a kernel waiting on writes an ACS redirect lost.
 struct Fault {
-  enum Kind { kNone, kStop, kDie } kind = kNone;
-  int rank = -1;
+  enum Kind { kNone, kStop, kDie, kHang } kind = kNone;
+  int rank = -1, peer = -1;
   long batch = 0;
 };
 const Fault& TheFault() {
@@ -1568,25 +1570,41 @@ const Fault& TheFault() {
     Fault out;
     const char* v = std::getenv("P2PSIM_FAULT");
     char kind[8] = {};
-    int rank = -1;
+    int rank = -1, peer = -1;
     long batch = 0;
-    if (v != nullptr && std::sscanf(v, "%7[a-z]@%d:%ld", kind, &rank, &batch) == 3 && rank >= 0 && batch > 0) {
-      out.kind = std::strcmp(kind, "stop") == 0 ? Fault::kStop : std::strcmp(kind, "die") == 0 ? Fault::kDie : Fault::kNone;
+    if (v != nullptr && std::sscanf(v, "hang@%d-%d", &rank, &peer) == 2 && rank >= 0 && peer >= 0 && rank != peer) {
+      out.kind = Fault::kHang;
+      out.rank = rank;
+      out.peer = peer;
+    } else if (v != nullptr && std::sscanf(v, "%7[a-z]@%d:%ld", kind, &rank, &batch) == 3 && rank >= 0 && batch > 0 &&
+               (std::strcmp(kind, "stop") == 0 || std::strcmp(kind, "die") == 0)) {
+      out.kind = std::strcmp(kind, "stop") == 0 ? Fault::kStop : Fault::kDie;
       out.rank = rank;
       out.batch = batch;
     } else if (v != nullptr && *v != '\0') {
-      std::fprintf(stderr, "p2psim: P2PSIM_FAULT=%s is not stop@RANK:N or die@RANK:N; no fault\n", v);
+      std::fprintf(stderr, "p2psim: P2PSIM_FAULT=%s is not stop@RANK:N, die@RANK:N or hang@SRC-DST; no fault\n", v);
     }
     return out;
   }();
   return f;
 }
-// This batch's fault, if it is this process's: counted per process, for the batches of the rank.
+// This batch's stop or death, if it is this process's: counted per process, for the batches of the rank.
 Fault::Kind FaultNow(const std::vector<Op>& ops) {
   const Fault& f = TheFault();
-  if (f.kind == Fault::kNone || ops.empty() || ops.front().comm->rank != f.rank) return Fault::kNone;
+  if ((f.kind != Fault::kStop && f.kind != Fault::kDie) || ops.empty() || ops.front().comm->rank != f.rank)
+    return Fault::kNone;
   static std::atomic<long> batches{0};
   return batches.fetch_add(1) + 1 == f.batch ? f.kind : Fault::kNone;
+}
+// Whether `op` moves data over the hung pair (hang@S-D): its work then never completes.
+bool OverHungPair(const Op& op) {
+  const Fault& f = TheFault();
+  const Comm& c = *op.comm;
+  if (f.kind != Fault::kHang || f.rank >= c.nranks || f.peer >= c.nranks) return false;
+  if (op.kind == OpKind::kSend) return c.rank == f.rank && op.root_or_peer == f.peer;
+  if (op.kind == OpKind::kRecv) return c.rank == f.peer && op.root_or_peer == f.rank;
+  if (UsesP2pConnections(op)) return true;  // alltoall, gather, scatter: every pair may be in it
+  return f.peer == (f.rank + 1) % c.nranks;  // a ring collective: the ring 0 -> 1 -> … stalls at that hop
 }
 
 // Post, meet, complete, meet, advance clocks: what a batch's kernels do.
@@ -1605,7 +1623,11 @@ ncclResult_t Run(std::vector<Op>& ops) {
     if (ncclResult_t r = Complete(op); r != ncclSuccess) return Fail(ops, r);
   if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
   AdvanceClocks(ops);
-  TellProfilers(ops);
+  static auto hang = Cuda<int (*)(cudaStream_t)>("p2psim_stream_hang");  // absent under a real runtime
+  bool hung = false;
+  for (Op& op : ops)
+    if (hang != nullptr && OverHungPair(op)) hung = true, hang(op.stream);
+  if (!hung) TellProfilers(ops);  // a kernel that never ends stops no channel
   return ncclSuccess;
 }
 
