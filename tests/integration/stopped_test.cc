@@ -30,12 +30,31 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
-// The job's command line: 4 ranks of the demo node, each traced into DIR/t.
-std::string JobCommand(const std::string& dir, const std::string& fault, int timeout_s, int iters) {
+// The job's command line: 4 ranks of a simulated host (the demo node's node0 unless said), each
+// traced into DIR/t.
+std::string JobCommand(const std::string& dir, const std::string& fault, int timeout_s, int iters,
+                       const std::string& ring_args = "", const std::string& topology = kDemo,
+                       const std::string& host = "node0") {
   return "env P2PTRACE_DIR=" + dir + "/t P2PSIM_NCCL_DIR=" + dir + " P2PSIM_NCCL_TIMEOUT=" + std::to_string(timeout_s) +
-         " P2PTRACE_HANG_S=2 P2PSIM_FAULT=" + fault + " " + P2PSIM + " launch --topology " + kDemo +
-         " --hosts node0:4 -- env LD_PRELOAD=" + P2PTRACE_SHIM + " " + NCCL_RING + " -o allreduce -n " +
-         std::to_string(iters) + " -b 1M -e 1M " + dir;
+         " P2PTRACE_HANG_S=2 P2PSIM_FAULT=" + fault + " " + P2PSIM + " launch --topology " + topology + " --hosts " +
+         host + ":4 -- env LD_PRELOAD=" + P2PTRACE_SHIM + " " + NCCL_RING + " -o allreduce -n " +
+         std::to_string(iters) + " -b 1M -e 1M " + ring_args + " " + dir;
+}
+
+// Runs the job in a session of its own, looks at it after `seconds` (report --json into live.json,
+// watch --once into watch.txt), kills all of it with one kill -9, then reports post mortem
+// (post.json, post.txt). The job's stdout and stderr: job.out, job.err.
+void LookThenKill(const std::string& dir, const std::string& job, int seconds) {
+  std::string cli = P2PTRACE_CLI;
+  std::string script = "setsid " + job + " >" + dir + "/job.out 2>" + dir + "/job.err & pid=$!\n" +
+                       "sleep " + std::to_string(seconds) + "\n" +
+                       cli + " report --stall 2 --json " + dir + "/t >" + dir + "/live.json\n" +
+                       cli + " watch --once --stall 2 " + dir + "/t >" + dir + "/watch.txt\n" +
+                       "kill -9 -$pid; wait $pid; sleep 1\n" +
+                       cli + " report --stall 2 --json " + dir + "/t >" + dir + "/post.json\n" +
+                       cli + " report --stall 2 " + dir + "/t >" + dir + "/post.txt\n";
+  RunResult r = RunProgram({"sh", "-c", script}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
 }
 
 json Stopped(const std::string& report_json) {
@@ -62,18 +81,7 @@ void ExpectRankTwoFirst(const json& st, const std::string& when) {
 TEST(Stopped, ARankThatStopsIsNamedLiveAndPostMortem) {
   std::string dir = TempDir() + "/stop";
   fs::create_directories(dir);
-  std::string cli = P2PTRACE_CLI;
-  // The job in a session of its own, so that one kill -9 takes all of it; looked at while it hangs.
-  std::string script = "setsid " + JobCommand(dir, "stop@2:5", 120, 50) + " >" + dir + "/job.out 2>" + dir +
-                       "/job.err & pid=$!\n"
-                       "sleep 7\n" +
-                       cli + " report --stall 2 --json " + dir + "/t >" + dir + "/live.json\n" + cli +
-                       " watch --once --stall 2 " + dir + "/t >" + dir + "/watch.txt\n"
-                       "kill -9 -$pid; wait $pid; sleep 1\n" +
-                       cli + " report --stall 2 --json " + dir + "/t >" + dir + "/post.json\n" + cli +
-                       " report --stall 2 " + dir + "/t >" + dir + "/post.txt\n";
-  RunResult r = RunProgram({"sh", "-c", script}, {{"NO_COLOR", "1"}});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  LookThenKill(dir, JobCommand(dir, "stop@2:5", 120, 50), 7);
   ExpectRankTwoFirst(Stopped(Slurp(dir + "/live.json")), "live");
   ExpectRankTwoFirst(Stopped(Slurp(dir + "/post.json")), "post mortem");
   // The text leads with it, before the capture lines.
@@ -113,6 +121,61 @@ TEST(Stopped, ARankKilledMidCollectiveIsNamedFirstAndTheOthersErrorsAreCollatera
     errors += !p["nccl_errors"].empty();
   }
   EXPECT_EQ(errors, 3) << st.dump(1);
+}
+
+TEST(Stopped, APairThatNeverCompletesIsNamedWithItsCauseAndFix) {
+  // The ACS node: GPU2 and GPU3 share a switch whose ACS may redirect P2P through the root complex.
+  // The ring's hop 2 -> 3 never completes: every rank returns from ncclAllReduce, alive, and waits
+  // in cudaStreamSynchronize for ever.
+  std::string dir = TempDir() + "/hang";
+  fs::create_directories(dir);
+  LookThenKill(dir, JobCommand(dir, "hang@2-3", 120, 5, "", std::string(P2PTRACE_TOPOLOGY_DIR) + "/pcie-iommu-acs-4gpu.json",
+                               "iommu4"),
+               7);
+  for (const char* when : {"live", "post"}) {
+    SCOPED_TRACE(when);
+    json st = Stopped(Slurp(dir + "/" + when + ".json"));
+    ASSERT_TRUE(st.value("present", false)) << st.dump(1);
+    EXPECT_EQ(st["first_process"], -1) << st.dump(1);  // no rank stopped: none is blamed
+    std::string verdict = st["verdict"];
+    EXPECT_NE(verdict.find("no rank stopped"), std::string::npos) << verdict;
+    EXPECT_NE(verdict.find("rank 2 -> rank 3 is on a path known to hang"), std::string::npos) << verdict;
+    ASSERT_FALSE(st["pairs"].empty());
+    std::string pair = st["pairs"][0];
+    EXPECT_NE(pair.find("GPU2 -> GPU3"), std::string::npos) << pair;
+    EXPECT_NE(pair.find("acs-suspected"), std::string::npos) << pair;
+    EXPECT_NE(pair.find("disable ACS"), std::string::npos) << pair;  // its fix
+    // Every rank's operation returned and is still on the GPU, as the watchdog's events say.
+    for (const json& m : st["comms"][0]["members"]) EXPECT_EQ(m["last"].back()["state"], "on the GPU") << m.dump();
+  }
+  // The shim's line: the operation has not finished on the GPU (it returned long ago).
+  std::string err = Slurp(dir + "/job.err");
+  EXPECT_NE(err.find("ncclAllReduce #1 of communicator"), std::string::npos) << err;
+  EXPECT_NE(err.find("has not finished on the GPU"), std::string::npos) << err;
+}
+
+TEST(Stopped, ARankThatCallsAnotherCollectiveOrSizeIsTheOddOneOut) {
+  for (const char* kind : {"op", "size"}) {
+    SCOPED_TRACE(kind);
+    std::string dir = TempDir() + "/mismatch-" + kind;
+    fs::create_directories(dir);
+    RunResult r = RunProgram({"sh", "-c", JobCommand(dir, "", 4, 6, std::string("-M 1:3:") + kind)}, {{"NO_COLOR", "1"}});
+    EXPECT_NE(r.exit_code, 0) << r.out << r.err;  // the simulated NCCL fails them, as a real one hangs or fails
+    RunResult rep = RunProgram({P2PTRACE_CLI, "report", "--stall", "2", "--json", dir + "/t"}, {{"NO_COLOR", "1"}});
+    ASSERT_EQ(rep.exit_code, 0) << rep.err;
+    json st = Stopped(rep.out);
+    ASSERT_TRUE(st.value("present", false)) << st.dump(1);
+    int first = st.value("first_process", -1);
+    ASSERT_GE(first, 0) << st.dump(1);
+    EXPECT_EQ(st["processes"][first]["rank"], 1) << st.dump(1);
+    std::string verdict = st["verdict"];
+    EXPECT_NE(verdict.find(std::string(kind) == "op" ? "called ncclBroadcast (1.0 MiB float32, root 0) as #3"
+                                                     : "called ncclAllReduce (512.0 KiB float32) as #3"),
+              std::string::npos)
+        << verdict;
+    EXPECT_NE(verdict.find("where ranks 0, 2-3 called ncclAllReduce (1.0 MiB float32)"), std::string::npos) << verdict;
+    ASSERT_EQ(st["comms"][0]["mismatches"].size(), 1u) << st.dump(1);
+  }
 }
 
 }  // namespace
