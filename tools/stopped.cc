@@ -1,6 +1,7 @@
 #include "tools/stopped.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <set>
 #include <tuple>
@@ -55,6 +56,7 @@ void StoppedFold::Add(const TraceRecord& r) {
     if (o->flags & P2PTRACE_NCCL_CAPTURED) return;  // a graph node: runs at launches, not numbered (as NCCL)
     Comm& c = ops_[o->comm];
     ++(IsP2p(o->api) ? c.p2p : c.collectives);
+    if (!IsP2p(o->api)) c.first_collective = std::min(c.first_collective, o->h.time_ns);
     Op op{o->h.time_ns, o->stream, o->bytes, o->result, o->peer, o->api, o->datatype};
     // The newest kKeep by time (records come chunk by chunk: not in time order across threads).
     auto later = [](const Op& a, const Op& b) { return a.time < b.time; };
@@ -117,6 +119,7 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
     m.rank = info->second.rank;
     m.collectives = c.collectives;
     m.p2p = c.p2p;
+    if (c.first_collective != UINT64_MAX) m.first_called_realtime_ns = real(c.first_collective);
     uint64_t coll = c.collectives, p2p = c.p2p;
     for (auto it = c.last.rbegin(); it != c.last.rend(); ++it) {  // newest first: numbers count down
       StoppedOp op;
@@ -212,9 +215,58 @@ void Compare(StoppedComm& c, const std::vector<StoppedProcess>& procs) {
 
 }  // namespace
 
+namespace {
+
+int64_t Median(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Hosts whose wall clocks disagree: each process's times came through its own host's anchor, so a
+// host whose clock is off shifts all of its ranks alike. The ranks of a communicator call its first
+// collective together (their init returned together): a host whose ranks did so more than 2 s from
+// the others' median, by its clock, has its times moved by that much, and the finding says so.
+void CorrectHostClocks(StoppedFinding* f) {
+  std::map<std::string, std::vector<int64_t>> off;  // host -> its ranks' distance from their communicators' median
+  std::set<std::string> hosts;
+  for (const StoppedProcess& p : f->processes) hosts.insert(p.job_id + "\n" + p.host);
+  if (hosts.size() < 2) return;
+  for (const StoppedComm& c : f->comms) {
+    std::vector<int64_t> firsts;
+    for (const StoppedMember& m : c.members)
+      if (m.first_called_realtime_ns) firsts.push_back(static_cast<int64_t>(m.first_called_realtime_ns));
+    if (firsts.size() < 3) continue;  // a median of two cannot say which is off
+    int64_t med = Median(firsts);
+    for (const StoppedMember& m : c.members)
+      if (m.first_called_realtime_ns)
+        off[f->processes[m.process].host].push_back(static_cast<int64_t>(m.first_called_realtime_ns) - med);
+  }
+  constexpr int64_t kTrustedNs = 2000000000;
+  for (const auto& [host, d] : off) {
+    int64_t shift = Median(d);
+    if (shift > -kTrustedNs && shift < kTrustedNs) continue;
+    for (size_t i = 0; i < f->processes.size(); ++i) {
+      StoppedProcess& p = f->processes[i];
+      if (p.host != host) continue;
+      p.last_sign_realtime_ns -= shift;
+      for (StoppedComm& c : f->comms)
+        for (StoppedMember& m : c.members)
+          if (m.process == i)
+            for (StoppedOp& op : m.last) op.called_realtime_ns -= shift;
+    }
+    f->notes.push_back(fmt::format("{}'s clock reads {:.1f} s {} the other hosts' (its ranks called their communicators' "
+                                   "first collective that far off, by its clock): its times are corrected by that much",
+                                   host, std::abs(shift) * 1e-9, shift > 0 ? "ahead of" : "behind"));
+  }
+}
+
+}  // namespace
+
 void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, const std::vector<PairPath>& paths,
                    double stall_seconds) {
   auto& procs = f->processes;
+  for (auto& [key, c] : comms) f->comms.push_back(std::move(c));
+  CorrectHostClocks(f);
   // Beating: a heartbeat as recent as the newest of its job (3 periods of slack, at least 3 s).
   std::map<std::string, uint64_t> newest;
   for (const StoppedProcess& p : procs) newest[p.job_id] = std::max(newest[p.job_id], p.last_sign_realtime_ns);
@@ -224,11 +276,10 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
       p.beating = true;
       p.life = "beating until " + Clock(p.last_sign_realtime_ns) + " (as late as any process of the job)";
     }
-  for (auto& [key, c] : comms) Compare(c, procs);
+  for (StoppedComm& c : f->comms) Compare(c, procs);
 
   // Unfinished for long: an operation or an init still open stall_seconds after it was called.
   uint64_t stall_ns = static_cast<uint64_t>(stall_seconds * 1e9);
-  for (auto& [key, c] : comms) f->comms.push_back(std::move(c));
   std::vector<const StoppedComm*> stuck;
   for (const StoppedComm& c : f->comms)
     for (const StoppedMember& m : c.members)

@@ -36,6 +36,9 @@ struct StoppedMember {
   int rank = -1;       // in the communicator
   uint64_t collectives = 0, p2p = 0;  // operations called
   std::vector<StoppedOp> last;        // its newest operations, oldest first (a few)
+  // When it called the communicator's first collective (wall clock, by its host): the ranks call it
+  // together, right after their init returned together, so hosts' clocks are compared on it.
+  uint64_t first_called_realtime_ns = 0;
 };
 
 struct StoppedComm {
@@ -89,6 +92,7 @@ class StoppedFold {
   struct Comm {
     uint64_t collectives = 0, p2p = 0;
     std::vector<Op> last;  // newest by time, at most kKeep
+    uint64_t first_collective = UINT64_MAX;  // the earliest collective's time
   };
   static constexpr size_t kKeep = 6;
   std::map<uint64_t, Comm> ops_;  // by ncclComm_t
