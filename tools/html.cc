@@ -258,6 +258,23 @@ std::string RenderHtml(const Report& rep) {
     out += fmt::format("<p class=\"note\">{} file{} skipped (p2ptrace names each on stderr)</p>\n", rep.problems.size(),
                        rep.problems.size() == 1 ? "" : "s");
 
+  // A hung or dead job: who stopped first, what it did, who waits (the report's STOPPED lines).
+  if (rep.stopped.present) {
+    const StoppedFinding& st = rep.stopped;
+    out += "<h2>Stopped</h2>\n<p class=\"note\"><b>" + Escape(st.verdict) + "</b></p>\n<ul>";
+    if (st.first_process >= 0) out += "<li>it was doing: " + Escape(st.first_doing) + "</li>";
+    for (const std::string& p : st.pair_notes) out += "<li>pair: " + Escape(p) + "</li>";
+    size_t shown = 0;
+    for (const StoppedComm& c : st.comms)
+      if ((!c.waits.empty() || !c.mismatches.empty()) && shown++ < 8) {
+        out += fmt::format("<li>communicator {} ({} ranks): {}", Escape(c.id), c.nranks, Escape(c.waits));
+        for (const std::string& m : c.mismatches) out += "<br>mismatch " + Escape(m);
+        out += "</li>";
+      }
+    for (const std::string& n : st.notes) out += "<li><i>" + Escape(n) + "</i></li>";
+    out += "</ul>\n";
+  }
+
   // Pairs for the script: what the details panel shows; each pair's JSON text in turn (a big job's
   // pairs as one JSON tree would take several times the page).
   std::string pairs_data = "{\"pairs\":[";

@@ -187,6 +187,8 @@ int main(int argc, char** argv) {
   synth->add_option("--hosts", synth_options.hosts, "hosts (default: as few as --gpus-per-host allows)");
   synth->add_option("--gpus-per-host", synth_options.gpus_per_host, "GPUs per host")->capture_default_str();
   synth->add_option("--seed", synth_options.seed, "the same seed writes the same files")->capture_default_str();
+  synth->add_option("--stop-rank", synth_options.stop_rank, "a job that hung: this rank stopped, the others wait in "
+                    "one more allreduce (the report's stopped finding)");
   synth->add_option("--scenario", synth_options.scenario,
                     "healthy (NVLink, NCCL P2P and IB GDR), pcie (PCIe P2P), fallback (peer access never enabled: "
                     "host-staged copies; NCCL_P2P_DISABLE=1: NCCL over SHM)")

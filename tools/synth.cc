@@ -399,6 +399,21 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
     step(ns);
   }
   h.end_monotonic_ns = t;
+  if (o.stop_rank >= 0) {  // hung: the others wait in one more allreduce; stop_rank never called it
+    h.state = P2PTRACE_STATE_RUNNING;
+    h.end_monotonic_ns = 0;
+    h.heartbeat_period_ms = 1000;
+    h.heartbeat_ns = rank == o.stop_rank ? t : t + 60ull * 1000000000ull;
+    if (rank != o.stop_rank) {
+      p2ptrace_nccl_op_record r{};
+      r.comm = CommPointer(rank);
+      r.peer = -1;
+      r.api = P2PTRACE_NCCL_AllReduce;
+      r.bytes = 32ull << 20;
+      r.result = P2PTRACE_RESULT_PENDING;
+      b.Append(r, P2PTRACE_RECORD_NCCL_OP, 0, t + 1000);
+    }
+  }
   return b.Finish(static_cast<uint32_t>(h.pid));
 }
 
@@ -407,6 +422,8 @@ std::string RankTrace(const SynthOptions& o, const Layout& L, const Links& links
 absl::Status WriteSyntheticJob(const SynthOptions& o) {
   if (o.out.empty()) return absl::InvalidArgumentError("--out: a directory is needed");
   if (o.ranks < 1 || o.ranks > 1000000) return absl::InvalidArgumentError(fmt::format("--ranks {}: 1 to 1000000", o.ranks));
+  if (o.stop_rank < -1 || o.stop_rank >= o.ranks)
+    return absl::InvalidArgumentError(fmt::format("--stop-rank {}: a rank of the job, 0 to {}", o.stop_rank, o.ranks - 1));
   if (o.events < 0 || o.events > 100000000)
     return absl::InvalidArgumentError(fmt::format("--events {}: 0 to 100000000", o.events));
   if (o.gpus_per_host < 1 || o.gpus_per_host > P2PTRACE_MAX_DEVICES)

@@ -35,6 +35,10 @@ struct SynthOptions {
   std::string job_id;
   std::vector<std::string> env;
   uint64_t start_time = 1767225600;  // when rank 0 started, seconds since 1970 (UTC); default 2026-01-01
+  // A job that hung (the stopped finding): every rank then calls one more allreduce and waits in it
+  // (still in the call, beating 60 s on), except this rank, which stopped beating before calling
+  // it. -1: the job exited normally.
+  int stop_rank = -1;
 };
 
 // Writes `ranks` trace files and, when ranks > 1, one nccl.<host>.<pid>.log per rank into `out`.
