@@ -1155,6 +1155,9 @@ std::vector<PairPath> ReportBuilder::State::StopPaths() const {
   std::map<std::string, std::string> id_of_key;  // connection key ("0x…" commId) -> 8 hex digits of the id hash
   for (const auto& [where, key] : comm_of)
     if (auto h = id_hash_of.find(where); h != id_hash_of.end()) id_of_key.try_emplace(key.first, fmt::format("{:08x}", h->second >> 32));
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, const PairEntry*> nccl_pair;
+  for (const PairEntry& e : rep.pairs)
+    if (e.source == "nccl") nccl_pair[{e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}] = &e;
   std::vector<PairPath> out;
   for (const auto& [k, conn] : nccl_conns) {
     const auto& [key, src, dst, cls] = k;
@@ -1166,10 +1169,7 @@ std::vector<PairPath> ReportBuilder::State::StopPaths() const {
     if (a != who.end() && b != who.end()) {
       GpuRef ga = Ref(a->second.host, a->second.bus), gb = Ref(b->second.host, b->second.bus);
       gpus = fmt::format(" ({} {} -> {}{})", ga.host, GpuName(ga), gb.host == ga.host ? "" : gb.host + " ", GpuName(gb));
-      for (const PairEntry& e : rep.pairs)
-        if (e.source == "nccl" && e.src.host == ga.host && e.src.bus_id == ga.bus_id && e.dst.host == gb.host &&
-            e.dst.bus_id == gb.bus_id)
-          pair = &e;
+      if (auto it = nccl_pair.find({ga.host, ga.bus_id, gb.host, gb.bus_id}); it != nccl_pair.end()) pair = it->second;
     }
     std::string text = fmt::format("rank {} -> rank {}{} via {} ({})", src, dst, gpus, fmt::join(conn.transports, ", "),
                                    TransportName(cls));
