@@ -30,6 +30,8 @@ json Header(const Trace& t) {
           {"cuda_driver_version", h.cuda_driver_version}, {"device_count", h.device_count}, {"bus_ids", buses},
           {"start_realtime_ns", h.start_realtime_ns}, {"start_monotonic_ns", h.start_monotonic_ns},
           {"end_monotonic_ns", h.end_monotonic_ns}, {"chunks", h.chunks_claimed},
+          {"heartbeat_ns", h.heartbeat_ns}, {"heartbeats", h.heartbeats}, {"heartbeat_period_ms", h.heartbeat_period_ms},
+          {"exit_status", h.exit_status_known ? json(h.exit_status) : json(nullptr)},
           {"dropped_records", h.dropped_records}, {"skipped_records", t.skipped_records},
           {"bad_chunks", t.bad_chunks}, {"env", env}};
 }
@@ -51,9 +53,15 @@ json Record(const TraceRecord& r) {
     j.update({{"kind", "nccl_comm"}, {"api", NcclApiName(nc->api)}, {"comm", nc->comm},
               {"id_hash", fmt::format("{:016x}", nc->id_hash)}, {"rank", nc->rank}, {"nranks", nc->nranks},
               {"cuda_device", nc->cuda_device}, {"result", nc->result}});
+    if (nc->result == P2PTRACE_RESULT_PENDING) j["result"] = "pending";
   } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
     j.update({{"kind", "nccl_op"}, {"api", NcclApiName(o->api)}, {"comm", o->comm}, {"stream", o->stream},
-              {"bytes", o->bytes}, {"peer", o->peer}, {"result", o->result}, {"flags", o->flags}, {"site", o->site}});
+              {"bytes", o->bytes}, {"peer", o->peer}, {"result", o->result}, {"flags", o->flags}, {"site", o->site},
+              {"datatype", int(o->datatype) - 1}});
+    if (o->result == P2PTRACE_RESULT_PENDING) j["result"] = "pending";
+  } else if (const auto* pr = std::get_if<p2ptrace_nccl_progress_record>(&r.body)) {
+    j.update({{"kind", "nccl_progress"}, {"state", pr->state == P2PTRACE_PROGRESS_DONE ? "done" : "stalled"},
+              {"stream", pr->stream}, {"comm", pr->comm}, {"through_ns", pr->through}, {"waited_ms", pr->waited_ms}});
   } else if (const auto* g = std::get_if<p2ptrace_graph_record>(&r.body)) {
     static constexpr const char* kEvent[] = {"", "end_capture", "instantiate", "launch", "exec_update", "exec_destroy",
                                              "graph_destroy", "include", "altered"};

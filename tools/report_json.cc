@@ -273,7 +273,7 @@ json StoppedJson(const StoppedFinding& st) {
   json procs = json::array(), comms = json::array();
   for (const StoppedProcess& p : st.processes)
     procs.push_back({{"host", p.host}, {"pid", p.pid}, {"rank", p.rank}, {"job_id", p.job_id}, {"file", p.file},
-                     {"life", p.life}, {"beating", p.beating}, {"last_seen_realtime_ns", p.last_sign_realtime_ns},
+                     {"life", p.life}, {"exited", p.exited}, {"exit_status", p.exit_status}, {"beating", p.beating}, {"last_seen_realtime_ns", p.last_sign_realtime_ns},
                      {"nccl_errors", p.nccl_errors}, {"pending_init", p.pending_init}, {"incomplete", p.incomplete}});
   for (const StoppedComm& c : st.comms) {
     json members = json::array();

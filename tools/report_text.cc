@@ -233,7 +233,7 @@ std::string StoppedText(const StoppedFinding& st) {
   constexpr size_t kProcessesShown = 16;
   size_t listed = 0;
   for (const StoppedProcess& p : st.processes) {
-    if (p.life == "exited" || (p.beating && p.nccl_errors.empty() && p.pending_init.empty())) continue;
+    if ((p.exited && p.exit_status == 0) || (p.beating && p.nccl_errors.empty() && p.pending_init.empty())) continue;
     if (listed++ >= kProcessesShown) continue;
     out += fmt::format("  {} {} (pid {}): {}{}{}\n", p.rank >= 0 ? fmt::format("rank {}", p.rank) : "process", p.host,
                        p.pid, p.life, p.nccl_errors.empty() ? "" : "; " + p.nccl_errors.front(),

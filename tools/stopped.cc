@@ -98,7 +98,9 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
   p.incomplete = t.CutShort() || t.missing_chunks > 0 || h.dropped_records > 0 || t.bad_chunks > 0;
   uint64_t last = std::max({last_record_ns_, h.heartbeat_ns, h.end_monotonic_ns});
   p.last_sign_realtime_ns = real(last);
-  if (h.state == P2PTRACE_STATE_EXITED) p.life = "exited";
+  p.exited = h.state == P2PTRACE_STATE_EXITED;
+  p.exit_status = h.exit_status_known ? h.exit_status : 0;
+  if (p.exited) p.life = p.exit_status != 0 ? fmt::format("exited with status {} at {}", p.exit_status, Clock(p.last_sign_realtime_ns)) : "exited";
   else if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.life = "fatal signal " + SignalName(h.fatal_signal);
   else if (h.heartbeat_ns != 0) p.life = "no heartbeat since " + Clock(real(h.heartbeat_ns));  // FinishStopped may say "running"
   else p.life = "ended without exit (no heartbeat recorded)";
@@ -190,12 +192,13 @@ void Compare(StoppedComm& c, const std::vector<StoppedProcess>& procs) {
     const StoppedOp* op = LastCollective(m);
     const StoppedProcess& p = procs[m.process];
     if (m.collectives == top && op != nullptr && Unfinished(*op)) {
-      (p.beating || p.life == "exited" ? waiting : stopped_in).push_back(m.rank);
+      (p.beating || p.exited ? waiting : stopped_in).push_back(m.rank);
       if (op_text.empty()) op_text = fmt::format("{} #{}", NcclApiName(op->api), op->seq);
-    } else if (m.collectives < top && procs[m.process].life != "exited") {
+    } else if (m.collectives < top) {
       behind.push_back(m.rank);
       if (behind_text.empty())
-        behind_text = op ? fmt::format("its last: #{} ({})", op->seq, op->state) : "it called no collective";
+        behind_text = (op ? fmt::format("its last: #{} ({})", op->seq, op->state) : "it called no collective") +
+                      (p.exited ? "; it " + p.life : "");
     }
   }
   std::vector<int> absent;
@@ -283,28 +286,11 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
   std::vector<const StoppedComm*> stuck;
   for (const StoppedComm& c : f->comms)
     for (const StoppedMember& m : c.members)
-      if (const StoppedOp* op = Newest(m); op && Unfinished(*op) && procs[m.process].life != "exited" &&
+      if (const StoppedOp* op = Newest(m); op && Unfinished(*op) && !procs[m.process].exited &&
                                            procs[m.process].last_sign_realtime_ns >= op->called_realtime_ns + stall_ns) {
         stuck.push_back(&c);
         break;
       }
-  std::set<std::string> jobs;
-  bool any_abnormal = false;
-  for (const StoppedProcess& p : procs) {
-    jobs.insert(p.job_id);
-    if (p.life != "exited" && !p.beating) any_abnormal = true;
-    if (!p.nccl_errors.empty() || !p.pending_init.empty()) any_abnormal = true;
-  }
-  f->present = any_abnormal || !stuck.empty();
-  if (!f->present) return;
-  if (jobs.size() > 1)
-    f->notes.push_back(fmt::format("traces of {} jobs are in this directory: each communicator is compared within its job "
-                                   "(job ids: {})", jobs.size(), fmt::join(jobs, ", ")));
-  for (const StoppedProcess& p : procs)
-    if (p.incomplete)
-      f->notes.push_back(fmt::format("{} (pid {}): its trace is cut short or dropped records; its operation numbers may be "
-                                     "low, so it is never named first on them alone", p.host, p.pid));
-
   // Who stopped first: a process that stopped beating or died, earliest last sign of life; within
   // the clocks' margin, the one behind in its communicators (the others wait for it).
   auto behind_in = [&](size_t i) {
@@ -318,9 +304,33 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
     }
     return false;
   };
+  // Stopped: no exit and no heartbeat. Also gone: exited (with an error, or behind) while others of
+  // its job had not (torchrun kills the rest once one rank raised).
+  std::set<std::string> unfinished_jobs;
+  for (const StoppedProcess& p : procs)
+    if (!p.exited) unfinished_jobs.insert(p.job_id);
   std::vector<size_t> dead;
   for (size_t i = 0; i < procs.size(); ++i)
-    if (procs[i].life != "exited" && !procs[i].beating) dead.push_back(i);
+    if ((!procs[i].exited && !procs[i].beating) ||
+        (procs[i].exited && unfinished_jobs.count(procs[i].job_id) && (procs[i].exit_status != 0 || behind_in(i))))
+      dead.push_back(i);
+  std::set<std::string> jobs;
+  bool any_abnormal = false;
+  for (const StoppedProcess& p : procs) {
+    jobs.insert(p.job_id);
+    if (!p.exited && !p.beating) any_abnormal = true;
+    if (!p.nccl_errors.empty() || !p.pending_init.empty()) any_abnormal = true;
+  }
+  f->present = any_abnormal || !stuck.empty() || !dead.empty();
+  if (!f->present) return;
+  if (jobs.size() > 1)
+    f->notes.push_back(fmt::format("traces of {} jobs are in this directory: each communicator is compared within its job "
+                                   "(job ids: {})", jobs.size(), fmt::join(jobs, ", ")));
+  for (const StoppedProcess& p : procs)
+    if (p.incomplete)
+      f->notes.push_back(fmt::format("{} (pid {}): its trace is cut short or dropped records; its operation numbers may be "
+                                     "low, so it is never named first on them alone", p.host, p.pid));
+
   std::sort(dead.begin(), dead.end(),
             [&](size_t a, size_t b) { return procs[a].last_sign_realtime_ns < procs[b].last_sign_realtime_ns; });
   constexpr uint64_t kMarginNs = 2000000000ull;  // two heartbeats: when each was last seen is known to a beat
@@ -367,7 +377,9 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
   if (f->first_process >= 0) {
     const StoppedProcess& p = procs[f->first_process];
     std::string how = odd != nullptr ? fmt::format("{} of communicator {}", odd->odd_text, odd->id)
-                      : p.life == "exited" || p.beating
+                      : p.exited && !dead.empty() && std::find(dead.begin(), dead.end(), size_t(f->first_process)) != dead.end()
+                          ? p.life + ", while the others waited for it"
+                      : p.exited || p.beating
                           ? (p.nccl_errors.empty() ? "is alive but never joined the operation the others wait in"
                                                    : "reported an NCCL error: " + p.nccl_errors.front())
                       : p.life.rfind("fatal", 0) == 0 ? "died of a " + p.life.substr(6) + " at " + Clock(p.last_sign_realtime_ns)

@@ -59,6 +59,8 @@ struct StoppedProcess {
   // How it ended: "exited", "fatal signal SIGSEGV", "no heartbeat since …" (stopped, killed or
   // stuck), "running" (beating at the end of the traces), "ended without exit" (no watchdog).
   std::string life;
+  bool exited = false;               // it called exit (or returned from main)
+  int exit_status = 0;               // exit's status, when exited and known
   bool beating = false;              // its heartbeat is as recent as the job's newest
   uint64_t last_sign_realtime_ns = 0;  // its last heartbeat, or its last record
   std::vector<std::string> nccl_errors;  // "ncclCommGetAsyncError: 6 (ncclRemoteError)"

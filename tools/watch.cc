@@ -27,7 +27,7 @@ int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& 
       const StoppedFinding& st = rep->stopped;
       size_t exited = 0, beating = 0;
       for (const StoppedProcess& p : st.processes) {
-        exited += p.life == "exited";
+        exited += p.exited;
         beating += p.beating;
       }
       std::vector<std::string> idle;  // communicators without progress for --stall

@@ -159,6 +159,9 @@ typedef struct p2ptrace_file_header {
    * stuck in the kernel (a stopped process's threads all stop; a CPU-bound one still beats). */
   uint64_t heartbeat_ns;
   uint32_t heartbeat_period_ms, heartbeats;
+  /* Added in minor 10: exit()'s status (on_exit), valid when exit_status_known is 1 (state EXITED). */
+  int32_t exit_status;
+  uint32_t exit_status_known;
 } p2ptrace_file_header;
 
 /* Minor 10: the result of an NCCL call that has not returned (yet, or ever: the process stopped or

@@ -132,7 +132,9 @@ void InstallSignalHandlers() {
   }
 }
 
-void AtExit() { TraceWriter::MarkExited(); }
+// on_exit rather than atexit: the status is what tells a rank that gave up (exit(1) after an
+// exception) from one that finished.
+void AtExit(int status, void*) { TraceWriter::MarkExited(status); }
 
 void ForkPrepare() { g_open_mu.lock(); }
 void ForkParent() { g_open_mu.unlock(); }
@@ -345,7 +347,7 @@ bool TraceWriter::Open() {
   counters_ = reinterpret_cast<p2ptrace_pair_counters*>(g_map + kCountersOffset);
   static bool once = [] {
     InstallSignalHandlers();
-    std::atexit(AtExit);
+    on_exit(AtExit, nullptr);
     return true;
   }();
   (void)once;
@@ -418,8 +420,10 @@ void TraceWriter::ForgetMapping() {
   counters_ = nullptr;
 }
 
-void TraceWriter::MarkExited() {
+void TraceWriter::MarkExited(int status) {
   if (p2ptrace_file_header* h = header_; h && detail::g_state.load() == 1) {
+    h->exit_status = status;
+    h->exit_status_known = 1;
     if (kCpuTicks) {
       TickAnchor end = ReadTickAnchor();
       h->end_ticks = end.ticks;

@@ -172,8 +172,8 @@ class TraceWriter {
   // tap set or withdrew its variables, so that the trace holds what NCCL reads.
   static void RecordEnvironment();
 
-  // The process is going away normally: say so in the header.
-  static void MarkExited();
+  // The process is going away normally (exit's `status`): say so in the header.
+  static void MarkExited(int status);
   static void ForgetMapping();  // fork child: the parent's file is not ours
 
  private:

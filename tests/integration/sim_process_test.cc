@@ -213,9 +213,10 @@ TEST_P(FakeLibTest, SonameVersionNodeAndExportsMatchTheRealLibrary) {
     }
   }
   std::set<std::string> expected = ReadLines(std::string(P2PTRACE_SYMBOLS_DIR) + "/" + lib.syms);
-  // The fake cudart's one addition: the hidden hook the fake NCCL advances stream clocks with.
+  // The fake cudart's additions: the hooks the fake NCCL advances (or hangs) stream clocks with.
   if (std::string(lib.file).rfind("libcudart", 0) == 0) {
     expected.insert("p2psim_stream_advance");
+    expected.insert("p2psim_stream_hang");
     expected.insert("p2psim_capture_replay");
   }
   // The fake driver's one addition: the shared simulated state the fake runtimes reach it for.

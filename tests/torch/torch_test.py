@@ -9,7 +9,7 @@ stdout is the bare one followed by the report), the program's own checks, and th
 class, calls and bytes, and every NCCL operation's calls and bytes per communicator.
 
 Usage: torch_test.py --p2psim BIN --p2ptrace BIN --tag 2.10 CASE
-CASE: copies | copies-visible | train-lazy | train-eager-visible | graph
+CASE: copies | copies-visible | train-lazy | train-eager-visible | graph | raise
 The environment comes from scripts/fetch-torch.py (run by scripts/test.sh); a missing one fails.
 """
 import argparse
@@ -236,7 +236,36 @@ def graph(case):
     check(ops == want, f"operations {ops}, want {want}")
 
 
+def raise_(case):
+    """Rank 2 raises mid-training; torchrun stops the others, waiting in an all_gather rank 2 never
+    called. The report, post mortem, names rank 2 first (exited with status 1 while the others waited)
+    and the others waiting in ncclAllGather #3 of the world."""
+    env = dict(os.environ, P2PSIM_NCCL_VERSION=case.nccl, TRAIN_RAISE_RANK="2", P2PSIM_NCCL_TIMEOUT="300")
+    env.pop("LD_PRELOAD", None)
+    trace = os.path.join(case.work, "trace")
+    command = [case.python, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
+               "--master-port", str(free_port()), os.path.join(HERE, "train.py")]
+    rc, out, err = run([case.p2psim, "launch", "--topology", TOPOLOGY, "--hosts", "node0:1", "--dir",
+                        os.path.join(case.work, "traced"), "--", case.p2ptrace, "run", "--dir", trace, "--"] + command, env)
+    print(f"traced: exit {rc}\n{out[-3000:]}{err[-3000:]}")
+    check(rc != 0, "torchrun succeeded although rank 2 raised")
+    check("a training step failed (TRAIN_RAISE_RANK)" in err, "rank 2's exception is not in the job's output")
+    rc, out, err = run([case.p2ptrace, "report", trace, "--json"], env)
+    check(rc == 0, f"p2ptrace report --json failed: {err}")
+    st = json.loads(out)["stopped"]
+    check(st["present"], f"no stopped finding: {json.dumps(st)[:2000]}")
+    first = st["first_process"]
+    check(first >= 0 and st["processes"][first]["rank"] == 2, f"first: {st['verdict']}")
+    check(st["processes"][first]["exit_status"] == 1, f"rank 2's exit status {st['processes'][first]}")
+    check("while the others waited for it" in st["verdict"], st["verdict"])
+    world = [c for c in st["comms"] if c["nranks"] == WORLD]
+    check(len(world) == 1, f"communicators {[(c['id'], c['nranks']) for c in st['comms']]}")
+    check("ranks 0-1, 3 wait in ncclAllGather #3" in world[0]["waits"] and "rank 2 never called #3" in world[0]["waits"],
+          world[0]["waits"])
+
+
 CASES = {
+    "raise": raise_,
     "copies": lambda c: copies(c, ""),
     "copies-visible": lambda c: copies(c, "5,4,7,2"),
     "train-lazy": lambda c: train(c, "lazy", ""),

@@ -2,7 +2,8 @@
 
 Run by `python -m torch.distributed.run --nproc-per-node W train.py`; TRAIN_INIT=eager passes
 `device_id` to init_process_group (NCCL communicators made at once), otherwise lazy (at the first
-collective). Kernels do not run on the simulated node: every input comes from the host, and the
+collective). TRAIN_RAISE_RANK=R: rank R raises after the broadcast (a training step that fails on one
+rank: torchrun then stops the others, which wait in the all_gather it never calls). Kernels do not run on the simulated node: every input comes from the host, and the
 simulated NCCL computes the results. Prints one line a rank; exits 1 on a wrong result.
 """
 import os
@@ -36,6 +37,8 @@ def main():
     b = host(rank + 10).to(dev)
     dist.broadcast(b, src=1)
     ok["broadcast"] = torch.equal(b.cpu(), host(11))
+    if os.environ.get("TRAIN_RAISE_RANK") == str(rank):
+        raise RuntimeError(f"rank {rank}: a training step failed (TRAIN_RAISE_RANK)")
 
     out = torch.empty(world * N, device=dev)
     dist.all_gather_into_tensor(out, host(rank).to(dev))
