@@ -72,6 +72,10 @@ struct State {
   std::unordered_map<uint64_t, CommInfo> comms;
   std::vector<Connection> connections;
   std::vector<const p2ptrace_nccl_comm_record*> entered;  // inits on record whose result is pending
+  uint64_t last_comm = 0;  // the last operation's communicator and stream (element addresses are stable:
+  CommInfo* last_info = nullptr;  // unordered_map nodes; `streams` reserved, never grown past kMaxStreams)
+  StreamState* last_stream = nullptr;
+  State() { streams.reserve(kMaxStreams); }
 };
 
 // Starting and the thread's sleep; a fork child gets fresh ones (ForkChild), never a copy held by a
@@ -126,8 +130,11 @@ void TakeRecord(State& s, const p2ptrace_file_header* h, const unsigned char* at
     op.api = r->api;
     op.datatype = r->datatype;
     op.flags = flags;
-    op.seq = ++s.comms[op.comm].ops;  // as readers number a communicator's operations
-    StreamState* st = StreamOf(s, r->stream);
+    // The same communicator and stream as the last operation, nearly always: no lookup then.
+    if (op.comm != s.last_comm || s.last_info == nullptr) s.last_comm = op.comm, s.last_info = &s.comms[op.comm];
+    op.seq = ++s.last_info->ops;  // as readers number a communicator's operations
+    StreamState* st = s.last_stream != nullptr && s.last_stream->stream == r->stream ? s.last_stream : StreamOf(s, r->stream);
+    s.last_stream = st;
     if (st == nullptr) return;
     if (st->open.size() >= kMaxOpen) st->open.pop_front();
     st->open.push_back(op);
