@@ -1,9 +1,13 @@
 #include "tools/stopped.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <set>
+#include <sstream>
+#include <fstream>
 #include <tuple>
 
 #include "core/nccl_failures.h"
@@ -31,6 +35,41 @@ std::string Clock(uint64_t realtime_ns) {
   struct tm tm {};
   gmtime_r(&s, &tm);
   return fmt::format("{:02}:{:02}:{:02}.{:03} UTC", tm.tm_hour, tm.tm_min, tm.tm_sec, (realtime_ns / 1000000) % 1000);
+}
+
+// This machine's boot id: a trace with the same one was written here, so its pid and CLOCK_MONOTONIC
+// are ours to look at.
+const std::string& LocalBootId() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/sys/kernel/random/boot_id");
+    std::string s;
+    std::getline(in, s);
+    return s;
+  }();
+  return id;
+}
+
+// The process now, from /proc/PID/stat: its state letter and start time (ns since boot); the pid
+// reused by a process that started after the trace did is not it.
+StoppedProcess::Here LookNow(const p2ptrace_file_header& h, uint64_t now_ns) {
+  std::ifstream in("/proc/" + std::to_string(h.pid) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  size_t close = stat.rfind(')');  // the command may hold spaces and parentheses
+  if (close == std::string::npos) return StoppedProcess::Here::kGone;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field, state;
+  rest >> state;
+  for (int i = 4; i <= 22 && rest >> field; ++i)  // field 22: starttime, in clock ticks since boot
+    if (i == 22) {
+      uint64_t started = std::strtoull(field.c_str(), nullptr, 10) * (1000000000ull / static_cast<uint64_t>(sysconf(_SC_CLK_TCK)));
+      if (started > h.start_monotonic_ns + 1000000000ull) return StoppedProcess::Here::kGone;  // another process
+    }
+  if (state == "Z" || state == "X") return StoppedProcess::Here::kGone;
+  if (state == "T" || state == "t") return StoppedProcess::Here::kStopped;
+  uint64_t period = std::max<uint64_t>(h.heartbeat_period_ms, 1000) * 1000000ull;
+  if (h.heartbeat_ns != 0 && now_ns > h.heartbeat_ns + 3 * period) return StoppedProcess::Here::kStuck;
+  return StoppedProcess::Here::kBeating;
 }
 
 std::string RankList(std::vector<int> ranks) {
@@ -104,6 +143,19 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
   else if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.life = "fatal signal " + SignalName(h.fatal_signal);
   else if (h.heartbeat_ns != 0) p.life = "no heartbeat since " + Clock(real(h.heartbeat_ns));  // FinishStopped may say "running"
   else p.life = "ended without exit (no heartbeat recorded)";
+  std::string boot(h.boot_id, strnlen(h.boot_id, sizeof h.boot_id));
+  if (!p.exited && h.state != P2PTRACE_STATE_FATAL_SIGNAL && !boot.empty() && boot == LocalBootId()) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+    p.here = LookNow(h, now);
+    using H = StoppedProcess::Here;
+    std::string beat = h.heartbeat_ns ? " (last heartbeat " + Clock(real(h.heartbeat_ns)) + ")" : "";
+    if (p.here == H::kGone) p.life = "gone without exit" + beat + ": killed (SIGKILL, the OOM killer) or crashed";
+    if (p.here == H::kStopped) p.life = "stopped now (SIGSTOP, SIGTSTP or a debugger)" + beat;
+    if (p.here == H::kStuck) p.life = "alive, but its watchdog has not beaten since " + Clock(real(h.heartbeat_ns)) +
+                                     " (stuck in the kernel, or starved)";
+  }
   p.nccl_errors = errors_;
   if (!pending_init_.empty())
     p.pending_init = fmt::format("{} entered at {} and never returned", pending_init_, Clock(real(pending_init_time_)));
@@ -275,7 +327,11 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
   for (const StoppedProcess& p : procs) newest[p.job_id] = std::max(newest[p.job_id], p.last_sign_realtime_ns);
   constexpr uint64_t kSlackNs = 3000000000ull;
   for (StoppedProcess& p : procs)
-    if (p.life.rfind("no heartbeat", 0) == 0 && p.last_sign_realtime_ns + kSlackNs >= newest[p.job_id]) {
+    if (p.here == StoppedProcess::Here::kBeating) {  // on this machine, and beating now
+      p.beating = true;
+      p.life = "running (beating now)";
+    } else if (p.here == StoppedProcess::Here::kNotHere && p.life.rfind("no heartbeat", 0) == 0 &&
+               p.last_sign_realtime_ns + kSlackNs >= newest[p.job_id]) {
       p.beating = true;
       p.life = "beating until " + Clock(p.last_sign_realtime_ns) + " (as late as any process of the job)";
     }

@@ -61,7 +61,9 @@ struct StoppedProcess {
   std::string life;
   bool exited = false;               // it called exit (or returned from main)
   int exit_status = 0;               // exit's status, when exited and known
-  bool beating = false;              // its heartbeat is as recent as the job's newest
+  bool beating = false;              // its heartbeat is as recent as the job's newest (or, on this machine, now)
+  // On this machine (its boot id is ours) and not exited: what /proc says now. kNotHere otherwise.
+  enum class Here { kNotHere, kBeating, kStopped, kStuck, kGone } here = Here::kNotHere;
   uint64_t last_sign_realtime_ns = 0;  // its last heartbeat, or its last record
   std::vector<std::string> nccl_errors;  // "ncclCommGetAsyncError: 6 (ncclRemoteError)"
   std::string pending_init;              // "ncclCommInitRank (rank 3 of 4) entered …, never returned"

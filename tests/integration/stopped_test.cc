@@ -44,12 +44,15 @@ std::string JobCommand(const std::string& dir, const std::string& fault, int tim
 // Runs the job in a session of its own, looks at it after `seconds` (report --json into live.json,
 // watch --once into watch.txt), kills all of it with one kill -9, then reports post mortem
 // (post.json, post.txt). The job's stdout and stderr: job.out, job.err.
-void LookThenKill(const std::string& dir, const std::string& job, int seconds) {
+// With `follow`, also `watch --interval 1 --stall 2` for 4 s while it hangs (follow.txt).
+void LookThenKill(const std::string& dir, const std::string& job, int seconds, bool follow = false) {
   std::string cli = P2PTRACE_CLI;
   std::string script = "setsid " + job + " >" + dir + "/job.out 2>" + dir + "/job.err & pid=$!\n" +
                        "sleep " + std::to_string(seconds) + "\n" +
                        cli + " report --stall 2 --json " + dir + "/t >" + dir + "/live.json\n" +
                        cli + " watch --once --stall 2 " + dir + "/t >" + dir + "/watch.txt\n" +
+                       (follow ? "timeout 4 " + cli + " watch --interval 1 --stall 2 " + dir + "/t >" + dir + "/follow.txt\n"
+                               : std::string()) +
                        "kill -9 -$pid; wait $pid; sleep 1\n" +
                        cli + " report --stall 2 --json " + dir + "/t >" + dir + "/post.json\n" +
                        cli + " report --stall 2 " + dir + "/t >" + dir + "/post.txt\n";
@@ -81,13 +84,18 @@ void ExpectRankTwoFirst(const json& st, const std::string& when) {
 TEST(Stopped, ARankThatStopsIsNamedLiveAndPostMortem) {
   std::string dir = TempDir() + "/stop";
   fs::create_directories(dir);
-  LookThenKill(dir, JobCommand(dir, "stop@2:5", 120, 50), 7);
+  LookThenKill(dir, JobCommand(dir, "stop@2:5", 120, 50), 7, /*follow=*/true);
   ExpectRankTwoFirst(Stopped(Slurp(dir + "/live.json")), "live");
   ExpectRankTwoFirst(Stopped(Slurp(dir + "/post.json")), "post mortem");
   // The text leads with it, before the capture lines.
   std::string text = Slurp(dir + "/post.txt");
   EXPECT_LT(text.find("STOPPED: rank 2 "), text.find("capture (what the shim saw")) << text;
   EXPECT_NE(Slurp(dir + "/watch.txt").find("STOPPED: rank 2 "), std::string::npos) << Slurp(dir + "/watch.txt");
+  // Followed, the communicator that makes no progress is said once --stall has passed, then the finding.
+  std::string follow = Slurp(dir + "/follow.txt");
+  EXPECT_NE(follow.find("4 processes, 3 beating, 0 exited; 1 communicator\n"), std::string::npos) << follow;
+  EXPECT_NE(follow.find(", no progress: "), std::string::npos) << follow;
+  EXPECT_NE(follow.find("STOPPED: rank 2 "), std::string::npos) << follow;
   RunResult html = RunProgram({P2PTRACE_CLI, "html", dir + "/t", "-o", dir + "/page.html"}, {{"NO_COLOR", "1"}});
   ASSERT_EQ(html.exit_code, 0) << html.err;
   std::string page = Slurp(dir + "/page.html");
@@ -101,6 +109,20 @@ TEST(Stopped, ARankThatStopsIsNamedLiveAndPostMortem) {
               std::string::npos)
         << err;
   EXPECT_EQ(err.find("rank 2 of 4 (GPU2): ncclAllReduce"), std::string::npos) << err;
+}
+
+TEST(Stopped, ARankKilledMidCollectiveIsNamedWhileTheOthersWait) {
+  std::string dir = TempDir() + "/die-live";
+  fs::create_directories(dir);
+  LookThenKill(dir, JobCommand(dir, "die@1:3", 120, 10), 6);
+  for (const char* when : {"live", "post"}) {
+    json st = Stopped(Slurp(dir + "/" + when + ".json"));
+    SCOPED_TRACE(when);
+    ASSERT_GE(st.value("first_process", -1), 0) << st.dump(1);
+    EXPECT_EQ(st["processes"][st["first_process"].get<int>()]["rank"], 1) << st.dump(1);
+    EXPECT_NE(st["comms"][0]["waits"].get<std::string>().find("ranks 0, 2-3 wait in ncclAllReduce #3"), std::string::npos)
+        << st["comms"][0]["waits"];
+  }
 }
 
 TEST(Stopped, ARankKilledMidCollectiveIsNamedFirstAndTheOthersErrorsAreCollateral) {
@@ -181,6 +203,30 @@ TEST(Stopped, ARankThatCallsAnotherCollectiveOrSizeIsTheOddOneOut) {
     EXPECT_NE(verdict.find("where ranks 0, 2-3 called ncclAllReduce (1.0 MiB float32)"), std::string::npos) << verdict;
     ASSERT_EQ(st["comms"][0]["mismatches"].size(), 1u) << st.dump(1);
   }
+}
+
+TEST(Stopped, OnThisMachineAStoppedProcessAndAKilledOneAreToldApart) {
+  // One rank, on this machine (no simulated host: the trace's boot id is ours, so /proc can be asked):
+  // stopped by SIGSTOP inside its third allreduce, then killed.
+  std::string dir = TempDir() + "/here";
+  fs::create_directories(dir);
+  std::string cli = P2PTRACE_CLI;
+  std::string script = std::string("env -u P2PTRACE_SYSROOT -u RANK -u WORLD_SIZE LD_LIBRARY_PATH=") + P2PTRACE_SIM_LIB_DIR +
+                       " P2PSIM_TOPOLOGY=" + kDemo + " P2PSIM_NCCL_DIR=" + dir + " P2PTRACE_DIR=" + dir +
+                       "/t P2PSIM_FAULT=stop@0:3 LD_PRELOAD=" + P2PTRACE_SHIM + " " + NCCL_RING +
+                       " -o allreduce -n 10 -b 1M -e 1M " + dir + " >" + dir + "/job.out 2>&1 & pid=$!\n"
+                       "sleep 4\n" +
+                       cli + " report --json " + dir + "/t >" + dir + "/live.json\n"
+                       "kill -9 $pid; wait $pid; sleep 1\n" +
+                       cli + " report --json " + dir + "/t >" + dir + "/post.json\n";
+  RunResult r = RunProgram({"sh", "-c", script}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err << Slurp(dir + "/job.out");
+  json live = Stopped(Slurp(dir + "/live.json")), post = Stopped(Slurp(dir + "/post.json"));
+  ASSERT_EQ(live.value("first_process", -1), 0) << live.dump(1);
+  EXPECT_NE(live["processes"][0]["life"].get<std::string>().find("stopped now (SIGSTOP"), std::string::npos) << live.dump(1);
+  ASSERT_EQ(post.value("first_process", -1), 0) << post.dump(1);
+  EXPECT_NE(post["processes"][0]["life"].get<std::string>().find("gone without exit"), std::string::npos) << post.dump(1);
+  EXPECT_NE(post["first_doing"].get<std::string>().find("ncclAllReduce #3"), std::string::npos) << post.dump(1);
 }
 
 TEST(Stopped, A4096RankJobThatHungIsReadPostMortem) {
