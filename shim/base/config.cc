@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -93,7 +94,8 @@ bool ParseStacks(const std::string& text, int* depth) {
 }
 
 bool ParseHangSeconds(const std::string& text, double* seconds) {
-  if (text.empty() || text.size() > 32) return false;
+  // Digits first: strtod would also take leading blanks, signs, "inf" and hex.
+  if (text.empty() || text.size() > 32 || !(std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.')) return false;
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   if (end != text.c_str() + text.size() || !(v >= 0) || v > 7 * 86400.0) return false;  // !(v >= 0): NaN too

@@ -43,6 +43,41 @@ TEST(Config, StacksFromTheEnvironment) {
   unsetenv("P2PTRACE_STACKS");
 }
 
+TEST(Config, HangSecondsAndHeartbeat) {
+  double s = -1;
+  for (const auto& [text, want] : std::vector<std::pair<std::string, double>>{
+           {"0", 0}, {"300", 300}, {"1.5", 1.5}, {"604800", 604800}}) {
+    EXPECT_TRUE(p2ptrace::shim::ParseHangSeconds(text, &s)) << text;
+    EXPECT_EQ(s, want) << text;
+  }
+  for (const char* bad : {"", "-1", "nan", "inf", "1e9", "5s", " 5", "604801"}) {
+    s = -7;
+    EXPECT_FALSE(p2ptrace::shim::ParseHangSeconds(bad, &s)) << bad;
+    EXPECT_EQ(s, -7) << bad;
+  }
+  g_warnings.clear();
+  unsetenv("P2PTRACE_HANG_S");
+  unsetenv("P2PTRACE_HEARTBEAT_MS");
+  p2ptrace::shim::Config c = p2ptrace::shim::ReadConfig(Collect);
+  EXPECT_EQ(c.hang_seconds, 300);
+  EXPECT_EQ(c.heartbeat_ms, 1000u);
+  setenv("P2PTRACE_HANG_S", "soon", 1);
+  setenv("P2PTRACE_HEARTBEAT_MS", "60001", 1);
+  c = p2ptrace::shim::ReadConfig(Collect);
+  EXPECT_EQ(c.hang_seconds, 300);  // each malformed value: its default, after one warning naming it
+  EXPECT_EQ(c.heartbeat_ms, 1000u);
+  ASSERT_EQ(g_warnings.size(), 2u);
+  EXPECT_NE(g_warnings[0].find("P2PTRACE_HANG_S=soon"), std::string::npos) << g_warnings[0];
+  EXPECT_NE(g_warnings[1].find("P2PTRACE_HEARTBEAT_MS=60001"), std::string::npos) << g_warnings[1];
+  setenv("P2PTRACE_HANG_S", "0", 1);
+  setenv("P2PTRACE_HEARTBEAT_MS", "0", 1);
+  c = p2ptrace::shim::ReadConfig(Collect);
+  EXPECT_EQ(c.hang_seconds, 0);  // off
+  EXPECT_EQ(c.heartbeat_ms, 0u);
+  unsetenv("P2PTRACE_HANG_S");
+  unsetenv("P2PTRACE_HEARTBEAT_MS");
+}
+
 // The default trace directory is named after the job, whichever launcher started it, so that every
 // rank of one job lands in one directory.
 TEST(Config, DefaultDirNamedAfterTheJob) {
