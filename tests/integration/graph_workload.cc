@@ -15,6 +15,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -71,8 +73,15 @@ cudaGraph_t Capture(Node& n, cudaStreamCaptureMode mode, size_t ab, size_t ba, s
   P2PTRACE_CHECK(cudaEventRecord(join, n.s1));
   P2PTRACE_CHECK(cudaSetDevice(0));
   P2PTRACE_CHECK(cudaStreamWaitEvent(n.s0, join, 0));
+  // GRAPH_HOLD_MS: a global-mode capture held open that long, the streams' earlier NCCL work already
+  // returned: a tracer's thread that recorded or queried an event meanwhile would join or invalidate it.
+  if (const char* hold = std::getenv("GRAPH_HOLD_MS"); hold != nullptr && mode == cudaStreamCaptureModeGlobal)
+    usleep(static_cast<useconds_t>(std::atoi(hold)) * 1000);
   cudaGraph_t g = nullptr;
   P2PTRACE_CHECK(cudaStreamEndCapture(n.s0, &g));
+  size_t nodes = 0;
+  P2PTRACE_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+  std::printf("captured %zu nodes\n", nodes);
   P2PTRACE_CHECK(cudaEventDestroy(fork));
   P2PTRACE_CHECK(cudaEventDestroy(join));
   return g;
