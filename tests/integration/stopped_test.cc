@@ -6,8 +6,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -24,12 +22,7 @@ using p2ptrace::testing::TempDir;
 
 const std::string kDemo = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string Slurp(const std::string& path) { return p2ptrace::testing::ReadFile(path); }
 
 // The job's command line: 4 ranks of a simulated host (the demo node's node0 unless said), each
 // traced into DIR/t.
@@ -65,6 +58,23 @@ json Stopped(const std::string& report_json) {
   json j = json::parse(report_json, nullptr, false);
   EXPECT_FALSE(j.is_discarded()) << report_json;
   return j.is_discarded() ? json{} : j["stopped"];
+}
+
+// A job that ends by itself (its ranks fail or time out), then the post-mortem finding, which must
+// name `first_rank` first.
+json FindingAfter(const std::string& dir, const std::string& job, int first_rank) {
+  RunResult r = RunProgram({"sh", "-c", job}, {{"NO_COLOR", "1"}});
+  EXPECT_NE(r.exit_code, 0) << r.out << r.err;  // a rank failed: the job says so
+  RunResult rep = RunProgram({P2PTRACE_CLI, "report", "--stall", "2", "--json", dir + "/t"}, {{"NO_COLOR", "1"}});
+  EXPECT_EQ(rep.exit_code, 0) << rep.err;
+  json st = Stopped(rep.out);
+  EXPECT_TRUE(st.value("present", false)) << st.dump(1);
+  int first = st.value("first_process", -1);
+  EXPECT_GE(first, 0) << st.dump(1);
+  if (first >= 0) {
+    EXPECT_EQ(st["processes"][first]["rank"], first_rank) << st.dump(1);
+  }
+  return st;
 }
 
 // The finding names rank 2 first, in ncclAllReduce #5 of the world, and ranks 0, 1, 3 waiting there.
@@ -130,15 +140,9 @@ TEST(Stopped, ARankKilledMidCollectiveIsNamedFirstAndTheOthersErrorsAreCollatera
   std::string dir = TempDir() + "/die";
   fs::create_directories(dir);
   // The others time out after 4 s and exit with NCCL errors; the job ends by itself.
-  RunResult r = RunProgram({"sh", "-c", JobCommand(dir, "die@1:3", 4, 10)}, {{"NO_COLOR", "1"}});
-  EXPECT_NE(r.exit_code, 0) << r.out << r.err;
-  RunResult rep = RunProgram({P2PTRACE_CLI, "report", "--stall", "2", "--json", dir + "/t"}, {{"NO_COLOR", "1"}});
-  ASSERT_EQ(rep.exit_code, 0) << rep.err;
-  json st = Stopped(rep.out);
-  ASSERT_TRUE(st.value("present", false)) << st.dump(1);
+  json st = FindingAfter(dir, JobCommand(dir, "die@1:3", 4, 10), 1);
   int first = st.value("first_process", -1);
-  ASSERT_GE(first, 0) << st.dump(1);
-  EXPECT_EQ(st["processes"][first]["rank"], 1) << st.dump(1);
+  ASSERT_GE(first, 0);
   EXPECT_NE(st["first_doing"].get<std::string>().find("ncclAllReduce #3"), std::string::npos) << st["first_doing"];
   // The others ran on to their timeout: their errors are after rank 1's last sign of life.
   uint64_t died = st["processes"][first]["last_seen_realtime_ns"];
@@ -187,15 +191,8 @@ TEST(Stopped, ARankThatCallsAnotherCollectiveOrSizeIsTheOddOneOut) {
     SCOPED_TRACE(kind);
     std::string dir = TempDir() + "/mismatch-" + kind;
     fs::create_directories(dir);
-    RunResult r = RunProgram({"sh", "-c", JobCommand(dir, "", 4, 6, std::string("-M 1:3:") + kind)}, {{"NO_COLOR", "1"}});
-    EXPECT_NE(r.exit_code, 0) << r.out << r.err;  // the simulated NCCL fails them, as a real one hangs or fails
-    RunResult rep = RunProgram({P2PTRACE_CLI, "report", "--stall", "2", "--json", dir + "/t"}, {{"NO_COLOR", "1"}});
-    ASSERT_EQ(rep.exit_code, 0) << rep.err;
-    json st = Stopped(rep.out);
-    ASSERT_TRUE(st.value("present", false)) << st.dump(1);
-    int first = st.value("first_process", -1);
-    ASSERT_GE(first, 0) << st.dump(1);
-    EXPECT_EQ(st["processes"][first]["rank"], 1) << st.dump(1);
+    // The simulated NCCL fails them (its size checks), as a real one hangs or fails.
+    json st = FindingAfter(dir, JobCommand(dir, "", 4, 6, std::string("-M 1:3:") + kind), 1);
     std::string verdict = st["verdict"];
     EXPECT_NE(verdict.find(std::string(kind) == "op" ? "called ncclBroadcast (1.0 MiB float32, root 0) as #3"
                                                      : "called ncclAllReduce (512.0 KiB float32) as #3"),
