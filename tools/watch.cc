@@ -46,13 +46,16 @@ int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& 
                             {"beating", beating}, {"no_progress", idle}, {"stopped", StoppedJson(st)}};
         out << j.dump() << "\n";
       } else {
-        out << fmt::format("watch {}: {} process{}, {} beating, {} exited; {} communicator{}{}\n", dir,
+        // Through Printable: the directory, host names and log text come from files.
+        out << Printable(fmt::format("watch {}: {} process{}, {} beating, {} exited; {} communicator{}{}", dir,
                            st.processes.size(), st.processes.size() == 1 ? "" : "es", beating, exited,
                            st.comms.size(), st.comms.size() == 1 ? "" : "s",
-                           idle.empty() ? "" : fmt::format(", no progress: {}", fmt::join(idle, ", ")));
+                           idle.empty() ? "" : fmt::format(", no progress: {}", fmt::join(idle, ", "))))
+            << "\n";
         // The finding when something stopped or a communicator went quiet, once per change.
         std::string finding = StoppedText(st);
-        if (!finding.empty() && (!idle.empty() || st.first_process >= 0) && finding != last_finding) out << finding;
+        if (!finding.empty() && (!idle.empty() || st.first_process >= 0) && finding != last_finding)
+          out << Printable(finding);
         if (!finding.empty() && (!idle.empty() || st.first_process >= 0)) last_finding = finding;
       }
       out.flush();
