@@ -1,0 +1,98 @@
+#include "core/pair_verdict.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "p2ptrace/vocabulary.h"
+
+namespace p2ptrace {
+namespace {
+
+std::string Gbps(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 10 ? "%.0f" : "%.1f", v);
+  return buf;
+}
+
+// The node's class rules P2P out by design: a consumer GPU, a VM without P2P, MIG.
+bool ByDesign(const PairPrediction* p) {
+  if (p == nullptr) return false;
+  return std::any_of(p->causes.begin(), p->causes.end(), [](const CauseHit& c) {
+    return c.role == "decided" && (c.id == "consumer-gpu" || c.id == "virtualized" || c.id == "mig-enabled");
+  });
+}
+
+// The probes' causes worth naming on a failed pair: all but context.
+std::vector<CauseHit> Causes(const PairPrediction* p) {
+  std::vector<CauseHit> out;
+  if (p != nullptr)
+    for (const CauseHit& c : p->causes)
+      if (c.role != "context") out.push_back(c);
+  return out;
+}
+
+bool IsDirect(int t) {
+  return t == P2PTRACE_TRANSPORT_NVLINK || t == P2PTRACE_TRANSPORT_PCIE_P2P || t == P2PTRACE_TRANSPORT_P2P ||
+         t == P2PTRACE_TRANSPORT_P2P_INDIRECT;
+}
+
+}  // namespace
+
+PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted, int pcie_gen) {
+  PairVerdict v;
+  std::string link = predicted ? predicted->link : "";
+  // Peer access on, a copy takes the link; off, the runtime stages it through the host.
+  int best = predicted && IsDirect(predicted->best) ? predicted->best : P2PTRACE_TRANSPORT_P2P;
+  v.transport = m.can_access ? best : P2PTRACE_TRANSPORT_HOST_STAGED;
+  v.expected = ExpectedBandwidth(v.transport, link, pcie_gen);
+  auto fail = [&](std::string reason, std::vector<CauseHit> causes) {
+    v.verdict = "fail";
+    v.reason = std::move(reason);
+    v.causes = std::move(causes);
+    return v;
+  };
+  std::string pair = "GPU" + std::to_string(m.src) + " -> GPU" + std::to_string(m.dst);
+  if (m.timed_out) return fail("a copy " + pair + " did not finish within its time limit", Causes(predicted));
+  if (!m.data_ok)
+    return fail("GPU" + std::to_string(m.dst) + " did not receive what GPU" + std::to_string(m.src) + " sent (data differs)",
+                Causes(predicted));
+  if (!m.error.empty()) return fail(m.error, Causes(predicted));
+  if (!m.can_access) {
+    if (ByDesign(predicted)) {
+      v.verdict = "expected";
+      v.causes = Causes(predicted);
+      v.reason = "no peer access, as this node's class allows none" +
+                 (m.staged_gbps >= 0 ? std::string("; staged through the host: ") + Gbps(m.staged_gbps) + " GB/s" : "");
+      return v;
+    }
+    std::vector<CauseHit> causes = Causes(predicted);
+    if (causes.empty()) causes.push_back({"cuda-no-peer-access", "decided", {"cudaDeviceCanAccessPeer(" + std::to_string(m.src) + ", " + std::to_string(m.dst) + ") = 0"}});
+    return fail("no peer access (cudaDeviceCanAccessPeer says 0)", causes);
+  }
+  if (m.enable_result != 0 && m.enable_result != 704)  // 704: cudaErrorPeerAccessAlreadyEnabled
+    return fail("cudaDeviceEnablePeerAccess returned " + std::to_string(m.enable_result), Causes(predicted));
+  if (m.gbps < 0) return fail("not measured", Causes(predicted));
+  std::string figure = v.expected.low > 0 ? Gbps(v.expected.low) + "-" + Gbps(v.expected.high) + " GB/s (" + v.expected.basis + ")" : "";
+  if (v.expected.low <= 0) {  // no catalog figure: at least faster than the host
+    if (m.staged_gbps >= 0 && m.gbps < m.staged_gbps)
+      return fail(Gbps(m.gbps) + " GB/s with peer access, slower than staged through the host (" + Gbps(m.staged_gbps) + " GB/s)",
+                  Causes(predicted));
+    v.verdict = "pass";
+    v.reason = Gbps(m.gbps) + " GB/s (no figure for this link to compare with)";
+    return v;
+  }
+  if (m.gbps < kPassFraction * v.expected.low) {
+    std::vector<CauseHit> causes = Causes(predicted);
+    if (causes.empty())
+      causes.push_back({"p2p-degraded", "decided", {"measured " + Gbps(m.gbps) + " GB/s over " + pair}});
+    return fail(Gbps(m.gbps) + " GB/s, below " + std::to_string(static_cast<int>(kPassFraction * 100)) + "% of " + figure,
+                causes);
+  }
+  v.verdict = "pass";
+  v.reason = Gbps(m.gbps) + " GB/s, as " + figure + " should give";
+  for (const CauseHit& c : Causes(predicted))
+    if (c.role == "risk") v.causes.push_back(c);  // passes now, may still hang or crawl: said
+  return v;
+}
+
+}  // namespace p2ptrace

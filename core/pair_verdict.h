@@ -1,0 +1,44 @@
+// `doctor --test`'s verdict on one ordered GPU pair (issue 28; DESIGN.md §7): what was measured,
+// against what the pair's link class should give and the node's probes say. Pure: the CLI measures,
+// this judges.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/causes.h"
+#include "core/predict.h"
+
+namespace p2ptrace {
+
+// One ordered pair as measured: peer access asked and enabled, copies timed, data checked.
+struct PairMeasurement {
+  int src = -1, dst = -1;        // the node's GPU indices
+  bool can_access = false;       // cudaDeviceCanAccessPeer(src, dst)
+  int enable_result = -1;        // cudaDeviceEnablePeerAccess's result; 704: it was already enabled; -1 not asked
+  double gbps = -1;              // one direction, peer access on (-1: not measured)
+  double bidir_gbps = -1;        // both directions at once, summed
+  double staged_gbps = -1;       // the same copy staged through pinned host memory
+  double latency_us = -1;        // a small copy's time
+  bool data_ok = true;           // the destination held what was sent
+  bool timed_out = false;        // a copy did not finish within its time limit
+  std::string error;             // a CUDA call that failed during the test ("cudaMemcpyPeerAsync: 700 (…)"), "" none
+};
+
+// Measured at least this fraction of the class's low figure: the catalog's figures are what
+// healthy hardware measures, so 0.8 leaves room for a busy host without passing a downtrained link.
+constexpr double kPassFraction = 0.8;
+
+struct PairVerdict {
+  std::string verdict;  // "pass", "fail" or "expected"
+  int transport = 0;    // p2ptrace_transport the copies took (peer access on: the link's class)
+  Bandwidth expected;   // what that class should give; 0/0 when no figure
+  std::vector<CauseHit> causes;  // why not, from the probes (and the test's own findings)
+  std::string reason;   // one line: "52.1 GB/s, below 80% of 25-25 GB/s (PCIe Gen4 x16)"
+};
+
+// `predicted`: the job-start prediction for the pair (its best class, link, causes); null when the
+// probes could not place it. `pcie_gen`: the pair's negotiated PCIe generation, 0 unknown.
+PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted, int pcie_gen);
+
+}  // namespace p2ptrace
