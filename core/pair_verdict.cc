@@ -14,9 +14,15 @@ std::string Gbps(double v) {
   return buf;
 }
 
-// The node's class rules P2P out by design: a consumer GPU, a VM without P2P, MIG.
+bool IsDirect(int t);
+
+// The node rules P2P out for the pair by design: its topology allows none (the best class the
+// probes found for it is not a direct one), the pair crosses sockets (SYS: CUDA refuses P2P over
+// the inter-socket link on most platforms), or its class forbids it (a consumer GPU, a VM without
+// P2P, MIG).
 bool ByDesign(const PairPrediction* p) {
   if (p == nullptr) return false;
+  if ((p->best != 0 && !IsDirect(p->best)) || p->link == "SYS") return true;
   return std::any_of(p->causes.begin(), p->causes.end(), [](const CauseHit& c) {
     return c.role == "decided" && (c.id == "consumer-gpu" || c.id == "virtualized" || c.id == "mig-enabled");
   });
@@ -61,7 +67,7 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
     if (ByDesign(predicted)) {
       v.verdict = "expected";
       v.causes = Causes(predicted);
-      v.reason = "no peer access, as this node's class allows none" +
+      v.reason = "no peer access, as this node allows none for the pair" +
                  (m.staged_gbps >= 0 ? std::string("; staged through the host: ") + Gbps(m.staged_gbps) + " GB/s" : "");
       return v;
     }

@@ -68,20 +68,8 @@ json CauseJson(const CauseHit& c) {
 std::string PairName(const PairPrediction& p) { return fmt::format("GPU{}-GPU{}", p.a, p.b); }
 
 int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
-  probe::ProbeOptions po;
-  po.sysroot = o.sysroot;
-  if (po.sysroot.empty())
-    if (const char* s = std::getenv("P2PTRACE_SYSROOT")) po.sysroot = s;
-  probe::CudaQueries q;
-  std::string cuda_why = "not asked (--no-cuda)";
-  if (o.cuda && LoadCuda(&q, &cuda_why)) po.cuda = &q;
-  NodeProbe probe = probe::GatherNodeProbe(po);
-  if (po.cuda == nullptr)
-    for (ProbeStep& s : probe.steps)
-      if (s.name == "CUDA") s.detail = cuda_why;
-  // No NCCL runs here: its rules are the newest release's, and the lines say so (issue 13, point 8).
-  probe.nccl_version_note = "no NCCL loaded by doctor: the newest release's rules assumed";
-  Prediction pred = PredictNode(probe);
+  Prediction pred;
+  NodeProbe probe = ProbeNode(o, &pred);
   std::vector<std::string> warnings = probe.gpus.size() >= 2 ? WarningLines(probe, pred) : std::vector<std::string>{};
   std::string host = probe.hostname.empty() ? "this machine" : probe.hostname;
   if (!o.prometheus.empty())
@@ -178,6 +166,24 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
 }
 
 }  // namespace
+
+NodeProbe ProbeNode(const DoctorOptions& o, Prediction* pred) {
+  probe::ProbeOptions po;
+  po.sysroot = o.sysroot;
+  if (po.sysroot.empty())
+    if (const char* s = std::getenv("P2PTRACE_SYSROOT")) po.sysroot = s;
+  probe::CudaQueries q;
+  std::string cuda_why = "not asked (--no-cuda)";
+  if (o.cuda && LoadCuda(&q, &cuda_why)) po.cuda = &q;
+  NodeProbe probe = probe::GatherNodeProbe(po);
+  if (po.cuda == nullptr)
+    for (ProbeStep& s : probe.steps)
+      if (s.name == "CUDA") s.detail = cuda_why;
+  // No NCCL runs here: its rules are the newest release's, and the lines say so (issue 13, point 8).
+  probe.nccl_version_note = "no NCCL loaded by doctor: the newest release's rules assumed";
+  *pred = PredictNode(probe);
+  return probe;
+}
 
 int RunDoctor(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   // Before probing (NVML may take seconds): an unwritable --prometheus target is a usage error.

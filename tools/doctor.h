@@ -6,7 +6,10 @@
 
 #include <iosfwd>
 #include <string>
+#include <vector>
 
+#include "core/node_probe.h"
+#include "core/predict.h"
 #include "nlohmann/json.hpp"
 
 namespace p2ptrace::cli {
@@ -16,8 +19,15 @@ struct DoctorOptions {
   std::string sysroot;  // --sysroot, else P2PTRACE_SYSROOT, else /
   bool cuda = true;     // --no-cuda: do not load libcudart
   std::string prometheus;  // --prometheus FILE: also write the prediction for node_exporter (tools/prometheus.h)
+  // --test (tools/doctor_test.h): measure every ordered GPU pair, a verdict each.
+  bool test = false;
+  std::vector<int> gpus;         // --gpus: the node's GPU indices to test (default all)
+  double copy_limit_seconds = 10;  // --time-limit
 };
 
 int RunDoctor(const DoctorOptions& options, std::ostream& out, std::ostream& err);
+
+// The node's probes (sysfs, procfs, NVML, CUDA as `options` say) and the prediction made from them.
+NodeProbe ProbeNode(const DoctorOptions& options, Prediction* pred);
 
 }  // namespace p2ptrace::cli

@@ -19,6 +19,7 @@
 #include "tools/prometheus.h"
 #include "tools/report.h"
 #include "tools/watch.h"
+#include "tools/doctor_test.h"
 #include "tools/rows.h"
 #include "tools/run.h"
 #include "tools/synth.h"
@@ -217,10 +218,18 @@ int main(int argc, char** argv) {
                      "e.g. /var/lib/node_exporter/textfile_collector/p2ptrace.prom (atomically: a temporary file in "
                      "the same directory, then rename)")
       ->option_text("FILE");
+  doctor->add_flag("--test", doctor_options.test, "measure every ordered GPU pair now (peer access, GB/s with it and "
+                   "staged through the host, small-copy latency, the data checked) and judge each: pass, fail with "
+                   "its causes, or expected where the node rules P2P out. Do not run it beside a job");
+  doctor->add_option("--gpus", doctor_options.gpus, "with --test: the GPUs to test, by the node's index "
+                     "(nvidia-smi's), e.g. --gpus 0,1,2")->delimiter(',');
+  doctor->add_option("--time-limit", doctor_options.copy_limit_seconds, "with --test: seconds one copy may take "
+                     "before its pair fails (default 10)")->check(CLI::Range(0.1, 3600.0));
   doctor->footer(
       "--prometheus FILE: per directional GPU pair the path class available and a fallback gauge with its cause,\n"
       "and the node's pairs without P2P (metric list and a cron/systemd recipe: README.md, \"Prometheus\").\n"
-      "Exit status: 0, 1 when an error-severity cause holds, 2 when FILE cannot be written (nothing is left behind).");
+      "Exit status: 0, 1 when an error-severity cause holds, 2 when FILE cannot be written (nothing is left behind).\n"
+      "With --test: 0 when every pair passes or is expected, 1 when one fails, 2 when nothing could be tested.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -232,6 +241,11 @@ int main(int argc, char** argv) {
   }
   if (doctor->parsed()) {
     doctor_options.json = json;
+    if (doctor_options.test) return RunDoctorTest(doctor_options, std::cout, std::cerr, isatty(2));
+    if (!doctor_options.gpus.empty()) {
+      std::cerr << "p2ptrace doctor: --gpus needs --test\n";
+      return 2;
+    }
     return RunDoctor(doctor_options, std::cout, std::cerr);
   }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);

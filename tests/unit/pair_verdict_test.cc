@@ -60,7 +60,12 @@ TEST(PairVerdict, NoPeerAccessIsExpectedOnlyWhereTheNodeRulesItOut) {
   PairVerdict v = JudgePair(Measured(0, false), &consumer, 4);
   EXPECT_EQ(v.verdict, "expected") << v.reason;
   EXPECT_EQ(v.transport, P2PTRACE_TRANSPORT_HOST_STAGED);
-  EXPECT_EQ(v.reason, "no peer access, as this node's class allows none; staged through the host: 11 GB/s");
+  EXPECT_EQ(v.reason, "no peer access, as this node allows none for the pair; staged through the host: 11 GB/s");
+  // Two sockets: the topology's best for the pair is host memory, so no peer access is its design.
+  PairPrediction sockets = Predicted(P2PTRACE_TRANSPORT_SHM, "SYS");
+  EXPECT_EQ(JudgePair(Measured(0, false), &sockets, 4).verdict, "expected");
+  PairPrediction sys = Predicted(P2PTRACE_TRANSPORT_PCIE_P2P, "SYS");  // NCCL could, CUDA will not: as designed
+  EXPECT_EQ(JudgePair(Measured(0, false), &sys, 4).verdict, "expected");
   PairPrediction plain = Predicted(P2PTRACE_TRANSPORT_PCIE_P2P, "PIX");
   v = JudgePair(Measured(0, false), &plain, 4);
   EXPECT_EQ(v.verdict, "fail");

@@ -1,0 +1,98 @@
+// `p2ptrace doctor --test` on the simulated node (issue 28, first part): every ordered GPU pair
+// measured through the CUDA runtime loaded at run time, judged against its link class and the
+// probes; JSON fields, the exit status and what happens without a GPU or with a bad --gpus.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace {
+
+using nlohmann::json;
+using p2ptrace::testing::Env;
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+
+const std::string kDemo = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+
+Env Node(const std::string& topology, const std::string& host, const std::string& root) {
+  return {{"P2PTRACE_SYSROOT", root}, {"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR}, {"P2PSIM_TOPOLOGY", topology},
+          {"P2PSIM_HOST", host},      {"NO_COLOR", "1"},                        {"CUDA_VISIBLE_DEVICES", std::nullopt}};
+}
+
+TEST(DoctorTest, TheDemoNodesPairsPassOrAreExpectedAndSaySo) {
+  std::string root = TempDir() + "/demo-root";
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kDemo, "node0", root}).exit_code, 0);
+  // Sanitized, the test runs ~10x slower: four GPUs there (the harness gives up after 30 s of silence).
+#ifdef P2PTRACE_SANITIZED
+  const std::vector<std::string> gpus = {"--gpus", "0,1,2,4"};
+  const size_t pairs = 12, pass = 6;
+#else
+  const std::vector<std::string> gpus;
+  const size_t pairs = 56, pass = 24;
+#endif
+  std::vector<std::string> cmd = {P2PTRACE_CLI, "doctor", "--test", "--json"};
+  cmd.insert(cmd.end(), gpus.begin(), gpus.end());
+  RunResult r = RunProgram(cmd, Node(kDemo, "node0", root));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json j = json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  ASSERT_EQ(j["pairs"].size(), pairs);
+  EXPECT_EQ(j["failed"], 0);
+  std::map<std::string, int> verdicts;
+  for (const json& p : j["pairs"]) {
+    int a = p["src"]["gpu"], b = p["dst"]["gpu"];
+    bool island = (a < 4) == (b < 4);  // NVLink inside each half; the halves on two sockets
+    ++verdicts[p["verdict"].get<std::string>()];
+    EXPECT_EQ(p["data_ok"], true) << p.dump();
+    EXPECT_GT(p["staged_gbps"].get<double>(), 0) << p.dump();
+    if (island) {
+      EXPECT_EQ(p["verdict"], "pass") << p.dump();
+      EXPECT_EQ(p["transport"], "nvlink") << p.dump();
+      EXPECT_GE(p["gbps"].get<double>(), 0.8 * p["expected_gbps"]["low"].get<double>()) << p.dump();
+      // Peer access beats staging through the host by far on NVLink.
+      EXPECT_GT(p["gbps"].get<double>(), 3 * p["staged_gbps"].get<double>()) << p.dump();
+    } else {
+      EXPECT_EQ(p["verdict"], "expected") << p.dump();
+      EXPECT_EQ(p["can_access"], false) << p.dump();
+      EXPECT_TRUE(p["gbps"].is_null()) << p.dump();  // nothing measured with peer access: no figure
+    }
+  }
+  EXPECT_EQ(verdicts["pass"], static_cast<int>(pass));
+  EXPECT_EQ(verdicts["expected"], static_cast<int>(pairs - pass));
+  // The text: a matrix and the expected pairs grouped, once.
+  RunResult t = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "3,4,0"}, Node(kDemo, "node0", root));
+  ASSERT_EQ(t.exit_code, 0) << t.out << t.err;
+  EXPECT_NE(t.out.find("node0, 6 GPU pairs, 0 failed"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("4 pairs: expected — no peer access, as this node allows none for the pair"), std::string::npos)
+      << t.out;
+}
+
+TEST(DoctorTest, NothingToTestIsSaidWithItsStatus) {
+  std::string root = TempDir() + "/demo-root2";
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kDemo, "node0", root}).exit_code, 0);
+  // One GPU: no pair, nothing wrong.
+  RunResult one = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "2"}, Node(kDemo, "node0", root));
+  EXPECT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("1 GPU, no pairs to test"), std::string::npos) << one.out;
+  // A GPU the node does not have.
+  RunResult bad = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,9"}, Node(kDemo, "node0", root));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--gpus names GPU9"), std::string::npos) << bad.err;
+  // No CUDA runtime to load: nothing tested, exit 2, said.
+  Env none = Node(kDemo, "node0", root);
+  none["LD_LIBRARY_PATH"] = TempDir() + "/empty";
+  RunResult no_cuda = RunProgram({P2PTRACE_CLI, "doctor", "--test"}, none);
+  EXPECT_EQ(no_cuda.exit_code, 2);
+  EXPECT_NE(no_cuda.err.find("nothing tested: "), std::string::npos) << no_cuda.err;
+  // --gpus without --test is a usage error.
+  EXPECT_EQ(RunProgram({P2PTRACE_CLI, "doctor", "--gpus", "0,1"}, Node(kDemo, "node0", root)).exit_code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,209 @@
+#include "tools/pair_test.h"
+
+#include <dlfcn.h>
+
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "fmt/format.h"
+
+namespace p2ptrace::cli {
+namespace {
+
+constexpr int kHostToDevice = 1, kDeviceToHost = 2;  // cudaMemcpyKind
+constexpr int kNotReady = 600;                       // cudaErrorNotReady
+constexpr size_t kLatencyBytes = 8;
+constexpr int kMaxReps = 256;
+constexpr double kStableSeconds = 0.02;  // a copy this long is timed well by events
+constexpr int kLatencyCopies = 20;
+
+template <typename F>
+bool Find(void* lib, const char* name, F* out) {
+  *out = reinterpret_cast<F>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// One test's CUDA state, given back in its destructor.
+class Pair {
+ public:
+  Pair(const CudaCopies& c, int src, int dst) : c_(c), src_(src), dst_(dst) {}
+  ~Pair() {
+    c_.SetDevice(src_);
+    for (void* e : events_) c_.EventDestroy(e);
+    if (stream_) c_.StreamDestroy(stream_);
+    if (a_) c_.Free(a_);
+    if (host_) c_.FreeHost(host_);
+    if (enabled_) c_.DisablePeer(dst_);  // the test enabled it: disabled again, as it was found
+    c_.SetDevice(dst_);
+    if (b_) c_.Free(b_);
+  }
+
+  // Fills `m`; false when a copy timed out (the pair's GPUs are then left alone).
+  bool Run(PairMeasurement* m, const PairTestOptions& o) {
+    m->src = src_, m->dst = dst_;
+    int can = 0;
+    if (int r = c_.CanAccessPeer(&can, src_, dst_); r != 0) return Fail(m, "cudaDeviceCanAccessPeer", r);
+    m->can_access = can != 0;
+    if (!Check(m, "cudaSetDevice", c_.SetDevice(src_))) return true;
+    if (m->can_access) {
+      m->enable_result = c_.EnablePeer(dst_, 0);
+      enabled_ = m->enable_result == 0;
+    }
+    if (!Check(m, "cudaStreamCreateWithFlags", c_.StreamCreate(&stream_, 1 /* non-blocking */))) return true;
+    for (void*& e : events_)
+      if (!Check(m, "cudaEventCreate", c_.EventCreate(&e))) return true;
+    size_t bytes = o.copy_bytes;
+    if (!Check(m, "cudaMalloc", c_.Malloc(&a_, bytes)) || !Check(m, "cudaMallocHost", c_.MallocHost(&host_, bytes)) ||
+        !Check(m, "cudaSetDevice", c_.SetDevice(dst_)) || !Check(m, "cudaMalloc", c_.Malloc(&b_, bytes)) ||
+        !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
+      return true;
+    // A pattern of the pair's own, so that another pair's data left behind cannot pass for it.
+    auto* h = static_cast<unsigned char*>(host_);
+    for (size_t i = 0; i < bytes; ++i) h[i] = static_cast<unsigned char>(i * 131 + src_ * 7 + dst_ * 13 + 1);
+    if (!Check(m, "cudaMemcpy", c_.Memcpy(a_, host_, bytes, kHostToDevice))) return true;
+
+    // Peer copy (staged by the runtime itself when peer access is off), repeated, the count doubling
+    // until the copies take long enough to be timed well (nvbandwidth repeats too, at a larger size).
+    double seconds = 0;
+    size_t n = bytes;
+    int reps = 1;
+    for (;; reps *= 2) {
+      if (!Time(m, o, [&] {
+            for (int i = 0; i < reps; ++i)
+              if (int r = c_.MemcpyPeerAsync(b_, dst_, a_, src_, n, stream_); r != 0) return r;
+            return 0;
+          }, &seconds))
+        return !m->timed_out;
+      if (seconds >= kStableSeconds || reps >= kMaxReps) break;
+    }
+    if (m->can_access) m->gbps = static_cast<double>(n) * reps / seconds * 1e-9;
+    // The data, read back from the destination into the host buffer's second use.
+    std::vector<unsigned char> got(n);
+    if (!Check(m, "cudaSetDevice", c_.SetDevice(dst_)) || !Check(m, "cudaMemcpy", c_.Memcpy(got.data(), b_, n, kDeviceToHost)) ||
+        !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
+      return true;
+    for (size_t i = 0; i < n && m->data_ok; ++i) m->data_ok = got[i] == h[i];
+    // Staged through pinned host memory: device to host, then host to device, one after the other.
+    double d2h = 0, h2d = 0;
+    if (!Time(m, o, [&] { return c_.MemcpyAsync(host_, a_, n, kDeviceToHost, stream_); }, &d2h)) return !m->timed_out;
+    if (!Time(m, o, [&] { return c_.MemcpyAsync(b_, host_, n, kHostToDevice, stream_); }, &h2d)) return !m->timed_out;
+    m->staged_gbps = n / (d2h + h2d) * 1e-9;
+    if (!m->can_access) m->gbps = -1;
+    // A small copy's time, averaged.
+    double small = 0;
+    if (!Time(m, o, [&] {
+          for (int i = 0; i < kLatencyCopies; ++i)
+            if (int r = c_.MemcpyPeerAsync(b_, dst_, a_, src_, kLatencyBytes, stream_); r != 0) return r;
+          return 0;
+        }, &small))
+      return !m->timed_out;
+    m->latency_us = small / kLatencyCopies * 1e6;
+    return true;
+  }
+
+ private:
+  bool Fail(PairMeasurement* m, const char* call, int r) {
+    m->error = fmt::format("{}: {} ({})", call, r, c_.ErrorString ? c_.ErrorString(r) : "");
+    return true;
+  }
+  bool Check(PairMeasurement* m, const char* call, int r) {
+    if (r != 0) Fail(m, call, r);
+    return r == 0;
+  }
+  // Times `issue` on the stream between two events; polls, never blocks past the limit.
+  template <typename Issue>
+  bool Time(PairMeasurement* m, const PairTestOptions& o, Issue issue, double* seconds) {
+    if (!Check(m, "cudaEventRecord", c_.EventRecord(events_[0], stream_))) return false;
+    if (!Check(m, "copy", issue())) return false;
+    if (!Check(m, "cudaEventRecord", c_.EventRecord(events_[1], stream_))) return false;
+    Clock::time_point deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                    std::chrono::duration<double>(o.copy_limit_seconds));
+    for (int r;;) {
+      r = c_.EventQuery(events_[1]);
+      if (r == 0) break;
+      if (r != kNotReady) return Check(m, "cudaEventQuery", r);
+      if (Clock::now() > deadline) {
+        m->timed_out = true;
+        abandoned_ = true;
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    float ms = 0;
+    if (!Check(m, "cudaEventElapsedTime", c_.EventElapsed(&ms, events_[0], events_[1]))) return false;
+    *seconds = ms > 0 ? ms * 1e-3 : 1e-9;
+    return true;
+  }
+
+  const CudaCopies& c_;
+  int src_, dst_;
+  void *a_ = nullptr, *b_ = nullptr, *host_ = nullptr, *stream_ = nullptr;
+  void* events_[2] = {nullptr, nullptr};
+  bool enabled_ = false;
+
+ public:
+  bool abandoned_ = false;  // a copy never finished: nothing of it may be freed (the GPU may still write)
+};
+
+}  // namespace
+
+bool CudaCopies::Load(std::string* why) {
+  void* lib = nullptr;
+  for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"})
+    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  if (lib == nullptr) {
+    *why = "no CUDA runtime (libcudart.so) found: install the CUDA runtime, or put it on LD_LIBRARY_PATH";
+    return false;
+  }
+  bool ok = Find(lib, "cudaGetDeviceCount", &GetDeviceCount) && Find(lib, "cudaSetDevice", &SetDevice) &&
+            Find(lib, "cudaDeviceCanAccessPeer", &CanAccessPeer) && Find(lib, "cudaDeviceEnablePeerAccess", &EnablePeer) &&
+            Find(lib, "cudaDeviceDisablePeerAccess", &DisablePeer) && Find(lib, "cudaMalloc", &Malloc) &&
+            Find(lib, "cudaFree", &Free) && Find(lib, "cudaMallocHost", &MallocHost) && Find(lib, "cudaFreeHost", &FreeHost) &&
+            Find(lib, "cudaMemcpy", &Memcpy) && Find(lib, "cudaMemcpyAsync", &MemcpyAsync) &&
+            Find(lib, "cudaMemcpyPeerAsync", &MemcpyPeerAsync) && Find(lib, "cudaStreamCreateWithFlags", &StreamCreate) &&
+            Find(lib, "cudaStreamDestroy", &StreamDestroy) && Find(lib, "cudaEventCreate", &EventCreate) &&
+            Find(lib, "cudaEventRecord", &EventRecord) && Find(lib, "cudaEventQuery", &EventQuery) &&
+            Find(lib, "cudaEventElapsedTime", &EventElapsed) && Find(lib, "cudaEventDestroy", &EventDestroy);
+  Find(lib, "cudaGetErrorString", &ErrorString);
+  if (!ok) {
+    *why = "the CUDA runtime found lacks a function the test needs";
+    return false;
+  }
+  int n = 0;
+  if (int r = GetDeviceCount(&n); r != 0 || n == 0) {
+    *why = r == 35 ? "the NVIDIA driver is older than this CUDA runtime (cudaGetDeviceCount: 35)"
+           : r == 34 ? "no NVIDIA driver (the CUDA driver is a stub: cudaGetDeviceCount 34)"
+                     : "no CUDA-capable GPU (cudaGetDeviceCount: " + std::to_string(r) + ")";
+    return false;
+  }
+  return true;
+}
+
+std::vector<PairMeasurement> MeasurePairs(const CudaCopies& cuda, const PairTestOptions& o,
+                                          const std::function<void(size_t, size_t)>& progress) {
+  std::vector<PairMeasurement> out;
+  std::set<int> hung;  // GPUs with a copy that never finished: not touched again
+  size_t total = o.cuda_devices.size() * (o.cuda_devices.size() - (o.cuda_devices.empty() ? 0 : 1)), done = 0;
+  for (int s : o.cuda_devices)
+    for (int d : o.cuda_devices) {
+      if (s == d) continue;
+      PairMeasurement m;
+      m.src = s, m.dst = d;
+      if (hung.count(s) || hung.count(d)) {
+        m.error = fmt::format("not tested: a copy on GPU{} never finished", hung.count(s) ? s : d);
+      } else {
+        auto* pair = new Pair(cuda, s, d);
+        pair->Run(&m, o);
+        if (pair->abandoned_) hung.insert(s), hung.insert(d);  // leaked on purpose: its memory may still be written
+        else delete pair;
+      }
+      out.push_back(m);
+      if (progress) progress(++done, total);
+    }
+  return out;
+}
+
+}  // namespace p2ptrace::cli

@@ -1,0 +1,53 @@
+// `doctor --test`'s measurements (issue 28): every ordered GPU pair's peer access, copy bandwidth
+// with peer access on, the same copy staged through pinned host memory, a small copy's latency and
+// the data on the destination, each copy within a time limit. The CUDA runtime is loaded at run time
+// (the CLI links none); what the test changed (peer access, memory) is put back as it was.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/pair_verdict.h"
+
+namespace p2ptrace::cli {
+
+struct PairTestOptions {
+  std::vector<int> cuda_devices;     // the CUDA ordinals to test, every ordered pair of them
+  double copy_limit_seconds = 10;    // a copy not done by then fails its pair (its GPU is left alone after)
+  size_t copy_bytes = 32u << 20;     // one copy's size; copies repeat (up to 256) until they take >= 20 ms
+};
+
+// The runtime's functions the test calls; Load finds them in libcudart (13, 12, 11, unversioned).
+struct CudaCopies {
+  int (*GetDeviceCount)(int*) = nullptr;
+  int (*SetDevice)(int) = nullptr;
+  int (*CanAccessPeer)(int*, int, int) = nullptr;
+  int (*EnablePeer)(int, unsigned) = nullptr;
+  int (*DisablePeer)(int) = nullptr;
+  int (*Malloc)(void**, size_t) = nullptr;
+  int (*Free)(void*) = nullptr;
+  int (*MallocHost)(void**, size_t) = nullptr;
+  int (*FreeHost)(void*) = nullptr;
+  int (*Memcpy)(void*, const void*, size_t, int) = nullptr;
+  int (*MemcpyAsync)(void*, const void*, size_t, int, void*) = nullptr;
+  int (*MemcpyPeerAsync)(void*, int, const void*, int, size_t, void*) = nullptr;
+  int (*StreamCreate)(void**, unsigned) = nullptr;
+  int (*StreamDestroy)(void*) = nullptr;
+  int (*EventCreate)(void**) = nullptr;
+  int (*EventRecord)(void*, void*) = nullptr;
+  int (*EventQuery)(void*) = nullptr;
+  int (*EventElapsed)(float*, void*, void*) = nullptr;
+  int (*EventDestroy)(void*) = nullptr;
+  const char* (*ErrorString)(int) = nullptr;
+  // False with why ("libcudart.so not found", "no CUDA-capable device") when the test cannot run.
+  bool Load(std::string* why);
+};
+
+// Every ordered pair of options.cuda_devices; `progress(done, total)` after each pair. A pair whose
+// copy timed out leaves both its GPUs untested from then on (their work may never finish): those
+// pairs say so in `error`.
+std::vector<PairMeasurement> MeasurePairs(const CudaCopies& cuda, const PairTestOptions& options,
+                                          const std::function<void(size_t, size_t)>& progress);
+
+}  // namespace p2ptrace::cli
