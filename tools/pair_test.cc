@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -60,9 +63,11 @@ class Pair {
         !Check(m, "cudaSetDevice", c_.SetDevice(dst_)) || !Check(m, "cudaMalloc", c_.Malloc(&b_, bytes)) ||
         !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
       return true;
-    // A pattern of the pair's own, so that another pair's data left behind cannot pass for it.
-    auto* h = static_cast<unsigned char*>(host_);
-    for (size_t i = 0; i < bytes; ++i) h[i] = static_cast<unsigned char>(i * 131 + src_ * 7 + dst_ * 13 + 1);
+    // A pattern of the pair's own, different in every 8 bytes, so that another pair's data left
+    // behind, or a block landing at the wrong offset, cannot pass for it.
+    auto* h = static_cast<uint64_t*>(host_);
+    const uint64_t seed = (static_cast<uint64_t>(src_) << 32 | static_cast<uint64_t>(dst_)) + 1;
+    for (size_t i = 0; i < bytes / 8; ++i) h[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ seed;
     if (!Check(m, "cudaMemcpy", c_.Memcpy(a_, host_, bytes, kHostToDevice))) return true;
 
     // Peer copy (staged by the runtime itself when peer access is off), repeated, the count doubling
@@ -81,11 +86,11 @@ class Pair {
     }
     if (m->can_access) m->gbps = static_cast<double>(n) * reps / seconds * 1e-9;
     // The data, read back from the destination into the host buffer's second use.
-    std::vector<unsigned char> got(n);
-    if (!Check(m, "cudaSetDevice", c_.SetDevice(dst_)) || !Check(m, "cudaMemcpy", c_.Memcpy(got.data(), b_, n, kDeviceToHost)) ||
+    std::unique_ptr<unsigned char[]> got(new unsigned char[n]);
+    if (!Check(m, "cudaSetDevice", c_.SetDevice(dst_)) || !Check(m, "cudaMemcpy", c_.Memcpy(got.get(), b_, n, kDeviceToHost)) ||
         !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
       return true;
-    for (size_t i = 0; i < n && m->data_ok; ++i) m->data_ok = got[i] == h[i];
+    m->data_ok = std::memcmp(got.get(), host_, n) == 0;
     // Staged through pinned host memory: device to host, then host to device, one after the other.
     double d2h = 0, h2d = 0;
     if (!Time(m, o, [&] { return c_.MemcpyAsync(host_, a_, n, kDeviceToHost, stream_); }, &d2h)) return !m->timed_out;
