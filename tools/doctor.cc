@@ -1,7 +1,5 @@
 #include "tools/doctor.h"
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -15,6 +13,7 @@
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "probe/probe.h"
+#include "tools/cuda_runtime.h"
 #include "tools/json_text.h"
 #include "tools/output_file.h"
 #include "tools/prometheus.h"
@@ -24,34 +23,21 @@ namespace {
 
 using nlohmann::json;
 
-// libcudart through dlopen: doctor must run where no CUDA is installed. Only handed to the probe
-// once cudaGetDeviceCount answered, so nothing asks a runtime without a device.
+// Only handed to the probe once cudaGetDeviceCount found a GPU, so nothing asks a runtime without one.
 bool LoadCuda(probe::CudaQueries* q, std::string* why) {
-  void* lib = nullptr;
-  for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"})
-    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
-  if (lib == nullptr) {
-    *why = "libcudart.so not found";
+  void* lib = OpenCudaRuntime(why);
+  if (lib == nullptr) return false;
+  if (!BindCuda(lib, "cudaGetDeviceCount", &q->GetDeviceCount) ||
+      !BindCuda(lib, "cudaDeviceGetPCIBusId", &q->DeviceGetPCIBusId) ||
+      !BindCuda(lib, "cudaDeviceCanAccessPeer", &q->CanAccessPeer)) {
+    *why = "libcudart lacks cudaGetDeviceCount/cudaDeviceGetPCIBusId/cudaDeviceCanAccessPeer";
     return false;
   }
-  q->GetDeviceCount = reinterpret_cast<int (*)(int*)>(dlsym(lib, "cudaGetDeviceCount"));
-  q->DeviceGetPCIBusId = reinterpret_cast<int (*)(char*, int, int)>(dlsym(lib, "cudaDeviceGetPCIBusId"));
-  q->CanAccessPeer = reinterpret_cast<int (*)(int*, int, int)>(dlsym(lib, "cudaDeviceCanAccessPeer"));
-  q->GetP2PAttribute = reinterpret_cast<int (*)(int*, int, int, int)>(dlsym(lib, "cudaDeviceGetP2PAttribute"));
-  if (!q->GetDeviceCount || !q->DeviceGetPCIBusId || !q->CanAccessPeer) {
-    *why = "libcudart lacks cudaGetDeviceCount/cudaDeviceCanAccessPeer";
-    return false;
-  }
+  BindCuda(lib, "cudaDeviceGetP2PAttribute", &q->GetP2PAttribute);
   int n = 0;
-  int r = q->GetDeviceCount(&n);
-  if (r != 0 || n == 0) {
-    *why = r == 35 ? "cudaGetDeviceCount: CUDA driver version is insufficient (35)"
-           : r == 34 ? "cudaGetDeviceCount: CUDA driver is a stub library (34): no NVIDIA driver"
-           : r == 100 || n == 0 ? "cudaGetDeviceCount: no CUDA-capable device"
-                                : "cudaGetDeviceCount returned " + std::to_string(r);
-    return false;
-  }
-  return true;
+  int r = q->GetDeviceCount(&n);  // before n is read: argument order is unspecified
+  *why = NoDeviceWhy(r, n);
+  return why->empty();
 }
 
 std::string_view RoleSeverity(const CauseHit& c) {

@@ -1,7 +1,5 @@
 #include "tools/pair_test.h"
 
-#include <dlfcn.h>
-
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <thread>
 
 #include "fmt/format.h"
+#include "tools/cuda_runtime.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -21,12 +20,6 @@ constexpr int kMaxReps = 256;
 constexpr double kStableSeconds = 0.02;  // a copy this long is timed well by events
 constexpr int kLatencyCopies = 20;
 
-template <typename F>
-bool Find(void* lib, const char* name, F* out) {
-  *out = reinterpret_cast<F>(dlsym(lib, name));
-  return *out != nullptr;
-}
-
 using Clock = std::chrono::steady_clock;
 
 // One test's CUDA state, given back in its destructor.
@@ -35,8 +28,10 @@ class Pair {
   Pair(const CudaCopies& c, int src, int dst) : c_(c), src_(src), dst_(dst) {}
   ~Pair() {
     c_.SetDevice(src_);
-    for (void* e : events_) c_.EventDestroy(e);
-    if (stream_) c_.StreamDestroy(stream_);
+    for (void* e : {events_[0], events_[1], join_})
+      if (e) c_.EventDestroy(e);
+    for (void* s : {stream_, back_})
+      if (s) c_.StreamDestroy(s);
     if (a_) c_.Free(a_);
     if (host_) c_.FreeHost(host_);
     if (enabled_) c_.DisablePeer(dst_);  // the test enabled it: disabled again, as it was found
@@ -59,9 +54,14 @@ class Pair {
     for (void*& e : events_)
       if (!Check(m, "cudaEventCreate", c_.EventCreate(&e))) return true;
     size_t bytes = o.copy_bytes;
+    // The destination's side: its buffer, and a stream and an event of its own for the copies back
+    // (an event is recorded only on a stream of its device).
     if (!Check(m, "cudaMalloc", c_.Malloc(&a_, bytes)) || !Check(m, "cudaMallocHost", c_.MallocHost(&host_, bytes)) ||
         !Check(m, "cudaSetDevice", c_.SetDevice(dst_)) || !Check(m, "cudaMalloc", c_.Malloc(&b_, bytes)) ||
-        !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
+        !Check(m, "cudaStreamCreateWithFlags", c_.StreamCreate(&back_, 1)) ||
+        !Check(m, "cudaEventCreate", c_.EventCreate(&join_)) ||
+        // What the destination held before, unlike anything sent: a write that never lands shows.
+        !Check(m, "cudaMemset", c_.Memset(b_, 0xA5, bytes)) || !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
       return true;
     // A pattern of the pair's own, different in every 8 bytes, so that another pair's data left
     // behind, or a block landing at the wrong offset, cannot pass for it.
@@ -91,6 +91,24 @@ class Pair {
         !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
       return true;
     m->data_ok = std::memcmp(got.get(), host_, n) == 0;
+    // Both ways at once, half the bytes each way (a_'s first half to b_, b_'s second half back),
+    // the destination's stream forked from and joined to the source's so one pair of events spans both.
+    double both = 0;
+    if (m->can_access) {
+      size_t half = n / 2;
+      if (!Time(m, o, [&] {
+            if (int r = c_.StreamWaitEvent(back_, events_[0], 0); r != 0) return r;
+            for (int i = 0; i < reps; ++i) {
+              if (int r = c_.MemcpyPeerAsync(b_, dst_, a_, src_, half, stream_); r != 0) return r;
+              if (int r = c_.MemcpyPeerAsync(static_cast<char*>(a_) + half, src_, static_cast<char*>(b_) + half, dst_, half, back_); r != 0)
+                return r;
+            }
+            if (int r = c_.EventRecord(join_, back_); r != 0) return r;
+            return c_.StreamWaitEvent(stream_, join_, 0);
+          }, &both))
+        return !m->timed_out;
+      m->bidir_gbps = 2.0 * half * reps / both * 1e-9;
+    }
     // Staged through pinned host memory: device to host, then host to device, one after the other.
     double d2h = 0, h2d = 0;
     if (!Time(m, o, [&] { return c_.MemcpyAsync(host_, a_, n, kDeviceToHost, stream_); }, &d2h)) return !m->timed_out;
@@ -145,8 +163,8 @@ class Pair {
 
   const CudaCopies& c_;
   int src_, dst_;
-  void *a_ = nullptr, *b_ = nullptr, *host_ = nullptr, *stream_ = nullptr;
-  void* events_[2] = {nullptr, nullptr};
+  void *a_ = nullptr, *b_ = nullptr, *host_ = nullptr, *stream_ = nullptr, *back_ = nullptr, *join_ = nullptr;
+  void* events_[2] = {nullptr, nullptr};  // on the source: the start (also the fork) and the end
   bool enabled_ = false;
 
  public:
@@ -156,35 +174,27 @@ class Pair {
 }  // namespace
 
 bool CudaCopies::Load(std::string* why) {
-  void* lib = nullptr;
-  for (const char* name : {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"})
-    if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
-  if (lib == nullptr) {
-    *why = "no CUDA runtime (libcudart.so) found: install the CUDA runtime, or put it on LD_LIBRARY_PATH";
-    return false;
-  }
-  bool ok = Find(lib, "cudaGetDeviceCount", &GetDeviceCount) && Find(lib, "cudaSetDevice", &SetDevice) &&
-            Find(lib, "cudaDeviceCanAccessPeer", &CanAccessPeer) && Find(lib, "cudaDeviceEnablePeerAccess", &EnablePeer) &&
-            Find(lib, "cudaDeviceDisablePeerAccess", &DisablePeer) && Find(lib, "cudaMalloc", &Malloc) &&
-            Find(lib, "cudaFree", &Free) && Find(lib, "cudaMallocHost", &MallocHost) && Find(lib, "cudaFreeHost", &FreeHost) &&
-            Find(lib, "cudaMemcpy", &Memcpy) && Find(lib, "cudaMemcpyAsync", &MemcpyAsync) &&
-            Find(lib, "cudaMemcpyPeerAsync", &MemcpyPeerAsync) && Find(lib, "cudaStreamCreateWithFlags", &StreamCreate) &&
-            Find(lib, "cudaStreamDestroy", &StreamDestroy) && Find(lib, "cudaEventCreate", &EventCreate) &&
-            Find(lib, "cudaEventRecord", &EventRecord) && Find(lib, "cudaEventQuery", &EventQuery) &&
-            Find(lib, "cudaEventElapsedTime", &EventElapsed) && Find(lib, "cudaEventDestroy", &EventDestroy);
-  Find(lib, "cudaGetErrorString", &ErrorString);
+  void* lib = OpenCudaRuntime(why);
+  if (lib == nullptr) return false;
+  bool ok = BindCuda(lib, "cudaGetDeviceCount", &GetDeviceCount) && BindCuda(lib, "cudaSetDevice", &SetDevice) &&
+            BindCuda(lib, "cudaDeviceCanAccessPeer", &CanAccessPeer) && BindCuda(lib, "cudaDeviceEnablePeerAccess", &EnablePeer) &&
+            BindCuda(lib, "cudaDeviceDisablePeerAccess", &DisablePeer) && BindCuda(lib, "cudaMalloc", &Malloc) &&
+            BindCuda(lib, "cudaFree", &Free) && BindCuda(lib, "cudaMallocHost", &MallocHost) && BindCuda(lib, "cudaFreeHost", &FreeHost) &&
+            BindCuda(lib, "cudaMemcpy", &Memcpy) && BindCuda(lib, "cudaMemcpyAsync", &MemcpyAsync) &&
+            BindCuda(lib, "cudaMemcpyPeerAsync", &MemcpyPeerAsync) && BindCuda(lib, "cudaStreamCreateWithFlags", &StreamCreate) &&
+            BindCuda(lib, "cudaStreamDestroy", &StreamDestroy) && BindCuda(lib, "cudaEventCreate", &EventCreate) &&
+            BindCuda(lib, "cudaEventRecord", &EventRecord) && BindCuda(lib, "cudaEventQuery", &EventQuery) &&
+            BindCuda(lib, "cudaEventElapsedTime", &EventElapsed) && BindCuda(lib, "cudaEventDestroy", &EventDestroy) &&
+            BindCuda(lib, "cudaStreamWaitEvent", &StreamWaitEvent) && BindCuda(lib, "cudaMemset", &Memset);
+  BindCuda(lib, "cudaGetErrorString", &ErrorString);
   if (!ok) {
     *why = "the CUDA runtime found lacks a function the test needs";
     return false;
   }
   int n = 0;
-  if (int r = GetDeviceCount(&n); r != 0 || n == 0) {
-    *why = r == 35 ? "the NVIDIA driver is older than this CUDA runtime (cudaGetDeviceCount: 35)"
-           : r == 34 ? "no NVIDIA driver (the CUDA driver is a stub: cudaGetDeviceCount 34)"
-                     : "no CUDA-capable GPU (cudaGetDeviceCount: " + std::to_string(r) + ")";
-    return false;
-  }
-  return true;
+  int r = GetDeviceCount(&n);  // before n is read: argument order is unspecified
+  *why = NoDeviceWhy(r, n);
+  return why->empty();
 }
 
 std::vector<PairMeasurement> MeasurePairs(const CudaCopies& cuda, const PairTestOptions& o,

@@ -1,5 +1,5 @@
 // `doctor --test`'s measurements (issue 28): every ordered GPU pair's peer access, copy bandwidth
-// with peer access on, the same copy staged through pinned host memory, a small copy's latency and
+// with peer access on (one way, and both ways at once), the same copy staged through pinned host memory, a small copy's latency and
 // the data on the destination, each copy within a time limit. The CUDA runtime is loaded at run time
 // (the CLI links none); what the test changed (peer access, memory) is put back as it was.
 #pragma once
@@ -39,6 +39,8 @@ struct CudaCopies {
   int (*EventQuery)(void*) = nullptr;
   int (*EventElapsed)(float*, void*, void*) = nullptr;
   int (*EventDestroy)(void*) = nullptr;
+  int (*StreamWaitEvent)(void*, void*, unsigned) = nullptr;
+  int (*Memset)(void*, int, size_t) = nullptr;
   const char* (*ErrorString)(int) = nullptr;
   // False with why ("libcudart.so not found", "no CUDA-capable device") when the test cannot run.
   bool Load(std::string* why);
