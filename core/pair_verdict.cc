@@ -28,12 +28,18 @@ bool ByDesign(const PairPrediction* p) {
   });
 }
 
-// The probes' causes worth naming on a failed pair: all but context.
+// The probes' causes worth naming on a measured pair: those that bear on a CUDA peer copy (the
+// link, the platform, the driver), not NCCL's settings and choices; context left out.
 std::vector<CauseHit> Causes(const PairPrediction* p) {
+  static constexpr std::string_view kCopyCauses[] = {
+      "no-nvlink", "nvlink-down", "cuda-no-peer-access", "nvml-p2p-status", "consumer-gpu", "mig-enabled",
+      "virtualized", "iommu-enabled", "acs-redirect", "acs-suspected", "pcie-downtrained", "p2p-degraded",
+      "cuda-peer-query-failed", "cuda-peer-enable-failed"};
   std::vector<CauseHit> out;
   if (p != nullptr)
     for (const CauseHit& c : p->causes)
-      if (c.role != "context") out.push_back(c);
+      if (c.role != "context" && std::find(std::begin(kCopyCauses), std::end(kCopyCauses), c.id) != std::end(kCopyCauses))
+        out.push_back(c);
   return out;
 }
 
@@ -58,7 +64,14 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
     return v;
   };
   std::string pair = "GPU" + std::to_string(m.src) + " -> GPU" + std::to_string(m.dst);
-  if (m.timed_out) return fail("a copy " + pair + " did not finish within its time limit", Causes(predicted));
+  if (!m.tested) {
+    v.verdict = "untested";
+    v.reason = m.error.substr(m.error.rfind(": ") == std::string::npos ? 0 : m.error.find(": ") + 2);
+    return v;
+  }
+  if (m.timed_out)
+    return fail((m.stalled_copy.empty() ? std::string("a copy") : m.stalled_copy) + " did not finish within the time limit",
+                Causes(predicted));
   if (!m.data_ok)
     return fail("GPU" + std::to_string(m.dst) + " did not receive what GPU" + std::to_string(m.src) + " sent (data differs)",
                 Causes(predicted));
@@ -67,8 +80,7 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
     if (ByDesign(predicted)) {
       v.verdict = "expected";
       v.causes = Causes(predicted);
-      v.reason = "no peer access, as this node allows none for the pair" +
-                 (m.staged_gbps >= 0 ? std::string("; staged through the host: ") + Gbps(m.staged_gbps) + " GB/s" : "");
+      v.reason = "no peer access, as this node allows none for the pair";  // staged_gbps: what it gets instead
       return v;
     }
     std::vector<CauseHit> causes = Causes(predicted);
@@ -90,7 +102,7 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
   if (m.gbps < kPassFraction * v.expected.low) {
     std::vector<CauseHit> causes = Causes(predicted);
     if (causes.empty())
-      causes.push_back({"p2p-degraded", "decided", {"measured " + Gbps(m.gbps) + " GB/s over " + pair}});
+      causes.push_back({"p2p-degraded", "decided", {"no cause found in the probes for the pair's low rate"}});
     return fail(Gbps(m.gbps) + " GB/s, below " + std::to_string(static_cast<int>(kPassFraction * 100)) + "% of " + figure,
                 causes);
   }

@@ -22,6 +22,8 @@ struct PairMeasurement {
   double latency_us = -1;        // a small copy's time
   bool data_ok = true;           // the destination held what was sent
   bool timed_out = false;        // a copy did not finish within its time limit
+  std::string stalled_copy;      // which: "the copy one way", "the copies both ways", …
+  bool tested = true;            // false: skipped, a GPU of the pair hung earlier (`error` says which)
   std::string error;             // a CUDA call that failed during the test ("cudaMemcpyPeerAsync: 700 (…)"), "" none
 };
 
@@ -30,7 +32,7 @@ struct PairMeasurement {
 constexpr double kPassFraction = 0.8;
 
 struct PairVerdict {
-  std::string verdict;  // "pass", "fail" or "expected"
+  std::string verdict;  // "pass", "fail", "expected", or "untested" (a GPU of the pair hung earlier)
   int transport = 0;    // p2ptrace_transport the copies took (peer access on: the link's class)
   Bandwidth expected;   // what that class should give; 0/0 when no figure
   std::vector<CauseHit> causes;  // why not, from the probes (and the test's own findings)
@@ -38,7 +40,9 @@ struct PairVerdict {
 };
 
 // `predicted`: the job-start prediction for the pair (its best class, link, causes); null when the
-// probes could not place it. `pcie_gen`: the pair's negotiated PCIe generation, 0 unknown.
+// probes could not place it. `pcie_gen`: the PCIe generation the pair's links are built for (their
+// maximum: a link trained below it should fail, not be judged by its lower rate), 0 unknown.
+// Only the probes' causes that bear on a CUDA copy are named (not NCCL's settings or choices).
 PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted, int pcie_gen);
 
 }  // namespace p2ptrace

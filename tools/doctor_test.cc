@@ -63,6 +63,8 @@ json PairJson(const Judged& j) {
 int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, bool err_is_tty) {
   Prediction pred;
   NodeProbe probe = ProbeNode(o, &pred);
+  // The test's copies are CUDA's: the driver's answer and the links matter, NCCL's rules do not.
+  pred = PredictNode(probe, /*cuda_copies=*/true);
   CudaCopies cuda;
   std::string why;
   if (!cuda.Load(&why)) {
@@ -86,23 +88,23 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
                        cuda_of.size() == 1 ? "" : "s");
     return cuda_of.empty() ? 2 : 0;
   }
-  std::map<int, int> index_of;
   PairTestOptions po;
   po.copy_limit_seconds = o.copy_limit_seconds;
-  for (const auto& [index, ordinal] : cuda_of) po.cuda_devices.push_back(ordinal), index_of[ordinal] = index;
+  for (const auto& [index, ordinal] : cuda_of) po.gpus.push_back({ordinal, index});
   auto progress = [&](size_t done, size_t total) {
     if (err_is_tty) err << fmt::format("\rp2ptrace doctor --test: {}/{} pairs", done, total) << (done == total ? "\n" : "") << std::flush;
   };
   std::vector<Judged> judged;
-  for (PairMeasurement& m : MeasurePairs(cuda, po, progress)) {
-    m.src = index_of[m.src], m.dst = index_of[m.dst];
+  for (const PairMeasurement& m : MeasurePairs(cuda, po, progress)) {
     const ProbedGpu* a = nullptr;
     const ProbedGpu* b = nullptr;
     for (const ProbedGpu& g : probe.gpus) {
       if (g.index == m.src) a = &g;
       if (g.index == m.dst) b = &g;
     }
-    int gen = a && b ? std::min(a->pcie.gen, b->pcie.gen) : 0;
+    // The generation the links are built for: a link trained below it is judged by what it should give.
+    auto built = [](const ProbedGpu* g) { return g->pcie.max_gen > 0 ? g->pcie.max_gen : g->pcie.gen; };
+    int gen = a && b ? std::min(built(a), built(b)) : 0;
     judged.push_back({m, JudgePair(m, PredictionOf(pred, m.src, m.dst), gen)});
   }
   size_t failed = std::count_if(judged.begin(), judged.end(), [](const Judged& j) { return j.v.verdict == "fail"; });
@@ -116,7 +118,8 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
   // The matrix: rows the source, columns the destination, GB/s and a verdict mark.
   std::ostringstream t;
   t << fmt::format("p2ptrace doctor --test: {}, {} GPU pairs, {} failed\n\n", host, judged.size(), failed);
-  t << "GB/s with peer access (row: source, column: destination; ! fail, ~ expected, x no peer access)\n      ";
+  t << "GB/s one way with peer access (row: source, column: destination; ! fail, ~ expected, x no peer access, "
+       "? not tested)\n      ";
   for (const auto& [g, c] : cuda_of) t << fmt::format("{:>9}", "GPU" + std::to_string(g));
   t << "\n";
   for (const auto& [s, cs] : cuda_of) {
@@ -128,32 +131,56 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
       }
       const Judged& j = *std::find_if(judged.begin(), judged.end(), [&](const Judged& x) { return x.m.src == s && x.m.dst == d; });
       std::string mark = j.v.verdict == "fail" ? "!" : j.v.verdict == "expected" ? "~" : "";
-      t << fmt::format("{:>9}", (j.m.can_access ? Figure(j.m.gbps) : "x") + mark);
+      std::string cell = !j.m.tested ? "?" : j.m.can_access ? Figure(j.m.gbps) : "x";
+      t << fmt::format("{:>9}", cell + mark);
     }
     t << "\n";
   }
-  // Pairs that did not pass, those with the same verdict, reason and causes together.
-  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  // text, pairs
+  // Pairs that did not pass, those with the same verdict, reason and causes together, each cause
+  // with the evidence of every pair in the group (once each).
+  struct Group {
+    std::string head;  // "fail — reason"
+    std::vector<std::string> ids, pairs;
+    std::vector<std::vector<std::string>> evidence;  // per id
+  };
+  std::vector<Group> groups;
   for (const Judged& j : judged) {
     if (j.v.verdict == "pass") continue;
-    std::string text = fmt::format("{} — {}\n", j.v.verdict, j.v.reason);
-    for (const CauseHit& c : j.v.causes) {
-      const CauseInfo* info = FindCause(c.id);
-      text += fmt::format("  [{}] {}{}\n", c.id, c.evidence.empty() ? "" : c.evidence.front(),
-                          info ? "\n    fix: " + std::string(info->fix) : "");
+    Group key{fmt::format("{} — {}", j.v.verdict, j.v.reason), {}, {}, {}};
+    for (const CauseHit& c : j.v.causes) key.ids.push_back(c.id);
+    auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.head == key.head && x.ids == key.ids; });
+    if (g == groups.end()) {
+      key.evidence.resize(key.ids.size());
+      groups.push_back(key);
+      g = groups.end() - 1;
     }
-    std::string pair = fmt::format("GPU{} -> GPU{} (staged {} GB/s, small copy {} us)", j.m.src, j.m.dst,
-                                   Figure(j.m.staged_gbps), Latency(j.m.latency_us));
-    auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == text; });
-    if (g == groups.end()) groups.push_back({text, {pair}});
-    else g->second.push_back(pair);
+    std::string pair = fmt::format("GPU{} -> GPU{}", j.m.src, j.m.dst);
+    if (j.m.tested)
+      pair += fmt::format(" (both ways {} GB/s, staged {} GB/s, small copy {} us)", Figure(j.m.bidir_gbps),
+                          Figure(j.m.staged_gbps), Latency(j.m.latency_us));
+    g->pairs.push_back(pair);
+    for (size_t i = 0; i < j.v.causes.size(); ++i)
+      for (const std::string& e : j.v.causes[i].evidence)
+        if (std::find(g->evidence[i].begin(), g->evidence[i].end(), e) == g->evidence[i].end()) g->evidence[i].push_back(e);
   }
-  for (const auto& [text, pairs] : groups) {
-    t << "\n" << fmt::format("{} pair{}: {}\n", pairs.size(), pairs.size() == 1 ? "" : "s", text.substr(0, text.find('\n')));
-    constexpr size_t kShown = 6;
-    for (size_t i = 0; i < std::min(kShown, pairs.size()); ++i) t << "  " << pairs[i] << "\n";
-    if (pairs.size() > kShown) t << fmt::format("  … {} more (--json has each)\n", pairs.size() - kShown);
-    t << text.substr(text.find('\n') + 1);
+  // Failures first, then what could not be tested, then what is as the node's design has it.
+  auto rank = [](const Group& x) { return x.head.rfind("fail", 0) == 0 ? 0 : x.head.rfind("untested", 0) == 0 ? 1 : 2; };
+  std::stable_sort(groups.begin(), groups.end(), [&](const Group& x, const Group& y) { return rank(x) < rank(y); });
+  constexpr size_t kShown = 6;
+  auto some = [&](const std::vector<std::string>& items, const char* sep) {
+    std::string s;
+    for (size_t i = 0; i < std::min(kShown, items.size()); ++i) s += (i ? sep : "") + items[i];
+    if (items.size() > kShown) s += fmt::format("{}… {} more (--json has each)", sep, items.size() - kShown);
+    return s;
+  };
+  for (const Group& g : groups) {
+    t << "\n" << fmt::format("{} pair{}: {}\n", g.pairs.size(), g.pairs.size() == 1 ? "" : "s", g.head);
+    t << "  " << some(g.pairs, "\n  ") << "\n";
+    for (size_t i = 0; i < g.ids.size(); ++i) {
+      const CauseInfo* info = FindCause(g.ids[i]);
+      t << fmt::format("  [{}] {}\n", g.ids[i], some(g.evidence[i], "; "));
+      if (info) t << "    fix: " << info->fix << "\n";
+    }
   }
   out << Printable(t.str());
   return code;

@@ -25,7 +25,8 @@ using Clock = std::chrono::steady_clock;
 // One test's CUDA state, given back in its destructor.
 class Pair {
  public:
-  Pair(const CudaCopies& c, int src, int dst) : c_(c), src_(src), dst_(dst) {}
+  Pair(const CudaCopies& c, TestGpu src, TestGpu dst)
+      : c_(c), src_(src.ordinal), dst_(dst.ordinal), src_name_(src.index), dst_name_(dst.index) {}
   ~Pair() {
     c_.SetDevice(src_);
     for (void* e : {events_[0], events_[1], join_})
@@ -41,7 +42,6 @@ class Pair {
 
   // Fills `m`; false when a copy timed out (the pair's GPUs are then left alone).
   bool Run(PairMeasurement* m, const PairTestOptions& o) {
-    m->src = src_, m->dst = dst_;
     int can = 0;
     if (int r = c_.CanAccessPeer(&can, src_, dst_); r != 0) return Fail(m, "cudaDeviceCanAccessPeer", r);
     m->can_access = can != 0;
@@ -76,7 +76,7 @@ class Pair {
     size_t n = bytes;
     int reps = 1;
     for (;; reps *= 2) {
-      if (!Time(m, o, [&] {
+      if (!Time(m, o, Name("the copy"), [&] {
             for (int i = 0; i < reps; ++i)
               if (int r = c_.MemcpyPeerAsync(b_, dst_, a_, src_, n, stream_); r != 0) return r;
             return 0;
@@ -96,7 +96,7 @@ class Pair {
     double both = 0;
     if (m->can_access) {
       size_t half = n / 2;
-      if (!Time(m, o, [&] {
+      if (!Time(m, o, fmt::format("the copies both ways (GPU{} <-> GPU{})", src_name_, dst_name_), [&] {
             if (int r = c_.StreamWaitEvent(back_, events_[0], 0); r != 0) return r;
             for (int i = 0; i < reps; ++i) {
               if (int r = c_.MemcpyPeerAsync(b_, dst_, a_, src_, half, stream_); r != 0) return r;
@@ -111,13 +111,15 @@ class Pair {
     }
     // Staged through pinned host memory: device to host, then host to device, one after the other.
     double d2h = 0, h2d = 0;
-    if (!Time(m, o, [&] { return c_.MemcpyAsync(host_, a_, n, kDeviceToHost, stream_); }, &d2h)) return !m->timed_out;
-    if (!Time(m, o, [&] { return c_.MemcpyAsync(b_, host_, n, kHostToDevice, stream_); }, &h2d)) return !m->timed_out;
+    if (!Time(m, o, fmt::format("the copy GPU{} -> host", src_name_), [&] { return c_.MemcpyAsync(host_, a_, n, kDeviceToHost, stream_); }, &d2h))
+      return !m->timed_out;
+    if (!Time(m, o, fmt::format("the copy host -> GPU{}", dst_name_), [&] { return c_.MemcpyAsync(b_, host_, n, kHostToDevice, stream_); }, &h2d))
+      return !m->timed_out;
     m->staged_gbps = n / (d2h + h2d) * 1e-9;
     if (!m->can_access) m->gbps = -1;
     // A small copy's time, averaged.
     double small = 0;
-    if (!Time(m, o, [&] {
+    if (!Time(m, o, Name("the small copies"), [&] {
           for (int i = 0; i < kLatencyCopies; ++i)
             if (int r = c_.MemcpyPeerAsync(b_, dst_, a_, src_, kLatencyBytes, stream_); r != 0) return r;
           return 0;
@@ -136,9 +138,11 @@ class Pair {
     if (r != 0) Fail(m, call, r);
     return r == 0;
   }
-  // Times `issue` on the stream between two events; polls, never blocks past the limit.
+  std::string Name(const char* what) const { return fmt::format("{} GPU{} -> GPU{}", what, src_name_, dst_name_); }
+  // Times `issue` on the stream between two events; polls, never blocks past the limit. `what`
+  // names the copies should they not finish.
   template <typename Issue>
-  bool Time(PairMeasurement* m, const PairTestOptions& o, Issue issue, double* seconds) {
+  bool Time(PairMeasurement* m, const PairTestOptions& o, const std::string& what, Issue issue, double* seconds) {
     if (!Check(m, "cudaEventRecord", c_.EventRecord(events_[0], stream_))) return false;
     if (!Check(m, "copy", issue())) return false;
     if (!Check(m, "cudaEventRecord", c_.EventRecord(events_[1], stream_))) return false;
@@ -150,6 +154,7 @@ class Pair {
       if (r != kNotReady) return Check(m, "cudaEventQuery", r);
       if (Clock::now() > deadline) {
         m->timed_out = true;
+        m->stalled_copy = what;
         abandoned_ = true;
         return false;
       }
@@ -162,7 +167,8 @@ class Pair {
   }
 
   const CudaCopies& c_;
-  int src_, dst_;
+  int src_, dst_;            // CUDA ordinals in this process
+  int src_name_, dst_name_;  // the node's indices, for messages
   void *a_ = nullptr, *b_ = nullptr, *host_ = nullptr, *stream_ = nullptr, *back_ = nullptr, *join_ = nullptr;
   void* events_[2] = {nullptr, nullptr};  // on the source: the start (also the fork) and the end
   bool enabled_ = false;
@@ -201,18 +207,19 @@ std::vector<PairMeasurement> MeasurePairs(const CudaCopies& cuda, const PairTest
                                           const std::function<void(size_t, size_t)>& progress) {
   std::vector<PairMeasurement> out;
   std::set<int> hung;  // GPUs with a copy that never finished: not touched again
-  size_t total = o.cuda_devices.size() * (o.cuda_devices.size() - (o.cuda_devices.empty() ? 0 : 1)), done = 0;
-  for (int s : o.cuda_devices)
-    for (int d : o.cuda_devices) {
-      if (s == d) continue;
+  size_t total = o.gpus.size() * (o.gpus.size() - (o.gpus.empty() ? 0 : 1)), done = 0;
+  for (const TestGpu& s : o.gpus)
+    for (const TestGpu& d : o.gpus) {
+      if (s.ordinal == d.ordinal) continue;
       PairMeasurement m;
-      m.src = s, m.dst = d;
-      if (hung.count(s) || hung.count(d)) {
-        m.error = fmt::format("not tested: a copy on GPU{} never finished", hung.count(s) ? s : d);
+      m.src = s.index, m.dst = d.index;
+      if (hung.count(s.index) || hung.count(d.index)) {
+        m.tested = false;
+        m.error = fmt::format("not tested: a copy with GPU{} never finished earlier, so the GPU is left alone", hung.count(s.index) ? s.index : d.index);
       } else {
         auto* pair = new Pair(cuda, s, d);
         pair->Run(&m, o);
-        if (pair->abandoned_) hung.insert(s), hung.insert(d);  // leaked on purpose: its memory may still be written
+        if (pair->abandoned_) hung.insert(s.index), hung.insert(d.index);  // leaked on purpose: its memory may still be written
         else delete pair;
       }
       out.push_back(m);

@@ -12,8 +12,13 @@
 
 namespace p2ptrace::cli {
 
+struct TestGpu {
+  int ordinal = 0;  // in this process (CUDA_VISIBLE_DEVICES renumbers)
+  int index = 0;    // on the node, as nvidia-smi numbers it: what measurements and messages say
+};
+
 struct PairTestOptions {
-  std::vector<int> cuda_devices;     // the CUDA ordinals to test, every ordered pair of them
+  std::vector<TestGpu> gpus;         // every ordered pair of them is tested
   double copy_limit_seconds = 10;    // a copy not done by then fails its pair (its GPU is left alone after)
   size_t copy_bytes = 32u << 20;     // one copy's size; copies repeat (up to 256) until they take >= 20 ms
 };
@@ -46,7 +51,7 @@ struct CudaCopies {
   bool Load(std::string* why);
 };
 
-// Every ordered pair of options.cuda_devices; `progress(done, total)` after each pair. A pair whose
+// Every ordered pair of options.gpus (PairMeasurement::src/dst: their node indices); `progress(done, total)` after each pair. A pair whose
 // copy timed out leaves both its GPUs untested from then on (their work may never finish): those
 // pairs say so in `error`.
 std::vector<PairMeasurement> MeasurePairs(const CudaCopies& cuda, const PairTestOptions& options,

@@ -60,7 +60,7 @@ TEST(PairVerdict, NoPeerAccessIsExpectedOnlyWhereTheNodeRulesItOut) {
   PairVerdict v = JudgePair(Measured(0, false), &consumer, 4);
   EXPECT_EQ(v.verdict, "expected") << v.reason;
   EXPECT_EQ(v.transport, P2PTRACE_TRANSPORT_HOST_STAGED);
-  EXPECT_EQ(v.reason, "no peer access, as this node allows none for the pair; staged through the host: 11 GB/s");
+  EXPECT_EQ(v.reason, "no peer access, as this node allows none for the pair");
   // Two sockets: the topology's best for the pair is host memory, so no peer access is its design.
   PairPrediction sockets = Predicted(P2PTRACE_TRANSPORT_SHM, "SYS");
   EXPECT_EQ(JudgePair(Measured(0, false), &sockets, 4).verdict, "expected");
@@ -87,7 +87,8 @@ TEST(PairVerdict, CorruptionHangsAndErrorsFailWhateverTheSpeed) {
   EXPECT_EQ(v.causes[0].id, "acs-suspected");
   m = Measured(-1);
   m.timed_out = true;
-  EXPECT_EQ(JudgePair(m, &acs, 4).reason, "a copy GPU0 -> GPU1 did not finish within its time limit");
+  m.stalled_copy = "the copies both ways (GPU0 <-> GPU1)";
+  EXPECT_EQ(JudgePair(m, &acs, 4).reason, "the copies both ways (GPU0 <-> GPU1) did not finish within the time limit");
   m = Measured(24);
   m.error = "cudaMemcpyPeerAsync: 700 (an illegal memory access was encountered)";
   EXPECT_EQ(JudgePair(m, &acs, 4).reason, m.error);
@@ -106,6 +107,27 @@ TEST(PairVerdict, WithoutAFigurePeerAccessMustAtLeastBeatTheHost) {
   EXPECT_EQ(v.verdict, "fail");
   EXPECT_EQ(v.transport, P2PTRACE_TRANSPORT_P2P);
   EXPECT_EQ(JudgePair(Measured(30), nullptr, 0).verdict, "pass");
+}
+
+TEST(PairVerdict, OnlyCausesOfACudaCopyAreNamedAndUntestedIsNoFailure) {
+  // NCCL's level and settings do not bear on cudaMemcpyPeer: a slow pair names the link's cause only.
+  PairPrediction p = Predicted(P2PTRACE_TRANSPORT_PCIE_P2P, "PHB",
+                               {{"topology-beyond-p2p-level", "decided", {"PHB beyond PXB"}},
+                                {"env-p2p-disabled", "decided", {"NCCL_P2P_DISABLE=1"}},
+                                {"pcie-downtrained", "risk", {"GPU1 runs Gen3"}}});
+  PairVerdict v = JudgePair(Measured(12), &p, 4);
+  EXPECT_EQ(v.verdict, "fail");
+  ASSERT_EQ(v.causes.size(), 1u);
+  EXPECT_EQ(v.causes[0].id, "pcie-downtrained");
+  // A pair skipped because one of its GPUs hung on an earlier copy: untested, said so, no cause.
+  PairMeasurement m;
+  m.src = 0, m.dst = 1;
+  m.tested = false;
+  m.error = "not tested: a copy with GPU1 never finished earlier, so the GPU is left alone";
+  v = JudgePair(m, &p, 4);
+  EXPECT_EQ(v.verdict, "untested");
+  EXPECT_EQ(v.reason, "a copy with GPU1 never finished earlier, so the GPU is left alone");
+  EXPECT_TRUE(v.causes.empty());
 }
 
 }  // namespace

@@ -106,6 +106,39 @@ TEST(SimRules, Bandwidths) {
   EXPECT_DOUBLE_EQ(p2psim::DirectBandwidth(i, i.hosts[0], 4, 5), 50);  // NVLink does not cross the IOMMU
 }
 
+TEST(SimRules, ADowntrainedLinkCarriesItsShare) {
+  // GPU1 at Gen3 x8 of Gen5 x16: an eighth of the rate over PCIe; GPU0's own link is whole.
+  std::string slow = kTopo;
+  std::string from = R"({"index": 1, "bus_id": "0000:11:00.0", "parent": "swA"})";
+  slow.replace(slow.find(from), from.size(),
+               R"({"index": 1, "bus_id": "0000:11:00.0", "parent": "swA", "pcie": {"gen": 3, "width": 8, "max_gen": 5, "max_width": 16}})");
+  p2psim::Topology t = Load(slow);
+  EXPECT_NEAR(p2psim::DirectBandwidth(t, t.hosts[0], 0, 1), 40 * (0.985 * 8) / (3.938 * 16), 1e-9);  // Gen5: 3.938 GB/s a lane
+  EXPECT_DOUBLE_EQ(p2psim::DirectBandwidth(t, t.hosts[0], 0, 2), 15);  // not through GPU1
+  EXPECT_NEAR(p2psim::HostDeviceBandwidth(t.hosts[0].gpus[1]), 0.985 * 8 * 0.85, 1e-9);
+}
+
+TEST(SimRules, CopyFaultsAreOneWay) {
+  std::string faulty = kTopo;
+  faulty.insert(faulty.rfind('}'), R"(, "copy_faults": [{"host": "h", "a": 0, "b": 1, "fault": "corrupt"},
+                                                      {"host": "h", "a": 2, "b": 0, "fault": "hang"}])");
+  p2psim::Topology t = Load(faulty);
+  const p2ptrace::Host& h = t.hosts[0];
+  ASSERT_NE(p2psim::FindCopyFault(t, h, 0, 1), nullptr);
+  EXPECT_EQ(p2psim::FindCopyFault(t, h, 0, 1)->fault, "corrupt");
+  EXPECT_EQ(p2psim::FindCopyFault(t, h, 1, 0), nullptr);  // the other direction is sound
+  EXPECT_EQ(p2psim::FindCopyFault(t, h, 2, 0)->fault, "hang");
+  std::string error;
+  std::string bad = faulty;
+  bad.replace(bad.find(R"("corrupt")"), 9, R"("slow")");
+  EXPECT_FALSE(p2psim::ParseTopology(bad, "t.json", &t, &error));
+  EXPECT_EQ(error, "t.json: copy_faults[0].fault: \"slow\": expected corrupt or hang");
+  bad = faulty;
+  bad.replace(bad.find(R"("a": 2, "b": 0)"), 14, R"("a": 2, "b": 2)");
+  EXPECT_FALSE(p2psim::ParseTopology(bad, "t.json", &t, &error));
+  EXPECT_EQ(error, "t.json: copy_faults[1].b: must differ from a");
+}
+
 TEST(SimRules, OverridesAndReferencesAreChecked) {
   p2psim::Topology t;
   std::string error;

@@ -808,8 +808,9 @@ size_t DstSpan(const Rows& r) { return r.dpitch * (r.height - 1) + r.width; }
 // is direct when peer access is on between them (either way), the memory came through IPC, or the
 // memory of one side lets the other side's device at it (VMM mappings and pools: cuMemSetAccess,
 // cuMemPoolSetAccess; read for the source, read-write for the destination); else host-staged.
+// `*direct`: the copy went GPU to GPU without the host.
 double CopySeconds(const State& st, const Where& src, const void* sp, const Where& dst, const void* dp,
-                   const Rows& rows) {
+                   const Rows& rows, bool* direct_copy = nullptr) {
   size_t bytes = rows.width * rows.height;
   double gbps;
   int a = src.host_gpu, b = dst.host_gpu;
@@ -825,6 +826,7 @@ double CopySeconds(const State& st, const Where& src, const void* sp, const Wher
     bool granted = Granted(st, src, sp, SrcSpan(rows), OrdinalOf(st, b), kAccessRead) ||
                    Granted(st, dst, dp, DstSpan(rows), OrdinalOf(st, a), kAccessReadWrite);
     bool direct = ipc_direct || PeerDirect(st, a, b) || granted;
+    if (direct_copy) *direct_copy = direct;
     if (direct) {
       auto [it, added] = st.direct_gbps.try_emplace({a, b}, 0.0);
       if (added) it->second = p2psim::DirectBandwidth(st.topo, *st.host, a, b);
@@ -910,7 +912,17 @@ cudaError_t Copy(State& st, std::unique_lock<std::mutex>& lock, void* dst, const
     std::memmove(static_cast<char*>(dst) + r * rows.dpitch, static_cast<const char*>(src) + r * rows.spitch, rows.width);
   int other = -1;
   if (no_stream) other = OrdinalOf(st, ws.host_gpu == st.visible[s->device] ? wd.host_gpu : ws.host_gpu);
-  double end = Enqueue(st, s, CopySeconds(st, ws, src, wd, dst, rows), other);
+  bool direct = false;
+  double end = Enqueue(st, s, CopySeconds(st, ws, src, wd, dst, rows, &direct), other);
+  if (direct)
+    if (const p2psim::CopyFault* f = p2psim::FindCopyFault(st.topo, *st.host, ws.host_gpu, wd.host_gpu)) {
+      if (f->fault == "hang") {
+        end = s->t = HUGE_VAL;  // never completes: events behind it stay not ready
+      } else {                  // corrupt: one bit of a word in every 64 KiB that arrived
+        for (size_t r = 0; r < rows.height; ++r)
+          for (size_t off = 0; off < rows.width; off += 64 << 10) static_cast<char*>(dst)[r * rows.dpitch + off] ^= 1;
+      }
+    }
   if (sync) WaitUntil(st, lock, end);
   return cudaSuccess;
 }

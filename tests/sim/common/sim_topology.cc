@@ -1,5 +1,6 @@
 #include "tests/sim/common/sim_topology.h"
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -273,6 +274,16 @@ bool ParseTopology(const std::string& text, const std::string& path, Topology* o
       CheckPairRef(t, o, f);
       t.peer_access.push_back(o);
     }
+    const json& cf = Array(doc, "(top level)", "copy_faults");
+    for (size_t i = 0; i < cf.size(); ++i) {
+      std::string f = "copy_faults[" + std::to_string(i) + "]";
+      CopyFault o{Str(cf[i], f, "host", true), Int(cf[i], f, "a", true, 0), Int(cf[i], f, "b", true, 0),
+                  Str(cf[i], f, "fault", true)};
+      CheckPairRef(t, o, f);
+      if (o.a == o.b) Fail(f + ".b", "must differ from a");
+      if (o.fault != "corrupt" && o.fault != "hang") Fail(f + ".fault", "\"" + o.fault + "\": expected corrupt or hang");
+      t.copy_faults.push_back(o);
+    }
     t.time_scale = Num(doc, "(top level)", "time_scale", false, 0);
     if (t.time_scale < 0) Fail("time_scale", "must be >= 0");
   } catch (const FieldError& e) {
@@ -313,6 +324,14 @@ P2PStatus PeerStatus(const Topology& topo, const Host& host, int a, int b) {
   return P2PStatus::kOk;
 }
 
+namespace {
+// A PCIe link's raw rate, GB/s; an unknown generation counts as Gen5, an unknown width as x16.
+double LinkRate(int gen, int width) {
+  static constexpr double kPerLane[] = {0, 0.25, 0.5, 0.985, 1.969, 3.938, 7.877};  // gen 1..6
+  return kPerLane[gen >= 1 && gen <= 6 ? gen : 5] * (width > 0 ? width : 16);
+}
+}  // namespace
+
 double DirectBandwidth(const Topology& topo, const Host& host, int a, int b) {
   for (const PairOverride& o : topo.pair_overrides)
     if (o.host == host.name && ((o.a == a && o.b == b) || (o.a == b && o.b == a))) return o.gbps;
@@ -322,14 +341,23 @@ double DirectBandwidth(const Topology& topo, const Host& host, int a, int b) {
     if (path.active_links > 0) return path.active_links * topo.bandwidth.nvlink_per_link;
   }
   if (p2ptrace::IommuTranslating(host.kernel_cmdline) || path.acs_redirect) return topo.bandwidth.host_staged;
-  return topo.bandwidth.pcie_p2p;
+  // A link that trained below its maximum carries that much less (Gen5 x16 trained at Gen3: a quarter).
+  double trained = 1;
+  for (int g : {a, b})
+    if (const p2ptrace::Gpu* gpu = host.FindGpu(g)) {
+      const p2ptrace::PcieLink& l = gpu->pcie;
+      if (l.max_gen > 0 && l.max_width > 0)
+        trained = std::min(trained, LinkRate(l.gen, l.width) / LinkRate(l.max_gen, l.max_width));
+    }
+  return topo.bandwidth.pcie_p2p * trained;
 }
 
-double HostDeviceBandwidth(const p2ptrace::Gpu& gpu) {
-  static constexpr double kPerLane[] = {0, 0.25, 0.5, 0.985, 1.969, 3.938, 7.877};  // GB/s, gen 1..6
-  int gen = gpu.pcie.gen >= 1 && gpu.pcie.gen <= 6 ? gpu.pcie.gen : 5;
-  int width = gpu.pcie.width > 0 ? gpu.pcie.width : 16;
-  return kPerLane[gen] * width * 0.85;
+double HostDeviceBandwidth(const p2ptrace::Gpu& gpu) { return LinkRate(gpu.pcie.gen, gpu.pcie.width) * 0.85; }
+
+const CopyFault* FindCopyFault(const Topology& topo, const Host& host, int a, int b) {
+  for (const CopyFault& f : topo.copy_faults)
+    if (f.host == host.name && f.a == a && f.b == b) return &f;
+  return nullptr;
 }
 
 const Host* SelectHost(const Topology& topo, std::string* error) {

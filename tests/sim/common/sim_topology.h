@@ -16,6 +16,10 @@ struct Bandwidths {  // GB/s
 
 struct PairOverride { std::string host; int a = 0, b = 0; double gbps = 0; };
 struct PeerAccessOverride { std::string host; int a = 0, b = 0; bool supported = false; };
+// A broken direct path, one direction (a: the source GPU, b: the destination), for `doctor --test`:
+// "corrupt" — the bytes that land differ from those sent (a word in every 64 KiB flipped), as
+// reported under ACS/IOMMU misconfiguration; "hang" — the copy never completes (its stream stops).
+struct CopyFault { std::string host; int a = 0, b = 0; std::string fault; };
 
 struct Topology {
   std::string path;  // the file it came from, for messages
@@ -23,6 +27,7 @@ struct Topology {
   Bandwidths bandwidth;
   std::vector<PairOverride> pair_overrides;
   std::vector<PeerAccessOverride> peer_access;
+  std::vector<CopyFault> copy_faults;
   double time_scale = 0;
 
   const p2ptrace::Host* FindHost(const std::string& name) const;
@@ -45,11 +50,13 @@ inline bool PeerCapable(const Topology& t, const p2ptrace::Host& h, int a, int b
 }
 
 // Bandwidth of a direct peer copy a→b: NVLink active links × per-link rate; PCIe P2P, unless an
-// IOMMU in translating mode or ACS redirect sends it through the root complex (host-staged rate);
-// a pair override wins.
+// IOMMU in translating mode or ACS redirect sends it through the root complex (host-staged rate),
+// scaled down when either GPU's link trained below its maximum speed or width; a pair override wins.
 double DirectBandwidth(const Topology& topo, const p2ptrace::Host& host, int a, int b);
 // Host↔device copies: the GPU's current PCIe link (per-lane rate × width × 0.85).
 double HostDeviceBandwidth(const p2ptrace::Gpu& gpu);
+// The fault of a direct copy a→b (host indices) on `host`, or null.
+const CopyFault* FindCopyFault(const Topology& topo, const p2ptrace::Host& host, int a, int b);
 // Copies inside one GPU's memory.
 inline constexpr double kDeviceLocalGbps = 1000;
 
