@@ -38,6 +38,9 @@ struct ProbedGpu {
   std::string root;                  // the root complex ("pci0000:00"); "" unknown
   std::optional<bool> mig, regkey_disabled;
   int nvml_virtualization = -1;      // nvmlGpuVirtualizationMode_t, -1 unknown
+  // Compute processes on the GPU as NVML lists them (asked only when ProbeOptions::gpu_processes):
+  // their pids, 0 where NVML hides it (another PID namespace); unset when not asked or not answered.
+  std::optional<std::vector<unsigned>> compute_pids;
   // The process driving this GPU, when another rank said so (identity exchange): else this one.
   std::optional<std::string> hostname, boot_id;
   std::optional<uint64_t> shm_dev, shm_bytes;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/vocabulary.h"
 #include "p2ptrace/vocabulary.h"
 
 namespace p2ptrace {
@@ -13,8 +14,6 @@ std::string Gbps(double v) {
   std::snprintf(buf, sizeof buf, v >= 10 ? "%.0f" : "%.1f", v);
   return buf;
 }
-
-bool IsDirect(int t);
 
 // The node rules P2P out for the pair by design: its topology allows none (the best class the
 // probes found for it is not a direct one), the pair crosses sockets (SYS: CUDA refuses P2P over
@@ -41,11 +40,6 @@ std::vector<CauseHit> Causes(const PairPrediction* p) {
       if (c.role != "context" && std::find(std::begin(kCopyCauses), std::end(kCopyCauses), c.id) != std::end(kCopyCauses))
         out.push_back(c);
   return out;
-}
-
-bool IsDirect(int t) {
-  return t == P2PTRACE_TRANSPORT_NVLINK || t == P2PTRACE_TRANSPORT_PCIE_P2P || t == P2PTRACE_TRANSPORT_P2P ||
-         t == P2PTRACE_TRANSPORT_P2P_INDIRECT;
 }
 
 }  // namespace
@@ -111,6 +105,23 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
   for (const CauseHit& c : Causes(predicted))
     if (c.role == "risk") v.causes.push_back(c);  // passes now, may still hang or crawl: said
   return v;
+}
+
+std::string RegressionOf(const PairBaseline& before, const JudgedPair& now, double tolerance) {
+  const PairMeasurement& m = now.measured;
+  if (!m.tested) return "";
+  std::string cls(TransportName(now.verdict.transport));
+  if (!before.transport.empty() && before.transport != cls)
+    return "copies took " + cls + " where the baseline's took " + before.transport;
+  auto fell = [&](const char* what, double was, double is) -> std::string {
+    if (was <= 0) return "";
+    if (is < 0) return std::string(what) + " not measured where the baseline had " + Gbps(was) + " GB/s";
+    if (is >= (1 - tolerance) * was) return "";
+    return std::string(what) + " " + Gbps(is) + " GB/s, " + std::to_string(static_cast<int>((1 - is / was) * 100 + 0.5)) +
+           "% below the baseline's " + Gbps(was) + " GB/s";
+  };
+  if (std::string r = fell("one way", before.gbps, m.gbps); !r.empty()) return r;
+  return fell("both ways", before.bidir_gbps, m.bidir_gbps);
 }
 
 }  // namespace p2ptrace

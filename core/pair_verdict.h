@@ -20,7 +20,8 @@ struct PairMeasurement {
   double bidir_gbps = -1;        // both directions at once, summed
   double staged_gbps = -1;       // the same copy staged through pinned host memory
   double latency_us = -1;        // a small copy's time
-  bool data_ok = true;           // the destination held what was sent
+  bool data_ok = true;           // the destination held what was sent (when data_checked)
+  bool data_checked = false;     // the destination was read back and compared
   bool timed_out = false;        // a copy did not finish within its time limit
   std::string stalled_copy;      // which: "the copy one way", "the copies both ways", …
   bool tested = true;            // false: skipped, a GPU of the pair hung earlier (`error` says which)
@@ -44,5 +45,25 @@ struct PairVerdict {
 // maximum: a link trained below it should fail, not be judged by its lower rate), 0 unknown.
 // Only the probes' causes that bear on a CUDA copy are named (not NCCL's settings or choices).
 PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted, int pcie_gen);
+
+struct JudgedPair {
+  PairMeasurement measured;
+  PairVerdict verdict;
+};
+
+// A previous run's result for one ordered pair, from a good node of the same kind (`--baseline`).
+struct PairBaseline {
+  int src = -1, dst = -1;
+  std::string transport;  // TransportName of the class its copies took
+  double gbps = -1, bidir_gbps = -1;  // -1: not measured
+};
+
+// How far below the baseline a figure may fall before it is a regression, by default (15%: the
+// run-to-run spread of a healthy link is a few percent; a lane lost or a generation down is 50%).
+constexpr double kBaselineTolerance = 0.15;
+
+// Why `now` regressed against `before` ("" when it did not): its copies took another class (peer
+// access lost, NVLink to PCIe), or one way or both ways fell more than `tolerance` below.
+std::string RegressionOf(const PairBaseline& before, const JudgedPair& now, double tolerance);
 
 }  // namespace p2ptrace

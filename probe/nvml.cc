@@ -33,6 +33,8 @@ const NvmlApi* LoadNvml() {
     sym(n->MaxWidth, "nvmlDeviceGetMaxPcieLinkWidth");
     sym(n->DriverVersion, "nvmlSystemGetDriverVersion");
     sym(n->GetHandleByPciBusId, "nvmlDeviceGetHandleByPciBusId_v2");
+    sym(n->GetComputeProcesses, "nvmlDeviceGetComputeRunningProcesses_v3");
+    if (n->GetComputeProcesses == nullptr) sym(n->GetComputeProcesses, "nvmlDeviceGetComputeRunningProcesses_v2");
     return n;
   }();
   return api;

@@ -12,6 +12,12 @@ struct NvmlPciInfo {
   char busId[32];
 };
 
+struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2 and v3)
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId, computeInstanceId;
+};
+
 struct NvmlApi {
   int (*Init)() = nullptr;
   int (*Shutdown)() = nullptr;
@@ -32,6 +38,8 @@ struct NvmlApi {
   int (*MaxWidth)(void*, unsigned*) = nullptr;
   int (*DriverVersion)(char*, unsigned) = nullptr;
   int (*GetHandleByPciBusId)(const char*, void**) = nullptr;
+  // nvmlDeviceGetComputeRunningProcesses_v3, else _v2 (the same record).
+  int (*GetComputeProcesses)(void*, unsigned*, NvmlProcessInfo*) = nullptr;
 };
 
 // The table; null when libnvidia-ml.so.1 cannot be loaded. A function the library lacks is null.

@@ -357,7 +357,25 @@ struct NvmlResult {
   std::vector<ProbedPair> pairs;  // indices = NVML's
 };
 
-void QueryNvml(NvmlResult* out) {
+// The compute processes on one GPU; unset when NVML cannot say.
+std::optional<std::vector<unsigned>> ComputePids(const NvmlApi& n, void* h) {
+  if (!n.GetComputeProcesses) return std::nullopt;
+  std::vector<NvmlProcessInfo> infos(16);
+  for (int tries = 0; tries < 4; ++tries) {  // the list may grow between the asking and the reading
+    unsigned count = static_cast<unsigned>(infos.size());
+    int r = n.GetComputeProcesses(h, &count, infos.data());
+    if (r == 0) {
+      std::vector<unsigned> pids;
+      for (unsigned i = 0; i < count && i < infos.size(); ++i) pids.push_back(infos[i].pid);
+      return pids;
+    }
+    if (r != 7 /* NVML_ERROR_INSUFFICIENT_SIZE */) return std::nullopt;
+    infos.resize(std::max<size_t>(count, infos.size()) * 2);
+  }
+  return std::nullopt;
+}
+
+void QueryNvml(NvmlResult* out, bool gpu_processes) {
   const NvmlApi* api = LoadNvml();
   if (api == nullptr) {
     out->error = "libnvidia-ml.so.1 not found (no NVIDIA driver on this machine)";
@@ -400,6 +418,7 @@ void QueryNvml(NvmlResult* out) {
     if (n.MaxGen && n.MaxGen(h, &v) == 0) g.pcie.max_gen = static_cast<int>(v);
     if (n.CurWidth && n.CurWidth(h, &v) == 0) g.pcie.width = static_cast<int>(v);
     if (n.MaxWidth && n.MaxWidth(h, &v) == 0) g.pcie.max_width = static_cast<int>(v);
+    if (gpu_processes) g.compute_pids = ComputePids(n, h);
     out->gpus.push_back(std::move(g));
     handles.push_back(h);
   }
@@ -475,9 +494,9 @@ void ProbeNvml(const ProbeOptions& o, NodeProbe* p) {
   auto shared = std::make_shared<Shared>();
   auto started = std::chrono::steady_clock::now();
   try {
-    std::thread([shared] {
+    std::thread([shared, processes = o.gpu_processes] {
       NvmlResult r;
-      QueryNvml(&r);
+      QueryNvml(&r, processes);
       std::lock_guard<std::mutex> lock(shared->mu);
       shared->result = std::move(r);
       shared->done = true;

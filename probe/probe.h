@@ -26,6 +26,7 @@ struct ProbeOptions {
   const CudaQueries* cuda = nullptr;    // null: CUDA is not asked
   int nvml_timeout_ms = 3000;           // NVML can stall for seconds on a sick driver
   bool nvml = true;
+  bool gpu_processes = false;           // ask NVML which processes use each GPU (doctor --test)
 };
 
 NodeProbe GatherNodeProbe(const ProbeOptions& options);

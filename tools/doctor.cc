@@ -156,6 +156,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
 NodeProbe ProbeNode(const DoctorOptions& o, Prediction* pred) {
   probe::ProbeOptions po;
   po.sysroot = o.sysroot;
+  po.gpu_processes = o.test;  // the test refuses GPUs in use
   if (po.sysroot.empty())
     if (const char* s = std::getenv("P2PTRACE_SYSROOT")) po.sysroot = s;
   probe::CudaQueries q;

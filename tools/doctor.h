@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/node_probe.h"
+#include "core/pair_verdict.h"
 #include "core/predict.h"
 #include "nlohmann/json.hpp"
 
@@ -23,6 +24,10 @@ struct DoctorOptions {
   bool test = false;
   std::vector<int> gpus;         // --gpus: the node's GPU indices to test (default all)
   double copy_limit_seconds = 10;  // --time-limit
+  bool allow_busy = false;         // --allow-busy: test GPUs other processes use (else refused)
+  std::string rows;                // --rows FILE: the pairs as fleet rows (kind "test", docs/ROWS.md)
+  std::string baseline;            // --baseline FILE: a previous --json of a good node of the same kind
+  double baseline_tolerance = kBaselineTolerance;  // --tolerance PCT / 100
 };
 
 int RunDoctor(const DoctorOptions& options, std::ostream& out, std::ostream& err);

@@ -1,27 +1,32 @@
 #include "tools/doctor_test.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <fstream>
 #include <map>
 #include <ostream>
 #include <sstream>
 
 #include "core/causes.h"
+#include "core/input_file.h"
 #include "core/pair_verdict.h"
 #include "core/printable.h"
+#include "core/scheduler.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "tools/json_text.h"
+#include "tools/output_file.h"
 #include "tools/pair_test.h"
+#include "tools/prometheus.h"
+#include "tools/rows.h"
 
 namespace p2ptrace::cli {
 namespace {
 
 using nlohmann::json;
-
-struct Judged {
-  PairMeasurement m;  // src/dst: the node's GPU indices
-  PairVerdict v;
-};
+using PairKey = std::pair<int, int>;
 
 const PairPrediction* PredictionOf(const Prediction& pred, int a, int b) {
   for (const PairPrediction& p : pred.pairs)
@@ -29,109 +34,134 @@ const PairPrediction* PredictionOf(const Prediction& pred, int a, int b) {
   return nullptr;
 }
 
+// "pid 1234 (python3)"; NVML gives pid 0 for a process in another PID namespace (a container).
+std::string ProcessName(unsigned pid) {
+  if (pid == 0) return "a process outside this PID namespace";
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string comm;
+  std::getline(in, comm);
+  return comm.empty() ? fmt::format("pid {}", pid) : fmt::format("pid {} ({})", pid, comm);
+}
+
 std::string Latency(double us) { return us < 0 ? "-" : fmt::format("{:.2g}", us); }
 std::string Figure(double gbps) { return gbps < 0 ? "-" : gbps >= 10 ? fmt::format("{:.0f}", gbps) : fmt::format("{:.1f}", gbps); }
 
-json PairJson(const Judged& j) {
+// --baseline FILE: a previous `doctor --test --json` of a good node of the same kind.
+struct Baseline {
+  std::map<PairKey, PairBaseline> pairs;
+  std::map<int, std::string> models;  // GPU index -> model, when the file names them
+};
+
+bool LoadBaseline(const std::string& file, Baseline* b, std::string* why) {
+  std::string text;
+  constexpr uint64_t kMaxBytes = 64u << 20;  // a 64-GPU node's JSON is well under 10 MB
+  Expected<uint64_t> size = ReadInPieces(file, kMaxBytes, [&](std::string_view piece) { text += piece; });
+  if (!size.ok()) {
+    *why = size.error().message;
+    return false;
+  }
+  if (*size > kMaxBytes) {
+    *why = file + ": larger than any `doctor --test --json` (64 MiB)";
+    return false;
+  }
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("pairs") || !j["pairs"].is_array()) {
+    *why = file + ": not the output of `p2ptrace doctor --test --json` (no \"pairs\" list)";
+    return false;
+  }
+  auto number = [](const json& v) { return v.is_number() ? v.get<double>() : -1.0; };
+  for (const json& p : j["pairs"]) {
+    if (!p.is_object() || !p.contains("src") || !p.contains("dst") || !p["src"].contains("gpu") ||
+        !p["dst"].contains("gpu") || !p["src"]["gpu"].is_number_integer() || !p["dst"]["gpu"].is_number_integer()) {
+      *why = file + ": a pair without src.gpu and dst.gpu";
+      return false;
+    }
+    PairBaseline pb;
+    pb.src = p["src"]["gpu"], pb.dst = p["dst"]["gpu"];
+    if (p.contains("transport") && p["transport"].is_string()) pb.transport = p["transport"];
+    if (p.contains("gbps")) pb.gbps = number(p["gbps"]);
+    if (p.contains("bidir_gbps")) pb.bidir_gbps = number(p["bidir_gbps"]);
+    // A pair the baseline could not test, or that failed there, sets no bar.
+    if (p.value("verdict", "") != "pass" && p.value("verdict", "") != "expected") continue;
+    b->pairs[{pb.src, pb.dst}] = pb;
+  }
+  if (j.contains("gpus") && j["gpus"].is_array())
+    for (const json& g : j["gpus"])
+      if (g.is_object() && g.contains("gpu") && g["gpu"].is_number_integer() && g.contains("name") && g["name"].is_string())
+        b->models[g["gpu"]] = g["name"];
+  return true;
+}
+
+json PairJson(const JudgedPair& j, const std::map<PairKey, std::string>* regressions) {
+  const PairMeasurement& m = j.measured;
+  const PairVerdict& v = j.verdict;
   json causes = json::array();
-  for (const CauseHit& c : j.v.causes) {
+  for (const CauseHit& c : v.causes) {
     const CauseInfo* info = FindCause(c.id);
     causes.push_back({{"id", c.id}, {"role", c.role}, {"evidence", c.evidence}, {"fix", info ? std::string(info->fix) : ""}});
   }
-  auto num = [](double v) { return v < 0 ? json(nullptr) : json(v); };
-  return {{"src", {{"gpu", j.m.src}}},
-          {"dst", {{"gpu", j.m.dst}}},
-          {"transport", TransportName(j.v.transport)},
-          {"can_access", j.m.can_access},
-          {"gbps", num(j.m.gbps)},
-          {"bidir_gbps", num(j.m.bidir_gbps)},
-          {"staged_gbps", num(j.m.staged_gbps)},
-          {"latency_us", num(j.m.latency_us)},
-          {"expected_gbps", j.v.expected.low > 0 ? json({{"low", j.v.expected.low}, {"high", j.v.expected.high},
-                                                         {"basis", j.v.expected.basis}})
-                                                 : json(nullptr)},
-          {"verdict", j.v.verdict},
-          {"reason", j.v.reason},
-          {"causes", causes},
-          {"data_ok", j.m.data_ok},
-          {"timed_out", j.m.timed_out},
-          {"error", j.m.error}};
+  auto num = [](double x) { return x < 0 ? json(nullptr) : json(x); };
+  json out = {{"src", {{"gpu", m.src}}},
+              {"dst", {{"gpu", m.dst}}},
+              {"transport", m.tested ? json(TransportName(v.transport)) : json(nullptr)},
+              {"can_access", m.can_access},
+              {"gbps", num(m.gbps)},
+              {"bidir_gbps", num(m.bidir_gbps)},
+              {"staged_gbps", num(m.staged_gbps)},
+              {"latency_us", num(m.latency_us)},
+              {"expected_gbps", v.expected.low > 0 ? json({{"low", v.expected.low}, {"high", v.expected.high},
+                                                           {"basis", v.expected.basis}})
+                                                   : json(nullptr)},
+              {"verdict", v.verdict},
+              {"reason", v.reason},
+              {"causes", causes},
+              {"data_ok", m.data_checked ? json(m.data_ok) : json(nullptr)},
+              {"timed_out", m.timed_out},
+              {"error", m.error}};
+  if (regressions) {
+    auto it = regressions->find({m.src, m.dst});
+    out["regression"] = it == regressions->end() ? json(nullptr) : json(it->second);
+  }
+  return out;
 }
 
-}  // namespace
+// What one test found, for every output.
+struct TestRun {
+  std::string host;                  // as the report names hosts ("" unknown)
+  std::map<int, int> cuda_of;        // tested GPUs: node index -> CUDA ordinal
+  std::vector<JudgedPair> pairs;
+  std::vector<std::string> busy;     // "GPU0: pid 1234 (python3)" (tested with --allow-busy)
+  bool busy_checked = true;          // NVML said which processes use every tested GPU
+  const Baseline* baseline = nullptr;
+  std::map<PairKey, std::string> regressions;  // against the baseline
+  size_t without_baseline = 0;       // tested pairs the baseline has no figure for
+  size_t failed = 0;
+};
 
-int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, bool err_is_tty) {
-  Prediction pred;
-  NodeProbe probe = ProbeNode(o, &pred);
-  // The test's copies are CUDA's: the driver's answer and the links matter, NCCL's rules do not.
-  pred = PredictNode(probe, /*cuda_copies=*/true);
-  CudaCopies cuda;
-  std::string why;
-  if (!cuda.Load(&why)) {
-    err << "p2ptrace doctor --test: nothing tested: " << why << "\n";
-    return 2;
-  }
-  // The node's GPUs by index, tested through their CUDA ordinals in this process.
-  std::map<int, int> cuda_of;  // node index -> CUDA ordinal
-  for (const ProbedGpu& g : probe.gpus)
-    if (g.cuda >= 0 && (o.gpus.empty() || std::count(o.gpus.begin(), o.gpus.end(), g.index)))
-      cuda_of[g.index] = g.cuda;
-  for (int g : o.gpus)
-    if (!cuda_of.count(g)) {
-      err << "p2ptrace doctor --test: --gpus names GPU" << g << ", which this process cannot use (not on this node, "
-          << "or hidden by CUDA_VISIBLE_DEVICES)\n";
-      return 2;
-    }
-  std::string host = probe.hostname.empty() ? "this machine" : probe.hostname;
-  if (cuda_of.size() < 2) {
-    out << fmt::format("p2ptrace doctor --test: {}: {} GPU{}, no pairs to test\n", host, cuda_of.size(),
-                       cuda_of.size() == 1 ? "" : "s");
-    return cuda_of.empty() ? 2 : 0;
-  }
-  PairTestOptions po;
-  po.copy_limit_seconds = o.copy_limit_seconds;
-  for (const auto& [index, ordinal] : cuda_of) po.gpus.push_back({ordinal, index});
-  auto progress = [&](size_t done, size_t total) {
-    if (err_is_tty) err << fmt::format("\rp2ptrace doctor --test: {}/{} pairs", done, total) << (done == total ? "\n" : "") << std::flush;
-  };
-  std::vector<Judged> judged;
-  for (const PairMeasurement& m : MeasurePairs(cuda, po, progress)) {
-    const ProbedGpu* a = nullptr;
-    const ProbedGpu* b = nullptr;
-    for (const ProbedGpu& g : probe.gpus) {
-      if (g.index == m.src) a = &g;
-      if (g.index == m.dst) b = &g;
-    }
-    // The generation the links are built for: a link trained below it is judged by what it should give.
-    auto built = [](const ProbedGpu* g) { return g->pcie.max_gen > 0 ? g->pcie.max_gen : g->pcie.gen; };
-    int gen = a && b ? std::min(built(a), built(b)) : 0;
-    judged.push_back({m, JudgePair(m, PredictionOf(pred, m.src, m.dst), gen)});
-  }
-  size_t failed = std::count_if(judged.begin(), judged.end(), [](const Judged& j) { return j.v.verdict == "fail"; });
-  int code = failed ? 1 : 0;
-  if (o.json) {
-    json pairs = json::array();
-    for (const Judged& j : judged) pairs.push_back(PairJson(j));
-    out << JsonText({{"version", 1}, {"host", probe.hostname}, {"pairs", pairs}, {"failed", failed}}, 2) << "\n";
-    return code;
-  }
-  // The matrix: rows the source, columns the destination, GB/s and a verdict mark.
+void PrintText(const DoctorOptions& o, const TestRun& run, std::ostream& out) {
   std::ostringstream t;
-  t << fmt::format("p2ptrace doctor --test: {}, {} GPU pairs, {} failed\n\n", host, judged.size(), failed);
-  t << "GB/s one way with peer access (row: source, column: destination; ! fail, ~ expected, x no peer access, "
-       "? not tested)\n      ";
-  for (const auto& [g, c] : cuda_of) t << fmt::format("{:>9}", "GPU" + std::to_string(g));
+  std::string host = run.host.empty() ? "this machine" : run.host;
+  t << fmt::format("p2ptrace doctor --test: {}, {} GPU pairs, {} failed", host, run.pairs.size(), run.failed);
+  if (run.baseline) t << fmt::format(", {} slower than the baseline", run.regressions.size());
   t << "\n";
-  for (const auto& [s, cs] : cuda_of) {
+  if (!run.busy.empty())
+    t << fmt::format("note: tested beside other processes (--allow-busy: {}): figures may read low\n", fmt::join(run.busy, "; "));
+  if (!run.busy_checked) t << "note: NVML could not say which processes use the GPUs; a job beside the test would slow it\n";
+  t << "\nGB/s one way with peer access (row: source, column: destination; ! fail, ~ expected, x no peer access, "
+       "? not tested)\n      ";
+  for (const auto& [g, c] : run.cuda_of) t << fmt::format("{:>9}", "GPU" + std::to_string(g));
+  t << "\n";
+  for (const auto& [s, cs] : run.cuda_of) {
     t << fmt::format("{:<6}", "GPU" + std::to_string(s));
-    for (const auto& [d, cd] : cuda_of) {
+    for (const auto& [d, cd] : run.cuda_of) {
       if (s == d) {
         t << fmt::format("{:>9}", "X");
         continue;
       }
-      const Judged& j = *std::find_if(judged.begin(), judged.end(), [&](const Judged& x) { return x.m.src == s && x.m.dst == d; });
-      std::string mark = j.v.verdict == "fail" ? "!" : j.v.verdict == "expected" ? "~" : "";
-      std::string cell = !j.m.tested ? "?" : j.m.can_access ? Figure(j.m.gbps) : "x";
+      const JudgedPair& j = *std::find_if(run.pairs.begin(), run.pairs.end(),
+                                          [&](const JudgedPair& x) { return x.measured.src == s && x.measured.dst == d; });
+      std::string mark = j.verdict.verdict == "fail" ? "!" : j.verdict.verdict == "expected" ? "~" : "";
+      std::string cell = !j.measured.tested ? "?" : j.measured.can_access ? Figure(j.measured.gbps) : "x";
       t << fmt::format("{:>9}", cell + mark);
     }
     t << "\n";
@@ -144,23 +174,24 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
     std::vector<std::vector<std::string>> evidence;  // per id
   };
   std::vector<Group> groups;
-  for (const Judged& j : judged) {
-    if (j.v.verdict == "pass") continue;
-    Group key{fmt::format("{} — {}", j.v.verdict, j.v.reason), {}, {}, {}};
-    for (const CauseHit& c : j.v.causes) key.ids.push_back(c.id);
+  for (const JudgedPair& j : run.pairs) {
+    const PairMeasurement& m = j.measured;
+    if (j.verdict.verdict == "pass") continue;
+    Group key{fmt::format("{} — {}", j.verdict.verdict, j.verdict.reason), {}, {}, {}};
+    for (const CauseHit& c : j.verdict.causes) key.ids.push_back(c.id);
     auto g = std::find_if(groups.begin(), groups.end(), [&](const Group& x) { return x.head == key.head && x.ids == key.ids; });
     if (g == groups.end()) {
       key.evidence.resize(key.ids.size());
       groups.push_back(key);
       g = groups.end() - 1;
     }
-    std::string pair = fmt::format("GPU{} -> GPU{}", j.m.src, j.m.dst);
-    if (j.m.tested)
-      pair += fmt::format(" (both ways {} GB/s, staged {} GB/s, small copy {} us)", Figure(j.m.bidir_gbps),
-                          Figure(j.m.staged_gbps), Latency(j.m.latency_us));
+    std::string pair = fmt::format("GPU{} -> GPU{}", m.src, m.dst);
+    if (m.tested)
+      pair += fmt::format(" (both ways {} GB/s, staged {} GB/s, small copy {} us)", Figure(m.bidir_gbps),
+                          Figure(m.staged_gbps), Latency(m.latency_us));
     g->pairs.push_back(pair);
-    for (size_t i = 0; i < j.v.causes.size(); ++i)
-      for (const std::string& e : j.v.causes[i].evidence)
+    for (size_t i = 0; i < j.verdict.causes.size(); ++i)
+      for (const std::string& e : j.verdict.causes[i].evidence)
         if (std::find(g->evidence[i].begin(), g->evidence[i].end(), e) == g->evidence[i].end()) g->evidence[i].push_back(e);
   }
   // Failures first, then what could not be tested, then what is as the node's design has it.
@@ -182,7 +213,153 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
       if (info) t << "    fix: " << info->fix << "\n";
     }
   }
+  if (run.baseline) {
+    t << "\n" << fmt::format("against the baseline {} (a pair {}% or more below it, or of another class, regressed):\n",
+                             o.baseline, static_cast<int>(o.baseline_tolerance * 100 + 0.5));
+    std::vector<std::string> lines;
+    for (const auto& [key, why] : run.regressions) lines.push_back(fmt::format("GPU{} -> GPU{}: {}", key.first, key.second, why));
+    if (lines.empty()) lines.push_back("no pair regressed");
+    t << "  " << some(lines, "\n  ") << "\n";
+    if (run.without_baseline)
+      t << fmt::format("  {} pair{} the baseline has no figure for (not in it, or not passed there)\n", run.without_baseline,
+                       run.without_baseline == 1 ? "" : "s");
+  }
   out << Printable(t.str());
+}
+
+}  // namespace
+
+int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, bool err_is_tty) {
+  constexpr const char* kWho = "p2ptrace doctor --test";
+  // What could stop the outputs, before anything is measured.
+  for (const std::string* file : {&o.prometheus, &o.rows})
+    if (!file->empty() && *file != "-")
+      if (std::string why = OutputFileProblem(*file); !why.empty()) {
+        err << kWho << ": " << why << "\n";
+        return 2;
+      }
+  Baseline baseline;
+  if (!o.baseline.empty()) {
+    std::string why;
+    if (!LoadBaseline(o.baseline, &baseline, &why)) {
+      err << kWho << ": --baseline " << Printable(why) << "\n";
+      return 2;
+    }
+  }
+  Prediction pred;
+  NodeProbe probe = ProbeNode(o, &pred);
+  // The test's copies are CUDA's: the driver's answer and the links matter, NCCL's rules do not.
+  pred = PredictNode(probe, /*cuda_copies=*/true);
+  CudaCopies cuda;
+  std::string why;
+  if (!cuda.Load(&why)) {
+    err << kWho << ": nothing tested: " << why << "\n";
+    return 2;
+  }
+  TestRun run;
+  run.host = probe.hostname;
+  // The node's GPUs by index, tested through their CUDA ordinals in this process.
+  for (const ProbedGpu& g : probe.gpus)
+    if (g.cuda >= 0 && (o.gpus.empty() || std::count(o.gpus.begin(), o.gpus.end(), g.index)))
+      run.cuda_of[g.index] = g.cuda;
+  for (int g : o.gpus)
+    if (!run.cuda_of.count(g)) {
+      err << kWho << ": --gpus names GPU" << g << ", which this process cannot use (not on this node, "
+          << "or hidden by CUDA_VISIBLE_DEVICES)\n";
+      return 2;
+    }
+  // A baseline from another kind of node sets no bar: said, not compared.
+  for (const auto& [index, model] : baseline.models)
+    if (const ProbedGpu* g = probe.Gpu(index); g && run.cuda_of.count(index) && !g->name.empty() && g->name != model) {
+      err << kWho << ": --baseline " << Printable(o.baseline) << " is of another kind of node: its GPU" << index << " is "
+          << Printable(model) << ", this node's is " << Printable(g->name) << "\n";
+      return 2;
+    }
+  // Other processes on the GPUs: a test would slow their job and read low, so it is refused.
+  for (const ProbedGpu& g : probe.gpus) {
+    if (!run.cuda_of.count(g.index)) continue;
+    if (!g.compute_pids) {
+      run.busy_checked = false;
+      continue;
+    }
+    std::vector<std::string> who;
+    for (unsigned pid : *g.compute_pids)
+      if (pid != static_cast<unsigned>(getpid())) who.push_back(ProcessName(pid));
+    if (!who.empty()) run.busy.push_back(fmt::format("GPU{}: {}", g.index, fmt::join(who, ", ")));
+  }
+  if (!run.busy.empty() && !o.allow_busy) {
+    err << kWho << ": refused: other processes use the GPUs (" << Printable(fmt::format("{}", fmt::join(run.busy, "; ")))
+        << "); a test would slow them and measure less than the links give. Run it when the GPUs are idle, or pass "
+           "--allow-busy\n";
+    return 2;
+  }
+  if (run.cuda_of.size() < 2) {
+    out << fmt::format("{}: {}: {} GPU{}, no pairs to test\n", kWho, run.host.empty() ? "this machine" : run.host,
+                       run.cuda_of.size(), run.cuda_of.size() == 1 ? "" : "s");
+    return run.cuda_of.empty() ? 2 : 0;
+  }
+  PairTestOptions po;
+  po.copy_limit_seconds = o.copy_limit_seconds;
+  for (const auto& [index, ordinal] : run.cuda_of) po.gpus.push_back({ordinal, index});
+  auto progress = [&](size_t done, size_t total) {
+    if (err_is_tty) err << fmt::format("\r{}: {}/{} pairs", kWho, done, total) << (done == total ? "\n" : "") << std::flush;
+  };
+  auto started = std::chrono::system_clock::now();
+  for (const PairMeasurement& m : MeasurePairs(cuda, po, progress)) {
+    const ProbedGpu* a = probe.Gpu(m.src);
+    const ProbedGpu* b = probe.Gpu(m.dst);
+    // The generation the links are built for: a link trained below it is judged by what it should give.
+    auto built = [](const ProbedGpu* g) { return g->pcie.max_gen > 0 ? g->pcie.max_gen : g->pcie.gen; };
+    int gen = a && b ? std::min(built(a), built(b)) : 0;
+    run.pairs.push_back({m, JudgePair(m, PredictionOf(pred, m.src, m.dst), gen)});
+  }
+  run.failed = std::count_if(run.pairs.begin(), run.pairs.end(), [](const JudgedPair& j) { return j.verdict.verdict == "fail"; });
+  if (!o.baseline.empty()) {
+    run.baseline = &baseline;
+    for (const JudgedPair& j : run.pairs) {
+      auto it = baseline.pairs.find({j.measured.src, j.measured.dst});
+      if (it == baseline.pairs.end()) {
+        run.without_baseline += j.measured.tested;
+        continue;
+      }
+      if (std::string r = RegressionOf(it->second, j, o.baseline_tolerance); !r.empty())
+        run.regressions[{j.measured.src, j.measured.dst}] = r;
+    }
+  }
+  int code = run.failed || !run.regressions.empty() ? 1 : 0;
+  const std::map<PairKey, std::string>* regressions = run.baseline ? &run.regressions : nullptr;
+  uint64_t unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count();
+  if (!o.prometheus.empty())
+    if (std::string w = WriteOutput(o.prometheus, PrometheusFromTest(probe, run.pairs, unix_ns * 1e-9)); !w.empty()) {
+      err << kWho << ": " << w << "\n";
+      return 2;
+    }
+  if (!o.rows.empty()) {
+    SchedulerIds ids = ReadSchedulerIds([](const char* name) { return std::getenv(name); });
+    if (std::string w = WriteOutput(o.rows, RowsText(BuildTestRows(probe, run.pairs, ids, unix_ns, regressions))); !w.empty()) {
+      err << kWho << ": " << w << "\n";
+      return 2;
+    }
+  }
+  // Another output on stdout ("-") takes it: the report goes to stderr then, as export does.
+  bool stdout_taken = o.prometheus == "-" || o.rows == "-";
+  std::ostream& report = stdout_taken ? err : out;
+  if (o.json) {
+    json pairs = json::array();
+    for (const JudgedPair& j : run.pairs) pairs.push_back(PairJson(j, regressions));
+    json gpus = json::array();
+    for (const auto& [index, ordinal] : run.cuda_of) {
+      const ProbedGpu* g = probe.Gpu(index);
+      gpus.push_back({{"gpu", index}, {"cuda_device", ordinal}, {"name", g ? g->name : ""}, {"bus_id", g ? g->bus_id : ""}});
+    }
+    json j = {{"version", 1}, {"host", run.host}, {"gpus", gpus}, {"busy", run.busy}, {"busy_checked", run.busy_checked},
+              {"pairs", pairs}, {"failed", run.failed}};
+    j["baseline"] = run.baseline ? json(o.baseline) : json(nullptr);
+    j["regressions"] = run.baseline ? json(run.regressions.size()) : json(nullptr);
+    report << JsonText(j, 2) << "\n";
+    return code;
+  }
+  PrintText(o, run, report);
   return code;
 }
 

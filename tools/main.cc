@@ -214,9 +214,9 @@ int main(int argc, char** argv) {
                      "P2PTRACE_SYSROOT, else /)");
   doctor->add_flag("--no-cuda", [&](int64_t) { doctor_options.cuda = false; }, "do not load libcudart");
   doctor->add_option("--prometheus", doctor_options.prometheus,
-                     "also write the prediction in Prometheus text format for node_exporter's textfile collector, "
-                     "e.g. /var/lib/node_exporter/textfile_collector/p2ptrace.prom (atomically: a temporary file in "
-                     "the same directory, then rename)")
+                     "also write the prediction (with --test: the measured pairs) in Prometheus text format for "
+                     "node_exporter's textfile collector, e.g. /var/lib/node_exporter/textfile_collector/p2ptrace.prom "
+                     "(atomically: a temporary file in the same directory, then rename)")
       ->option_text("FILE");
   doctor->add_flag("--test", doctor_options.test, "measure every ordered GPU pair now (peer access, GB/s with it and "
                    "staged through the host, small-copy latency, the data checked) and judge each: pass, fail with "
@@ -225,11 +225,25 @@ int main(int argc, char** argv) {
                      "(nvidia-smi's), e.g. --gpus 0,1,2")->delimiter(',');
   doctor->add_option("--time-limit", doctor_options.copy_limit_seconds, "with --test: seconds one copy may take "
                      "before its pair fails (default 10)")->check(CLI::Range(0.1, 3600.0));
+  doctor->add_flag("--allow-busy", doctor_options.allow_busy, "with --test: test GPUs that other processes use "
+                   "(NVML lists them; refused otherwise, exit 2): the job is slowed and the figures read low");
+  doctor->add_option("--rows", doctor_options.rows, "with --test: also write each pair as a fleet row (NDJSON, "
+                     "schema p2ptrace.rows/1, kind \"test\"; docs/ROWS.md), atomically; - for stdout")
+      ->option_text("FILE");
+  doctor->add_option("--baseline", doctor_options.baseline, "with --test: compare with FILE, a previous --json of a "
+                     "good node of the same kind; a pair slower by more than --tolerance, or of another class, "
+                     "regressed (exit 1)")
+      ->option_text("FILE");
+  double tolerance_pct = p2ptrace::kBaselineTolerance * 100;
+  auto* tolerance = doctor->add_option("--tolerance", tolerance_pct, "with --baseline: percent below the baseline a "
+                                       "figure may fall (default 15)")->check(CLI::Range(0.0, 100.0));
   doctor->footer(
       "--prometheus FILE: per directional GPU pair the path class available and a fallback gauge with its cause,\n"
       "and the node's pairs without P2P (metric list and a cron/systemd recipe: README.md, \"Prometheus\").\n"
       "Exit status: 0, 1 when an error-severity cause holds, 2 when FILE cannot be written (nothing is left behind).\n"
-      "With --test: 0 when every pair passes or is expected, 1 when one fails, 2 when nothing could be tested.");
+      "With --test: 0 when every pair passes or is expected, 1 when one fails (or, with --baseline, regressed),\n"
+      "2 when nothing could be tested (no CUDA runtime or GPU, GPUs in use without --allow-busy, a bad --baseline).\n"
+      "Recipes for a SLURM prolog, a Kubernetes Job and cron: README.md, \"Proving a node\".");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -241,11 +255,19 @@ int main(int argc, char** argv) {
   }
   if (doctor->parsed()) {
     doctor_options.json = json;
-    if (doctor_options.test) return RunDoctorTest(doctor_options, std::cout, std::cerr, isatty(2));
-    if (!doctor_options.gpus.empty()) {
-      std::cerr << "p2ptrace doctor: --gpus needs --test\n";
-      return 2;
+    doctor_options.baseline_tolerance = tolerance_pct / 100;
+    if (doctor_options.test) {
+      if (tolerance->count() && doctor_options.baseline.empty()) {
+        std::cerr << "p2ptrace doctor: --tolerance needs --baseline\n";
+        return 2;
+      }
+      return RunDoctorTest(doctor_options, std::cout, std::cerr, isatty(2));
     }
+    for (const char* flag : {"--gpus", "--time-limit", "--allow-busy", "--rows", "--baseline", "--tolerance"})
+      if (doctor->count(flag)) {
+        std::cerr << "p2ptrace doctor: " << flag << " needs --test\n";
+        return 2;
+      }
     return RunDoctor(doctor_options, std::cout, std::cerr);
   }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);

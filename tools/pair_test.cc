@@ -91,6 +91,7 @@ class Pair {
         !Check(m, "cudaSetDevice", c_.SetDevice(src_)))
       return true;
     m->data_ok = std::memcmp(got.get(), host_, n) == 0;
+    m->data_checked = true;
     // Both ways at once, half the bytes each way (a_'s first half to b_, b_'s second half back),
     // the destination's stream forked from and joined to the source's so one pair of events spans both.
     double both = 0;

@@ -165,6 +165,34 @@ void DeclareFamilies(Exposition& x, bool job) {
 
 std::string Index(int gpu) { return gpu >= 0 ? std::to_string(gpu) : ""; }
 
+constexpr const char* kTestBandwidth = "p2ptrace_pair_test_bandwidth_bytes_per_second";
+constexpr const char* kTestExpected = "p2ptrace_pair_test_expected_bandwidth_bytes_per_second";
+constexpr const char* kTestLatency = "p2ptrace_pair_test_latency_seconds";
+constexpr const char* kTestVerdict = "p2ptrace_pair_test_verdict_info";
+constexpr const char* kTestFailure = "p2ptrace_pair_test_failure";
+constexpr const char* kTestDataOk = "p2ptrace_pair_test_data_ok";
+constexpr const char* kTestFailed = "p2ptrace_node_test_failed_pairs";
+constexpr const char* kTestTime = "p2ptrace_node_test_timestamp_seconds";
+
+void DeclareTestFamilies(Exposition& x) {
+  x.Family(kTestBandwidth, Exposition::kGauge,
+           "doctor --test: a directional GPU pair's measured copy bandwidth in bytes per second: "
+           "direction=\"one_way\" and \"both_ways\" (summed) with peer access on, \"staged\" through pinned host "
+           "memory; class is what the copies took. No sample where it was not measured.");
+  x.Family(kTestExpected, Exposition::kGauge,
+           "doctor --test: the low end of what the pair's class should give (the catalog's figure; the pair "
+           "passes at 80% of it). No sample where the class has no figure.");
+  x.Family(kTestLatency, Exposition::kGauge, "doctor --test: one 8-byte peer copy's time in seconds, averaged over 20.");
+  x.Family(kTestVerdict, Exposition::kGauge,
+           "doctor --test: the pair's verdict as a label (pass, fail, expected: the node rules P2P out for it, "
+           "untested: a GPU of the pair hung earlier), value 1.");
+  x.Family(kTestFailure, Exposition::kGauge, "doctor --test: 1 per cause of a failed pair (\"unknown\" when none was found).");
+  x.Family(kTestDataOk, Exposition::kGauge, "doctor --test: 1 when the destination held what was sent, 0 when it differed.");
+  x.Family(kTestFailed, Exposition::kGauge, "doctor --test: directional GPU pairs that failed.");
+  x.Family(kTestTime, Exposition::kGauge,
+           "doctor --test: when the test ran, Unix time in seconds (alert on its age: a node not tested lately).");
+}
+
 }  // namespace
 
 std::string NvidiaSmiBusId(const std::string& bus_id) {
@@ -217,6 +245,55 @@ std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred)
   }
   x.Sample(kWithoutP2p, {{"source", "doctor"}, {"host", host}}, without);
   x.Sample(kGpus, {{"source", "doctor"}, {"host", host}}, static_cast<double>(probe.gpus.size()));
+  return x.Text();
+}
+
+std::string PrometheusFromTest(const NodeProbe& probe, const std::vector<JudgedPair>& pairs, double unix_seconds) {
+  Exposition x;
+  DeclareTestFamilies(x);
+  const std::string& host = probe.hostname;
+  int failed = 0;
+  for (const JudgedPair& j : pairs) {
+    const PairMeasurement& m = j.measured;
+    const ProbedGpu* a = probe.Gpu(m.src);
+    const ProbedGpu* b = probe.Gpu(m.dst);
+    Labels pair = {{"source", "test"}, {"host", host},
+                   {"src_gpu", Index(m.src)}, {"src_pci_bus_id", a ? NvidiaSmiBusId(a->bus_id) : ""},
+                   {"dst_gpu", Index(m.dst)}, {"dst_pci_bus_id", b ? NvidiaSmiBusId(b->bus_id) : ""}};
+    Labels verdict = pair;
+    verdict.push_back({"verdict", j.verdict.verdict});
+    x.Sample(kTestVerdict, verdict, 1);
+    if (!m.tested) continue;
+    Labels cls = pair;
+    cls.push_back({"class", std::string(TransportName(j.verdict.transport))});
+    for (auto [direction, gbps] : {std::pair{"one_way", m.gbps}, std::pair{"both_ways", m.bidir_gbps},
+                                   std::pair{"staged", m.staged_gbps}}) {
+      if (gbps < 0) continue;
+      Labels l = direction == std::string("staged") ? pair : cls;
+      if (direction == std::string("staged")) l.push_back({"class", "host_staged"});
+      l.push_back({"direction", direction});
+      x.Sample(kTestBandwidth, l, gbps * 1e9);
+    }
+    if (j.verdict.expected.low > 0) x.Sample(kTestExpected, cls, j.verdict.expected.low * 1e9);
+    if (m.latency_us >= 0) x.Sample(kTestLatency, pair, m.latency_us * 1e-6);
+    x.Sample(kTestDataOk, pair, m.data_ok ? 1 : 0);
+    if (j.verdict.verdict != "fail") continue;
+    ++failed;
+    bool any = false;
+    for (const CauseHit& c : j.verdict.causes) {
+      Labels l = pair;
+      l.push_back({"cause", c.id});
+      x.Sample(kTestFailure, l, 1);
+      any = true;
+    }
+    if (!any) {
+      Labels l = pair;
+      l.push_back({"cause", "unknown"});
+      x.Sample(kTestFailure, l, 1);
+    }
+  }
+  x.Sample(kTestFailed, {{"source", "test"}, {"host", host}}, failed);
+  x.Sample(kTestTime, {{"source", "test"}, {"host", host}}, unix_seconds);
   return x.Text();
 }
 

@@ -13,7 +13,10 @@
 #include <iosfwd>
 #include <string>
 
+#include <vector>
+
 #include "core/node_probe.h"
+#include "core/pair_verdict.h"
 #include "core/predict.h"
 #include "tools/report.h"
 
@@ -21,6 +24,9 @@ namespace p2ptrace::cli {
 
 // The text format for doctor's probe and prediction.
 std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& prediction);
+// The text format for `doctor --test`'s pairs (source="test"), measured at `unix_seconds`: families
+// of their own, so that its file and doctor's can sit side by side in one collector directory.
+std::string PrometheusFromTest(const NodeProbe& probe, const std::vector<JudgedPair>& pairs, double unix_seconds);
 // The text format for a job's report.
 std::string PrometheusFromReport(const Report& report);
 

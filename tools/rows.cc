@@ -211,6 +211,69 @@ json OpRow(const Report& rep, const JobFacts& f, const NcclOpSummary& s) {
 
 }  // namespace
 
+std::vector<json> BuildTestRows(const NodeProbe& probe, const std::vector<JudgedPair>& pairs, const SchedulerIds& ids,
+                                uint64_t unix_ns, const std::map<std::pair<int, int>, std::string>* regressions) {
+  JobFacts f;  // no trace: the job is the one the scheduler names, if any
+  f.scheduler = ids.scheduler;
+  f.scheduler_job_id = f.job_id = ids.job_id;
+  f.step_id = ids.step_id;
+  f.run_id = ids.run_id;
+  f.host_ids[probe.hostname] = ids;
+  std::vector<json> rows;
+  for (const JudgedPair& j : pairs) {
+    const PairMeasurement& m = j.measured;
+    json r = Common(f, "test");
+    r["test_time"] = IsoTime(unix_ns);
+    r["host"] = probe.hostname;
+    Placement(r, f, probe.hostname);
+    r["hosts"] = json::array({probe.hostname});
+    r["source"] = "test";
+    std::set<std::string> models;
+    for (auto [side, index] : {std::pair{"src", m.src}, std::pair{"dst", m.dst}}) {
+      const ProbedGpu* g = probe.Gpu(index);
+      std::string s = side;
+      r[s + "_host"] = probe.hostname;
+      r[s + "_gpu"] = index;
+      r[s + "_cuda_device"] = g ? OrNull(g->cuda) : json(nullptr);
+      r[s + "_bus_id"] = g ? OrNull(g->bus_id) : json(nullptr);
+      r[s + "_model"] = g ? OrNull(g->name) : json(nullptr);
+      if (g && !g->name.empty()) models.insert(g->name);
+    }
+    r["gpu_models"] = models.empty() ? json(nullptr) : json(models);
+    r["verdict"] = j.verdict.verdict;
+    r["reason"] = j.verdict.reason;
+    r["class_used"] = m.tested ? json(TransportName(j.verdict.transport)) : json(nullptr);
+    const ProbedPair* link = probe.Pair(m.src, m.dst);
+    r["link"] = link ? OrNull(link->link) : json(nullptr);
+    r["gbps"] = OrNull(m.gbps, m.gbps >= 0);
+    r["bidir_gbps"] = OrNull(m.bidir_gbps, m.bidir_gbps >= 0);
+    r["staged_gbps"] = OrNull(m.staged_gbps, m.staged_gbps >= 0);
+    r["latency_us"] = OrNull(m.latency_us, m.latency_us >= 0);
+    r["class_used_gbps_low"] = OrNull(j.verdict.expected.low, j.verdict.expected.high > 0);
+    r["class_used_gbps_high"] = OrNull(j.verdict.expected.high, j.verdict.expected.high > 0);
+    json causes = json::array();
+    for (const CauseHit& c : j.verdict.causes) causes.push_back(c.id);
+    r["causes"] = causes;
+    r["cause"] = j.verdict.causes.empty() ? json(nullptr) : json(j.verdict.causes.front().id);
+    r["data_ok"] = m.data_checked ? json(m.data_ok) : json(nullptr);
+    r["timed_out"] = m.timed_out;
+    json regression = nullptr;
+    if (regressions)
+      if (auto it = regressions->find({m.src, m.dst}); it != regressions->end() && !it->second.empty()) regression = it->second;
+    r["regression"] = regression;
+    r["cuda_driver_version"] = nullptr;
+    r["nvidia_driver_version"] = OrNull(probe.driver_version);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+std::string RowsText(const std::vector<json>& rows) {
+  std::string text;
+  for (const json& r : rows) text += JsonText(r) + "\n";
+  return text;
+}
+
 std::vector<json> BuildRows(const Report& report, const ProcessOrigins& origins) {
   JobFacts f = Facts(report, origins);
   std::vector<json> rows;
@@ -236,9 +299,7 @@ int RunRowsExport(const std::string& dir, const std::string& file, std::ostream&
     return 2;
   }
   std::vector<json> rows = BuildRows(*report, origins);
-  std::string text;
-  for (const json& r : rows) text += JsonText(r) + "\n";
-  if (std::string why = WriteOutput(file, text); !why.empty()) {
+  if (std::string why = WriteOutput(file, RowsText(rows)); !why.empty()) {
     err << "p2ptrace export: " << why << "\n";
     return 2;
   }

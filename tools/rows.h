@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/node_probe.h"
+#include "core/pair_verdict.h"
 #include "core/scheduler.h"
 #include "nlohmann/json.hpp"
 #include "tools/report.h"
@@ -30,6 +32,15 @@ using ProcessOrigins = std::map<std::pair<std::string, int>, ProcessOrigin>;
 // Every row of the job: its pairs (as Report::pairs, one row per directional pair), then its NCCL
 // operations (as Report::nccl_ops).
 std::vector<nlohmann::json> BuildRows(const Report& report, const ProcessOrigins& origins);
+
+// `doctor --test --rows FILE`: one row per tested ordered pair, kind "test" (docs/ROWS.md), the
+// scheduler's ids from this process's environment (in a SLURM prolog: the job about to run), the
+// time the test ran, and each pair's regression against --baseline ("" none; absent: none asked).
+std::vector<nlohmann::json> BuildTestRows(const NodeProbe& probe, const std::vector<JudgedPair>& pairs,
+                                          const SchedulerIds& ids, uint64_t unix_ns,
+                                          const std::map<std::pair<int, int>, std::string>* regressions);
+// NDJSON text of rows, one per line.
+std::string RowsText(const std::vector<nlohmann::json>& rows);
 
 // Loads DIR, writes FILE atomically (a temporary file beside it, renamed over it; "-": stdout);
 // exit 0, or 2 with one line on `err`.

@@ -3,7 +3,9 @@
 // probes; JSON fields, the exit status and what happens without a GPU or with a bad --gpus.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,7 +19,9 @@ using nlohmann::json;
 using p2ptrace::testing::Env;
 using p2ptrace::testing::RunProgram;
 using p2ptrace::testing::RunResult;
+using p2ptrace::testing::ReadFile;
 using p2ptrace::testing::TempDir;
+using p2ptrace::testing::WriteFile;
 
 const std::string kDemo = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
 // Four PCIe GPUs with faults (DESIGN §9 copy_faults): GPU0 -> GPU1 corrupts, GPU2 -> GPU1 never
@@ -25,8 +29,11 @@ const std::string kDemo = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json"
 const std::string kFaulty = std::string(P2PTRACE_TOPOLOGY_DIR) + "/faulty-pcie-4gpu.json";
 
 Env Node(const std::string& topology, const std::string& host, const std::string& root) {
+  // The sim's shared directory of its own: NVML lists the processes on a GPU from there, and other
+  // tests' jobs on the same simulated host must not make these GPUs look busy.
   return {{"P2PTRACE_SYSROOT", root}, {"LD_LIBRARY_PATH", P2PTRACE_SIM_LIB_DIR}, {"P2PSIM_TOPOLOGY", topology},
-          {"P2PSIM_HOST", host},      {"NO_COLOR", "1"},                        {"CUDA_VISIBLE_DEVICES", std::nullopt}};
+          {"P2PSIM_HOST", host},      {"NO_COLOR", "1"},                        {"CUDA_VISIBLE_DEVICES", std::nullopt},
+          {"P2PSIM_NCCL_DIR", root}};
 }
 
 TEST(DoctorTest, TheDemoNodesPairsPassOrAreExpectedAndSaySo) {
@@ -153,6 +160,111 @@ TEST(DoctorTest, EveryFaultFailsItsPairWithWhy) {
   EXPECT_NE(t.out.find("[pcie-downtrained] GPU3 runs PCIe Gen3 x16 of Gen4 x16\n    fix: "), std::string::npos) << t.out;
   EXPECT_LT(t.out.find("fail —"), t.out.find("untested —")) << t.out;
   EXPECT_NE(t.out.find("GPU2          ?        ?        X        ?"), std::string::npos) << t.out;
+}
+
+TEST(DoctorTest, GpusInUseAreRefusedUnlessAllowed) {
+  std::string root = TempDir() + "/busy-root";
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kDemo, "node0", root}).exit_code, 0);
+  Env env = Node(kDemo, "node0", root);
+  // A job on GPUs 0 and 1 (one process, both GPUs), stopped in its first operation: it holds them.
+  std::string script = std::string("setsid env P2PSIM_FAULT=stop@0:1 CUDA_VISIBLE_DEVICES=0,1 ") + NCCL_RING +
+                       " -g 2 -i all -o allreduce -n 1 " + root + " >/dev/null 2>&1 & job=$!\n"
+                       "for i in $(seq 100); do grep -q '^State:.*T' /proc/$job/status && break; sleep 0.1; done\n"
+                       "echo job=$job\n" +
+                       P2PTRACE_CLI + " doctor --test --gpus 0,1,2 >busy.out 2>busy.err; echo busy=$?\n" +
+                       P2PTRACE_CLI + " doctor --test --gpus 2,3 >idle.out 2>&1; echo idle=$?\n" +
+                       P2PTRACE_CLI + " doctor --test --gpus 0,1 --allow-busy --json >allowed.json 2>&1; echo allowed=$?\n" +
+                       "kill -9 $job; wait $job 2>/dev/null\n" +
+                       P2PTRACE_CLI + " doctor --test --gpus 0,1 --json >after.json 2>&1; echo after=$?\n";
+  RunResult r = RunProgram({"sh", "-c", "cd " + root + " || exit 1\n" + script}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string job = r.out.substr(r.out.find("job=") + 4);
+  job = job.substr(0, job.find('\n'));
+  EXPECT_NE(r.out.find("busy=2"), std::string::npos) << r.out;
+  std::string busy = ReadFile(root + "/busy.err");
+  EXPECT_NE(busy.find("refused: other processes use the GPUs (GPU0: pid " + job + " (nccl_ring); GPU1: pid " + job +
+                      " (nccl_ring))"),
+            std::string::npos)
+      << busy;
+  EXPECT_NE(busy.find("--allow-busy"), std::string::npos) << busy;
+  EXPECT_EQ(ReadFile(root + "/busy.out"), "") << "nothing measured";
+  EXPECT_NE(r.out.find("idle=0"), std::string::npos) << r.out << ReadFile(root + "/idle.out");
+  EXPECT_NE(r.out.find("allowed=0"), std::string::npos) << r.out;
+  json allowed = json::parse(ReadFile(root + "/allowed.json"), nullptr, false);
+  ASSERT_FALSE(allowed.is_discarded()) << ReadFile(root + "/allowed.json");
+  EXPECT_EQ(allowed["busy"].size(), 2u) << allowed["busy"];
+  EXPECT_EQ(allowed["pairs"].size(), 2u);
+  // Its process gone (killed: nothing it could tidy), the GPUs are free again.
+  EXPECT_NE(r.out.find("after=0"), std::string::npos) << r.out;
+  json after = json::parse(ReadFile(root + "/after.json"), nullptr, false);
+  ASSERT_FALSE(after.is_discarded());
+  EXPECT_TRUE(after["busy"].empty()) << after["busy"];
+  EXPECT_EQ(after["busy_checked"], true);
+}
+
+TEST(DoctorTest, ABaselineFromAHealthyTwinNamesEachRegressionAndRowsCarryIt) {
+  // The same node healthy: no faults, GPU3's link at its Gen4.
+  json healthy = json::parse(ReadFile(kFaulty));
+  healthy.erase("copy_faults");
+  healthy["hosts"][0]["gpus"][3]["pcie"]["gen"] = 4;
+  std::string dir = TempDir() + "/baseline";
+  std::filesystem::create_directories(dir);
+  std::string twin = dir + "/healthy.json";
+  WriteFile(twin, healthy.dump());
+  std::string root_twin = dir + "/twin-root", root = dir + "/root";
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", twin, "bench4", root_twin}).exit_code, 0);
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kFaulty, "bench4", root}).exit_code, 0);
+  // GPUs 0, 1, 3: the corrupting pair and the down-trained link, not the pair that hangs.
+  RunResult good = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1,3", "--json"}, Node(twin, "bench4", root_twin));
+  ASSERT_EQ(good.exit_code, 0) << good.out << good.err;
+  WriteFile(dir + "/good.json", good.out);
+  Env env = Node(kFaulty, "bench4", root);
+  env["SLURM_JOB_ID"] = "4242";  // a SLURM prolog: the rows name the job about to run
+  RunResult r = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1,3", "--baseline", dir + "/good.json",
+                            "--rows", dir + "/rows.ndjson"},
+                           env);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("bench4, 6 GPU pairs, 5 failed, 4 slower than the baseline\n"), std::string::npos) << r.out;
+  // Every pair through GPU3's link at half its rate; the corrupting pair is as fast as its baseline.
+  for (const char* pair : {"GPU0 -> GPU3", "GPU1 -> GPU3", "GPU3 -> GPU0", "GPU3 -> GPU1"})
+    EXPECT_NE(r.out.find(std::string(pair) + ": one way 13 GB/s, 50% below the baseline's 25 GB/s"), std::string::npos) << r.out;
+  // The rows: one per pair, kind "test", the job from the environment, the regression on its pair.
+  std::vector<json> rows;
+  std::istringstream lines(ReadFile(dir + "/rows.ndjson"));
+  for (std::string line; std::getline(lines, line);) rows.push_back(json::parse(line));
+  ASSERT_EQ(rows.size(), 6u);
+  int regressed = 0;
+  for (const json& row : rows) {
+    EXPECT_EQ(row["schema"], "p2ptrace.rows/1");
+    EXPECT_EQ(row["kind"], "test");
+    EXPECT_EQ(row["job_id"], "4242");
+    EXPECT_EQ(row["scheduler"], "slurm");
+    EXPECT_EQ(row["src_model"], "NVIDIA A100 80GB PCIe");
+    if (!row["regression"].is_null()) ++regressed;
+    if (row["src_gpu"] == 0 && row["dst_gpu"] == 1) {
+      EXPECT_EQ(row["verdict"], "fail");
+      EXPECT_EQ(row["data_ok"], false);
+      EXPECT_TRUE(row["regression"].is_null()) << "as fast as the baseline: its failure is the data";
+    }
+    if (row["src_gpu"] == 0 && row["dst_gpu"] == 3) {
+      EXPECT_EQ(row["cause"], "pcie-downtrained");
+      EXPECT_NEAR(row["gbps"].get<double>(), 12.5, 0.3);
+    }
+  }
+  EXPECT_EQ(regressed, 4);
+  // A baseline that is no test output, and one from another kind of node: refused before testing.
+  WriteFile(dir + "/bad.json", "{\"pairs\": 3}");
+  RunResult bad = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--baseline", dir + "/bad.json"}, env);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("not the output of `p2ptrace doctor --test --json`"), std::string::npos) << bad.err;
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kDemo, "node0", dir + "/demo-root"}).exit_code, 0);
+  RunResult other = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--baseline", dir + "/good.json"},
+                               Node(kDemo, "node0", dir + "/demo-root"));
+  EXPECT_EQ(other.exit_code, 2) << other.out;
+  EXPECT_NE(other.err.find("is of another kind of node: its GPU0 is NVIDIA A100 80GB PCIe, this node's is NVIDIA H100 80GB HBM3"),
+            std::string::npos)
+      << other.err;
+  EXPECT_EQ(RunProgram({P2PTRACE_CLI, "doctor", "--baseline", dir + "/good.json"}, env).exit_code, 2) << "needs --test";
 }
 
 }  // namespace

@@ -253,6 +253,67 @@ TEST(Prometheus, DoctorOnTheMixedNodeWritesEveryPairsPredictionAndTheNodeGauge) 
   EXPECT_EQ(gpus->value, 8);
 }
 
+// doctor --test --prometheus: what the test measured and judged, families of their own (a node's
+// collector directory may hold doctor's file beside it), the same figures as --json.
+TEST(Prometheus, DoctorTestWritesEachPairsMeasuresVerdictAndCauses) {
+  const std::string faulty = std::string(P2PTRACE_TOPOLOGY_DIR) + "/faulty-pcie-4gpu.json";
+  std::string dir = TempDir() + "/test-prom", root = dir + "/root";
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", faulty, "bench4", root}).exit_code, 0);
+  Env env = CleanEnv();
+  env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
+  env["P2PSIM_TOPOLOGY"] = faulty;
+  env["P2PTRACE_SYSROOT"] = root;
+  env["P2PSIM_NCCL_DIR"] = dir;
+  std::string file = dir + "/test.prom";
+  RunResult r = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--time-limit", "0.5", "--json", "--prometheus", file}, env);
+  ASSERT_EQ(r.exit_code, 1) << r.err;
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  Exposition x = ReadChecked(file);
+  EXPECT_TRUE(x.Find("p2ptrace_pair_fallback").empty()) << "the test's own families only";
+  int failed = 0;
+  for (const auto& p : doc["pairs"]) {
+    std::string s = std::to_string(p["src"]["gpu"].get<int>()), d = std::to_string(p["dst"]["gpu"].get<int>());
+    SCOPED_TRACE("GPU" + s + " -> GPU" + d);
+    std::map<std::string, std::string> pair = {{"source", "test"}, {"host", "bench4"}, {"src_gpu", s}, {"dst_gpu", d}};
+    const Sample* verdict = One(x, "p2ptrace_pair_test_verdict_info", pair);
+    ASSERT_NE(verdict, nullptr);
+    EXPECT_EQ(verdict->labels.at("verdict"), p["verdict"]);
+    auto one_way = pair;
+    one_way["direction"] = "one_way";
+    auto bw = x.Find("p2ptrace_pair_test_bandwidth_bytes_per_second", one_way);
+    if (p["gbps"].is_null()) {
+      EXPECT_TRUE(bw.empty());
+    } else {
+      ASSERT_EQ(bw.size(), 1u);
+      EXPECT_NEAR(bw[0]->value, p["gbps"].get<double>() * 1e9, 1e3);
+      EXPECT_EQ(bw[0]->labels.at("class"), p["transport"]);
+    }
+    auto data = x.Find("p2ptrace_pair_test_data_ok", pair);
+    if (p["data_ok"].is_null()) EXPECT_TRUE(data.empty());
+    else EXPECT_EQ(data.at(0)->value, p["data_ok"].get<bool>() ? 1 : 0);
+    std::set<std::string> causes, named;
+    for (const auto& c : p["causes"]) causes.insert(c["id"]);
+    for (const Sample* f : x.Find("p2ptrace_pair_test_failure", pair)) named.insert(f->labels.at("cause"));
+    if (p["verdict"] == "fail") {
+      ++failed;
+      EXPECT_EQ(named, causes.empty() ? std::set<std::string>{"unknown"} : causes);
+    } else {
+      EXPECT_TRUE(named.empty());
+    }
+  }
+  EXPECT_EQ(failed, 4);
+  const Sample* node = One(x, "p2ptrace_node_test_failed_pairs", {{"source", "test"}, {"host", "bench4"}});
+  ASSERT_NE(node, nullptr);
+  EXPECT_EQ(node->value, 4);
+  const Sample* when = One(x, "p2ptrace_node_test_timestamp_seconds", {{"host", "bench4"}});
+  ASSERT_NE(when, nullptr);
+  EXPECT_NEAR(when->value, static_cast<double>(time(nullptr)), 120);
+  // The corrupting pair says so; the down-trained ones name their cause.
+  EXPECT_EQ(One(x, "p2ptrace_pair_test_data_ok", {{"src_gpu", "0"}, {"dst_gpu", "1"}})->value, 0);
+  EXPECT_EQ(One(x, "p2ptrace_pair_test_failure", {{"src_gpu", "0"}, {"dst_gpu", "3"}})->labels.at("cause"), "pcie-downtrained");
+}
+
 // A node where no GPU answers: no pair, and the GPU count says why the node gauge is 0.
 TEST(Prometheus, DoctorWithoutGpusSaysSo) {
   std::string root = TempDir() + "/bare-root";

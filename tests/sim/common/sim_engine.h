@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "tests/sim/common/gpu_model.h"
+#include "tests/sim/common/gpu_users.h"
 #include "tests/sim/common/sim_topology.h"
 
 // Each library uses only part of the engine.
@@ -216,6 +217,7 @@ struct State {
   unsigned long long vmm_ids = 0;
   std::map<uintptr_t, Reservation> reservations;  // cuMemAddressReserve, by base address
   std::set<MemPool*> pools;                   // every pool, default ones included
+  std::set<int> noted_gpus;                   // ordinals this process is listed on (gpu_users.h)
   std::map<int, MemPool*> default_pool, current_pool;  // per ordinal (made at first use)
   // DirectBandwidth per (host GPU, host GPU), computed once: it walks the PCIe tree with string
   // compares, whose instruction count varies with heap addresses from run to run, which would
@@ -268,12 +270,18 @@ int CurDev() {
 // Makes `device`'s primary context current (replacing the top of the stack) and active, holding the
 // runtime's reference, as cudaSetDevice and the runtime's first use of a device do.
 // The runtime's hold on a device's primary context (cudaInitDevice, and every use of the device).
+// NVML lists a process on a GPU once it activated the GPU's primary context (under the lock).
+void NoteUse(State& st, int device) {
+  if (st.noted_gpus.insert(device).second) p2psim::NoteGpuUser(st.host->name, st.visible[device]);
+}
+
 void RuntimeRetain(State& st, int device) {
   Context* c = st.primary[device].get();
   if (c->active && c->runtime_ref) return;
   std::lock_guard<std::mutex> lock(Mu());
   if (!c->runtime_ref) { c->runtime_ref = true; ++c->refs; }
   c->active = true;
+  NoteUse(st, device);
 }
 
 void UseDevice(State& st, int device) {

@@ -387,6 +387,7 @@ SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   Context& c = *st.primary[dev];
   ++c.refs;
   c.active = true;
+  NoteUse(st, dev);
   *pctx = reinterpret_cast<CUcontext>(&c);
   return CUDA_SUCCESS;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/sim/common/gpu_users.h"
 #include "tests/sim/common/sim_topology.h"
 
 #define NVML_API extern "C" __attribute__((visibility("default")))
@@ -312,6 +313,39 @@ NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t dev, unsigned int* curre
   if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   *current = *pending = g->mig ? 1 : 0;
   return NVML_SUCCESS;
+}
+
+// Compute processes: those that activated the GPU's primary context and still run (gpu_users.h).
+// Their memory is not known across processes: NVML_VALUE_NOT_AVAILABLE, as NVML says where it cannot see.
+template <typename Info>
+nvmlReturn_t RunningProcesses(nvmlDevice_t dev, unsigned int* count, Info* infos) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (count == nullptr || (infos == nullptr && *count != 0)) return NVML_ERROR_INVALID_ARGUMENT;
+  std::vector<unsigned> pids = p2psim::GpuUsers(st.host->name, g->index);
+  if (*count < pids.size()) {
+    *count = static_cast<unsigned>(pids.size());
+    return pids.empty() ? NVML_SUCCESS : NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  *count = static_cast<unsigned>(pids.size());
+  for (size_t i = 0; i < pids.size(); ++i) {
+    std::memset(&infos[i], 0xff, sizeof infos[i]);  // instance ids: none (no MIG)
+    infos[i].pid = pids[i];
+    infos[i].usedGpuMemory = ~0ull;
+  }
+  return NVML_SUCCESS;
+}
+struct ProcessInfoV1 { unsigned int pid; unsigned long long usedGpuMemory; };
+struct ProcessInfoV2 { unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId, computeInstanceId; };
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigned int* count, ProcessInfoV1* infos) {
+  return RunningProcesses(dev, count, infos);
+}
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned int* count, ProcessInfoV2* infos) {
+  return RunningProcesses(dev, count, infos);
+}
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned int* count, ProcessInfoV2* infos) {
+  return RunningProcesses(dev, count, infos);
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t dev, int* mode) {
