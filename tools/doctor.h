@@ -28,6 +28,7 @@ struct DoctorOptions {
   std::string rows;                // --rows FILE: the pairs as fleet rows (kind "test", docs/ROWS.md)
   std::string baseline;            // --baseline FILE: a previous --json of a good node of the same kind
   double baseline_tolerance = kBaselineTolerance;  // --tolerance PCT / 100
+  bool nccl = false;               // --nccl: also what NCCL chooses per pair (tools/nccl_choice.h)
 };
 
 int RunDoctor(const DoctorOptions& options, std::ostream& out, std::ostream& err);

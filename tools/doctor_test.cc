@@ -17,6 +17,7 @@
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "tools/json_text.h"
+#include "tools/nccl_choice.h"
 #include "tools/output_file.h"
 #include "tools/pair_test.h"
 #include "tools/prometheus.h"
@@ -136,7 +137,99 @@ struct TestRun {
   std::map<PairKey, std::string> regressions;  // against the baseline
   size_t without_baseline = 0;       // tested pairs the baseline has no figure for
   size_t failed = 0;
+  bool nccl_asked = false;           // --nccl
+  NcclChoice nccl;
+  Prediction nccl_prediction;        // NCCL's rules, of the version that ran
 };
+
+// NCCL's choice for one ordered pair beside the prediction.
+struct NcclVerdict {
+  const NcclPairChoice* chose = nullptr;  // null: NCCL made no connection for it
+  int predicted = 0;
+  bool agrees = false;
+};
+
+NcclVerdict JudgeNccl(const TestRun& run, int s, int d) {
+  NcclVerdict v;
+  auto it = run.nccl.pairs.find({s, d});
+  if (it != run.nccl.pairs.end()) v.chose = &it->second;
+  if (const PairPrediction* p = PredictionOf(run.nccl_prediction, s, d)) v.predicted = p->transport;
+  // NCCL's log says P2P, not which link: any direct class predicted agrees with it.
+  if (v.chose && v.chose->classes.size() == 1) {
+    int c = *v.chose->classes.begin();
+    v.agrees = c == v.predicted || (c == P2PTRACE_TRANSPORT_P2P && IsDirect(v.predicted));
+  }
+  return v;
+}
+
+bool NcclMissing(const NcclChoice& c) { return c.error.find("no NCCL (libnccl.so.2) found") != std::string::npos; }
+
+void PrintNccl(const TestRun& run, std::ostringstream& t) {
+  const NcclChoice& n = run.nccl;
+  t << "\n" << fmt::format("NCCL {}: what it chose (one process per GPU; its own connection lines; * not as predicted)\n",
+                           n.version.empty() ? "(version not printed)" : n.version);
+  if (!n.error.empty()) t << "  " << (NcclMissing(n) ? "not run: " : "failed: ") << n.error << "\n";
+  if (n.pairs.empty()) return;
+  t << "      ";
+  for (const auto& [g, c] : run.cuda_of) t << fmt::format("{:>12}", "GPU" + std::to_string(g));
+  t << "\n";
+  std::vector<std::string> otherwise;
+  for (const auto& [s, cs] : run.cuda_of) {
+    t << fmt::format("{:<6}", "GPU" + std::to_string(s));
+    for (const auto& [d, cd] : run.cuda_of) {
+      if (s == d) {
+        t << fmt::format("{:>12}", "X");
+        continue;
+      }
+      NcclVerdict v = JudgeNccl(run, s, d);
+      std::string cell = "-";
+      if (v.chose) {
+        std::vector<std::string> names;
+        for (int c : v.chose->classes) names.emplace_back(TransportName(c));
+        cell = fmt::format("{}", fmt::join(names, "+"));
+      }
+      t << fmt::format("{:>12}", cell + (v.agrees ? "" : "*"));
+      if (!v.agrees)
+        otherwise.push_back(fmt::format("GPU{} -> GPU{}: NCCL {}; predicted {}", s, d,
+                                        v.chose ? "chose " + fmt::format("{}", fmt::join(v.chose->transports, ", "))
+                                                : std::string("made no connection"),
+                                        v.predicted ? std::string(TransportName(v.predicted)) : "nothing"));
+    }
+    t << "\n";
+  }
+  if (otherwise.empty()) t << "  every pair as predicted\n";
+  else t << fmt::format("  {} pair{} not as predicted:\n", otherwise.size(), otherwise.size() == 1 ? "" : "s");
+  for (size_t i = 0; i < std::min<size_t>(otherwise.size(), 6); ++i) t << "    " << otherwise[i] << "\n";
+  if (otherwise.size() > 6) t << fmt::format("    … {} more (--json has each)\n", otherwise.size() - 6);
+  if (!n.env.empty()) t << fmt::format("  NCCL read: {}\n", fmt::join(n.env, " "));
+  for (const std::string& w : n.warnings) t << "  NCCL WARN " << w << "\n";
+}
+
+json NcclJson(const TestRun& run) {
+  const NcclChoice& n = run.nccl;
+  json pairs = json::array();
+  for (const auto& [s, cs] : run.cuda_of)
+    for (const auto& [d, cd] : run.cuda_of) {
+      if (s == d) continue;
+      NcclVerdict v = JudgeNccl(run, s, d);
+      json classes = json::array(), words = json::array();
+      if (v.chose) {
+        for (int c : v.chose->classes) classes.push_back(TransportName(c));
+        for (const std::string& w : v.chose->transports) words.push_back(w);
+      }
+      pairs.push_back({{"src", {{"gpu", s}}},
+                       {"dst", {{"gpu", d}}},
+                       {"transport", classes.size() == 1 ? classes[0] : classes.empty() ? json(nullptr) : json(classes)},
+                       {"nccl_transports", words},
+                       {"predicted", v.predicted ? json(TransportName(v.predicted)) : json(nullptr)},
+                       {"agrees", v.agrees}});
+    }
+  return {{"version", n.version.empty() ? json(nullptr) : json(n.version)},
+          {"error", n.error.empty() ? json(nullptr) : json(n.error)},
+          {"env", n.env},
+          {"warnings", n.warnings},
+          {"pairs", pairs}};
+}
 
 void PrintText(const DoctorOptions& o, const TestRun& run, std::ostream& out) {
   std::ostringstream t;
@@ -213,6 +306,7 @@ void PrintText(const DoctorOptions& o, const TestRun& run, std::ostream& out) {
       if (info) t << "    fix: " << info->fix << "\n";
     }
   }
+  if (run.nccl_asked) PrintNccl(run, t);
   if (run.baseline) {
     t << "\n" << fmt::format("against the baseline {} (a pair {}% or more below it, or of another class, regressed):\n",
                              o.baseline, static_cast<int>(o.baseline_tolerance * 100 + 0.5));
@@ -326,7 +420,21 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
         run.regressions[{j.measured.src, j.measured.dst}] = r;
     }
   }
-  int code = run.failed || !run.regressions.empty() ? 1 : 0;
+  if (o.nccl) {
+    run.nccl_asked = true;
+    if (err_is_tty) err << kWho << ": NCCL: one process per GPU…\n" << std::flush;
+    run.nccl = RunNcclChoice(po.gpus, 6 * o.copy_limit_seconds);
+    // The prediction by the rules of the NCCL that ran.
+    NodeProbe with_version = probe;
+    if (std::optional<NcclVersion> v = ParseNcclVersion(run.nccl.version)) {
+      with_version.nccl_version = v;
+      with_version.nccl_version_note.clear();
+    }
+    run.nccl_prediction = PredictNode(with_version);
+  }
+  // NCCL that could not connect the GPUs fails the node; NCCL not installed is only said.
+  bool nccl_failed = run.nccl_asked && !run.nccl.error.empty() && !NcclMissing(run.nccl);
+  int code = run.failed || !run.regressions.empty() || nccl_failed ? 1 : 0;
   const std::map<PairKey, std::string>* regressions = run.baseline ? &run.regressions : nullptr;
   uint64_t unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count();
   if (!o.prometheus.empty())
@@ -356,6 +464,7 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
               {"pairs", pairs}, {"failed", run.failed}};
     j["baseline"] = run.baseline ? json(o.baseline) : json(nullptr);
     j["regressions"] = run.baseline ? json(run.regressions.size()) : json(nullptr);
+    j["nccl"] = run.nccl_asked ? NcclJson(run) : json(nullptr);
     report << JsonText(j, 2) << "\n";
     return code;
   }

@@ -20,6 +20,7 @@
 #include "tools/report.h"
 #include "tools/watch.h"
 #include "tools/doctor_test.h"
+#include "tools/nccl_choice.h"
 #include "tools/rows.h"
 #include "tools/run.h"
 #include "tools/synth.h"
@@ -180,6 +181,16 @@ int main(int argc, char** argv) {
       "Exit status: 1 when any pair got worse (worse class, newly falling back, or 20% slower) or a call site\n"
       "newly stages through the host, 0 otherwise,\n"
       "2 when A or B holds no usable trace: usable as a node-acceptance gate in CI.");
+  // doctor --test --nccl's worker, one per GPU (tools/nccl_choice.h); not for users, so not listed.
+  int nccl_rank = 0, nccl_ranks = 0, nccl_device = 0;
+  std::string nccl_dir;
+  double nccl_limit = 60;
+  auto* nccl_worker = app.add_subcommand("_nccl-rank", "")->group("");
+  nccl_worker->add_option("rank", nccl_rank)->required();
+  nccl_worker->add_option("nranks", nccl_ranks)->required();
+  nccl_worker->add_option("device", nccl_device)->required();
+  nccl_worker->add_option("dir", nccl_dir)->required();
+  nccl_worker->add_option("limit", nccl_limit)->required();
   SynthOptions synth_options;
   auto* synth = app.add_subcommand("synth", "a synthetic job's traces (demos, tests, benchmarks)");
   synth->add_option("--ranks", synth_options.ranks, "ranks (one process and one GPU each)")->required();
@@ -234,6 +245,8 @@ int main(int argc, char** argv) {
                      "good node of the same kind; a pair slower by more than --tolerance, or of another class, "
                      "regressed (exit 1)")
       ->option_text("FILE");
+  doctor->add_flag("--nccl", doctor_options.nccl, "with --test: also what NCCL chooses for every pair on this node, "
+                   "with its environment (one process per GPU; NCCL's own connection lines), beside the prediction");
   double tolerance_pct = p2ptrace::kBaselineTolerance * 100;
   auto* tolerance = doctor->add_option("--tolerance", tolerance_pct, "with --baseline: percent below the baseline a "
                                        "figure may fall (default 15)")->check(CLI::Range(0.0, 100.0));
@@ -263,7 +276,7 @@ int main(int argc, char** argv) {
       }
       return RunDoctorTest(doctor_options, std::cout, std::cerr, isatty(2));
     }
-    for (const char* flag : {"--gpus", "--time-limit", "--allow-busy", "--rows", "--baseline", "--tolerance"})
+    for (const char* flag : {"--gpus", "--time-limit", "--allow-busy", "--rows", "--baseline", "--tolerance", "--nccl"})
       if (doctor->count(flag)) {
         std::cerr << "p2ptrace doctor: " << flag << " needs --test\n";
         return 2;
@@ -271,6 +284,7 @@ int main(int argc, char** argv) {
     return RunDoctor(doctor_options, std::cout, std::cerr);
   }
   if (synth->parsed()) return RunSynth(synth_options, std::cout, std::cerr);
+  if (nccl_worker->parsed()) return RunNcclRank(nccl_rank, nccl_ranks, nccl_device, nccl_dir, nccl_limit);
   if (exporter->parsed()) {
     if (perfetto_out.empty() && prometheus_out.empty() && rows_out.empty()) {
       std::cerr << "p2ptrace export: nothing to write (give --perfetto OUT, --prometheus FILE and/or --rows FILE)\n";

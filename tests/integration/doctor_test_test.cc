@@ -267,4 +267,40 @@ TEST(DoctorTest, ABaselineFromAHealthyTwinNamesEachRegressionAndRowsCarryIt) {
   EXPECT_EQ(RunProgram({P2PTRACE_CLI, "doctor", "--baseline", dir + "/good.json"}, env).exit_code, 2) << "needs --test";
 }
 
+TEST(DoctorTest, NcclsOwnChoiceIsShownBesideThePrediction) {
+  std::string root = TempDir() + "/nccl-root";
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kDemo, "node0", root}).exit_code, 0);
+  Env env = Node(kDemo, "node0", root);
+  // GPUs 0 and 1 share NVLink, GPU4 is across the sockets: NCCL connects P2P and SHM.
+  RunResult r = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1,4", "--nccl", "--json"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  json n = json::parse(r.out)["nccl"];
+  ASSERT_TRUE(n.is_object()) << r.out;
+  EXPECT_TRUE(n["error"].is_null()) << n["error"];
+  EXPECT_EQ(n["version"].get<std::string>().rfind("2.28.9", 0), 0u) << n["version"];
+  ASSERT_EQ(n["pairs"].size(), 6u);
+  for (const json& p : n["pairs"]) {
+    bool nvlink = p["src"]["gpu"] != 4 && p["dst"]["gpu"] != 4;
+    EXPECT_EQ(p["transport"], nvlink ? "p2p" : "shm") << p.dump();
+    EXPECT_EQ(p["predicted"], nvlink ? "nvlink" : "shm") << p.dump();
+    EXPECT_EQ(p["agrees"], true) << p.dump();
+    ASSERT_FALSE(p["nccl_transports"].empty());
+    EXPECT_EQ(p["nccl_transports"][0].get<std::string>().rfind(nvlink ? "P2P/" : "SHM/", 0), 0u) << p.dump();
+  }
+  // The node's environment is NCCL's: with P2P off every pair is SHM, as predicted, and NCCL's echo shown.
+  env["NCCL_P2P_DISABLE"] = "1";
+  RunResult off = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1", "--nccl"}, env);
+  ASSERT_EQ(off.exit_code, 0) << off.out << off.err;
+  EXPECT_NE(off.out.find("GPU0             X         shm\n"), std::string::npos) << off.out;
+  EXPECT_NE(off.out.find("  every pair as predicted\n  NCCL read: NCCL_P2P_DISABLE=1\n"), std::string::npos) << off.out;
+  env.erase("NCCL_P2P_DISABLE");
+  // A rank that dies in its first operation: NCCL's check fails the node, naming what it saw.
+  env["P2PSIM_FAULT"] = "die@1:1";
+  env["P2PSIM_NCCL_TIMEOUT"] = "3";
+  RunResult die = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1", "--nccl", "--time-limit", "1"}, env);
+  EXPECT_EQ(die.exit_code, 1) << die.out << die.err;
+  EXPECT_NE(die.out.find("  failed: "), std::string::npos) << die.out;
+  env.erase("P2PSIM_FAULT");
+}
+
 }  // namespace

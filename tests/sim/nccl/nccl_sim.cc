@@ -264,11 +264,25 @@ long long Param(const char* name, long long fallback) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The CUDA runtime, found at run time (whichever libcudart the program loaded)
+// The CUDA runtime, found at run time: whichever libcudart the program loaded, globally or with
+// RTLD_LOCAL (a program that dlopens its runtime, as doctor's NCCL check does), else one loaded
+// here. The real libnccl links its own static runtime, so it works whatever the program did; the
+// simulated state lives in the simulated driver, so any runtime copy sees the same devices.
+void* CudaRuntime() {
+  static void* lib = [] {
+    for (int flags : {RTLD_NOLOAD | RTLD_LAZY, RTLD_NOW | RTLD_LOCAL})
+      for (const char* name : {"libcudart.so.13", "libcudart.so.12"})
+        if (void* h = dlopen(name, flags)) return h;
+    return static_cast<void*>(nullptr);
+  }();
+  return lib;
+}
 
 template <typename Fn>
 Fn Cuda(const char* name) {
-  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+  if (void* f = dlsym(RTLD_DEFAULT, name)) return reinterpret_cast<Fn>(f);
+  void* lib = CudaRuntime();
+  return lib ? reinterpret_cast<Fn>(dlsym(lib, name)) : nullptr;
 }
 
 int CurrentCudaDev() {
