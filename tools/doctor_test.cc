@@ -388,8 +388,11 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
     return 2;
   }
   if (run.cuda_of.size() < 2) {
-    out << fmt::format("{}: {}: {} GPU{}, no pairs to test\n", kWho, run.host.empty() ? "this machine" : run.host,
-                       run.cuda_of.size(), run.cuda_of.size() == 1 ? "" : "s");
+    std::string note = fmt::format("{} GPU{}, no pairs to test", run.cuda_of.size(), run.cuda_of.size() == 1 ? "" : "s");
+    if (o.json)
+      out << JsonText({{"version", 1}, {"host", run.host}, {"pairs", json::array()}, {"failed", 0}, {"note", note}}, 2) << "\n";
+    else
+      out << Printable(fmt::format("{}: {}: {}\n", kWho, run.host.empty() ? "this machine" : run.host, note));
     return run.cuda_of.empty() ? 2 : 0;
   }
   PairTestOptions po;

@@ -9,7 +9,7 @@
 # each traced run gets its report. Then what users ask first: a DDP training step bare vs traced
 # (8 alternated pairs: median ratio and each side's spread), JAX and CuPy programs bare vs traced.
 # Everything lands in $OUT (or ./device-results): summary.txt (the verdicts, read first), log.txt,
-# nvidia-smi.txt, topo.txt, bench.txt, ddp.txt, report-*.txt and traces.tar.gz.
+# nvidia-smi.txt, topo.txt, bench.txt, ddp.txt, report-*.txt, doctor-test.{json,txt} and traces.tar.gz.
 # Exit 0 when every comparison held, 1 when one did not, 2 when the build failed. Under 6 minutes.
 #
 #   tests/device/check.sh            # from the repository root
@@ -357,6 +357,38 @@ EOF
   fi
 else
   say "SKIP ddp: torch not importable with CUDA"
+fi
+
+# 10. doctor --test (issue 28): every ordered GPU pair measured and judged, with NCCL's own choice
+#     where NCCL is here. One GPU: "1 GPU, no pairs to test", exit 0. More: a verdict for each of the
+#     n(n-1) pairs, exit 0 (all pass or expected) or 1 (one failed: the text says why), in seconds.
+if [ -n "$CLI" ]; then
+  start=$(date +%s.%N)
+  (cd "$WORK" && timeout "$RUN_LIMIT" env ${NCCL_LIB_DIR:+LD_LIBRARY_PATH="$NCCL_LIB_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"} \
+    NO_COLOR=1 "$CLI" doctor --test ${NCCL_LIB_DIR:+--nccl} --json >"$OUT/doctor-test.json" 2>"$OUT/doctor-test.err")
+  rt=$?
+  took=$(python3 -c "import time; print(f'{time.time() - $start:.1f}')" 2>/dev/null || echo '?')
+  (cd "$WORK" && timeout "$RUN_LIMIT" env NO_COLOR=1 "$CLI" doctor --test >"$OUT/doctor-test.txt" 2>&1)
+  if [ "${GPUS:-0}" -le 1 ]; then
+    grep -q "${GPUS:-0} GPU.*, no pairs to test" "$OUT/doctor-test.json" "$OUT/doctor-test.txt" && [ "$rt" = 0 ]
+    verdict doctor_test $? "exit $rt, $(head -1 "$OUT/doctor-test.txt" | cut -c1-160), ${took} s"
+  else
+    detail=$(python3 - "$OUT/doctor-test.json" "$GPUS" <<'EOF'
+import collections, json, sys
+j = json.load(open(sys.argv[1])); n = int(sys.argv[2])
+v = collections.Counter(p["verdict"] for p in j["pairs"])
+ok = len(j["pairs"]) == n * (n - 1) and all(p["verdict"] for p in j["pairs"])
+nv = [p["gbps"] for p in j["pairs"] if p["gbps"]]
+nccl = j.get("nccl") or {}
+print(("ok" if ok else "BAD"), f"{len(j['pairs'])} pairs {dict(v)}, one way {min(nv, default=0):.0f}-{max(nv, default=0):.0f} GB/s,",
+      f"nccl {nccl.get('version')} {sum(p['agrees'] for p in nccl.get('pairs', []))}/{len(nccl.get('pairs', []))} as predicted" if nccl else "no nccl")
+EOF
+)
+    case "$detail" in ok*) [ "$rt" = 0 ] || [ "$rt" = 1 ];; *) false;; esac
+    verdict doctor_test $? "exit $rt, ${detail#ok }, ${took} s"
+  fi
+else
+  say "SKIP doctor_test: no CLI"
 fi
 
 # --- what came back --------------------------------------------------------------------------------
