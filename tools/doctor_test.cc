@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "core/causes.h"
-#include "core/input_file.h"
 #include "core/pair_verdict.h"
 #include "core/printable.h"
 #include "core/scheduler.h"
@@ -22,6 +21,7 @@
 #include "tools/pair_test.h"
 #include "tools/prometheus.h"
 #include "tools/rows.h"
+#include "tools/test_baseline.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -46,52 +46,6 @@ std::string ProcessName(unsigned pid) {
 
 std::string Latency(double us) { return us < 0 ? "-" : fmt::format("{:.2g}", us); }
 std::string Figure(double gbps) { return gbps < 0 ? "-" : gbps >= 10 ? fmt::format("{:.0f}", gbps) : fmt::format("{:.1f}", gbps); }
-
-// --baseline FILE: a previous `doctor --test --json` of a good node of the same kind.
-struct Baseline {
-  std::map<PairKey, PairBaseline> pairs;
-  std::map<int, std::string> models;  // GPU index -> model, when the file names them
-};
-
-bool LoadBaseline(const std::string& file, Baseline* b, std::string* why) {
-  std::string text;
-  constexpr uint64_t kMaxBytes = 64u << 20;  // a 64-GPU node's JSON is well under 10 MB
-  Expected<uint64_t> size = ReadInPieces(file, kMaxBytes, [&](std::string_view piece) { text += piece; });
-  if (!size.ok()) {
-    *why = size.error().message;
-    return false;
-  }
-  if (*size > kMaxBytes) {
-    *why = file + ": larger than any `doctor --test --json` (64 MiB)";
-    return false;
-  }
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("pairs") || !j["pairs"].is_array()) {
-    *why = file + ": not the output of `p2ptrace doctor --test --json` (no \"pairs\" list)";
-    return false;
-  }
-  auto number = [](const json& v) { return v.is_number() ? v.get<double>() : -1.0; };
-  for (const json& p : j["pairs"]) {
-    if (!p.is_object() || !p.contains("src") || !p.contains("dst") || !p["src"].contains("gpu") ||
-        !p["dst"].contains("gpu") || !p["src"]["gpu"].is_number_integer() || !p["dst"]["gpu"].is_number_integer()) {
-      *why = file + ": a pair without src.gpu and dst.gpu";
-      return false;
-    }
-    PairBaseline pb;
-    pb.src = p["src"]["gpu"], pb.dst = p["dst"]["gpu"];
-    if (p.contains("transport") && p["transport"].is_string()) pb.transport = p["transport"];
-    if (p.contains("gbps")) pb.gbps = number(p["gbps"]);
-    if (p.contains("bidir_gbps")) pb.bidir_gbps = number(p["bidir_gbps"]);
-    // A pair the baseline could not test, or that failed there, sets no bar.
-    if (p.value("verdict", "") != "pass" && p.value("verdict", "") != "expected") continue;
-    b->pairs[{pb.src, pb.dst}] = pb;
-  }
-  if (j.contains("gpus") && j["gpus"].is_array())
-    for (const json& g : j["gpus"])
-      if (g.is_object() && g.contains("gpu") && g["gpu"].is_number_integer() && g.contains("name") && g["name"].is_string())
-        b->models[g["gpu"]] = g["name"];
-  return true;
-}
 
 json PairJson(const JudgedPair& j, const std::map<PairKey, std::string>* regressions) {
   const PairMeasurement& m = j.measured;

@@ -3,7 +3,8 @@
 // in-process — report --json and text, dump --json and text, html, explain --json and text — and
 // every JSON document must parse (strictly: valid UTF-8), every text must be valid UTF-8 with no
 // control byte but a line feed (and, in the report, its own colours), and the page's script data
-// must hold no '<'. Built only with clang (tests/CMakeLists.txt).
+// must hold no '<'; the log's bytes are also read as a `doctor --test --baseline` file. Built only
+// with clang (tests/CMakeLists.txt).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "tools/explain.h"
 #include "tools/html.h"
 #include "tools/report.h"
+#include "tools/test_baseline.h"
 
 namespace {
 
@@ -134,5 +136,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.json = true;
   std::ostringstream out_json;
   if (cli::RunExplain({log}, o, out_json, err) == 0) Require(IsJson(out_json.str()));
+
+  // The log's bytes as `doctor --test --baseline FILE`: refused with a reason, or pairs that make sense.
+  cli::Baseline baseline;
+  std::string why;
+  if (cli::ParseBaseline(rest.substr(split), "baseline.json", &baseline, &why)) {
+    for (const auto& [key, p] : baseline.pairs) Require(key.first >= 0 && key.second >= 0 && p.src == key.first);
+  } else {
+    Require(!why.empty());
+  }
   return 0;
 }
