@@ -60,7 +60,7 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
   std::string pair = "GPU" + std::to_string(m.src) + " -> GPU" + std::to_string(m.dst);
   if (!m.tested) {
     v.verdict = "untested";
-    v.reason = m.error.substr(m.error.rfind(": ") == std::string::npos ? 0 : m.error.find(": ") + 2);
+    v.reason = m.error;
     return v;
   }
   if (m.timed_out)

@@ -147,18 +147,27 @@ NcclChoice RunNcclChoice(const std::vector<TestGpu>& gpus, double limit_seconds)
   int nranks = static_cast<int>(gpus.size());
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
-    std::string rank = std::to_string(r), n = std::to_string(nranks), dev = std::to_string(gpus[r].ordinal);
-    std::string limit = fmt::format("{}", limit_seconds), log = dir + "/nccl." + rank + ".log", err = dir + "/rank." + rank + ".err";
+    // Everything the child needs is made before fork: this process has threads (the CUDA runtime's,
+    // NVML's probe), so the child only opens, duplicates and execs.
+    std::string rank = std::to_string(r);
+    std::vector<std::string> args = {"p2ptrace", "_nccl-rank", rank, std::to_string(nranks),
+                                     std::to_string(gpus[r].ordinal), dir, fmt::format("{}", limit_seconds)};
+    // NCCL's own lines, every connection, into a file per rank; the node's other NCCL_* settings stay.
+    std::vector<std::string> env = {"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV", "NCCL_DEBUG_FILE=" + dir + "/nccl." + rank + ".log"};
+    for (char** e = environ; *e != nullptr; ++e)
+      if (std::strncmp(*e, "NCCL_DEBUG=", 11) != 0 && std::strncmp(*e, "NCCL_DEBUG_SUBSYS=", 18) != 0 &&
+          std::strncmp(*e, "NCCL_DEBUG_FILE=", 16) != 0)
+        env.emplace_back(*e);
+    std::vector<char*> argv, envp;
+    for (std::string& a : args) argv.push_back(a.data());
+    for (std::string& e : env) envp.push_back(e.data());
+    argv.push_back(nullptr), envp.push_back(nullptr);
+    std::string err = dir + "/rank." + rank + ".err";
     pid_t pid = fork();
     if (pid == 0) {
       int fd = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
       if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-      // NCCL's own lines, every connection, into a file per rank; the node's other NCCL_* settings stay.
-      setenv("NCCL_DEBUG", "INFO", 1);
-      setenv("NCCL_DEBUG_SUBSYS", "INIT,ENV", 1);
-      setenv("NCCL_DEBUG_FILE", log.c_str(), 1);
-      execl(self, "p2ptrace", "_nccl-rank", rank.c_str(), n.c_str(), dev.c_str(), dir.c_str(), limit.c_str(),
-            static_cast<char*>(nullptr));
+      execve(self, argv.data(), envp.data());
       _exit(127);
     }
     if (pid > 0) pids.push_back(pid);

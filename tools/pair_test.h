@@ -20,7 +20,7 @@ struct TestGpu {
 struct PairTestOptions {
   std::vector<TestGpu> gpus;         // every ordered pair of them is tested
   double copy_limit_seconds = 10;    // a copy not done by then fails its pair (its GPU is left alone after)
-  size_t copy_bytes = 32u << 20;     // one copy's size; copies repeat (up to 256) until they take >= 20 ms
+  size_t copy_bytes = 32u << 20;     // one copy's size; one copy, then as many (up to 256) as take 10 ms by its time
 };
 
 // The runtime's functions the test calls; Load finds them in libcudart (13, 12, 11, unversioned).

@@ -123,7 +123,7 @@ TEST(PairVerdict, OnlyCausesOfACudaCopyAreNamedAndUntestedIsNoFailure) {
   PairMeasurement m;
   m.src = 0, m.dst = 1;
   m.tested = false;
-  m.error = "not tested: a copy with GPU1 never finished earlier, so the GPU is left alone";
+  m.error = "a copy with GPU1 never finished earlier, so the GPU is left alone";
   v = JudgePair(m, &p, 4);
   EXPECT_EQ(v.verdict, "untested");
   EXPECT_EQ(v.reason, "a copy with GPU1 never finished earlier, so the GPU is left alone");
