@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -96,6 +97,20 @@ struct TestRun {
   Prediction nccl_prediction;        // NCCL's rules, of the version that ran
 };
 
+// A GPU matrix laid out as `nvidia-smi topo -m` lays it out: rows the source, columns the
+// destination, `width` characters a cell, X on the diagonal.
+std::string Matrix(const std::map<int, int>& gpus, int width, const std::function<std::string(int, int)>& cell) {
+  std::string t = "      ";
+  for (const auto& [g, c] : gpus) t += fmt::format("{:>{}}", "GPU" + std::to_string(g), width);
+  t += "\n";
+  for (const auto& [s, cs] : gpus) {
+    t += fmt::format("{:<6}", "GPU" + std::to_string(s));
+    for (const auto& [d, cd] : gpus) t += fmt::format("{:>{}}", s == d ? std::string("X") : cell(s, d), width);
+    t += "\n";
+  }
+  return t;
+}
+
 // NCCL's choice for one ordered pair beside the prediction.
 struct NcclVerdict {
   const NcclPairChoice* chose = nullptr;  // null: NCCL made no connection for it
@@ -124,33 +139,22 @@ void PrintNccl(const TestRun& run, std::ostringstream& t) {
                            n.version.empty() ? "(version not printed)" : n.version);
   if (!n.error.empty()) t << "  " << (NcclMissing(n) ? "not run: " : "failed: ") << n.error << "\n";
   if (n.pairs.empty()) return;
-  t << "      ";
-  for (const auto& [g, c] : run.cuda_of) t << fmt::format("{:>12}", "GPU" + std::to_string(g));
-  t << "\n";
   std::vector<std::string> otherwise;
-  for (const auto& [s, cs] : run.cuda_of) {
-    t << fmt::format("{:<6}", "GPU" + std::to_string(s));
-    for (const auto& [d, cd] : run.cuda_of) {
-      if (s == d) {
-        t << fmt::format("{:>12}", "X");
-        continue;
-      }
-      NcclVerdict v = JudgeNccl(run, s, d);
-      std::string cell = "-";
-      if (v.chose) {
-        std::vector<std::string> names;
-        for (int c : v.chose->classes) names.emplace_back(TransportName(c));
-        cell = fmt::format("{}", fmt::join(names, "+"));
-      }
-      t << fmt::format("{:>12}", cell + (v.agrees ? "" : "*"));
-      if (!v.agrees)
-        otherwise.push_back(fmt::format("GPU{} -> GPU{}: NCCL {}; predicted {}", s, d,
-                                        v.chose ? "chose " + fmt::format("{}", fmt::join(v.chose->transports, ", "))
-                                                : std::string("made no connection"),
-                                        v.predicted ? std::string(TransportName(v.predicted)) : "nothing"));
+  t << Matrix(run.cuda_of, 12, [&](int s, int d) {
+    NcclVerdict v = JudgeNccl(run, s, d);
+    std::string cell = "-";
+    if (v.chose) {
+      std::vector<std::string> names;
+      for (int c : v.chose->classes) names.emplace_back(TransportName(c));
+      cell = fmt::format("{}", fmt::join(names, "+"));
     }
-    t << "\n";
-  }
+    if (!v.agrees)
+      otherwise.push_back(fmt::format("GPU{} -> GPU{}: NCCL {}; predicted {}", s, d,
+                                      v.chose ? "chose " + fmt::format("{}", fmt::join(v.chose->transports, ", "))
+                                              : std::string("made no connection"),
+                                      v.predicted ? std::string(TransportName(v.predicted)) : "nothing"));
+    return cell + (v.agrees ? "" : "*");
+  });
   if (otherwise.empty()) t << "  every pair as predicted\n";
   else t << fmt::format("  {} pair{} not as predicted:\n", otherwise.size(), otherwise.size() == 1 ? "" : "s");
   for (size_t i = 0; i < std::min<size_t>(otherwise.size(), 6); ++i) t << "    " << otherwise[i] << "\n";
@@ -195,24 +199,13 @@ void PrintText(const DoctorOptions& o, const TestRun& run, std::ostream& out) {
     t << fmt::format("note: tested beside other processes (--allow-busy: {}): figures may read low\n", fmt::join(run.busy, "; "));
   if (!run.busy_checked) t << "note: NVML could not say which processes use the GPUs; a job beside the test would slow it\n";
   t << "\nGB/s one way with peer access (row: source, column: destination; ! fail, ~ expected, x no peer access, "
-       "? not tested)\n      ";
-  for (const auto& [g, c] : run.cuda_of) t << fmt::format("{:>9}", "GPU" + std::to_string(g));
-  t << "\n";
-  for (const auto& [s, cs] : run.cuda_of) {
-    t << fmt::format("{:<6}", "GPU" + std::to_string(s));
-    for (const auto& [d, cd] : run.cuda_of) {
-      if (s == d) {
-        t << fmt::format("{:>9}", "X");
-        continue;
-      }
-      const JudgedPair& j = *std::find_if(run.pairs.begin(), run.pairs.end(),
-                                          [&](const JudgedPair& x) { return x.measured.src == s && x.measured.dst == d; });
-      std::string mark = j.verdict.verdict == "fail" ? "!" : j.verdict.verdict == "expected" ? "~" : "";
-      std::string cell = !j.measured.tested ? "?" : j.measured.can_access ? Figure(j.measured.gbps) : "x";
-      t << fmt::format("{:>9}", cell + mark);
-    }
-    t << "\n";
-  }
+       "? not tested)\n";
+  t << Matrix(run.cuda_of, 9, [&](int s, int d) {
+    const JudgedPair& j = *std::find_if(run.pairs.begin(), run.pairs.end(),
+                                        [&](const JudgedPair& x) { return x.measured.src == s && x.measured.dst == d; });
+    std::string mark = j.verdict.verdict == "fail" ? "!" : j.verdict.verdict == "expected" ? "~" : "";
+    return (!j.measured.tested ? "?" : j.measured.can_access ? Figure(j.measured.gbps) : "x") + mark;
+  });
   // Pairs that did not pass, those with the same verdict, reason and causes together, each cause
   // with the evidence of every pair in the group (once each).
   struct Group {

@@ -165,6 +165,24 @@ void DeclareFamilies(Exposition& x, bool job) {
 
 std::string Index(int gpu) { return gpu >= 0 ? std::to_string(gpu) : ""; }
 
+// 1 per cause of `pair` under `name` (context explains, it does not cause: left out), or one
+// cause="unknown" when none is left.
+void CauseSamples(Exposition& x, const char* name, const Labels& pair, const std::vector<CauseHit>& causes) {
+  bool any = false;
+  for (const CauseHit& c : causes) {
+    if (c.role == "context") continue;
+    Labels l = pair;
+    l.push_back({"cause", c.id});
+    x.Sample(name, l, 1);
+    any = true;
+  }
+  if (!any) {
+    Labels l = pair;
+    l.push_back({"cause", "unknown"});
+    x.Sample(name, l, 1);
+  }
+}
+
 constexpr const char* kTestBandwidth = "p2ptrace_pair_test_bandwidth_bytes_per_second";
 constexpr const char* kTestExpected = "p2ptrace_pair_test_expected_bandwidth_bytes_per_second";
 constexpr const char* kTestLatency = "p2ptrace_pair_test_latency_seconds";
@@ -228,19 +246,7 @@ std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred)
         x.Sample(kFallback, pair, 0);
         continue;
       }
-      bool any = false;
-      for (const CauseHit& c : p.causes) {
-        if (c.role == "context") continue;  // as doctor's findings: context explains, it does not cause
-        Labels l = pair;
-        l.push_back({"cause", c.id});
-        x.Sample(kFallback, l, 1);
-        any = true;
-      }
-      if (!any) {
-        Labels l = pair;
-        l.push_back({"cause", "unknown"});
-        x.Sample(kFallback, l, 1);
-      }
+      CauseSamples(x, kFallback, pair, p.causes);
     }
   }
   x.Sample(kWithoutP2p, {{"source", "doctor"}, {"host", host}}, without);
@@ -279,18 +285,7 @@ std::string PrometheusFromTest(const NodeProbe& probe, const std::vector<JudgedP
     x.Sample(kTestDataOk, pair, m.data_ok ? 1 : 0);
     if (j.verdict.verdict != "fail") continue;
     ++failed;
-    bool any = false;
-    for (const CauseHit& c : j.verdict.causes) {
-      Labels l = pair;
-      l.push_back({"cause", c.id});
-      x.Sample(kTestFailure, l, 1);
-      any = true;
-    }
-    if (!any) {
-      Labels l = pair;
-      l.push_back({"cause", "unknown"});
-      x.Sample(kTestFailure, l, 1);
-    }
+    CauseSamples(x, kTestFailure, pair, j.verdict.causes);
   }
   x.Sample(kTestFailed, {{"source", "test"}, {"host", host}}, failed);
   x.Sample(kTestTime, {{"source", "test"}, {"host", host}}, unix_seconds);
