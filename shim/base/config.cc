@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -17,7 +18,8 @@ const char* Env(const char* name) {
 }
 
 bool ParseU64(const std::string& s, uint64_t* out) {
-  if (s.empty() || s[0] == '-' || s[0] == '+') return false;
+  // Digits only: strtoull alone would take leading blanks and a sign (" 8" or "-1" as a number).
+  if (s.empty() || !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
   errno = 0;
   char* end = nullptr;
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);

@@ -40,10 +40,13 @@ Env Traced(const std::string& dir) {
   return env;
 }
 
-Trace RunAndRead(const std::vector<std::string>& argv, const std::string& name, const std::string& expect_out) {
+Trace RunAndRead(const std::vector<std::string>& argv, const std::string& name, const std::string& expect_out,
+                 const std::string& sample = "all") {
   std::string dir = TempDir() + "/" + name;
   std::filesystem::remove_all(dir);
-  RunResult r = RunProgram(argv, Traced(dir));
+  Env env = Traced(dir);
+  env["P2PTRACE_SAMPLE"] = sample;
+  RunResult r = RunProgram(argv, env);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, expect_out);
   std::vector<std::string> files;
@@ -122,6 +125,48 @@ TEST(CopyTimer, ChurnedStreamsAreTimedOnTheirOwnDevice) {
   EXPECT_GE((s.timed[{2, 3}]), 1u);
   EXPECT_GE(t.header.timing_event_pairs, 2u);
   EXPECT_LE(t.header.timing_event_pairs, 2 * kPairsPerDevice);
+}
+
+// P2PTRACE_SAMPLE=K:N:SIZE (DESIGN §8): each pair's first K copies, every copy of SIZE or more,
+// and one in N of the rest on average, by a countdown restarted at random in [N/2, 3N/2) so that
+// copies alternating between two pairs (what an exact 1-in-N counter with N even would always
+// catch on the same pair) are sampled on both. Synchronous copies: nothing is in flight, so no
+// sampled copy is skipped and the timed count is the sampler's own.
+TEST(CopyTimer, SamplingTimesTheFirstKOneInNOnAverageAndEveryLargeCopy) {
+  constexpr int kCopies = 4000, kFirst = 4, kEvery = 16;
+  Trace t = RunAndRead({TIMER_WORKLOAD, "alternate", std::to_string(kCopies), "4096", "0", "0"}, "sample",
+                       "alternate 4000 done\n", "4:16:1M");
+  Timings s = Collect(t);
+  EXPECT_EQ(t.header.timings_skipped, 0u);
+  EXPECT_EQ(s.total, uint64_t{kCopies});
+  EXPECT_EQ(s.timing_seqs, s.timed_seqs);
+  // The renewal count of intervals uniform on [8, 24) over 3992 copies: mean 249.5, sd about 4.5;
+  // +-20% is more than 10 sd, and a sampler that never (8) or always (4000) fired is far outside.
+  double rest = kCopies - 2 * kFirst, want = 2 * kFirst + rest / kEvery;
+  EXPECT_GE(s.total_timed, 0.8 * want) << s.total_timed;
+  EXPECT_LE(s.total_timed, 1.2 * want) << s.total_timed;
+  for (auto pair : {std::pair{0, 1}, std::pair{2, 3}}) {
+    // At least the first K of each, and each pair about half of the rest: no period locked onto.
+    uint64_t timed = s.timed[pair];
+    EXPECT_GE(timed, uint64_t{kFirst});
+    double share = (timed - kFirst) / (s.total_timed - 2.0 * kFirst);
+    EXPECT_GT(share, 0.3) << pair.first << "->" << pair.second << ": " << timed << " of " << s.total_timed;
+    EXPECT_LT(share, 0.7) << pair.first << "->" << pair.second << ": " << timed << " of " << s.total_timed;
+  }
+  // Every tenth copy 2 MiB, over a 1 MiB SIZE, with 1 in 1000 otherwise: each large copy timed.
+  Trace big = RunAndRead({TIMER_WORKLOAD, "alternate", "1000", "4096", "10", std::to_string(2 << 20)}, "sample-big",
+                         "alternate 1000 done\n", "2:1000:1M");
+  uint64_t large = 0, large_timed = 0, small_timed = 0;
+  for (const auto& rec : big.records)
+    if (const auto* c = std::get_if<p2ptrace_copy_record>(&rec.body)) {
+      bool timed = c->flags & P2PTRACE_COPY_TIMED;
+      if (c->bytes >= (1u << 20)) large += 1, large_timed += timed;
+      else small_timed += timed;
+    }
+  EXPECT_EQ(large, 100u);
+  EXPECT_EQ(large_timed, 100u);
+  EXPECT_GE(small_timed, 4u);   // each pair's first 2
+  EXPECT_LE(small_timed, 12u);  // and about one in 1000 of 900: a few at most
 }
 
 }  // namespace

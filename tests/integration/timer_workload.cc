@@ -2,8 +2,13 @@
 // timed copies in patterns that stress the shim's copy timer.
 //   timer_workload churn N   N rounds: create a stream (alternately on device 0 and device 2),
 //                            one peer copy on it (0->1 or 2->3), destroy the stream 8 rounds later
+//   timer_workload alternate N BYTES EVERY BIG
+//                            N synchronous peer copies alternating 0->1 and 2->3 (the pattern a
+//                            1-in-2k sampler would lock onto), BYTES each, every EVERY-th one BIG
+//                            bytes instead (EVERY 0: none)
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -41,11 +46,27 @@ int Churn(int rounds) {
   return 0;
 }
 
+int Alternate(int copies, size_t bytes, int every, size_t big) {
+  size_t most = std::max(bytes, big);
+  void* src[2] = {AllocOn(0, most), AllocOn(2, most)};
+  void* dst[2] = {AllocOn(1, most), AllocOn(3, most)};
+  for (int i = 0; i < copies; ++i) {
+    int side = i % 2;
+    size_t n = every > 0 && i % every == every - 1 ? big : bytes;
+    P2PTRACE_CHECK(cudaMemcpyPeer(dst[side], side * 2 + 1, src[side], side * 2, n));
+  }
+  std::printf("alternate %d done\n", copies);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string cmd = argc > 1 ? argv[1] : "";
   if (cmd == "churn" && argc == 3) return Churn(std::atoi(argv[2]));
-  std::fprintf(stderr, "usage: timer_workload churn N\n");
+  if (cmd == "alternate" && argc == 6)
+    return Alternate(std::atoi(argv[2]), std::strtoull(argv[3], nullptr, 10), std::atoi(argv[4]),
+                     std::strtoull(argv[5], nullptr, 10));
+  std::fprintf(stderr, "usage: timer_workload churn N | alternate N BYTES EVERY BIG\n");
   return 64;
 }

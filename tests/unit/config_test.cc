@@ -1,4 +1,5 @@
-// The shim's settings (shim/base/config.cc): P2PTRACE_STACKS's values, and one warning for a bad one.
+// The shim's settings (shim/base/config.cc): P2PTRACE_SAMPLE's and P2PTRACE_STACKS's values, the hang
+// and heartbeat settings, and one warning for a bad one.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -23,6 +24,42 @@ TEST(Config, StacksValues) {
     depth = -7;
     EXPECT_FALSE(ParseStacks(bad, &depth)) << bad;
     EXPECT_EQ(depth, -7) << bad;  // untouched
+  }
+}
+
+TEST(Config, SampleValues) {
+  using p2ptrace::shim::ParseSample;
+  using p2ptrace::shim::SampleSpec;
+  struct Case {
+    std::string text;
+    bool enabled;
+    uint32_t first, every;
+    uint64_t min_bytes;
+  };
+  for (const Case& c : std::vector<Case>{{"8:64:16M", true, 8, 64, 16ull << 20},
+                                         {"0:1:0", true, 0, 1, 0},
+                                         {"4:16:512k", true, 4, 16, 512ull << 10},
+                                         {"1:1000:2G", true, 1, 1000, 2ull << 30},
+                                         {"3:7:4096", true, 3, 7, 4096},
+                                         {"4294967295:4294967295:1", true, UINT32_MAX, UINT32_MAX, 1},
+                                         {"all", true, UINT32_MAX, 1, 0}}) {
+    SampleSpec got{false, 99, 99, 99};
+    ASSERT_TRUE(ParseSample(c.text, &got)) << c.text;
+    EXPECT_EQ(got.enabled, c.enabled) << c.text;
+    EXPECT_EQ(got.first, c.first) << c.text;
+    EXPECT_EQ(got.every, c.every) << c.text;
+    EXPECT_EQ(got.min_bytes, c.min_bytes) << c.text;
+  }
+  SampleSpec off;
+  ASSERT_TRUE(ParseSample("off", &off));
+  EXPECT_FALSE(off.enabled);
+  // N = 0 would divide by zero; a fourth field, a sign, a unit other than K/M/G, overflow: refused.
+  for (const char* bad : {"", "8:64", "8:0:16M", "8:64:16M:1", "-1:64:16M", "8:+64:16M", "8:64:16T", "8:64:-1",
+                          "4294967296:64:1M", "8:4294967296:1M", "8:64:99999999999999999999", "8:64:17179869184G",
+                          " 8:64:16M", "8:64:16M ", "ALL", "Off", "8::16M", "::"}) {
+    SampleSpec got{true, 7, 7, 7};
+    EXPECT_FALSE(ParseSample(bad, &got)) << bad;
+    EXPECT_EQ(got.first, 7u) << bad;  // untouched
   }
 }
 
