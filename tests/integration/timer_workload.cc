@@ -5,8 +5,10 @@
 //   timer_workload alternate N BYTES EVERY BIG
 //                            N synchronous peer copies alternating 0->1 and 2->3 (the pattern a
 //                            1-in-2k sampler would lock onto), BYTES each, every EVERY-th one BIG
-//                            bytes instead (EVERY 0: none)
+//                            bytes instead (EVERY 0: none); 50 us apart
 #include <cuda_runtime_api.h>
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -54,6 +56,7 @@ int Alternate(int copies, size_t bytes, int every, size_t big) {
     int side = i % 2;
     size_t n = every > 0 && i % every == every - 1 ? big : bytes;
     P2PTRACE_CHECK(cudaMemcpyPeer(dst[side], side * 2 + 1, src[side], side * 2, n));
+    usleep(50);  // the shim's resolver thread keeps up: its event pairs are free again
   }
   std::printf("alternate %d done\n", copies);
   return 0;
