@@ -22,6 +22,9 @@ python3 "$ROOT/scripts/fetch-duckdb.py"
 for preset in "${presets[@]}"; do
   build "$preset"
   log "testing ($preset)"
-  ctest --preset "$preset" -j "$(nproc)" --timeout 300
+  junit="$ROOT/build/$preset/junit.xml"
+  ctest --preset "$preset" -j "$(nproc)" --timeout 300 --output-junit "$junit"
+  # Every skip listed with its reason; one that tests/skips-allowed.txt does not name fails the run.
+  python3 "$ROOT/scripts/skips.py" "$junit" "$preset"
 done
-log "all tests passed (${presets[*]})"
+log "all tests passed, every skip allowed (${presets[*]})"

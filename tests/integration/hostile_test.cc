@@ -95,10 +95,12 @@ void ExpectOneWarning(const RunResult& traced, const RunResult& bare, const std:
   EXPECT_EQ(rest, bare.err);
 }
 
-// `unshare -Urm` (a mount namespace of one's own, root in it): where the kernel allows it, a test
-// can mount a tiny or read-only tmpfs without privileges.
+// A mount namespace of the test's own: root has one with `unshare -m` (a chroot or container may
+// refuse user namespaces, never root this); an ordinary user with `unshare -Urm` (root in it) where
+// the kernel allows it. Either can mount a tiny or read-only tmpfs there.
+const char* UnshareFlags() { return geteuid() == 0 ? "-m" : "-Urm"; }
 bool CanMount() {
-  static bool ok = RunProgram({"unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"}).exit_code == 0;
+  static bool ok = RunProgram({"unshare", UnshareFlags(), "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"}).exit_code == 0;
   return ok;
 }
 
@@ -106,7 +108,7 @@ bool CanMount() {
 // then `after` (a shell command; $D is `dir`) while the mount still exists.
 std::vector<std::string> OnTmpfs(const std::string& dir, const std::string& options, const std::string& after,
                                  const std::vector<std::string>& argv) {
-  std::vector<std::string> v = {"unshare", "-Urm", "sh", "-c",
+  std::vector<std::string> v = {"unshare", UnshareFlags(), "sh", "-c",
                                 "D=\"$0\"; mount -t tmpfs -o " + options + ",mode=0700 p2ptrace-test \"$D\" || exit 99; "
                                 "\"$@\"; rc=$?; " + after + "; exit $rc",
                                 dir};
@@ -122,7 +124,7 @@ struct FullDiskCase {
 };
 
 TEST(FullDisk, ProgramsRunOnUnchangedAndTheDropsAreCountedAndReported) {
-  if (!CanMount()) GTEST_SKIP() << "no unprivileged mount namespace here (unshare -Urm): cannot make a small filesystem";
+  if (!CanMount()) GTEST_SKIP() << "no mount namespace here (unshare " << UnshareFlags() << "): cannot make a small filesystem";
   std::vector<FullDiskCase> cases = {
       {"copy loop", {HOSTILE_WORKLOAD, "copies", "4000"}},
       {"nccl ring", {HOSTILE_WORKLOAD, "ring", "3000"}},
@@ -255,7 +257,7 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
   }
   std::error_code ec;
   EXPECT_TRUE(fs::is_empty(base + "/open", ec));
-  if (!CanMount()) GTEST_SKIP() << "no unprivileged mount namespace here: the read-only case is not run";
+  if (!CanMount()) GTEST_SKIP() << "no mount namespace here (unshare " << UnshareFlags() << "): the read-only case is not run";
   std::string ro = base + "/ro";
   fs::create_directories(ro);
   RunResult traced = RunTimed(OnTmpfs(ro, "ro,size=64k", "true", Shim({HOSTILE_WORKLOAD, "ring", "2"})), Traced(Sim(), ro));

@@ -1392,7 +1392,8 @@ TEST(Pools, RuntimeSeesVmmMemoryAsDeviceMemory) {
 
 // The runtime without a driver to open: cudaErrorInsufficientDriver, like the real one.
 TEST(NoDriver, RuntimeReportsInsufficientDriver) {
-  if (Loaded("libcuda.so.1") || dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != nullptr) GTEST_SKIP();
+  if (Loaded("libcuda.so.1") || dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD) != nullptr)
+    GTEST_SKIP() << "a libcuda.so.1 is already loaded";
   void* probe = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (probe != nullptr) {
     dlclose(probe);
