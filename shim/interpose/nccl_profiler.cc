@@ -101,13 +101,26 @@ uint8_t FuncApi(const char* f) {
 }
 
 // ncclDatatypeToString's words, by their last two characters ("ncclFloat32", "ncclBfloat16"; "Unknown"
-// is what it says of ncclUint8; the fp8 types end in "m3"/"m2"): cheap, it runs for every operation.
-size_t TypeSize(const char* t) {
+// is what it says of ncclUint8; the fp8 types end in "m3"/"m2"). It runs for every operation, sampled
+// or not: NCCL hands out the same constant string for a type each time, so the thread's last answer
+// is kept by the string's address and a repeat costs a compare (issue 26's budget).
+size_t TypeSizeOf(const char* t) {
   if (t == nullptr) return 1;
   size_t n = std::strlen(t);
   if (n < 2) return 1;
   char a = t[n - 2], b = t[n - 1];
   return a == '6' && b == '4' ? 8 : a == '3' && b == '2' ? 4 : a == '1' && b == '6' ? 2 : 1;
+}
+struct LastType {
+  const char* name;
+  size_t size;
+};
+constinit thread_local LastType t_last_type __attribute__((tls_model("initial-exec"))) = {nullptr, 1};
+inline size_t TypeSize(const char* t) {
+  LastType& last = t_last_type;
+  if (__builtin_expect(t == last.name && t != nullptr, 1)) return last.size;
+  last = {t, TypeSizeOf(t)};
+  return last.size;
 }
 
 uint8_t Algo(const char* a) {
@@ -169,13 +182,23 @@ void Complete(Op* op) {
   delete op;
 }
 
-// The sample decides first: an operation sampled out costs a type size and a counter.
 template <typename Descr>
-Op* NewOp(Context* c, const Descr& d) {
+Op* MakeOp(Context* c, const Descr& d, uint64_t bytes, uint32_t expected);
+
+// Every P2p and Coll event of a timed communicator comes here, sampled or not: the sampled-out case
+// is kept to a few instructions and no stack frame (issue 26's budget); the rest is out of line.
+template <typename Descr>
+inline Op* NewOp(Context* c, const Descr& d) {
   const bool p2p = d.type == np::kP2p;
   uint64_t bytes = p2p ? d.p2p.count * TypeSize(d.p2p.datatype) : d.coll.count * TypeSize(d.coll.datatype);
   uint32_t expected = p2p ? d.p2p.channels : d.coll.channels;
   if (expected == 0 || expected > 64 || !Sampled(c, bytes)) return nullptr;
+  return MakeOp(c, d, bytes, expected);
+}
+
+template <typename Descr>
+__attribute__((noinline)) Op* MakeOp(Context* c, const Descr& d, uint64_t bytes, uint32_t expected) {
+  const bool p2p = d.type == np::kP2p;
   uint8_t api = FuncApi(p2p ? d.p2p.func : d.coll.func), algo = 0;
   int peer = p2p ? d.p2p.peer : -1;
   uint64_t coll_seq = 0;
@@ -293,8 +316,10 @@ void* Own(Context* c, const Descr& d, void* parent) {
   return nullptr;
 }
 
+// Out of line: the program's own plugin is rare, and inlined it would give StartEvent's common path
+// its frame and saved registers.
 template <typename Descr>
-ncclResult_t Forward(Context* c, void** handle, Descr* d, const UserPlugin& u) {
+__attribute__((noinline, cold)) ncclResult_t Forward(Context* c, void** handle, Descr* d, const UserPlugin& u) {
   void* user_parent = nullptr;
   void* own = Own(c, *d, Inner(d->parent, &user_parent));
   void* user = nullptr;
