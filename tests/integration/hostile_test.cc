@@ -266,6 +266,30 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
   ExpectOneWarning(traced, bare, "cannot write in it");
 }
 
+// The CLI's atomic writes (rows, Prometheus): on a disk that fills while the temporary file is being
+// written, the command fails with one line, the older file keeps what it held, and no temporary
+// file is left beside it (tools/output_file.h).
+TEST(FullDisk, AnAtomicWriteThatFailsLateKeepsTheOlderFile) {
+  if (!CanMount()) GTEST_SKIP() << "no mount namespace here (unshare " << UnshareFlags() << "): cannot make a small filesystem";
+  std::string base = TempDir() + "/atomic", job = base + "/job", disk = base + "/disk";
+  fs::create_directories(disk);
+  ASSERT_EQ(RunProgram({P2PTRACE_CLI, "synth", "--ranks", "64", "--events", "20", "--out", job}).exit_code, 0);
+  // The older files first (they fit), then the exports, each far larger than the 32 KiB disk.
+  std::string script = "echo old-rows > \"$D/rows.ndjson\" && echo old-prom > \"$D/p.prom\" || exit 98; " +
+                       std::string(P2PTRACE_CLI) + " export \"$1\" --rows \"$D/rows.ndjson\" 2>\"$D/rows.err\"; echo rows=$?; " +
+                       P2PTRACE_CLI + " export \"$1\" --prometheus \"$D/p.prom\" 2>\"$D/prom.err\"; echo prom=$?";
+  std::string after = "cat \"$D/rows.ndjson\" \"$D/p.prom\" \"$D/rows.err\" \"$D/prom.err\"; ls -A \"$D\"";
+  RunResult r = RunProgram(OnTmpfs(disk, "size=32k", after, {"sh", "-c", "D=" + disk + "; " + script, "sh", job}));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("rows=2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("prom=2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("old-rows\nold-prom\n"), std::string::npos) << "the older files, whole: " << r.out;
+  EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
+  // What is left on the disk: the two older files and the two error files, no temporary.
+  EXPECT_EQ(r.out.find(".tmp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("p.prom\nprom.err\nrows.err\nrows.ndjson\n"), std::string::npos) << r.out;
+}
+
 // --- 5. A runtime unloaded under the shim ------------------------------------------------------------
 
 TEST(Unload, ALibraryLinkedToCudartOpenedAndClosedAgainAndAgain) {
