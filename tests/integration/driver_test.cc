@@ -418,6 +418,37 @@ TEST_F(DriverAltered, EachChangeIsRecordedAndReplaysStayAsRecorded) {
       << rank["trust"];
 }
 
+// The generic calls that change nodes (driver_workload.c's SetParams(), issue 29: their success
+// paths): each change is in the trace with its exec's graph or none, the program's output and what
+// its copies moved are the same bare and traced, and the replays keep counting the copies as they
+// were recorded (the report says they may be off).
+constexpr char kSetParamsMode[] = "setparams";
+class DriverSetParams : public ModeJobs<kSetParamsMode> {};
+
+TEST_F(DriverSetParams, RunsAndPrintsTheSameBareAndTraced) {
+  ExpectSameBareAndTraced(bare_, run_);
+  for (const char* line : {"x 0->1 (16 KiB, set in the exec) same\n", "x 1->2 (child2) same\n",
+                           "x 0->1 (4 KiB, set by the driver) same\n", "y 0->1 (2 KiB, set in the graph) same\n", "done\n"})
+    EXPECT_NE(bare_.out.find(line), std::string::npos) << line << bare_.out;
+}
+
+TEST_F(DriverSetParams, EachChangeIsRecorded) {
+  p2ptrace::Trace t = OnlyTrace(dir_ + "/run/trace");
+  std::vector<std::string> altered;
+  for (const auto& rec : t.records)
+    if (const auto* g = std::get_if<p2ptrace_graph_record>(&rec.body); g && g->event == P2PTRACE_GRAPH_ALTERED)
+      altered.push_back(std::string(p2ptrace::ApiName(g->api)) + " " + std::to_string(g->graph_id));
+  EXPECT_EQ(altered, (std::vector<std::string>{"cudaGraphExecNodeSetParams 1", "cudaGraphExecChildGraphNodeSetParams 1",
+                                               "cuGraphExecNodeSetParams 1", "cuGraphExecChildGraphNodeSetParams 1",
+                                               "cudaGraphNodeSetParams 0", "cuGraphNodeSetParams 0"}));
+  json rep = ReportJson(dir_ + "/run/trace");
+  ASSERT_TRUE(rep.is_object());
+  ASSERT_EQ(rep["ranks"].size(), 1u);
+  EXPECT_NE(rep["ranks"][0]["trust"].get<std::string>().find("graph replays counted as the copies were recorded"),
+            std::string::npos)
+      << rep["ranks"][0]["trust"];
+}
+
 // The generic node calls of every ABI (driver_workload.c's AddNodes()): CUDA 12.2's and 12.3's
 // forms of the driver's and cudart 12's, cudart 13's; copy nodes and a child graph node.
 constexpr char kAddNodeMode[] = "addnode";

@@ -631,6 +631,78 @@ static int AddNodes(void) {
   return Done(buf);
 }
 
+/* `setparams` (3 GPUs): the generic calls that change nodes (CUDA 12.2+), on a graph of a copy node
+ * n 0->1 8 KiB and a child graph node c (its child: 1->2 4 KiB); exec x launched once, then:
+ *   cudaGraphExecNodeSetParams(x, n: 0->1 16 KiB), launch; cudaGraphExecChildGraphNodeSetParams(x, c,
+ *   a child of 1->2 2 KiB at another offset), launch; cuGraphExecNodeSetParams(x, n: 0->1 4 KiB),
+ *   cuGraphExecChildGraphNodeSetParams(x, c, the first child), launch; cudaGraphNodeSetParams(n:
+ *   0->1 1 KiB) and cuGraphNodeSetParams(n: 0->1 2 KiB) on the graph, then a new exec y of it,
+ *   launched once. Each launch's bytes checked where they land. */
+static int SetParams(void) {
+  CUcontext ctx[3];
+  CUdeviceptr buf[3];
+  SetUp3(ctx, buf, 41u, 13u);
+  cudaStream_t s;
+  Check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaGraph_t g = NULL, child = NULL, child2 = NULL;
+  cudaGraphNode_t n = NULL, c = NULL, inner = NULL;
+  Check("cudaGraphCreate", cudaGraphCreate(&g, 0));
+  struct cudaGraphNodeParams p = CopyParams(buf[1], buf[0], 8 * KiB);
+  Check("cudaGraphAddNode copy", cudaGraphAddNode(&n, g, NULL, NULL, 0, &p));
+  Check("cudaGraphCreate child", cudaGraphCreate(&child, 0));
+  Check("cudaGraphAddMemcpyNode1D (child)", cudaGraphAddMemcpyNode1D(&inner, child, NULL, 0, (void*)(buf[2] + 64 * KiB),
+                                                                     (const void*)(buf[1] + 64 * KiB), 4 * KiB,
+                                                                     cudaMemcpyDefault));
+  Check("cudaGraphAddChildGraphNode", cudaGraphAddChildGraphNode(&c, g, NULL, 0, child));
+  Check("cudaGraphCreate child2", cudaGraphCreate(&child2, 0));
+  Check("cudaGraphAddMemcpyNode1D (child2)", cudaGraphAddMemcpyNode1D(&inner, child2, NULL, 0, (void*)(buf[2] + 96 * KiB),
+                                                                      (const void*)(buf[1] + 96 * KiB), 2 * KiB,
+                                                                      cudaMemcpyDefault));
+  cudaGraphExec_t x = NULL, y = NULL;
+  Check("cudaGraphInstantiate", cudaGraphInstantiate(&x, g, 0));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  p = CopyParams(buf[1] + 256 * KiB, buf[0] + 256 * KiB, 16 * KiB);
+  Check("cudaGraphExecNodeSetParams", cudaGraphExecNodeSetParams(x, n, &p));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cudaGraphExecChildGraphNodeSetParams", cudaGraphExecChildGraphNodeSetParams(x, c, child2));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+  Same("x 0->1 (16 KiB, set in the exec)", buf[1], 256 * KiB, buf[0], 256 * KiB, 16 * KiB);
+  Same("x 1->2 (child2)", buf[2], 96 * KiB, buf[1], 96 * KiB, 2 * KiB);
+  CUgraphNodeParams dp;
+  memset(&dp, 0, sizeof dp);
+  dp.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  dp.memcpy.copyCtx = ctx[0];
+  dp.memcpy.copyParams.srcMemoryType = dp.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  dp.memcpy.copyParams.srcDevice = buf[0] + 512 * KiB;
+  dp.memcpy.copyParams.dstDevice = buf[1] + 512 * KiB;
+  dp.memcpy.copyParams.WidthInBytes = 4 * KiB;
+  dp.memcpy.copyParams.Height = dp.memcpy.copyParams.Depth = 1;
+  Check("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams((CUgraphExec)x, (CUgraphNode)n, &dp));
+  Check("cuGraphExecChildGraphNodeSetParams",
+        cuGraphExecChildGraphNodeSetParams((CUgraphExec)x, (CUgraphNode)c, (CUgraph)child));
+  Check("cudaGraphLaunch", cudaGraphLaunch(x, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+  Same("x 0->1 (4 KiB, set by the driver)", buf[1], 512 * KiB, buf[0], 512 * KiB, 4 * KiB);
+  p = CopyParams(buf[1] + 768 * KiB, buf[0] + 768 * KiB, KiB);
+  Check("cudaGraphNodeSetParams", cudaGraphNodeSetParams(n, &p));
+  dp.memcpy.copyParams.srcDevice = buf[0] + 1024 * KiB;
+  dp.memcpy.copyParams.dstDevice = buf[1] + 1024 * KiB;
+  dp.memcpy.copyParams.WidthInBytes = 2 * KiB;
+  Check("cuGraphNodeSetParams", cuGraphNodeSetParams((CUgraphNode)n, &dp));
+  Check("cudaGraphInstantiate y", cudaGraphInstantiate(&y, g, 0));
+  Check("cudaGraphLaunch y", cudaGraphLaunch(y, s));
+  Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
+  Same("y 0->1 (2 KiB, set in the graph)", buf[1], 1024 * KiB, buf[0], 1024 * KiB, 2 * KiB);
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(x));
+  Check("cudaGraphExecDestroy", cudaGraphExecDestroy(y));
+  Check("cudaGraphDestroy", cudaGraphDestroy(g));
+  Check("cudaGraphDestroy", cudaGraphDestroy(child));
+  Check("cudaGraphDestroy", cudaGraphDestroy(child2));
+  Check("cudaStreamDestroy", cudaStreamDestroy(s));
+  return Done(buf);
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc > 1 && strcmp(argv[1], "errors") == 0) return Errors();
@@ -639,6 +711,7 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "tograph") == 0) return ToGraph();
   if (argc > 1 && strcmp(argv[1], "altered") == 0) return Altered();
   if (argc > 1 && strcmp(argv[1], "addnode") == 0) return AddNodes();
+  if (argc > 1 && strcmp(argv[1], "setparams") == 0) return SetParams();
   Check("cuInit", cuInit(0));
   int n = 0;
   Check("cuDeviceGetCount", cuDeviceGetCount(&n));

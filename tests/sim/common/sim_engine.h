@@ -1713,6 +1713,23 @@ cudaError_t SetCopyNode(State& st, cudaGraphExec_t exec, cudaGraphNode_t node, v
   w = GraphWork{true, dst, src, rows, 0, w.enabled};
   return cudaSuccess;
 }
+// The work of child graph node `node` in an exec made from its graph becomes `child`'s, which must
+// have the same shape (CUDA: the same topology and node order; here, as many work items).
+cudaError_t SetChildNode(State& st, cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraph_t child) {
+  std::lock_guard<std::mutex> lock(Mu());
+  const NodeInfo* n = FindNode(st, node);
+  auto* x = reinterpret_cast<GraphExec*>(exec);
+  auto* c = reinterpret_cast<Graph*>(child);
+  if (n == nullptr || n->type != cudaGraphNodeTypeGraph || !st.execs.count(x) || x->from != n->graph ||
+      n->first + n->count > x->work.size() || !st.graphs.count(c) || c->work.size() != n->count)
+    return cudaErrorInvalidValue;
+  for (size_t i = 0; i < n->count; ++i) {
+    bool enabled = x->work[n->first + i].enabled;
+    x->work[n->first + i] = c->work[i];
+    x->work[n->first + i].enabled = enabled;
+  }
+  return cudaSuccess;
+}
 // A node of the exec's graph runs at its launches or not.
 cudaError_t SetNodeEnabled(State& st, cudaGraphExec_t exec, cudaGraphNode_t node, bool on) {
   std::lock_guard<std::mutex> lock(Mu());

@@ -1539,6 +1539,37 @@ SIM_API CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode no
   }
   return DrvSetMemcpyNode(exec, node, p);
 }
+SIM_API CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraph child) {
+  DRV_CTX();
+  return Cu(SetChildNode(st, DRV_EXEC(exec), reinterpret_cast<cudaGraphNode_t>(node), DRV_GRAPH(child)));
+}
+// CUDA 12.2's generic forms: copy nodes as their own calls; a child graph's in an exec; other kinds
+// are not simulated.
+static CUresult DrvSetNodeParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p) {
+  if (p != nullptr && p->type == CU_GRAPH_NODE_TYPE_MEMCPY) {
+    {
+      DRV_CTX();
+      if (KnownContext(st, p->memcpy.copyCtx) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    return DrvSetMemcpyNode(exec, node, &p->memcpy.copyParams);
+  }
+  if (p != nullptr && p->type == CU_GRAPH_NODE_TYPE_GRAPH && exec != nullptr)
+    return cuGraphExecChildGraphNodeSetParams(exec, node, p->graph.graph);
+  if (p == nullptr) {
+    DRV_CTX();
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return static_cast<CUresult>(p2psim_unsupported("cuGraph(Exec)NodeSetParams of this node type", CUDA_ERROR_NOT_SUPPORTED,
+                                                  "CUDA_ERROR_NOT_SUPPORTED"));
+}
+SIM_API CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* p) { return DrvSetNodeParams(nullptr, node, p); }
+SIM_API CUresult cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode node, CUgraphNodeParams* p) {
+  if (exec == nullptr) {
+    DRV_CTX();
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return DrvSetNodeParams(exec, node, p);
+}
 SIM_API CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int on) {
   DRV_CTX();
   return Cu(SetNodeEnabled(st, DRV_EXEC(exec), reinterpret_cast<cudaGraphNode_t>(node), on != 0));

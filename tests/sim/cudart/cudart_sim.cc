@@ -961,6 +961,32 @@ SIM_API cudaError_t cudaGraphExecMemcpyNodeSetParams1D(cudaGraphExec_t exec, cud
                                                        const void* src, size_t count, cudaMemcpyKind kind) {
   return exec != nullptr ? SetMemcpyNode1D(exec, node, dst, src, count, kind) : Ret(cudaErrorInvalidValue);
 }
+SIM_API cudaError_t cudaGraphExecChildGraphNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraph_t child) {
+  SIM_ENTER();
+  return Ret(SetChildNode(st, exec, node, child));
+}
+// CUDA 12.2's generic forms: copy nodes as their own calls; a child graph's in an exec; other kinds
+// are not simulated.
+static cudaError_t SetNodeParams(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeParams* p) {
+  if (p == nullptr) {
+    SIM_ENTER();
+    return Ret(cudaErrorInvalidValue);
+  }
+  if (p->type == cudaGraphNodeTypeMemcpy) return SetMemcpyNode(exec, node, &p->memcpy.copyParams);
+  if (p->type == cudaGraphNodeTypeGraph && exec != nullptr)
+    return cudaGraphExecChildGraphNodeSetParams(exec, node, p->graph.graph);
+  return NotSimulated("cudaGraph(Exec)NodeSetParams of this node type");
+}
+SIM_API cudaError_t cudaGraphNodeSetParams(cudaGraphNode_t node, cudaGraphNodeParams* p) {
+  return SetNodeParams(nullptr, node, p);
+}
+SIM_API cudaError_t cudaGraphExecNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node, cudaGraphNodeParams* p) {
+  if (exec == nullptr) {
+    SIM_ENTER();
+    return Ret(cudaErrorInvalidValue);
+  }
+  return SetNodeParams(exec, node, p);
+}
 SIM_API cudaError_t cudaGraphNodeSetEnabled(cudaGraphExec_t exec, cudaGraphNode_t node, unsigned int on) {
   SIM_ENTER();
   return Ret(SetNodeEnabled(st, exec, node, on != 0));
