@@ -7,8 +7,9 @@ JUNIT_XML is ctest's --output-junit file. A test is skipped when ctest says so (
 GoogleTest's SKIP_REGULAR_EXPRESSION, a skip return code) and also when a test ctest ran as one
 entry printed GoogleTest's "[  SKIPPED ]" (a plain add_test of several GoogleTest cases). The reason
 is the line GoogleTest prints after "Skipped". ALLOW_LIST (default tests/skips-allowed.txt): lines
-`PRESETS TEST_REGEX  # why`, PRESETS a comma-separated list or `*`; a skip whose test fully matches
-the regex of an entry for this preset is allowed. Exit 0 when every skip is allowed, 1 otherwise.
+`PRESETS TEST_REGEX [REASON_REGEX]  # why`, PRESETS a comma-separated list or `*`; a skip whose test
+fully matches the regex of an entry for this preset (and whose reason contains REASON_REGEX, when
+given) is allowed. Exit 0 when every skip is allowed, 1 otherwise.
 """
 import os
 import re
@@ -42,12 +43,13 @@ def load_allow(path, preset):
             line = raw.split("#", 1)[0].strip()
             if not line:
                 continue
-            parts = line.split()
-            if len(parts) != 2 or "#" not in raw:
-                sys.exit(f"{path}:{n}: expected `PRESETS TEST_REGEX  # why`")
-            presets, regex = parts
+            parts = line.split(None, 2)
+            if len(parts) < 2 or "#" not in raw:
+                sys.exit(f"{path}:{n}: expected `PRESETS TEST_REGEX [REASON_REGEX]  # why`")
+            presets, regex = parts[0], parts[1]
+            reason_re = re.compile(parts[2]) if len(parts) == 3 else None
             if presets == "*" or preset in presets.split(","):
-                allowed.append((re.compile(regex), raw.split("#", 1)[1].strip()))
+                allowed.append((re.compile(regex), reason_re, raw.split("#", 1)[1].strip()))
     return allowed
 
 
@@ -68,7 +70,7 @@ def main():
                 skips.append((f"{name} ({inner})", reason(out)))
     bad = 0
     for name, why in skips:
-        ok = next((w for r, w in allowed if r.fullmatch(name)), None)
+        ok = next((w for r, rr, w in allowed if r.fullmatch(name) and (rr is None or rr.search(why))), None)
         if ok is None:
             bad += 1
         print(f"skipped ({preset}): {name}: {why}" + (f"  [allowed: {ok}]" if ok else "  [NOT ALLOWED]"))

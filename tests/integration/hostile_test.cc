@@ -103,6 +103,15 @@ bool CanMount() {
   static bool ok = RunProgram({"unshare", UnshareFlags(), "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"}).exit_code == 0;
   return ok;
 }
+// Why not: under chroot (this process's / is not init's), unshare cannot make the root private, so
+// no mount namespace can be made (tests/skips-allowed.txt allows the skip for this reason only).
+std::string NoMountWhy() {
+  struct stat root {}, init_root {};
+  bool chroot = stat("/", &root) == 0 && stat("/proc/1/root", &init_root) == 0 &&
+                (root.st_dev != init_root.st_dev || root.st_ino != init_root.st_ino);
+  return chroot ? "in a chroot, unshare cannot make the root private: no small filesystem can be mounted"
+                : std::string("no mount namespace here (unshare ") + UnshareFlags() + ")";
+}
 
 // argv run inside a new mount namespace with a tmpfs of `options` mounted at `dir` (created 0700),
 // then `after` (a shell command; $D is `dir`) while the mount still exists.
@@ -124,7 +133,7 @@ struct FullDiskCase {
 };
 
 TEST(FullDisk, ProgramsRunOnUnchangedAndTheDropsAreCountedAndReported) {
-  if (!CanMount()) GTEST_SKIP() << "no mount namespace here (unshare " << UnshareFlags() << "): cannot make a small filesystem";
+  if (!CanMount()) GTEST_SKIP() << NoMountWhy();
   std::vector<FullDiskCase> cases = {
       {"copy loop", {HOSTILE_WORKLOAD, "copies", "4000"}},
       {"nccl ring", {HOSTILE_WORKLOAD, "ring", "3000"}},
@@ -257,7 +266,7 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
   }
   std::error_code ec;
   EXPECT_TRUE(fs::is_empty(base + "/open", ec));
-  if (!CanMount()) GTEST_SKIP() << "no mount namespace here (unshare " << UnshareFlags() << "): the read-only case is not run";
+  if (!CanMount()) GTEST_SKIP() << NoMountWhy() << ": the read-only case is not run";
   std::string ro = base + "/ro";
   fs::create_directories(ro);
   RunResult traced = RunTimed(OnTmpfs(ro, "ro,size=64k", "true", Shim({HOSTILE_WORKLOAD, "ring", "2"})), Traced(Sim(), ro));
@@ -270,7 +279,7 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
 // written, the command fails with one line, the older file keeps what it held, and no temporary
 // file is left beside it (tools/output_file.h).
 TEST(FullDisk, AnAtomicWriteThatFailsLateKeepsTheOlderFile) {
-  if (!CanMount()) GTEST_SKIP() << "no mount namespace here (unshare " << UnshareFlags() << "): cannot make a small filesystem";
+  if (!CanMount()) GTEST_SKIP() << NoMountWhy();
   std::string base = TempDir() + "/atomic", job = base + "/job", disk = base + "/disk";
   fs::create_directories(disk);
   ASSERT_EQ(RunProgram({P2PTRACE_CLI, "synth", "--ranks", "64", "--events", "20", "--out", job}).exit_code, 0);

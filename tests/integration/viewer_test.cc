@@ -831,7 +831,8 @@ TEST(Loading, UnreadableFileIsNamed) {
   // directory but not that file.
   std::vector<std::string> argv = {P2PTRACE_CLI, "report", dir};
   if (geteuid() == 0) {
-    for (std::string d = dir; d.size() > 1; d = d.substr(0, d.rfind('/'))) chmod(d.c_str(), 0755);
+    // The test's own directories only, up to TempDir(): never /tmp itself.
+    for (std::string d = dir; d.size() >= TempDir().size(); d = d.substr(0, d.rfind('/'))) chmod(d.c_str(), 0755);
     for (const std::string& other : Files(dir, ".p2ptrace"))
       if (other != f) chmod(other.c_str(), 0644);
     argv.insert(argv.begin(), {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"});
