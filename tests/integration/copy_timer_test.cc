@@ -146,7 +146,12 @@ TEST(CopyTimer, SamplingTimesTheFirstKOneInNOnAverageAndEveryLargeCopy) {
   double rest = kCopies - 2 * kFirst, want = 2 * kFirst + rest / kEvery;
   EXPECT_GE(sampled, 0.8 * want) << s.total_timed << " timed, " << t.header.timings_skipped << " skipped";
   EXPECT_LE(sampled, 1.2 * want) << s.total_timed << " timed, " << t.header.timings_skipped << " skipped";
-  EXPECT_LE(t.header.timings_skipped, sampled / 4) << "too few timed to see the pairs' shares";
+#ifdef P2PTRACE_SANITIZED
+  constexpr uint64_t kMostSkipped = 2;  // a sanitized resolver is slower to free its event pairs
+#else
+  constexpr uint64_t kMostSkipped = 4;
+#endif
+  EXPECT_LE(t.header.timings_skipped, sampled / kMostSkipped) << "too few timed to see the pairs' shares";
   for (auto pair : {std::pair{0, 1}, std::pair{2, 3}}) {
     // At least the first K of each, and each pair about half of the rest: no period locked onto.
     uint64_t timed = s.timed[pair];
@@ -167,7 +172,7 @@ TEST(CopyTimer, SamplingTimesTheFirstKOneInNOnAverageAndEveryLargeCopy) {
     }
   EXPECT_EQ(large, 100u);
   EXPECT_GE(large_timed + big.header.timings_skipped, 100u);
-  EXPECT_GE(large_timed, 75u);
+  EXPECT_GE(large_timed, 100u - 100u / kMostSkipped);
   EXPECT_LE(small_timed, 12u);  // each pair's first 2, and about one in 1000 of 900: a few at most
 }
 
