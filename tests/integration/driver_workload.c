@@ -536,6 +536,20 @@ static struct cudaGraphNodeParams CopyParams(CUdeviceptr dst, CUdeviceptr src, s
   return p;
 }
 
+/* The same copy as the driver's generic node parameters, made in `ctx`. */
+static CUgraphNodeParams DrvCopyParams(CUcontext ctx, CUdeviceptr dst, CUdeviceptr src, size_t n) {
+  CUgraphNodeParams dp;
+  memset(&dp, 0, sizeof dp);
+  dp.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  dp.memcpy.copyCtx = ctx;
+  dp.memcpy.copyParams.srcMemoryType = dp.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  dp.memcpy.copyParams.srcDevice = src;
+  dp.memcpy.copyParams.dstDevice = dst;
+  dp.memcpy.copyParams.WidthInBytes = n;
+  dp.memcpy.copyParams.Height = dp.memcpy.copyParams.Depth = 1;
+  return dp;
+}
+
 /* `addnode` (3 GPUs): one graph built with the generic node calls of every ABI (CUDA 12.2+):
  *   cudaGraphAddNode (cudart 13) copy 0->1 8 KiB; a child graph node (type graph) whose child holds
  *   a 1D node 1->2 4 KiB; cuGraphAddNode_v2 (cuda.h's cuGraphAddNode) copy 2->0 2 KiB; 12.2's
@@ -564,15 +578,7 @@ static int AddNodes(void) {
   cp.type = cudaGraphNodeTypeGraph;
   cp.graph.graph = child;
   Check("cudaGraphAddNode child graph", cudaGraphAddNode(&n, g, NULL, NULL, 0, &cp));
-  CUgraphNodeParams dp;
-  memset(&dp, 0, sizeof dp);
-  dp.type = CU_GRAPH_NODE_TYPE_MEMCPY;
-  dp.memcpy.copyCtx = ctx[0];
-  dp.memcpy.copyParams.srcMemoryType = dp.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  dp.memcpy.copyParams.srcDevice = buf[2] + 128 * KiB;
-  dp.memcpy.copyParams.dstDevice = buf[0] + 128 * KiB;
-  dp.memcpy.copyParams.WidthInBytes = 2 * KiB;
-  dp.memcpy.copyParams.Height = dp.memcpy.copyParams.Depth = 1;
+  CUgraphNodeParams dp = DrvCopyParams(ctx[0], buf[0] + 128 * KiB, buf[2] + 128 * KiB, 2 * KiB);
   CUgraphNode cn = NULL;
   Check("cuGraphAddNode (12.3)", cuGraphAddNode(&cn, (CUgraph)g, NULL, NULL, 0, &dp));
   dp.memcpy.copyParams.srcDevice = buf[1] + 192 * KiB;
@@ -669,15 +675,7 @@ static int SetParams(void) {
   Check("cudaStreamSynchronize", cudaStreamSynchronize(s));
   Same("x 0->1 (16 KiB, set in the exec)", buf[1], 256 * KiB, buf[0], 256 * KiB, 16 * KiB);
   Same("x 1->2 (child2)", buf[2], 96 * KiB, buf[1], 96 * KiB, 2 * KiB);
-  CUgraphNodeParams dp;
-  memset(&dp, 0, sizeof dp);
-  dp.type = CU_GRAPH_NODE_TYPE_MEMCPY;
-  dp.memcpy.copyCtx = ctx[0];
-  dp.memcpy.copyParams.srcMemoryType = dp.memcpy.copyParams.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-  dp.memcpy.copyParams.srcDevice = buf[0] + 512 * KiB;
-  dp.memcpy.copyParams.dstDevice = buf[1] + 512 * KiB;
-  dp.memcpy.copyParams.WidthInBytes = 4 * KiB;
-  dp.memcpy.copyParams.Height = dp.memcpy.copyParams.Depth = 1;
+  CUgraphNodeParams dp = DrvCopyParams(ctx[0], buf[1] + 512 * KiB, buf[0] + 512 * KiB, 4 * KiB);
   Check("cuGraphExecNodeSetParams", cuGraphExecNodeSetParams((CUgraphExec)x, (CUgraphNode)n, &dp));
   Check("cuGraphExecChildGraphNodeSetParams",
         cuGraphExecChildGraphNodeSetParams((CUgraphExec)x, (CUgraphNode)c, (CUgraph)child));
@@ -686,9 +684,7 @@ static int SetParams(void) {
   Same("x 0->1 (4 KiB, set by the driver)", buf[1], 512 * KiB, buf[0], 512 * KiB, 4 * KiB);
   p = CopyParams(buf[1] + 768 * KiB, buf[0] + 768 * KiB, KiB);
   Check("cudaGraphNodeSetParams", cudaGraphNodeSetParams(n, &p));
-  dp.memcpy.copyParams.srcDevice = buf[0] + 1024 * KiB;
-  dp.memcpy.copyParams.dstDevice = buf[1] + 1024 * KiB;
-  dp.memcpy.copyParams.WidthInBytes = 2 * KiB;
+  dp = DrvCopyParams(ctx[0], buf[1] + 1024 * KiB, buf[0] + 1024 * KiB, 2 * KiB);
   Check("cuGraphNodeSetParams", cuGraphNodeSetParams((CUgraphNode)n, &dp));
   Check("cudaGraphInstantiate y", cudaGraphInstantiate(&y, g, 0));
   Check("cudaGraphLaunch y", cudaGraphLaunch(y, s));
