@@ -106,9 +106,11 @@ bool CanMount() {
 // Why not: under chroot (this process's / is not init's), unshare cannot make the root private, so
 // no mount namespace can be made (tests/skips-allowed.txt allows the skip for this reason only).
 std::string NoMountWhy() {
-  struct stat root {}, init_root {};
-  bool chroot = stat("/", &root) == 0 && stat("/proc/1/root", &init_root) == 0 &&
-                (root.st_dev != init_root.st_dev || root.st_ino != init_root.st_ino);
+  // Under chroot, init's root is another directory, or (seen from inside) none at all.
+  struct stat root {}, init {}, init_root {};
+  bool chroot = stat("/", &root) == 0 && stat("/proc/1", &init) == 0 &&
+                (stat("/proc/1/root", &init_root) != 0 || root.st_dev != init_root.st_dev ||
+                 root.st_ino != init_root.st_ino);
   return chroot ? "in a chroot, unshare cannot make the root private: no small filesystem can be mounted"
                 : std::string("no mount namespace here (unshare ") + UnshareFlags() + ")";
 }
