@@ -10,7 +10,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -103,16 +105,21 @@ bool CanMount() {
   static bool ok = RunProgram({"unshare", UnshareFlags(), "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"}).exit_code == 0;
   return ok;
 }
-// Why not: under chroot (this process's / is not init's), unshare cannot make the root private, so
-// no mount namespace can be made (tests/skips-allowed.txt allows the skip for this reason only).
+// Why not: under chroot this process's root is no mount point (/proc/self/mountinfo lists none at
+// "/"), and unshare cannot make it private, so no mount namespace can be made (tests/skips-allowed.txt
+// allows the skip for this reason only).
 std::string NoMountWhy() {
-  // Under chroot, init's root is another directory, or (seen from inside) none at all.
-  struct stat root {}, init {}, init_root {};
-  bool chroot = stat("/", &root) == 0 && stat("/proc/1", &init) == 0 &&
-                (stat("/proc/1/root", &init_root) != 0 || root.st_dev != init_root.st_dev ||
-                 root.st_ino != init_root.st_ino);
-  return chroot ? "in a chroot, unshare cannot make the root private: no small filesystem can be mounted"
-                : std::string("no mount namespace here (unshare ") + UnshareFlags() + ")";
+  std::ifstream in("/proc/self/mountinfo");
+  bool root_mounted = false, read = false;
+  for (std::string line; std::getline(in, line);) {
+    read = true;
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount_point;
+    if (fields >> id >> parent >> dev >> root >> mount_point && mount_point == "/") root_mounted = true;
+  }
+  return read && !root_mounted ? "in a chroot (its root is no mount point), unshare cannot make the root private: no small "
+                                 "filesystem can be mounted"
+                               : std::string("no mount namespace here (unshare ") + UnshareFlags() + ")";
 }
 
 // argv run inside a new mount namespace with a tmpfs of `options` mounted at `dir` (created 0700),
