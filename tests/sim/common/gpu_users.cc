@@ -38,7 +38,11 @@ std::mutex g_mu;
 std::vector<std::string>* g_mine = nullptr;  // this process's files, removed at exit
 pid_t g_owner = 0;
 
-void RemoveMine() {
+// At exit, or when the library holding this copy is unloaded: a destructor, not atexit. An atexit
+// handler of a library unloaded before exit would be called into unmapped code where a sanitizer's
+// interceptor keeps it past the unload (TSan does). A program that unloads a simulated runtime while
+// it still holds GPUs is listed no more; the state (in libcuda) does not note it again.
+__attribute__((destructor)) void RemoveMine() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_mine == nullptr || g_owner != getpid()) return;  // a fork child's copy is not its own
   for (const std::string& f : *g_mine) unlink(f.c_str());
@@ -61,8 +65,7 @@ void NoteGpuUser(const std::string& host, int host_gpu) {
   rename(tmp.c_str(), file.c_str());
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_mine == nullptr || g_owner != getpid()) {
-    g_mine = new std::vector<std::string>;  // never freed: read by the exit handler
-    if (g_owner == 0) std::atexit(RemoveMine);
+    g_mine = new std::vector<std::string>;  // never freed: read by the destructor
     g_owner = getpid();
   }
   g_mine->push_back(file);
