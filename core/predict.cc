@@ -503,6 +503,12 @@ const GpuFacts* NodeFacts::Gpu(int index) const {
   return nullptr;
 }
 
+const PairPrediction* Prediction::Pair(int a, int b) const {
+  for (const PairPrediction& p : pairs)
+    if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) return &p;
+  return nullptr;
+}
+
 const PairFacts* NodeFacts::Pair(int a, int b) const {
   for (const PairFacts& p : pairs)
     if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) return &p;

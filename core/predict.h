@@ -124,6 +124,8 @@ struct Prediction {
   std::vector<std::string> assumptions;  // what was not told and what was assumed
   NcclVersion rules;                   // NCCL rules applied
   int gpu_count = 0;                   // as NCCL counts them for its default level
+
+  const PairPrediction* Pair(int a, int b) const;  // either order; null when not predicted
 };
 
 // Facts from a `topo -m` matrix (GPUs, links, NICs as RDMA HCAs) and optionally a `topo -p2p`

@@ -460,12 +460,7 @@ void PreflightObserveNccl(const Connection& c) {
   for (auto it = now_probe.env.begin(); it != now_probe.env.end();)
     it = it->first.rfind("NCCL_", 0) == 0 && std::getenv(it->first.c_str()) == nullptr ? now_probe.env.erase(it) : ++it;
   Prediction after = PredictNode(now_probe);
-  auto find = [&](const Prediction& pr) -> const PairPrediction* {
-    for (const PairPrediction& q : pr.pairs)
-      if ((q.a == ga->index && q.b == gb->index) || (q.a == gb->index && q.b == ga->index)) return &q;
-    return nullptr;
-  };
-  const PairPrediction* was = find(before);
+  const PairPrediction* was = before.Pair(ga->index, gb->index);
   if (was == nullptr || Family(was->transport) < 0 || Family(c.transport_class) <= Family(was->transport)) return;
   PreflightPair q;
   q.a = ga->index;
@@ -480,7 +475,7 @@ void PreflightObserveNccl(const Connection& c) {
   std::string observed = "NCCL connected rank " + std::to_string(c.src_rank) + " to " + std::to_string(c.dst_rank) +
                          " via " + c.transport + " where the job-start check predicted " +
                          std::string(TransportName(was->transport));
-  const PairPrediction* is = find(after);
+  const PairPrediction* is = after.Pair(ga->index, gb->index);
   if (is != nullptr && Family(is->transport) == Family(c.transport_class) && !is->causes.empty()) {
     // NCCL's debug and profiler settings never choose a path (and the shim sets them, then gives the
     // user's back).

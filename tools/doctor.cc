@@ -54,8 +54,8 @@ json CauseJson(const CauseHit& c) {
 std::string PairName(const PairPrediction& p) { return fmt::format("GPU{}-GPU{}", p.a, p.b); }
 
 int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
-  Prediction pred;
-  NodeProbe probe = ProbeNode(o, &pred);
+  NodeProbe probe = ProbeNode(o);
+  Prediction pred = PredictNode(probe);
   std::vector<std::string> warnings = probe.gpus.size() >= 2 ? WarningLines(probe, pred) : std::vector<std::string>{};
   std::string host = probe.hostname.empty() ? "this machine" : probe.hostname;
   if (!o.prometheus.empty())
@@ -153,7 +153,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
 
 }  // namespace
 
-NodeProbe ProbeNode(const DoctorOptions& o, Prediction* pred) {
+NodeProbe ProbeNode(const DoctorOptions& o) {
   probe::ProbeOptions po;
   po.sysroot = o.sysroot;
   po.gpu_processes = o.test;  // the test refuses GPUs in use
@@ -168,7 +168,6 @@ NodeProbe ProbeNode(const DoctorOptions& o, Prediction* pred) {
       if (s.name == "CUDA") s.detail = cuda_why;
   // No NCCL runs here: its rules are the newest release's, and the lines say so (issue 13, point 8).
   probe.nccl_version_note = "no NCCL loaded by doctor: the newest release's rules assumed";
-  *pred = PredictNode(probe);
   return probe;
 }
 

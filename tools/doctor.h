@@ -33,7 +33,8 @@ struct DoctorOptions {
 
 int RunDoctor(const DoctorOptions& options, std::ostream& out, std::ostream& err);
 
-// The node's probes (sysfs, procfs, NVML, CUDA as `options` say) and the prediction made from them.
-NodeProbe ProbeNode(const DoctorOptions& options, Prediction* pred);
+// The node's probes (sysfs, procfs, NVML, CUDA as `options` say); PredictNode (core/node_probe.h)
+// makes the prediction by the rules the caller needs.
+NodeProbe ProbeNode(const DoctorOptions& options);
 
 }  // namespace p2ptrace::cli

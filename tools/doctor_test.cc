@@ -30,12 +30,6 @@ namespace {
 using nlohmann::json;
 using PairKey = std::pair<int, int>;
 
-const PairPrediction* PredictionOf(const Prediction& pred, int a, int b) {
-  for (const PairPrediction& p : pred.pairs)
-    if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) return &p;
-  return nullptr;
-}
-
 // "pid 1234 (python3)"; NVML gives pid 0 for a process in another PID namespace (a container).
 std::string ProcessName(unsigned pid) {
   if (pid == 0) return "a process outside this PID namespace";
@@ -122,7 +116,7 @@ NcclVerdict JudgeNccl(const TestRun& run, int s, int d) {
   NcclVerdict v;
   auto it = run.nccl.pairs.find({s, d});
   if (it != run.nccl.pairs.end()) v.chose = &it->second;
-  if (const PairPrediction* p = PredictionOf(run.nccl_prediction, s, d)) v.predicted = p->transport;
+  if (const PairPrediction* p = run.nccl_prediction.Pair(s, d)) v.predicted = p->transport;
   // NCCL's log says P2P, not which link: any direct class predicted agrees with it.
   if (v.chose && v.chose->classes.size() == 1) {
     int c = *v.chose->classes.begin();
@@ -131,13 +125,11 @@ NcclVerdict JudgeNccl(const TestRun& run, int s, int d) {
   return v;
 }
 
-bool NcclMissing(const NcclChoice& c) { return c.error.find("no NCCL (libnccl.so.2) found") != std::string::npos; }
-
 void PrintNccl(const TestRun& run, std::ostringstream& t) {
   const NcclChoice& n = run.nccl;
   t << "\n" << fmt::format("NCCL {}: what it chose (one process per GPU; its own connection lines; * not as predicted)\n",
                            n.version.empty() ? "(version not printed)" : n.version);
-  if (!n.error.empty()) t << "  " << (NcclMissing(n) ? "not run: " : "failed: ") << n.error << "\n";
+  if (!n.error.empty()) t << "  " << (n.not_installed ? "not run: " : "failed: ") << n.error << "\n";
   if (n.pairs.empty()) return;
   std::vector<std::string> otherwise;
   t << Matrix(run.cuda_of, 12, [&](int s, int d) {
@@ -287,10 +279,9 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
       return 2;
     }
   }
-  Prediction pred;
-  NodeProbe probe = ProbeNode(o, &pred);
+  NodeProbe probe = ProbeNode(o);
   // The test's copies are CUDA's: the driver's answer and the links matter, NCCL's rules do not.
-  pred = PredictNode(probe, /*cuda_copies=*/true);
+  Prediction pred = PredictNode(probe, /*cuda_copies=*/true);
   CudaCopies cuda;
   std::string why;
   if (!cuda.Load(&why)) {
@@ -355,7 +346,7 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
     // The generation the links are built for: a link trained below it is judged by what it should give.
     auto built = [](const ProbedGpu* g) { return g->pcie.max_gen > 0 ? g->pcie.max_gen : g->pcie.gen; };
     int gen = a && b ? std::min(built(a), built(b)) : 0;
-    run.pairs.push_back({m, JudgePair(m, PredictionOf(pred, m.src, m.dst), gen)});
+    run.pairs.push_back({m, JudgePair(m, pred.Pair(m.src, m.dst), gen)});
   }
   run.failed = std::count_if(run.pairs.begin(), run.pairs.end(), [](const JudgedPair& j) { return j.verdict.verdict == "fail"; });
   if (!o.baseline.empty()) {
@@ -383,7 +374,7 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
     run.nccl_prediction = PredictNode(with_version);
   }
   // NCCL that could not connect the GPUs fails the node; NCCL not installed is only said.
-  bool nccl_failed = run.nccl_asked && !run.nccl.error.empty() && !NcclMissing(run.nccl);
+  bool nccl_failed = run.nccl_asked && !run.nccl.error.empty() && !run.nccl.not_installed;
   int code = run.failed || !run.regressions.empty() || nccl_failed ? 1 : 0;
   const std::map<PairKey, std::string>* regressions = run.baseline ? &run.regressions : nullptr;
   uint64_t unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count();

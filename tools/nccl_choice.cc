@@ -46,10 +46,13 @@ struct NcclLib {
   const char* (*ErrorString)(int) = nullptr;
 };
 
+// The worker's exit statuses besides 0: its failure, and NCCL not installed.
+constexpr int kWorkerFailed = 3, kNoNccl = 4;
+
 // The worker's own failure: one line on its stderr, which the parent shows.
-int Fail(int rank, const std::string& what) {
+int Fail(int rank, const std::string& what, int status = kWorkerFailed) {
   std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
-  return 3;
+  return status;
 }
 
 std::string LastLine(const std::string& file) {
@@ -75,7 +78,7 @@ int RunNcclRank(int rank, int nranks, int device, const std::string& dir, double
       !BindCuda(cudart, "cudaStreamCreateWithFlags", &StreamCreate) || !BindCuda(cudart, "cudaStreamQuery", &StreamQuery))
     return Fail(rank, "the CUDA runtime lacks a function the NCCL check needs");
   void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return Fail(rank, "no NCCL (libnccl.so.2) found: install NCCL, or put it on LD_LIBRARY_PATH");
+  if (lib == nullptr) return Fail(rank, "no NCCL (libnccl.so.2) found: install NCCL, or put it on LD_LIBRARY_PATH", kNoNccl);
   NcclLib n;
   if (!BindCuda(lib, "ncclGetUniqueId", &n.GetUniqueId) || !BindCuda(lib, "ncclCommInitRank", &n.CommInitRank) ||
       !BindCuda(lib, "ncclSend", &n.Send) || !BindCuda(lib, "ncclRecv", &n.Recv) ||
@@ -145,6 +148,12 @@ NcclChoice RunNcclChoice(const std::vector<TestGpu>& gpus, double limit_seconds)
   }
   std::string dir = pattern;
   int nranks = static_cast<int>(gpus.size());
+  // The node's environment, NCCL_* settings included, less NCCL's log settings (each rank gets its own).
+  std::vector<std::string> inherited;
+  for (char** e = environ; *e != nullptr; ++e)
+    if (std::strncmp(*e, "NCCL_DEBUG=", 11) != 0 && std::strncmp(*e, "NCCL_DEBUG_SUBSYS=", 18) != 0 &&
+        std::strncmp(*e, "NCCL_DEBUG_FILE=", 16) != 0)
+      inherited.emplace_back(*e);
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
     // Everything the child needs is made before fork: this process has threads (the CUDA runtime's,
@@ -152,12 +161,9 @@ NcclChoice RunNcclChoice(const std::vector<TestGpu>& gpus, double limit_seconds)
     std::string rank = std::to_string(r);
     std::vector<std::string> args = {"p2ptrace", "_nccl-rank", rank, std::to_string(nranks),
                                      std::to_string(gpus[r].ordinal), dir, fmt::format("{}", limit_seconds)};
-    // NCCL's own lines, every connection, into a file per rank; the node's other NCCL_* settings stay.
+    // NCCL's own lines, every connection, into a file per rank.
     std::vector<std::string> env = {"NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,ENV", "NCCL_DEBUG_FILE=" + dir + "/nccl." + rank + ".log"};
-    for (char** e = environ; *e != nullptr; ++e)
-      if (std::strncmp(*e, "NCCL_DEBUG=", 11) != 0 && std::strncmp(*e, "NCCL_DEBUG_SUBSYS=", 18) != 0 &&
-          std::strncmp(*e, "NCCL_DEBUG_FILE=", 16) != 0)
-        env.emplace_back(*e);
+    env.insert(env.end(), inherited.begin(), inherited.end());
     std::vector<char*> argv, envp;
     for (std::string& a : args) argv.push_back(a.data());
     for (std::string& e : env) envp.push_back(e.data());
@@ -191,6 +197,7 @@ NcclChoice RunNcclChoice(const std::vector<TestGpu>& gpus, double limit_seconds)
       waitpid(pids[i], nullptr, 0);
       stuck.push_back(fmt::format("GPU{}", gpus[i].index));
     } else if (!WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0) {
+      out.not_installed |= WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == kNoNccl;
       std::string last = LastLine(dir + "/rank." + std::to_string(i) + ".err");
       failed.push_back(fmt::format("GPU{}: {}", gpus[i].index, last.empty() ? "exited with an error" : last));
     }

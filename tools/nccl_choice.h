@@ -25,6 +25,7 @@ struct NcclPairChoice {
 
 struct NcclChoice {
   std::string error;                // why NCCL's choice is not known ("" when it is)
+  bool not_installed = false;       // the workers found no libnccl.so.2 (said, not a failure of the node)
   std::string version;              // as NCCL printed it ("2.28.9+cuda13.0")
   std::map<std::pair<int, int>, NcclPairChoice> pairs;  // ordered pairs NCCL connected
   std::vector<std::string> warnings;  // NCCL's WARN lines
