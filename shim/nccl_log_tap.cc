@@ -3,14 +3,13 @@
 //   NCCL_DEBUG=L, no file   the same file; the level raised to INFO only for VERSION and WARN (INFO,
 //                           ABORT and TRACE already print every line the tap needs); NCCL_DEBUG_SUBSYS
 //                           untouched, so every INFO line in the file is one the user's mask shows.
-//                           A thread forwards to stdout what level L shows (NcclOutputFilter).
+//                           What level L shows goes to stdout as NCCL writes it (NcclOutputFilter).
 //   NCCL_DEBUG_FILE         nothing; the viewer reads their file.
 //   an NCCL_DEBUG NCCL does not know: nothing.
-// Ordering: NCCL's lines reach stdout in NCCL's order, through the program's own FILE* stdout (so
-// its buffering applies, as to NCCL's own fwrite). The thread looks every 20 ms, so a line follows
-// within milliseconds; PumpNcclLog() at a wrapped NCCL call's return puts the lines printed during
-// the call before the program's next output; at exit() everything left is forwarded before stdio
-// flushes. A process killed by a signal keeps its unforwarded lines in the tap file only.
+// Ordering: NCCL writes the tap file through the shim's stdio stream, whose every write is forwarded
+// at once, on NCCL's thread, through the program's own FILE* stdout (so its buffering applies, as to
+// NCCL's own fwrite): each line reaches stdout exactly when it would have bare. At exit() a last
+// partial line follows before stdio flushes.
 // The host is written into the name (not %h) so this process can find the file NCCL opens; %p stays
 // for NCCL, so a forked child writes its own file. Children inherit the tap through the environment
 // and a marker; a child whose settings someone changed in between gets the user's settings back.
@@ -19,7 +18,9 @@
 // NCCL opens the tap file with fopen: OpenNcclTapFile (through the shim's fopen) creates it 0600 in
 // the checked directory and puts NCCL's descriptor far above the program's, which a program that
 // closes and reopens descriptors could otherwise be handed (NCCL's lines then in the program's file).
-// No descriptor of the tap's own outlives a call: files are reopened by name when they grew.
+// The connections NCCL states are read from the file by the shim's thread (nccl_watchdog.h), never on
+// an NCCL call's path, and at exit. No descriptor of the reader's own outlives a look: files are
+// reopened by name when they grew.
 #include "shim/nccl_log_tap.h"
 
 #include <fcntl.h>
@@ -33,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <set>
 #include <string>
 
@@ -47,19 +49,15 @@ namespace {
 constexpr const char* kTapFile = "P2PTRACE_NCCL_TAP_FILE";  // the NCCL_DEBUG_FILE the tap set
 constexpr const char* kForward = "P2PTRACE_NCCL_FORWARD";   // the user's NCCL_DEBUG, when forwarding
 
+// Policy case 2: NCCL writes the tap file through a stdio stream of the shim's (fopencookie, made
+// in OpenNcclTapFile), so each of its writes lands in the file and, filtered to the user's level, on
+// the program's stdout at that moment, on NCCL's thread: where and when NCCL bare would have written
+// it (into the same FILE* stdout, so its buffering applies). No thread, no look at the file, nothing
+// on an NCCL call's path.
 struct Forwarder {
   std::mutex mu;
-  std::string pattern;
-  std::string path;  // the pattern expanded for this process (again after a fork)
-  NcclUserLevel level = NcclUserLevel::kInfo;
   NcclOutputFilter filter{NcclUserLevel::kInfo};
-  off_t offset = 0;
-  // For PumpNcclLog's check without the lock (one stat when the file has not grown): the path
-  // (a string never freed, replaced after a fork) and the size read last.
-  std::atomic<const std::string*> seen_path{nullptr};
-  std::atomic<off_t> seen_offset{0};
-  bool thread_running = false;
-  bool exiting = false;    // exit drained it, or the tap was withdrawn: nothing more to forward
+  bool exiting = false;  // exit drained it, or the tap was withdrawn: nothing more to forward
   bool withdrawn = false;
 };
 std::atomic<Forwarder*> g_forwarder{nullptr};  // set once; never freed (it outlives exit's destructors)
@@ -84,8 +82,6 @@ std::string ExpandDebugFile(const std::string& pattern) {
   return ExpandNcclDebugFile(pattern, TraceWriter::Host(TraceWriter::config()), getpid());
 }
 
-void StartThread(Forwarder* f);
-
 // Whether an unlocked check's path says the file did not change size since it was read.
 bool Unchanged(const std::atomic<const std::string*>& path, off_t size) {
   const std::string* p = path.load(std::memory_order_acquire);
@@ -93,99 +89,37 @@ bool Unchanged(const std::atomic<const std::string*>& path, off_t size) {
   return p != nullptr && stat(p->c_str(), &st) == 0 && st.st_size == size;
 }
 
-// Reads what NCCL appended and writes the user's share of it; `mu` held.
-void PumpLocked(Forwarder* f, bool finish) {
-  if (f->path.empty()) f->path = ExpandDebugFile(f->pattern);
-  // The tap file is the shim's own, in its checked directory: a regular file of this user's, never
-  // through a symlink, never blocking.
-  ScopedFd fd = OpenRegularFile(f->path, O_RDONLY, false);
-  if (!fd.ok()) return;  // NCCL has not logged yet
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return;
-  if (st.st_size < f->offset) f->offset = 0;  // NCCL reopened it ("w" truncates): a new log
-  std::string out;
-  char buf[1 << 14];
-  while (f->offset < st.st_size) {
-    ssize_t n = pread(fd.get(), buf, sizeof buf, f->offset);
-    if (n <= 0) break;
-    f->offset += n;
-    f->filter.Feed(std::string_view(buf, static_cast<size_t>(n)), &out);
-  }
-  if (finish) f->filter.Finish(&out);
-  if (!out.empty()) std::fwrite(out.data(), 1, out.size(), stdout);
-  f->seen_offset.store(f->offset, std::memory_order_release);
-  if (f->seen_path.load(std::memory_order_relaxed) == nullptr)
-    f->seen_path.store(new std::string(f->path), std::memory_order_release);  // never freed: read unlocked
-}
-
-void DrainAtExit() {
+// The user's share of what NCCL just wrote, to stdout (`finish`: at exit, a last partial line too).
+void Forward(std::string_view bytes, bool finish) {
   Forwarder* f = g_forwarder.load(std::memory_order_acquire);
   if (f == nullptr) return;
+  KeepErrno keep;
   std::lock_guard<std::mutex> lock(f->mu);
-  if (f->withdrawn) return;
-  f->exiting = true;
-  PumpLocked(f, true);
-}
-
-void* ThreadMain(void* arg) {
-  auto* f = static_cast<Forwarder*>(arg);
-  // A look every 20 ms (one stat when nothing was written). No inotify: a descriptor held for the
-  // thread's life is one a program that closes descriptors it did not open could pull away, and
-  // whose number it could then be given for a file of its own.
-  for (unsigned quiet = 0;; ++quiet) {
-    usleep(20 * 1000);
-    // Nothing new: no lock, but once a second a look whether exit or a withdrawal ended it.
-    if (Unchanged(f->seen_path, f->seen_offset.load(std::memory_order_acquire)) && quiet % 50 != 0) continue;
-    std::lock_guard<std::mutex> lock(f->mu);
-    if (f->exiting || !f->thread_running) break;  // exit has drained, or a fork made this a stale copy
-    PumpLocked(f, false);
+  if (f->exiting) return;
+  std::string out;
+  f->filter.Feed(bytes, &out);
+  if (finish) {
+    f->filter.Finish(&out);
+    f->exiting = true;
   }
-  return nullptr;
+  if (!out.empty()) std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
-// All signals blocked in the thread, so that none meant for the program runs its handler here.
-// The caller holds f->mu.
-void StartThread(Forwarder* f) {
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  f->thread_running = pthread_create(&t, nullptr, ThreadMain, f) == 0;
-  if (f->thread_running) {
-    pthread_setname_np(t, "p2ptrace-nccl");
-    pthread_detach(t);
-  }
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-}
+void DrainAtExit() { Forward({}, true); }
 
-// fork: the child has no thread and its own file (NCCL expands %p), so it starts over; its thread
-// starts at its first PumpNcclLog() (a wrapped NCCL call), and exit() drains it as ever.
+// fork: the child goes on with the parent's stream (NCCL's FILE* came along), as NCCL's stdout would.
 Forwarder* g_forwarder_locked = nullptr;  // what BeforeFork locked (the tap may start meanwhile)
 void BeforeFork() {
   if ((g_forwarder_locked = g_forwarder.load(std::memory_order_acquire))) g_forwarder_locked->mu.lock();
 }
-void AfterForkParent() {
+void AfterFork() {
   if (Forwarder* f = g_forwarder_locked) f->mu.unlock();
 }
-void AfterForkChild() {
-  Forwarder* f = g_forwarder_locked;
-  if (f == nullptr) return;
-  f->offset = 0;
-  f->seen_path.store(nullptr, std::memory_order_relaxed);
-  f->path.clear();  // this child's own file (NCCL's %p)
-  f->filter = NcclOutputFilter(f->level);
-  f->thread_running = false;
-  f->mu.unlock();
-}
 
-void StartForwarding(const std::string& pattern, NcclUserLevel level) {
+void StartForwarding(NcclUserLevel level) {
   auto* f = new Forwarder();
-  f->pattern = pattern;
-  f->level = level;
   f->filter = NcclOutputFilter(level);
   g_forwarder.store(f, std::memory_order_release);
-  // The thread starts at the first wrapped NCCL call (PumpNcclLog): a process of the job that never
-  // uses NCCL (a launcher, a shell) gets no thread, and forks as single-threaded as it was.
 }
 
 // What the tap in force set and what it replaced, kept in the shim (the environment gives it back to
@@ -241,8 +175,7 @@ bool Inherited() {
     g_tap_in_force = true;
     auto* t = new TapSettings{Getenv(kTapFile), Has(kForward), forward, ours};
     g_settings.store(t, std::memory_order_release);
-    std::string pattern = Getenv(kTapFile);
-    if (forwarding) StartForwarding(pattern, level);
+    if (forwarding) StartForwarding(level);
     return true;
   }
   if (file_ours) unsetenv("NCCL_DEBUG_FILE");
@@ -260,19 +193,18 @@ bool Inherited() {
 // ---- transport records ----------------------------------------------------------------------------
 // NCCL's log file (the tap's, or the user's own NCCL_DEBUG_FILE) read as it grows: whole lines go to
 // core's NcclLogParser, and each new connection of this process becomes a P2PTRACE_RECORD_NCCL_CONN
-// record. Read after a wrapped NCCL call only when the file grew (otherwise one fstat), and at exit;
-// so a connection NCCL logged during a call is in the trace before the call returns to the program.
+// record. Read by the shim's thread (one stat a look when the file did not grow) and at exit.
 struct LogReader {
   std::mutex mu;
   std::string pattern;  // NCCL_DEBUG_FILE before NCCL's %h/%p expansion
   std::string path;     // expanded for this process ("" until the first open attempt)
   bool own = false;     // the tap's file (the shim's own: no symlink), not the user's
   bool found = false;   // the file was there at the last look
-  off_t offset = 0;     // bytes fed to the parser: whole lines only
+  off_t offset = 0;     // bytes of the user's file read
+  std::string pending;  // the start of a line whose end NCCL has not written yet
   NcclLogParser* parser = nullptr;  // replaced in a fork child (its own file, its own lines)
   size_t connections_seen = 0;      // parser's connections already looked at
   std::set<std::string> emitted;    // keys of the connections recorded
-  uint64_t open_calls = 0, next_open = 0;  // calls seen and the next one to try open() (backoff)
   bool stale = false;   // a fork child that has not started over yet
   // For the unlocked check: the path (never freed, replaced after a fork) and the size read last.
   std::atomic<const std::string*> seen_path{nullptr};
@@ -315,59 +247,21 @@ void EmitConnection(const NcclLog& log, const Connection& c) {
   if (ConnectionObserver observe = g_observe.load(std::memory_order_acquire)) observe(c);
 }
 
-// Feeds what NCCL appended (whole lines) and records the new connections; `mu` held.
-void ReadLogLocked(LogReader* r, bool may_open, bool at_exit) {
-  if (r->stale) {  // fork child: NCCL writes this process's lines to a file of its own (%p)
-    r->found = false;
-    r->offset = 0;
-    r->path.clear();
-    r->parser = new NcclLogParser();  // the parent's stays with the parent's lines (not freed: cheap, rare)
-    r->connections_seen = 0;
-    r->emitted.clear();
-    r->open_calls = r->next_open = 0;
-    r->stale = false;
-  }
-  // Until NCCL opens its file (at its first log line), back off: 1, 2, 4, … calls between tries,
-  // and from 64 on every 64th, so a program calling NCCL before it logs pays for few open()s.
-  if (!r->found && (!may_open || (!at_exit && r->open_calls++ < r->next_open))) return;
-  if (!r->found) r->next_open = r->open_calls + std::min<uint64_t>(std::max<uint64_t>(r->next_open, 1), 64);
-  if (r->path.empty()) r->path = ExpandDebugFile(r->pattern);
-  // A regular file only (a FIFO there must not hang the job), opened anew each time (no descriptor
-  // kept); the user's own NCCL_DEBUG_FILE may be reached through a symlink they made, the tap's not.
-  ScopedFd fd = OpenRegularFile(r->path, O_RDONLY, !r->own);
-  r->found = fd.ok();
-  if (!fd.ok()) return;
-  struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return;
-  if (st.st_size < r->offset) {  // NCCL reopened it ("w" truncates): a new log
-    r->offset = 0;
-    r->parser = new NcclLogParser();
-    r->connections_seen = 0;
-  }
-  // Whole lines only, so that Finish() below never ends a line NCCL is still writing; the rest of a
-  // line is read again next time. At exit, everything: NCCL writes no more.
-  std::string data;
-  char buf[1 << 14];
-  bool fed = false;
-  off_t pos = r->offset;
-  while (pos < st.st_size) {
-    ssize_t n = pread(fd.get(), buf, sizeof buf, pos);
-    if (n <= 0) break;
-    pos += n;
-    data.append(buf, static_cast<size_t>(n));
-    size_t end = data.rfind('\n');
-    size_t take = at_exit && pos >= st.st_size ? data.size() : end == std::string::npos ? 0 : end + 1;
-    if (take == 0 && data.size() >= NcclLogParser::kMaxLineBytes) take = data.size();  // capped by the parser anyway
-    if (take == 0) continue;
-    r->parser->Feed(std::string_view(data.data(), take));
-    r->offset += static_cast<off_t>(take);
-    data.erase(0, take);
-    fed = true;
-  }
-  r->seen_size.store(st.st_size, std::memory_order_release);
-  if (r->seen_path.load(std::memory_order_relaxed) == nullptr)
-    r->seen_path.store(new std::string(r->path), std::memory_order_release);
-  if (!fed && !at_exit) return;
+// A fork child: NCCL writes this process's lines to a file of its own (%p); `mu` held.
+void StartOver(LogReader* r) {
+  if (!r->stale) return;
+  r->found = false;
+  r->offset = 0;
+  r->path.clear();
+  r->parser = new NcclLogParser();  // the parent's stays with the parent's lines (not freed: cheap, rare)
+  r->connections_seen = 0;
+  r->emitted.clear();
+  r->pending.clear();
+  r->stale = false;
+}
+
+// Records the connections the parser found since the last look; `mu` held.
+void EmitNewConnections(LogReader* r) {
   // Settles the communicator of lines NCCL printed after its init (lazy connect), as a whole-file
   // parse would; the parser keeps accepting input afterwards.
   r->parser->Finish();
@@ -388,11 +282,60 @@ void ReadLogLocked(LogReader* r, bool may_open, bool at_exit) {
   r->connections_seen = log.connections.size();
 }
 
+// Bytes NCCL wrote: whole lines go to the parser (so that Finish() never ends a line NCCL is still
+// writing), the rest waits for its end; at exit, everything (NCCL writes no more). `mu` held.
+void FeedLocked(LogReader* r, std::string_view bytes, bool at_exit) {
+  r->pending.append(bytes);
+  size_t end = r->pending.rfind('\n');
+  size_t take = at_exit ? r->pending.size() : end == std::string::npos ? 0 : end + 1;
+  if (take == 0 && r->pending.size() >= NcclLogParser::kMaxLineBytes) take = r->pending.size();  // capped by the parser anyway
+  if (take > 0) {
+    r->parser->Feed(std::string_view(r->pending.data(), take));
+    r->pending.erase(0, take);
+  }
+  if (take > 0 || at_exit) EmitNewConnections(r);
+}
+
+// What NCCL appended to the user's own NCCL_DEBUG_FILE (the tap's file is fed as NCCL writes it:
+// TapWrite); `mu` held.
+void ReadLogLocked(LogReader* r, bool at_exit) {
+  StartOver(r);
+  if (r->own) {
+    if (at_exit) FeedLocked(r, {}, true);
+    return;
+  }
+  if (r->path.empty()) r->path = ExpandDebugFile(r->pattern);
+  // A regular file only (a FIFO there must not hang the job), opened anew each time (no descriptor
+  // kept), reached through a symlink the user made if so.
+  ScopedFd fd = OpenRegularFile(r->path, O_RDONLY, true);
+  r->found = fd.ok();
+  if (!fd.ok()) return;
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return;
+  if (st.st_size < r->offset) {  // NCCL reopened it ("w" truncates): a new log
+    r->offset = 0;
+    r->parser = new NcclLogParser();
+    r->connections_seen = 0;
+    r->pending.clear();
+  }
+  char buf[1 << 14];
+  while (r->offset < st.st_size) {
+    ssize_t n = pread(fd.get(), buf, sizeof buf, r->offset);
+    if (n <= 0) break;
+    r->offset += n;
+    FeedLocked(r, std::string_view(buf, static_cast<size_t>(n)), false);
+  }
+  if (at_exit) FeedLocked(r, {}, true);
+  r->seen_size.store(st.st_size, std::memory_order_release);
+  if (r->seen_path.load(std::memory_order_relaxed) == nullptr)
+    r->seen_path.store(new std::string(r->path), std::memory_order_release);
+}
+
 void ReadLogAtExit() {
   LogReader* r = g_reader.load(std::memory_order_acquire);
   if (r == nullptr) return;
   std::lock_guard<std::mutex> lock(r->mu);
-  ReadLogLocked(r, true, true);
+  ReadLogLocked(r, true);
 }
 
 LogReader* g_reader_locked = nullptr;  // what ReaderBeforeFork locked
@@ -418,10 +361,41 @@ void StartReading(const std::string& pattern, bool own) {
   g_reader.store(r, std::memory_order_release);
 }
 
-void ReadLogSlow(LogReader* r, bool may_open) {
+void ReadLogSlow(LogReader* r) {
   KeepErrno keep;
   std::lock_guard<std::mutex> lock(r->mu);
-  ReadLogLocked(r, may_open, false);
+  ReadLogLocked(r, false);
+}
+
+// NCCL's stream onto the tap file: every write goes to the file whole (a short write is retried),
+// to the parser (its connections are in the trace before NCCL's call returns, with no look at the
+// file) and to stdout where the user asked for NCCL's output. What happens to the file is the tap's
+// business, never NCCL's: the stream reports every byte written and errno is left as it was.
+struct TapStream {
+  int fd;
+};
+ssize_t TapWrite(void* cookie, const char* buf, size_t n) {
+  KeepErrno keep;
+  const int fd = static_cast<TapStream*>(cookie)->fd;
+  for (size_t done = 0; done < n;) {
+    ssize_t w = write(fd, buf + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += static_cast<size_t>(w);
+  }
+  if (LogReader* r = g_reader.load(std::memory_order_acquire); r != nullptr && r->own) {
+    std::lock_guard<std::mutex> lock(r->mu);
+    StartOver(r);
+    FeedLocked(r, std::string_view(buf, n), false);
+  }
+  Forward(std::string_view(buf, n), false);
+  return static_cast<ssize_t>(n);
+}
+int TapClose(void* cookie) {
+  auto* t = static_cast<TapStream*>(cookie);
+  int r = close(t->fd);
+  delete t;
+  return r;
 }
 
 // The tap's NCCL_DEBUG_FILE pattern (null when there is no tap): read by OpenNcclTapFile on any
@@ -438,7 +412,7 @@ void InstallNcclLogTapHooks() {
   // Registered before main, so that exit runs them after the program's own exit work; they do
   // nothing until a tap or reader starts (at the first NCCL call).
   std::atexit(AtExit);
-  pthread_atfork(BeforeFork, AfterForkParent, AfterForkChild);
+  pthread_atfork(BeforeFork, AfterFork, AfterFork);
   pthread_atfork(ReaderBeforeFork, ReaderAfterForkParent, ReaderAfterForkChild);
 }
 
@@ -463,7 +437,11 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
   if (!fd.ok()) fd = ScopedFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
   if (!fd.ok()) return real_fopen("/dev/null", mode);
   int high = MoveFdHigh(fd.Release());
-  FILE* f = fdopen(high, mode);
+  FILE* f = nullptr;
+  if (auto* t = new (std::nothrow) TapStream{high}) {
+    f = fopencookie(t, mode, cookie_io_functions_t{nullptr, TapWrite, nullptr, TapClose});
+    if (f == nullptr) delete t;
+  }
   if (f == nullptr) close(high);
   return f;
 }
@@ -509,7 +487,7 @@ void StartNcclLogTap(const Config& config, ConnectionObserver observe) {
   setenv("P2PTRACE_NCCL_TAP", "1", 1);
   g_tap_in_force = true;
   StartReading(pattern, true);
-  if (debug != nullptr) StartForwarding(pattern, level);
+  if (debug != nullptr) StartForwarding(level);
 }
 
 bool IsNcclLogTapSetting(const std::string& name, const std::string& value) {
@@ -541,24 +519,21 @@ void WithdrawNcclLogTap() {
   g_reader.store(nullptr, std::memory_order_release);  // no file to read (the object is never freed)
   if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(f->mu);
-    f->withdrawn = f->exiting = true;  // the thread stops at its next wake; exit drains nothing
+    f->withdrawn = f->exiting = true;  // exit drains nothing
   }
   g_tap_pattern.store(nullptr, std::memory_order_release);
   if (TraceWriter::Ready())
     __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN, __ATOMIC_RELAXED);
 }
 
-void PumpNcclLog(bool read_log) {
-  // The common case, nothing new: one stat, no lock.
-  if (LogReader* r = read_log ? g_reader.load(std::memory_order_acquire) : nullptr)
-    if (!Unchanged(r->seen_path, r->seen_size.load(std::memory_order_acquire))) ReadLogSlow(r, true);
-  Forwarder* f = g_forwarder.load(std::memory_order_acquire);
-  if (f == nullptr || Unchanged(f->seen_path, f->seen_offset.load(std::memory_order_acquire))) return;
-  KeepErrno keep;
-  std::lock_guard<std::mutex> lock(f->mu);
-  if (f->exiting) return;
-  if (!f->thread_running) StartThread(f);
-  PumpLocked(f, false);
+void ReadNcclLog() {
+  LogReader* r = g_reader.load(std::memory_order_acquire);  // the tap's own file is fed as NCCL writes it
+  if (r != nullptr && !r->own && !Unchanged(r->seen_path, r->seen_size.load(std::memory_order_acquire))) ReadLogSlow(r);
+}
+
+bool NcclLogToRead() {
+  const LogReader* r = g_reader.load(std::memory_order_acquire);
+  return r != nullptr && !r->own;
 }
 
 }  // namespace p2ptrace::shim

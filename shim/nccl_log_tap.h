@@ -22,17 +22,18 @@ using ConnectionObserver = void (*)(const Connection& c);
 void StartNcclLogTap(const Config& config, ConnectionObserver observe);
 
 // The shim's fopen: NCCL opening this process's tap file gets it created safely, on a descriptor
-// far above the program's (nccl_log_tap.cc); any other path goes to `real_fopen` unchanged.
+// far above the program's (nccl_log_tap.cc), through a stream that forwards what the user's level
+// shows; any other path goes to `real_fopen` unchanged.
 FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(const char*, const char*));
 
-// Forwards to stdout what NCCL wrote since the last call (an fstat when it wrote nothing). Any
-// thread, any time; does nothing unless this process forwards. Called by the forwarding thread, at
-// exit, and meant for the NCCL wrappers when a call returns: then every line NCCL printed during a
-// call reaches stdout before the program's next own output, as it would have without the tap.
-// With `read_log`, also reads what NCCL appended to its log file (the tap's or the user's
-// NCCL_DEBUG_FILE) and records each new connection it states (P2PTRACE_RECORD_NCCL_CONN); an fstat
-// when nothing was appended. Exit reads the rest.
-void PumpNcclLog(bool read_log = true);
+// Reads what NCCL appended to its log file (the tap's or the user's NCCL_DEBUG_FILE) and records
+// each new connection it states (P2PTRACE_RECORD_NCCL_CONN); one stat when nothing was appended.
+// From the shim's thread (never an NCCL call's path); exit reads the rest.
+void ReadNcclLog();
+
+// Whether this process has an NCCL log to read (after StartNcclLogTap): the shim's thread is then
+// needed for it, heartbeat or not.
+bool NcclLogToRead();
 
 // Whether NAME=VALUE in the environment is the tap's own setting (its NCCL_DEBUG, NCCL_DEBUG_FILE),
 // not the user's: a change the user made is news, the tap's is not.

@@ -359,6 +359,8 @@ struct ReportBuilder::State {
   }
   void FinishKernelTimes(const std::map<std::tuple<std::string, int, int>, std::pair<int, PairEntry*>>& by_ranks);
   void FinishRings();
+  void FinishOpKernelTimes();
+  std::map<std::string, uint64_t> OpComms() const;
   // NCCL calls that returned an error, by (api, ncclResult_t): how many, and by whom.
   struct NcclFailure {
     uint64_t calls = 0;
@@ -898,6 +900,36 @@ void ReportBuilder::State::FinishKernelTimes(
   }
 }
 
+// NCCL's commId -> the id hash the operations are named by (through the processes' communicators).
+std::map<std::string, uint64_t> ReportBuilder::State::OpComms() const {
+  std::map<std::string, uint64_t> op_comm;
+  for (const auto& [where, key] : comm_of)
+    if (auto h = id_hash_of.find(where); h != id_hash_of.end()) op_comm.try_emplace(key.first, h->second);
+  return op_comm;
+}
+
+// An operation kind no event timed (NCCL's kernel timers measured instead: the shim puts no event on
+// NCCL's stream then) gets the kernel timers' times: each sampled call from its first channel's
+// start to its last channel's stop, on every rank, in nccl-tests' sizes.
+void ReportBuilder::State::FinishOpKernelTimes() {
+  const std::map<std::string, uint64_t> op_comm = OpComms();
+  auto add = [&](const std::string& key, int api, int nranks, const TraceFold::KernelTimes& t) {
+    auto h = op_comm.find(key);
+    if (h == op_comm.end()) return;
+    auto s = ops.find({h->second, api});
+    if (s == ops.end() || s->second.timed_calls > s->second.kernel_timed_calls) return;  // events timed it
+    int n = nranks > 0 ? nranks : s->second.nranks;
+    s->second.timed_calls += t.calls;
+    s->second.kernel_timed_calls += t.calls;
+    s->second.timings += t.calls;
+    s->second.timed_bytes += static_cast<uint64_t>(NcclTestsSize(api, t.bytes, n));
+    s->second.timed_ns += t.ns;
+  };
+  for (const auto& [k, t] : kernel_colls) add(std::get<0>(k), std::get<3>(k), std::get<2>(k), t);
+  for (const auto& [k, t] : kernel_sends) add(std::get<0>(k), P2PTRACE_NCCL_Send, 0, t);
+  for (const auto& [k, t] : kernel_recvs) add(std::get<0>(k), P2PTRACE_NCCL_Recv, 0, t);
+}
+
 // Every ring a timed collective ran on: its hops in order, what each carried, and the hop whose
 // class sets the pace. The others are bounded by it, never slow themselves.
 void ReportBuilder::State::FinishRings() {
@@ -918,9 +950,7 @@ void ReportBuilder::State::FinishRings() {
     if (p == pair_of.end()) p = pair_of.find({wa->second.host, wa->second.bus, wb->second.host, wb->second.bus});
     return p == pair_of.end() ? nullptr : p->second;
   };
-  std::map<std::string, uint64_t> op_comm;  // NCCL's commId -> the id hash the operations are named by
-  for (const auto& [where, key] : comm_of)
-    if (auto h = id_hash_of.find(where); h != id_hash_of.end()) op_comm.try_emplace(key.first, h->second);
+  const std::map<std::string, uint64_t> op_comm = OpComms();
   auto hop_name = [](const PairEntry& e) {
     return fmt::format("{} -> {}{} ({})", GpuName(e.src), e.dst.host == e.src.host ? "" : e.dst.host + " ",
                        GpuName(e.dst), TransportName(e.transport));
@@ -1217,6 +1247,7 @@ Report ReportBuilder::Finish() {
   s.FinishTraceConns();
   s.FinishNcclPairs();
   s.FinishCallSites();
+  s.FinishOpKernelTimes();
   for (auto& [k, op] : s.ops) rep.nccl_ops.push_back(std::move(op));
   for (PairEntry& e : rep.pairs) s.NameLink(e);
   std::sort(rep.pairs.begin(), rep.pairs.end(), [](const PairEntry& x, const PairEntry& y) {

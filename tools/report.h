@@ -143,6 +143,9 @@ struct NcclOpSummary : Traffic {
   int api = 0;       // p2ptrace_nccl_api
   uint64_t group_timed_calls = 0;  // of timed_calls: timed as their group (one duration for the group's calls of this kind)
   uint64_t timings = 0;            // durations measured: a group's calls of one kind share one
+  // Of timed_calls: timed by NCCL's kernel timers (first channel's start to last channel's stop on
+  // the GPU), where the shim is NCCL's profiler and puts no event on NCCL's stream.
+  uint64_t kernel_timed_calls = 0;
   uint64_t graph_calls = 0, graph_bytes = 0;  // of calls and bytes (S): CUDA graph replays
   std::set<int> ranks;
   // GB/s over the timed calls; -1 when untimed, on one rank (nothing crosses a link) or beyond any

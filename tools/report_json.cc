@@ -130,7 +130,8 @@ json PairJson(const PairEntry& e) {
 json NcclOpJson(const NcclOpSummary& s) {
   json o{{"comm", s.comm}, {"nranks", s.nranks}, {"op", s.op}, {"calls", s.calls}, {"errors", s.errors},
          {"bytes", s.bytes}, {"timed_calls", s.timed_calls}, {"ranks", s.ranks},
-         {"group_timed_calls", s.group_timed_calls}, {"timings", s.timings},
+         {"group_timed_calls", s.group_timed_calls}, {"kernel_timed_calls", s.kernel_timed_calls},
+         {"timings", s.timings},
          {"graph_calls", s.graph_calls}, {"graph_bytes", s.graph_bytes}};
   o["seconds"] = s.timed_calls ? json(static_cast<double>(s.timed_ns) * 1e-9 / static_cast<double>(s.timed_calls))
                                : json(nullptr);

@@ -426,7 +426,8 @@ std::string RenderText(const Report& rep, bool color) {
     out += "\nNCCL operations (per communicator; timed subset, nccl-tests' algbw/busbw):\n";
     for (const NcclOpSummary& s : rep.nccl_ops) {
       std::string note = s.RateNote();
-      std::string bw = s.AlgBw() >= 0 ? fmt::format("algbw {:.1f} GB/s, busbw {:.1f} GB/s", s.AlgBw(), s.BusBw())
+      std::string bw = s.AlgBw() >= 0 ? fmt::format("algbw {:.1f} GB/s, busbw {:.1f} GB/s{}", s.AlgBw(), s.BusBw(),
+                                                    s.kernel_timed_calls ? " (kernel timers)" : "")
                        : note.empty() ? std::string("not timed")
                                       : note;
       out += fmt::format("  comm {} ({} ranks) {:<18} {:>6} calls {:>11}  {}{}{}\n", s.comm.substr(0, 8), s.nranks,

@@ -37,6 +37,7 @@ constexpr int kEvents = np::kP2p | np::kColl | np::kKernelCh;
 constexpr size_t kMaxPending = 4096;  // operations of one communicator awaiting their channels
 
 std::atomic<bool> g_env_ours{false};  // NCCL_PROFILER_PLUGIN holds the shim's name, set by it
+std::atomic<int> g_timing_contexts{0};  // communicators whose operations the kernel timers sample
 
 enum class Kind : uint8_t { kOp = 1, kChannel = 2, kFwd = 3 };
 
@@ -382,6 +383,7 @@ ncclResult_t Finalize(void* context) {
   KeepErrno keep;
   if (c->user != nullptr && c->user_ctx != nullptr) c->user->finalize(c->user_ctx);
   std::lock_guard<std::mutex> lock(c->mu);
+  if (c->timing && !c->finalized) g_timing_contexts.fetch_sub(1, std::memory_order_relaxed);
   c->finalized = true;
   // What had started and not finished (a communicator destroyed or aborted in flight): the channels
   // that stopped, flagged partial. The operations stay allocated: NCCL may still name their slots.
@@ -450,8 +452,10 @@ ncclResult_t Init(const InitArgs& a, int abi) {
     if (u != nullptr) SyncMask();
     else __atomic_fetch_or(a.mask, kEvents, __ATOMIC_RELAXED);  // one int for the whole process
   }
-  if (timing)
+  if (timing) {
     __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_PROFILER, __ATOMIC_RELAXED);
+    g_timing_contexts.fetch_add(1, std::memory_order_relaxed);
+  }
   *a.context = c;
   return ncclSuccess;
 }
@@ -520,6 +524,8 @@ void StartNcclProfiler(int nccl_version) {
   }
   if (setenv("NCCL_PROFILER_PLUGIN", kPluginName, 1) == 0) g_env_ours.store(true, std::memory_order_release);
 }
+
+bool NcclKernelTimersMeasure() { return g_timing_contexts.load(std::memory_order_relaxed) > 0; }
 
 void ReturnNcclProfilerEnvironment() {
   if (!g_env_ours.load(std::memory_order_acquire) || !g_env_ours.exchange(false)) return;

@@ -14,6 +14,10 @@ namespace p2ptrace::shim {
 // NCCL's profiler alone.
 void StartNcclProfiler(int nccl_version);
 
+// Whether NCCL's kernel timers sample the operations (a communicator of this process has the shim
+// as its profiler, timing on): then the wrappers put no timing event on NCCL's stream.
+bool NcclKernelTimersMeasure();
+
 // NCCL has read NCCL_PROFILER_PLUGIN (a communicator's init returned or NCCL initialised the
 // plugin): the program's environment becomes its own again. Cheap when there is nothing to do.
 void ReturnNcclProfilerEnvironment();

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "shim/base/bind.h"
 #include "shim/base/fd.h"
 #include "shim/interpose/cuda_hooks.h"
+#include "shim/nccl_log_tap.h"
 #include "shim/record/graphs.h"
 #include "shim/record/process_uses.h"
 #include "shim/record/trace_writer.h"
@@ -317,15 +319,24 @@ void Beat(p2ptrace_file_header* h) {
   __atomic_fetch_add(&h->heartbeats, 1u, __ATOMIC_RELAXED);
 }
 
+// NCCL's log is looked at this often (one stat when it did not grow): its connections reach the
+// trace, and the job-start check, within this much of NCCL stating them.
+constexpr auto kLogPeriod = std::chrono::milliseconds(50);
+
 void* WatchdogMain(void*) {
   const Config& config = TraceWriter::config();
-  auto period = std::chrono::milliseconds(config.heartbeat_ms);
+  const bool beating = config.heartbeat_ms > 0;
+  const auto period = std::chrono::milliseconds(config.heartbeat_ms);
+  auto next_beat = std::chrono::steady_clock::now();
   State& s = *g_state;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(Mu());
-      if (Wake().wait_for(lock, period, [] { return g_stop.load(); })) return nullptr;
+      if (Wake().wait_for(lock, kLogPeriod, [] { return g_stop.load(); })) return nullptr;
     }
+    ReadNcclLog();
+    if (!beating || std::chrono::steady_clock::now() < next_beat) continue;
+    next_beat = std::chrono::steady_clock::now() + period;
     if (!TraceWriter::IsOpen()) continue;
     if (p2ptrace_file_header* h = TraceWriter::header()) Beat(h);
     KeepErrno keep;
@@ -364,14 +375,14 @@ void StartNcclWatchdog() {
   static std::atomic<bool> quick{false};  // the common case: one load
   if (quick.load(std::memory_order_acquire) && g_started) return;
   const Config& config = TraceWriter::config();
-  if (config.heartbeat_ms == 0 || !TraceWriter::Ready()) return;
+  if ((config.heartbeat_ms == 0 && !NcclLogToRead()) || !TraceWriter::Ready()) return;
   std::lock_guard<std::mutex> lock(Mu());
   if (g_started || g_stop.load()) return;
   static bool registered = (pthread_atfork(nullptr, nullptr, ForkChild), std::atexit(AtExit), true);
   (void)registered;
   g_started = true;
   g_state = new State();
-  if (p2ptrace_file_header* h = TraceWriter::header()) {
+  if (p2ptrace_file_header* h = TraceWriter::header(); h != nullptr && config.heartbeat_ms > 0) {
     __atomic_store_n(&h->heartbeat_period_ms, config.heartbeat_ms, __ATOMIC_RELAXED);
     Beat(h);
   }
@@ -380,7 +391,10 @@ void StartNcclWatchdog() {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   pthread_t tid;
-  if (pthread_create(&tid, nullptr, WatchdogMain, nullptr) == 0) pthread_detach(tid);
+  if (pthread_create(&tid, nullptr, WatchdogMain, nullptr) == 0) {
+    pthread_setname_np(tid, "p2ptrace");  // what `top -H` and py-spy show for it
+    pthread_detach(tid);
+  }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   quick.store(true, std::memory_order_release);
 }

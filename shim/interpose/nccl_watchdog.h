@@ -1,5 +1,7 @@
-// The watchdog (DESIGN.md §4, "When the job stops"): one thread per traced process, started at its
-// first NCCL call, that tells a stopped job's processes apart. About once a period it
+// The watchdog (DESIGN.md §4, "When the job stops"): the shim's one thread in a traced process,
+// started with its first communicator (a process that only asks NCCL its version or an id gets
+// none), named "p2ptrace". Every 50 ms it reads what NCCL appended to its log (nccl_log_tap.h),
+// so that no NCCL call pays for that; and about once a period it
 //   - beats: the trace header's heartbeat (a stopped or killed process stops beating);
 //   - reads the records this process has written since its last look (its own trace, in memory: the
 //     program's calls pay nothing for it) and, per stream with NCCL work, records one event behind
@@ -13,7 +15,7 @@
 
 namespace p2ptrace::shim {
 
-// At the process's first NCCL call (and a fork child's first communicator). Idempotent.
+// At the process's first communicator, made or entered (a fork child's too). Idempotent.
 void StartNcclWatchdog();
 
 // At exit, before the CUDA runtime is torn down: the thread makes no CUDA call after this.

@@ -52,10 +52,15 @@ size_t TypeSize(ncclDataType_t t) {
   }
 }
 
-// Communicator → the hash its ranks share (for splits, derived from the parent's).
+// Communicator → the hash its ranks share (for splits, derived from the parent's) and its size
+// (0 until NCCL said it: a grouped init's, before the group's end).
+struct CommFacts {
+  uint64_t id_hash = 0;
+  int nranks = 0;
+};
 std::mutex g_comms_mu;
-std::unordered_map<ncclComm_t, uint64_t>& Comms() {
-  static auto* m = new std::unordered_map<ncclComm_t, uint64_t>();
+std::unordered_map<ncclComm_t, CommFacts>& Comms() {
+  static auto* m = new std::unordered_map<ncclComm_t, CommFacts>();
   return *m;
 }
 
@@ -84,7 +89,6 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
     if (TraceWriter::Ready()) __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   }
   StartNcclProfiler(v);  // per-pair kernel times, where this NCCL has them
-  StartNcclWatchdog();   // heartbeat and completion: a stopped job's ranks told apart
   // The environment NCCL is about to read (the tap's variables set, or the user's restored).
   if (TraceWriter::IsOpen()) TraceWriter::RecordEnvironment();
   NoteNcclCalled(v);
@@ -111,13 +115,15 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r,
       t_group_comm_count < kGroupComms && GroupComms() != nullptr) {
     {
       std::lock_guard<std::mutex> lock(g_comms_mu);
-      Comms()[comm] = id_hash;  // the group's operations and splits may name it before its end
+      Comms()[comm].id_hash = id_hash;  // the group's operations and splits may name it before its end
     }
     GroupComms()[t_group_comm_count++] = GroupComm{api, comm, id_hash};
     return;
   }
   if (r != ncclInProgress) ReturnNcclProfilerEnvironment();  // NCCL has read it by now
-  StartNcclWatchdog();  // a fork child's (its parent's did not come along); one load otherwise
+  // The shim's thread comes with the process's first communicator (a fork child's too: its parent's
+  // did not come along); a process that only asks NCCL its version or an id stays single-threaded.
+  if (r == ncclSuccess && comm != nullptr && api <= P2PTRACE_NCCL_CommSplit) StartNcclWatchdog();
   // Again here: a forked child's trace opens after the process's first call.
   // Atomic: every thread's first communicator writes the same value into the shared header.
   if (int v = LoadedNcclVersion())
@@ -135,7 +141,7 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r,
     if (auto device = g_comm_cu_device.As<QueryFn>()) device(comm, &rec.cuda_device);
     if (api <= P2PTRACE_NCCL_CommSplit) {
       std::lock_guard<std::mutex> lock(g_comms_mu);
-      Comms()[comm] = id_hash;
+      Comms()[comm] = CommFacts{id_hash, rec.nranks};
     }
   }
   if (entered == nullptr) {
@@ -156,6 +162,7 @@ uint64_t CommHash(ncclComm_t comm);  // below
 // RecordComm completes the record when it returns.
 p2ptrace_nccl_comm_record* EnteringInit(uint8_t api, uint64_t id_hash, int rank, int nranks) {
   if (t_group_depth > 0 || !TraceWriter::Ready()) return nullptr;
+  StartNcclWatchdog();  // a rank that never comes out of its init is seen by it
   return TraceWriter::Emit<p2ptrace_nccl_comm_record>(P2PTRACE_RECORD_NCCL_COMM, 0, [&](p2ptrace_nccl_comm_record& rec) {
     rec.id_hash = id_hash;
     rec.rank = rank;
@@ -198,7 +205,14 @@ int CommDevice(ncclResult_t r, ncclComm_t* comm) {
 uint64_t CommHash(ncclComm_t comm) {
   std::lock_guard<std::mutex> lock(g_comms_mu);
   auto it = Comms().find(comm);
-  return it == Comms().end() ? 0 : it->second;
+  return it == Comms().end() ? 0 : it->second.id_hash;
+}
+
+// A communicator of one rank moves nothing between GPUs: its operations are not timed.
+bool OneRank(ncclComm_t comm) {
+  std::lock_guard<std::mutex> lock(g_comms_mu);
+  auto it = Comms().find(comm);
+  return it != Comms().end() && it->second.nranks == 1;
 }
 
 std::atomic<uint64_t> g_ops{0};
@@ -210,13 +224,16 @@ bool SampleOp(uint64_t bytes) {
   return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
 }
 
-// Starts a timing pair for an operation of `comm` on `stream`. False when it cannot be timed.
+// Starts a timing pair for an operation of `comm` on `stream`. False when it cannot be timed, or
+// need not be: where NCCL's kernel timers measure (the shim is its profiler plugin), no event goes on
+// NCCL's stream (one there costs the job its compute/communication overlap under
+// CUDA_DEVICE_MAX_CONNECTIONS=1, pytorch#143890), and a one-rank communicator moves nothing.
 bool BeginTiming(ncclComm_t comm, cudaStream_t stream, uint64_t bytes, TimedCopy* t) {
-  if (!detail::g_sample.enabled) return false;  // P2PTRACE_SAMPLE=off: nothing else to look at
+  if (!detail::g_sample.enabled || NcclKernelTimersMeasure()) return false;
   // The runtime the application itself uses: the only one the shim's timing events may go through
   // (a cudart: the driver's table cannot switch devices).
   const CudaRuntime* rt = AnsweredRuntime(false);
-  if (rt == nullptr || !SampleOp(bytes)) return false;
+  if (rt == nullptr || OneRank(comm) || !SampleOp(bytes)) return false;
   int device = -1;
   auto cu_device = g_comm_cu_device.As<QueryFn>();
   return cu_device && cu_device(comm, &device) == ncclSuccess && CopyTimer::Begin(*rt, device, stream, t);
@@ -552,16 +569,15 @@ P2PTRACE_OP_HOOK ncclResult_t ncclRecv(decltype(&::ncclRecv) real, void* rb, siz
 
 namespace p2ptrace::shim {
 // Around every hook: a self-call from inside NCCL goes straight through; the process's first call
-// does its once-only work first; afterwards NCCL's lines of this call reach stdout before the
-// program's next output, and the trace (ncclGetVersion's only when NCCL already wrote some).
-template <auto Hook, bool kReadLog, typename Fn, typename... A>
+// does its once-only work first. Nothing else: no system call on the way (NCCL's log lines reach
+// stdout as NCCL writes them, and the trace through the shim's thread, nccl_log_tap.h).
+template <auto Hook, typename Fn, typename... A>
 __attribute__((always_inline)) inline ncclResult_t CallNccl(Fn real, A... args) {
   if (t_depth > 0) return real(args...);
   if (__builtin_expect(!NcclCalled(), 0)) FirstNcclCall();
   ++t_depth;
   ncclResult_t r = Hook(real, args...);
   --t_depth;
-  PumpNcclLog(kReadLog);
   return r;
 }
 }  // namespace p2ptrace::shim
@@ -571,9 +587,7 @@ __attribute__((always_inline)) inline ncclResult_t CallNccl(Fn real, A... args) 
 #define P2PTRACE_NCCL_WRAP(name, params, args)                                                             \
   static constinit p2ptrace::shim::RealFunction p2pn_real_##name{#name, p2ptrace::shim::Library::kNccl};   \
   P2PTRACE_WRAPPER(ncclResult_t, name, p2pn_real_##name, decltype(&::name), ncclInvalidUsage, (void)0,       \
-                   (p2ptrace::shim::CallNccl<&p2ptrace::shim::nccl_hooks::name,                            \
-                                             std::string_view(#name) != "ncclGetVersion" &&                \
-                                                 std::string_view(#name) != "ncclCommGetAsyncError">(      \
+                   (p2ptrace::shim::CallNccl<&p2ptrace::shim::nccl_hooks::name>(                           \
                        p2p_real P2PTRACE_NCCL_COMMA_ARGS args)),                                               \
                    params, args)
 #define P2PTRACE_NCCL_COMMA_ARGS(...) __VA_OPT__(, ) __VA_ARGS__

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/trace_reader.h"
+#include "core/vocabulary.h"
 #include "p2ptrace/vocabulary.h"
 #include "p2ptrace/trace_format.h"
 #include "tests/support/subprocess.h"
@@ -637,10 +638,11 @@ TEST(NcclKernelTimers, APluginThatCannotBeForwardedIsLeftInPlace) {
 // formulas (the same simulated clock: the shim's events and the program's bracket the same work).
 class NcclJobBytes : public ::testing::TestWithParam<RanksCase> {};
 
+// Timed with events (P2PTRACE_NCCL_PROFILER=off): every operation kind.
 TEST_P(NcclJobBytes, AsNcclTestsCountsThem) {
   const RanksCase& c = GetParam();
   std::string dir = TempDir() + "/bytes-" + c.name;
-  RunResult r = Job(dir, c.hosts, c.args, true, {{"P2PTRACE_SAMPLE", "all"}});
+  RunResult r = Job(dir, c.hosts, c.args, true, {{"P2PTRACE_SAMPLE", "all"}, {"P2PTRACE_NCCL_PROFILER", "off"}});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::map<std::string, Printed> printed;  // by nccl_ring's name
   for (const Printed& p : ProgramLines(r.out)) printed[p.op] = p;
@@ -690,6 +692,46 @@ INSTANTIATE_TEST_SUITE_P(
         RanksCase{"g4", "node0:1", {"-g", "4", "-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,gather,scatter,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 1, 4},
         RanksCase{"p8", "node0:8", {"-o", "allreduce,broadcast,reduce,allgather,reducescatter,alltoall,gather,scatter,alltoallp2p", "-b", "1M", "-e", "1M", "-n", "2"}, 8, 8}),
     [](const ::testing::TestParamInfo<RanksCase>& i) { return std::string(i.param.name); });
+
+// Where NCCL's kernel timers measure (the default on NCCL 2.27.3+), the shim puts no event on NCCL's
+// stream (issue 36): each collective NCCL runs as one kernel is timed by its channels on the GPU, as
+// nccl-tests times it, and says so; the calls NCCL runs as sends and receives (alltoall, gather,
+// scatter) are timed per pair instead.
+TEST_P(NcclJobBytes, KernelTimersTimeTheCollectivesWithoutAnEvent) {
+  const RanksCase& c = GetParam();
+  std::string dir = TempDir() + "/bytes-kernel-" + c.name;
+  RunResult r = Job(dir, c.hosts, c.args, true, {{"P2PTRACE_SAMPLE", "all"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::map<std::string, Printed> printed;
+  for (const Printed& p : ProgramLines(r.out)) printed[p.op] = p;
+  for (const p2ptrace::Trace& t : ReadDir(dir + "/trace")) {
+    for (const p2ptrace::TraceRecord& rec : t.records) {
+      const auto* o = std::get_if<p2ptrace_nccl_op_record>(&rec.body);
+      if (o == nullptr) continue;
+      EXPECT_EQ(o->flags & P2PTRACE_NCCL_TIMED, 0) << "an event on NCCL's stream: " << p2ptrace::NcclApiName(o->api);
+    }
+  }
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  const std::map<std::string, std::string> kOps = {{"allreduce", "ncclAllReduce"}, {"broadcast", "ncclBroadcast"},
+                                                   {"reduce", "ncclReduce"}, {"allgather", "ncclAllGather"},
+                                                   {"reducescatter", "ncclReduceScatter"}};
+  uint64_t calls = static_cast<uint64_t>(c.ranks * 2);
+  for (const auto& [name, api] : kOps) {
+    auto p = printed.find(name);
+    ASSERT_NE(p, printed.end()) << name;
+    for (const json& o : j["nccl_ops"]) {
+      if (o["op"] != api || o["nranks"] != c.ranks) continue;
+      EXPECT_EQ(o["kernel_timed_calls"], calls) << o.dump();
+      EXPECT_EQ(o["timed_calls"], calls) << o.dump();
+      ASSERT_TRUE(o["algbw_gbps"].is_number()) << o.dump();
+      EXPECT_NEAR(o["algbw_gbps"].get<double>(), p->second.algbw, 0.05 * p->second.algbw + 0.01) << o.dump();
+    }
+  }
+  int rated = 0;
+  for (const json& p : j["pairs"]) rated += p["source"] == "nccl" && p["rate_basis"] == "NCCL kernel timers";
+  EXPECT_GT(rated, 0) << "alltoall's and the sends' pairs, timed per pair";
+}
 
 // AlltoAll, Gather and Scatter (NCCL 2.28's calls) put their blocks on the same pairs, with the same
 // bytes and calls, as the grouped send/recv they replace (nccl-tests before 2.28, PyTorch 2.10's
