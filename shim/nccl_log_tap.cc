@@ -39,6 +39,7 @@
 #include <string>
 
 #include "core/nccl_log.h"
+#include "shim/base/environment.h"
 #include "shim/nccl_output_filter.h"
 #include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
@@ -136,12 +137,12 @@ std::atomic<bool> g_env_returned{false};  // the program's environment is its ow
 // The user's NCCL settings back, exactly: NCCL_DEBUG verbatim (kForward holds it when they set one;
 // otherwise they had none), no NCCL_DEBUG_FILE, no markers.
 void RestoreUserSettings() {
-  if (Has(kForward)) setenv("NCCL_DEBUG", Getenv(kForward).c_str(), 1);
-  else unsetenv("NCCL_DEBUG");
-  unsetenv("NCCL_DEBUG_FILE");
-  unsetenv(kTapFile);
-  unsetenv(kForward);
-  unsetenv("P2PTRACE_NCCL_TAP");
+  if (Has(kForward)) SetEnvironment("NCCL_DEBUG", Getenv(kForward).c_str());
+  else UnsetEnvironment("NCCL_DEBUG");
+  UnsetEnvironment("NCCL_DEBUG_FILE");
+  UnsetEnvironment(kTapFile);
+  UnsetEnvironment(kForward);
+  UnsetEnvironment("P2PTRACE_NCCL_TAP");
 }
 
 // NCCL has read its debug settings (it is opening the tap's file, at the end of its debug init, and
@@ -151,14 +152,14 @@ void RestoreUserSettings() {
 void ReturnEnvironment() {
   const TapSettings* t = g_settings.load(std::memory_order_acquire);
   if (t == nullptr || g_env_returned.exchange(true)) return;
-  if (Getenv("NCCL_DEBUG_FILE") == t->file) unsetenv("NCCL_DEBUG_FILE");
+  if (Getenv("NCCL_DEBUG_FILE") == t->file) UnsetEnvironment("NCCL_DEBUG_FILE");
   if (Has("NCCL_DEBUG") && Getenv("NCCL_DEBUG") == t->set_debug) {
-    if (t->user_debug) setenv("NCCL_DEBUG", t->debug.c_str(), 1);
-    else unsetenv("NCCL_DEBUG");
+    if (t->user_debug) SetEnvironment("NCCL_DEBUG", t->debug.c_str());
+    else UnsetEnvironment("NCCL_DEBUG");
   }
-  unsetenv(kTapFile);
-  unsetenv(kForward);
-  unsetenv("P2PTRACE_NCCL_TAP");
+  UnsetEnvironment(kTapFile);
+  UnsetEnvironment(kForward);
+  UnsetEnvironment("P2PTRACE_NCCL_TAP");
 }
 
 // A traced parent's tap, inherited through the environment. True when it is still in force; when
@@ -178,14 +179,14 @@ bool Inherited() {
     if (forwarding) StartForwarding(level);
     return true;
   }
-  if (file_ours) unsetenv("NCCL_DEBUG_FILE");
+  if (file_ours) UnsetEnvironment("NCCL_DEBUG_FILE");
   if (debug_ours) {
-    if (forwarding) setenv("NCCL_DEBUG", forward.c_str(), 1);
-    else unsetenv("NCCL_DEBUG");
+    if (forwarding) SetEnvironment("NCCL_DEBUG", forward.c_str());
+    else UnsetEnvironment("NCCL_DEBUG");
   }
-  unsetenv(kTapFile);
-  unsetenv(kForward);
-  unsetenv("P2PTRACE_NCCL_TAP");
+  UnsetEnvironment(kTapFile);
+  UnsetEnvironment(kForward);
+  UnsetEnvironment("P2PTRACE_NCCL_TAP");
   return false;
 }
 
@@ -480,11 +481,11 @@ void StartNcclLogTap(const Config& config, ConnectionObserver observe) {
   g_tap_pattern.store(new std::string(pattern), std::memory_order_release);
   auto* t = new TapSettings{pattern, debug != nullptr, debug ? debug : "", debug && level == NcclUserLevel::kInfo ? debug : "INFO"};
   g_settings.store(t, std::memory_order_release);
-  if (debug != nullptr) setenv(kForward, debug, 1);
-  if (debug == nullptr || level != NcclUserLevel::kInfo) setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_FILE", pattern.c_str(), 1);
-  setenv(kTapFile, pattern.c_str(), 1);
-  setenv("P2PTRACE_NCCL_TAP", "1", 1);
+  if (debug != nullptr) SetEnvironment(kForward, debug);
+  if (debug == nullptr || level != NcclUserLevel::kInfo) SetEnvironment("NCCL_DEBUG", "INFO");
+  SetEnvironment("NCCL_DEBUG_FILE", pattern.c_str());
+  SetEnvironment(kTapFile, pattern.c_str());
+  SetEnvironment("P2PTRACE_NCCL_TAP", "1");
   g_tap_in_force = true;
   StartReading(pattern, true);
   if (debug != nullptr) StartForwarding(level);

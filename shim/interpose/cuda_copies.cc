@@ -19,6 +19,7 @@
 #include "shim/base/fd.h"
 #include "shim/interpose/cuda_wrap.h"
 #include "shim/interpose/memory_map.h"
+#include "shim/interpose/nccl_watchdog.h"
 #include "probe/nvml.h"
 #include "shim/preflight.h"
 #include "shim/record/call_sites.h"
@@ -648,6 +649,7 @@ void StreamCreated(const CudaRuntime& rt, cudaError_t r, const cudaStream_t* s) 
 }
 // Forgotten before the real call: afterwards the handle may already be reused.
 void StreamDestroying(cudaStream_t s) {
+  NcclWatchdogStreamGone(reinterpret_cast<uintptr_t>(s));
   std::lock_guard<std::mutex> lock(g_streams_mu);
   g_streams.Erase(reinterpret_cast<uintptr_t>(s));
 }

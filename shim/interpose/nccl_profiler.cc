@@ -18,6 +18,7 @@
 
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
+#include "shim/base/environment.h"
 #include "shim/base/fd.h"
 #include "shim/interpose/nccl_profiler_abi.h"
 #include "shim/nccl_log_tap.h"
@@ -32,12 +33,15 @@ namespace np = nccl_profiler;
 // gets the preloaded shim itself, and every release's name rule opens a "lib*.so" name verbatim
 // (2.27.3 opens nothing else).
 constexpr const char kPluginName[] = "libp2ptrace.so";
+constexpr const char kDefaultPlugin[] = "libnccl-profiler.so";  // what NCCL loads when nothing is set
 constexpr int kFirstTimedVersion = 4;  // profiler ABI v4 (NCCL 2.27.3): the first with GPU timers
 constexpr int kEvents = np::kP2p | np::kColl | np::kKernelCh;
 constexpr size_t kMaxPending = 4096;  // operations of one communicator awaiting their channels
 
 std::atomic<bool> g_env_ours{false};  // NCCL_PROFILER_PLUGIN holds the shim's name, set by it
 std::atomic<int> g_timing_contexts{0};  // communicators whose operations the kernel timers sample
+std::atomic<int> g_live_contexts{0};    // communicators NCCL told the shim of, not finalized
+std::atomic<bool> g_armed{false};       // the shim stood in NCCL_PROFILER_PLUGIN once: NCCL loads it
 
 enum class Kind : uint8_t { kOp = 1, kChannel = 2, kFwd = 3 };
 
@@ -239,6 +243,7 @@ __attribute__((noinline)) Op* MakeOp(Context* c, const Descr& d, uint64_t bytes,
 // descriptor is converted); else the program's plugin stays, untouched.
 struct UserPlugin {
   std::string name;      // as the program set it: given back once NCCL has read it
+  bool by_default = false;  // NCCL's default libnccl-profiler.so: the program set nothing
   int version = 0;       // the ncclProfiler_vN found (NCCL's newest for its release)
   const void* table = nullptr;  // ncclProfiler_vN: name, init, start, stop, state, finalize
   ncclResult_t (*start)(void*, void**, void*) = nullptr;
@@ -384,6 +389,7 @@ ncclResult_t Finalize(void* context) {
   if (c->user != nullptr && c->user_ctx != nullptr) c->user->finalize(c->user_ctx);
   std::lock_guard<std::mutex> lock(c->mu);
   if (c->timing && !c->finalized) g_timing_contexts.fetch_sub(1, std::memory_order_relaxed);
+  if (!c->finalized) g_live_contexts.fetch_sub(1, std::memory_order_release);
   c->finalized = true;
   // What had started and not finished (a communicator destroyed or aborted in flight): the channels
   // that stopped, flagged partial. The operations stay allocated: NCCL may still name their slots.
@@ -423,6 +429,7 @@ ncclResult_t Init(const InitArgs& a, int abi) {
   c->rank = a.rank;
   c->abi = abi;
   c->timing = timing;
+  g_live_contexts.fetch_add(1, std::memory_order_release);
   if (u != nullptr && a.mask != nullptr) {
     // The program's plugin keeps its own view of the one process-wide mask: what it set last.
     static std::once_flag first;
@@ -473,11 +480,12 @@ ncclResult_t InitV5(void** context, uint64_t comm_hash, int* mask, const char* n
 // The program's plugin, opened as NCCL would open it (§3.1, 2.27.5's rule: the name as given, then
 // libnccl-profiler-NAME.so for a bare name not of the form lib*.so), its ncclProfiler_vN for NCCL's
 // version. Null, with the reason, when it cannot be forwarded.
-const UserPlugin* LoadUserPlugin(const char* name, int version, std::string* why) {
+const UserPlugin* LoadUserPlugin(const char* name, int version, bool by_default, bool* found, std::string* why) {
   std::string x = name;
   void* lib = dlopen(x.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr && x.find('/') == std::string::npos && !np::IsLibSoName(x))
     lib = dlopen(("libnccl-profiler-" + x + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+  *found = lib != nullptr;
   if (lib == nullptr) {
     const char* e = dlerror();
     *why = std::string("it could not be loaded (") + (e ? e : "dlopen failed") + ")";
@@ -492,6 +500,7 @@ const UserPlugin* LoadUserPlugin(const char* name, int version, std::string* why
   }
   auto* u = new UserPlugin;  // for the process's life: NCCL may call it until exit
   u->name = name;
+  u->by_default = by_default;
   u->version = version;
   u->table = table;
   const auto* any = static_cast<const np::PluginV5*>(table);  // the members after init: the same in v4-v7
@@ -502,6 +511,40 @@ const UserPlugin* LoadUserPlugin(const char* name, int version, std::string* why
   return u;
 }
 
+
+// What the program had in NCCL_PROFILER_PLUGIN while the shim's name stands there, for a child
+// started meanwhile: unset when the program had none (kWasUnset).
+constexpr const char kWas[] = "P2PTRACE_PROFILER_WAS";
+constexpr const char kWasUnset[] = "P2PTRACE_PROFILER_WAS_UNSET";
+
+// NCCL_PROFILER_PLUGIN as the program set it: a traced parent's stand-in (the shim's name, with the
+// marker it left) is taken back first, so that a child started between its parent's first NCCL call
+// and its first communicator still has its program's plugin.
+const char* ProgramsPlugin() {
+  const char* set = std::getenv("NCCL_PROFILER_PLUGIN");
+  if (set == nullptr || std::strcmp(set, kPluginName) != 0) return set;
+  if (const char* was = std::getenv(kWas)) {
+    std::string value = was;
+    SetEnvironment("NCCL_PROFILER_PLUGIN", value.c_str());
+  } else if (std::getenv(kWasUnset) != nullptr) {
+    UnsetEnvironment("NCCL_PROFILER_PLUGIN");
+  } else {
+    return set;  // the program's own choice of the shim's name: left as it is
+  }
+  UnsetEnvironment(kWas);
+  UnsetEnvironment(kWasUnset);
+  return std::getenv("NCCL_PROFILER_PLUGIN");
+}
+
+// The shim's name in NCCL_PROFILER_PLUGIN, with the marker of what stood there (StartNcclProfiler,
+// and again for a communicator made after NCCL unloaded the plugin).
+void PutShimInPlace() {
+  const UserPlugin* u = g_user.load(std::memory_order_acquire);
+  bool marked = u != nullptr && !u->by_default ? SetEnvironment(kWas, u->name.c_str()) : SetEnvironment(kWasUnset, "1");
+  if (marked && SetEnvironment("NCCL_PROFILER_PLUGIN", kPluginName)) g_env_ours.store(true, std::memory_order_release);
+}
+
+
 }  // namespace
 
 void StartNcclProfiler(int nccl_version) {
@@ -509,20 +552,42 @@ void StartNcclProfiler(int nccl_version) {
   const char* off = std::getenv("P2PTRACE_NCCL_PROFILER");
   if (off != nullptr && std::strcmp(off, "off") == 0) return;
   if (NcclInfoShownToUser()) return;
-  const char* set = std::getenv("NCCL_PROFILER_PLUGIN");
-  if (set != nullptr && *set != '\0' && std::strcmp(set, kPluginName) != 0) {  // (ours: a traced parent's)
-    if (strcasecmp(set, "none") == 0) return;  // the program turned NCCL's profiler off: so be it
-    std::string why;
-    const UserPlugin* u = LoadUserPlugin(set, np::NewestVersion(nccl_version), &why);
-    if (u == nullptr) {
-      Warn(std::string("NCCL_PROFILER_PLUGIN=") + set + " is left in place: p2ptrace cannot forward to it (" + why +
+  const char* set = ProgramsPlugin();
+  std::string name = set != nullptr && *set != '\0' ? set : "";
+  if (strcasecmp(name.c_str(), "none") == 0) return;  // the program turned NCCL's profiler off: so be it
+  // Unset, NCCL loads libnccl-profiler.so where one is on the library path: the program's plugin too.
+  bool by_default = name.empty();
+  std::string why;
+  const UserPlugin* u = nullptr;
+  if (by_default) name = kDefaultPlugin;
+  if (name != kPluginName) {
+    bool found = false;
+    u = LoadUserPlugin(name.c_str(), np::NewestVersion(nccl_version), by_default, &found, &why);
+    if (u == nullptr && by_default && !found) {
+      // none: the common case
+    } else if (u == nullptr) {
+      Warn((by_default ? std::string(kDefaultPlugin) + " (NCCL's default profiler plugin)"
+                       : "NCCL_PROFILER_PLUGIN=" + name) +
+           " is left in place: p2ptrace cannot forward to it (" + why +
            "), so NCCL's operations are timed per call and per group only (no per-pair kernel times)");
       __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_PROFILER_USER, __ATOMIC_RELAXED);
       return;
+    } else {
+      g_user.store(u, std::memory_order_release);
     }
-    g_user.store(u, std::memory_order_release);
   }
-  if (setenv("NCCL_PROFILER_PLUGIN", kPluginName, 1) == 0) g_env_ours.store(true, std::memory_order_release);
+  PutShimInPlace();
+  g_armed.store(true, std::memory_order_release);
+}
+
+void RearmNcclProfiler() {
+  if (!g_armed.load(std::memory_order_acquire) || g_env_ours.load(std::memory_order_acquire) ||
+      g_live_contexts.load(std::memory_order_acquire) > 0)
+    return;
+  const char* now = std::getenv("NCCL_PROFILER_PLUGIN");
+  const UserPlugin* u = g_user.load(std::memory_order_acquire);
+  bool as_returned = u != nullptr && !u->by_default ? now != nullptr && u->name == now : now == nullptr;
+  if (as_returned) PutShimInPlace();  // else the program changed it since: its choice stands
 }
 
 bool NcclKernelTimersMeasure() { return g_timing_contexts.load(std::memory_order_relaxed) > 0; }
@@ -530,9 +595,12 @@ bool NcclKernelTimersMeasure() { return g_timing_contexts.load(std::memory_order
 void ReturnNcclProfilerEnvironment() {
   if (!g_env_ours.load(std::memory_order_acquire) || !g_env_ours.exchange(false)) return;
   const char* now = std::getenv("NCCL_PROFILER_PLUGIN");
+  UnsetEnvironment(kWas);
+  UnsetEnvironment(kWasUnset);
   if (now == nullptr || std::strcmp(now, kPluginName) != 0) return;  // someone else changed it since
-  if (const UserPlugin* u = g_user.load(std::memory_order_acquire)) setenv("NCCL_PROFILER_PLUGIN", u->name.c_str(), 1);
-  else unsetenv("NCCL_PROFILER_PLUGIN");
+  const UserPlugin* u = g_user.load(std::memory_order_acquire);
+  if (u != nullptr && !u->by_default) SetEnvironment("NCCL_PROFILER_PLUGIN", u->name.c_str());
+  else UnsetEnvironment("NCCL_PROFILER_PLUGIN");
 }
 
 }  // namespace p2ptrace::shim

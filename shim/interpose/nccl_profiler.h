@@ -18,6 +18,11 @@ void StartNcclProfiler(int nccl_version);
 // as its profiler, timing on): then the wrappers put no timing event on NCCL's stream.
 bool NcclKernelTimersMeasure();
 
+// Before a communicator's init: where NCCL unloaded the plugin (its last communicator was freed),
+// the shim's name stands in NCCL_PROFILER_PLUGIN again, so that NCCL loads it for this one (it reads
+// the variable at every load); given back as at the first init.
+void RearmNcclProfiler();
+
 // NCCL has read NCCL_PROFILER_PLUGIN (a communicator's init returned or NCCL initialised the
 // plugin): the program's environment becomes its own again. Cheap when there is nothing to do.
 void ReturnNcclProfilerEnvironment();

@@ -54,7 +54,8 @@ struct StreamState {
   bool outstanding = false;  // `event` recorded behind `covered`, not yet seen complete
   bool no_events = false;    // a default stream, its device unknown, or an event call failed
   OpInfo covered;
-  uint64_t reported_raw = 0;  // the operation whose stall was reported (raw time + 1)
+  bool stall_reported = false;  // a stall line was printed, and the stream has not moved since
+  const p2ptrace_nccl_op_record* stalled = nullptr;  // the operation it named, when still in its call
 };
 
 struct CommInfo {
@@ -80,13 +81,32 @@ struct State {
   State() { streams.reserve(kMaxStreams); }
 };
 
+// Streams the program destroyed since the thread last looked (StreamDestroying): the thread holds
+// g_gone_mu while it makes its event calls, so a destroy waits for one in flight and none follows.
+std::mutex* g_gone_mu = new std::mutex();  // a fork child's is new (ForkChild)
+std::vector<uint64_t>* g_gone = new std::vector<uint64_t>();
+
+// What the thread knew of a destroyed stream goes: its handle may come back as a new stream.
+void ForgetGone(State& s) {
+  for (uint64_t gone : *g_gone)
+    for (StreamState& st : s.streams)
+      if (st.stream == gone) {
+        st.open.clear();
+        st.outstanding = false;
+        st.covered = OpInfo{};
+        st.stall_reported = false;
+        st.stalled = nullptr;
+      }
+  g_gone->clear();
+}
+
 // Starting and the thread's sleep; a fork child gets fresh ones (ForkChild), never a copy held by a
 // thread that did not come along.
 std::mutex* g_mu = new std::mutex();
 std::condition_variable* g_wake = new std::condition_variable();
 std::mutex& Mu() { return *g_mu; }
 std::condition_variable& Wake() { return *g_wake; }
-bool g_started = false;
+std::atomic<bool> g_started{false};  // read unlocked by StreamDestroying
 std::atomic<bool> g_stop{false};
 State* g_state = nullptr;  // the thread's own (a fork child makes a new one)
 
@@ -226,6 +246,7 @@ void CheckStream(State& s, StreamState& st) {
       return;
     }
     WriteProgress(st.stream, st.covered, P2PTRACE_PROGRESS_DONE, 0);
+    st.stall_reported = false;
     while (!st.open.empty() && st.open.front().raw_time <= st.covered.raw_time) st.open.pop_front();
   }
   // Behind the newest operation whose call returned (its work is queued); one still inside its call
@@ -245,6 +266,9 @@ void CheckStream(State& s, StreamState& st) {
       return;
     }
   }
+  // A capture the shim did not see (a runtime reached through a handle it was not told of): an event
+  // recorded there would join the program's graph. Asked right before; the next beat tries again.
+  if (graphs::StreamCapturing(rt, reinterpret_cast<cudaStream_t>(st.stream))) return;
   if (rt.EventRecord(st.event, reinterpret_cast<cudaStream_t>(st.stream)) != cudaSuccess) {
     st.no_events = true;  // the stream is gone, or of a context the runtime cannot reach
     return;
@@ -298,18 +322,27 @@ void CheckStalls(State& s, double hang_seconds) {
   if (hang_seconds <= 0) return;
   uint64_t now = MonotonicNs(), limit = static_cast<uint64_t>(hang_seconds * 1e9);
   for (StreamState& st : s.streams) {
+    if (st.stalled != nullptr && Load(&st.stalled->result) != P2PTRACE_RESULT_PENDING) {
+      st.stall_reported = false;  // the call it named came back
+      st.stalled = nullptr;
+    }
     if (st.open.empty()) continue;
     // The oldest one the GPU has not finished, or the call still inside NCCL.
     const OpInfo* op = &st.open.front();
     int32_t r = Load(&op->rec->result);
     if (r != 0 && r != P2PTRACE_RESULT_PENDING) continue;
-    if (r == 0 && st.no_events) {  // returned, and no event can tell its end: only a call that never returns
+    // Returned, and no event can tell its end (no runtime of the program's to make one with: a
+    // driver-only or statically linked program): only a call that never returns is a stall.
+    if (r == 0 && (st.no_events || st.rt == nullptr)) {
       op = &st.open.back();
       if (Load(&op->rec->result) != P2PTRACE_RESULT_PENDING) continue;
       r = P2PTRACE_RESULT_PENDING;
     }
-    if (now < op->ns || now - op->ns < limit || st.reported_raw == op->raw_time + 1) continue;
-    st.reported_raw = op->raw_time + 1;
+    // One line per stall: a stream stays quiet after it until it moves again (its GPU work finished
+    // further, or the call returned), not a line for every operation queued behind it.
+    if (now < op->ns || now - op->ns < limit || st.stall_reported) continue;
+    st.stall_reported = true;
+    st.stalled = r == P2PTRACE_RESULT_PENDING ? op->rec : nullptr;
     ReportStall(s, st, *op, r == 0, (now - op->ns) / 1000000);
   }
 }
@@ -350,6 +383,8 @@ void* WatchdogMain(void*) {
       if (g_stop.load()) return nullptr;  // StopNcclWatchdog: no CUDA call after it returned
       if (!graphs::AnyCapture()) {
         std::lock_guard<std::recursive_mutex> unload(UnloadMutex());
+        std::lock_guard<std::mutex> gone(*g_gone_mu);
+        ForgetGone(s);
         for (StreamState& st : s.streams) CheckStream(s, st);
       }
     }
@@ -362,6 +397,8 @@ void* WatchdogMain(void*) {
 void ForkChild() {
   g_mu = new std::mutex();
   g_wake = new std::condition_variable();
+  g_gone_mu = new std::mutex();
+  g_gone = new std::vector<uint64_t>();
   g_started = false;
   g_stop.store(false);
   g_state = nullptr;  // the parent's (left alone: its events are not the child's)
@@ -397,6 +434,12 @@ void StartNcclWatchdog() {
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   quick.store(true, std::memory_order_release);
+}
+
+void NcclWatchdogStreamGone(uintptr_t stream) {
+  if (!g_started) return;  // nothing watched yet (a plain load: a stale answer only costs a lock)
+  std::lock_guard<std::mutex> lock(*g_gone_mu);
+  if (g_gone->size() < 4096) g_gone->push_back(stream);
 }
 
 void StopNcclWatchdog() {

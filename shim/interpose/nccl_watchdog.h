@@ -13,10 +13,16 @@
 // streams (the program's calls there would queue behind its event), never a synchronizing call.
 #pragma once
 
+#include <cstdint>
+
 namespace p2ptrace::shim {
 
 // At the process's first communicator, made or entered (a fork child's too). Idempotent.
 void StartNcclWatchdog();
+
+// The program is destroying `stream` (before the real call): the thread records nothing more on it
+// and forgets what it watched there; waits for an event call of the thread's in flight.
+void NcclWatchdogStreamGone(uintptr_t stream);
 
 // At exit, before the CUDA runtime is torn down: the thread makes no CUDA call after this.
 void StopNcclWatchdog();

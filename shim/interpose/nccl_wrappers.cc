@@ -257,9 +257,15 @@ constinit thread_local int t_group_streams __attribute__((tls_model("initial-exe
 // static TLS: under LD_AUDIT glibc sizes the static TLS block before the program's libraries load,
 // and a preloaded library's initial-exec TLS must then fit in the small surplus left over (about
 // 1.5 KiB measured on glibc 2.36; 2.3 KiB of tables here made the job fail to start, DESIGN.md §4).
+// A grouped operation is queued by its call and runs (connects, waits for its peer) inside the
+// outermost ncclGroupEnd: its record stays pending until then, so that a rank stuck there is seen in
+// its sends and receives. More than the table holds: completed at their call, as before.
+constexpr int kGroupOps = 256;
+constinit thread_local int t_group_ops __attribute__((tls_model("initial-exec"))) = 0;
 struct GroupTables {
   GroupComm comms[kGroupComms];
   GroupStream streams[kGroupStreams];
+  p2ptrace_nccl_op_record* ops[kGroupOps];
 };
 constinit thread_local GroupTables* t_group_tables __attribute__((tls_model("initial-exec"))) = nullptr;
 pthread_key_t g_group_key;
@@ -303,7 +309,13 @@ GroupStream* GroupEntry(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
 
 // After the outermost ncclGroupEnd: the group's communicators recorded (rank and size known now,
 // or the group's failure), every timing pair of the group ended (returned to the pool if it failed).
+inline void Returned(p2ptrace_nccl_op_record* rec, ncclResult_t r);
+
 void EndGroup(ncclResult_t r) {
+  if (t_group_ops > 0) {
+    for (int i = 0; i < t_group_ops; ++i) Returned(t_group_tables->ops[i], r);  // the group's result is theirs
+    t_group_ops = 0;
+  }
   int comms = t_group_comm_count;
   t_group_comm_count = 0;
   if (comms == 0 && t_group_streams == 0) return;  // nothing entered: perhaps no table was ever made
@@ -396,6 +408,10 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
     rec->h.seq = seq;
     __atomic_fetch_or(&rec->flags, flags, __ATOMIC_RELAXED);
   }
+  if (rec != nullptr && r == ncclSuccess && t_group_depth > 0 && t_group_ops < kGroupOps && t_group_tables != nullptr) {
+    t_group_tables->ops[t_group_ops++] = rec;  // in progress until the group's end
+    return r;
+  }
   Returned(rec, r);
   return r;
 }
@@ -426,6 +442,7 @@ namespace nccl_hooks {
 
 ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* comm, int nranks, ncclUniqueId id,
                               int rank) {
+  RearmNcclProfiler();  // NCCL loads its profiler again where its last communicator unloaded it
   // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
   // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
@@ -438,6 +455,7 @@ ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* co
 }
 ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, ncclComm_t* comm, int nranks,
                                     ncclUniqueId id, int rank, ncclConfig_t* config) {
+  RearmNcclProfiler();  // NCCL loads its profiler again where its last communicator unloaded it
   // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
   // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
@@ -449,6 +467,7 @@ ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, nc
   return r;
 }
 ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm, int ndev, const int* devlist) {
+  RearmNcclProfiler();  // NCCL loads its profiler again where its last communicator unloaded it
   PreflightAtNcclInit(ndev, devlist);  // before the real init: warnings precede the first traffic
   ncclResult_t r = real(comm, ndev, devlist);
   if (comm == nullptr || ndev <= 0) return r;
@@ -458,6 +477,7 @@ ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm
 }
 ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real, ncclComm_t* comm, int nranks,
                                       int rank, int nids, ncclUniqueId* ids, ncclConfig_t* config) {
+  RearmNcclProfiler();  // NCCL loads its profiler again where its last communicator unloaded it
   // Before the real init, so that warnings precede the first traffic; when the process's GPU is not
   // known yet (no CUDA call answered), right after it, from the communicator's device. Inside a
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
@@ -471,6 +491,7 @@ ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real
 }
 ncclResult_t ncclCommSplit(decltype(&::ncclCommSplit) real, ncclComm_t comm, int color, int key,
                            ncclComm_t* newcomm, ncclConfig_t* config) {
+  RearmNcclProfiler();  // NCCL loads its profiler again where its last communicator unloaded it
   ncclResult_t r = real(comm, color, key, newcomm, config);
   if (newcomm != nullptr && (*newcomm != nullptr || r != ncclSuccess)) {
     uint64_t parent = CommHash(comm);
@@ -505,7 +526,7 @@ ncclResult_t ncclCommGetAsyncError(decltype(&::ncclCommGetAsyncError) real, nccl
 }
 ncclResult_t ncclGroupStart(decltype(&::ncclGroupStart) real) {
   ncclResult_t r = real();
-  if (r == ncclSuccess && t_group_depth++ == 0) t_group_streams = t_group_comm_count = 0;
+  if (r == ncclSuccess && t_group_depth++ == 0) t_group_streams = t_group_comm_count = t_group_ops = 0;
   return r;
 }
 ncclResult_t ncclGroupEnd(decltype(&::ncclGroupEnd) real) {

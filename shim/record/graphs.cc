@@ -183,6 +183,11 @@ bool CaptureEnded(cudaStream_t origin, unsigned long long runtime_id, cudaError_
   return true;
 }
 
+bool StreamCapturing(const CudaRuntime& rt, cudaStream_t stream) {
+  unsigned long long id = 0;
+  return !RuntimeCaptureId(rt, stream, &id) || id != 0;
+}
+
 bool CapturedOn(const CudaRuntime& rt, cudaStream_t stream, uint32_t* graph_id) {
   // The legacy stream never captures (and asking about it during a capture is an error).
   if (stream == nullptr || stream == cudaStreamLegacy) return false;

@@ -49,6 +49,10 @@ bool CaptureEnded(cudaStream_t origin, unsigned long long runtime_id, cudaError_
 // begin). Call only after a call on `stream` succeeded (the query then cannot fail).
 bool CapturedOn(const CudaRuntime& rt, cudaStream_t stream, uint32_t* graph_id);
 
+// Whether `stream` takes part in a capture, seen by the shim or not, as the runtime says now; true
+// when it cannot say (nothing is then recorded there).
+bool StreamCapturing(const CudaRuntime& rt, cudaStream_t stream);
+
 // Instantiation, update and destruction, after the real call returned r.
 void Instantiated(cudaError_t r, const cudaGraphExec_t* exec, cudaGraph_t graph);
 void ExecUpdated(cudaError_t r, cudaGraphExec_t exec, cudaGraph_t graph);

@@ -18,6 +18,7 @@
 
 #include "core/printable.h"
 #include "core/scheduler.h"
+#include "shim/base/environment.h"
 #include "shim/record/trace_dir.h"
 
 extern char** environ;
@@ -238,7 +239,7 @@ bool TraceWriter::Open() {
   // The process's first CUDA or NCCL call: only now is anything created or changed (a shell or
   // launcher of the job that never calls either leaves no trace). Processes started by this one
   // trace into the same directory (torchrun's ranks, for one).
-  setenv("P2PTRACE_DIR", c.dir.c_str(), 0);
+  if (std::getenv("P2PTRACE_DIR") == nullptr) SetEnvironment("P2PTRACE_DIR", c.dir.c_str());
   uint64_t size = std::max<uint64_t>(c.max_bytes, kChunksOffset + kChunkSize);
   // A file size limit (ulimit -f) is never crossed: the kernel would answer with SIGXFSZ, which
   // kills the job. The trace is made smaller instead, or not at all.
