@@ -600,6 +600,51 @@ TEST(NcclKernelTimers, TheProgramsOwnPluginSeesExactlyWhatItSeesAlone) {
   }
 }
 
+// Issue 36: NCCL's default plugin (libnccl-profiler.so on the library path, NCCL_PROFILER_PLUGIN
+// unset) is the program's too: forwarded exactly as one it named, never replaced.
+TEST(NcclKernelTimers, NcclsDefaultPluginIsTheProgramsToo) {
+  const std::vector<std::string> args = {"-o", "allreduce,sendrecv", "-b", "64K", "-e", "64K", "-n", "2", "-s"};
+  std::string dir = TempDir() + "/default-plugin";
+  fs::create_directories(dir + "/lib");
+  fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/libnccl-profiler.so");
+  Env env = {{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
+             {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}};
+  env["RECORDING_PROFILER_OUT"] = dir + "-bare.txt";
+  RunResult bare = Job(dir + "-bare", "node0:2", args, false, env);
+  ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
+  env["RECORDING_PROFILER_OUT"] = dir + "-traced.txt";
+  RunResult traced = Job(dir, "node0:2", args, true, env);
+  ASSERT_EQ(traced.exit_code, 0) << traced.out << traced.err;
+  auto alone = PluginCalls(dir + "-bare.txt");
+  ASSERT_EQ(alone.size(), 2u) << "the sim's NCCL loads libnccl-profiler.so by default";
+  EXPECT_EQ(PluginCalls(dir + "-traced.txt"), alone);
+  json j = ReportJson(dir + "/trace");
+  int kernel_rated = 0;
+  for (const json& p : j["pairs"]) kernel_rated += p["rate_basis"] == "NCCL kernel timers";
+  EXPECT_EQ(kernel_rated, 2) << j["pairs"].dump() << traced.err;
+}
+
+// Issue 36: NCCL unloads its profiler with its last communicator and loads it again, by
+// NCCL_PROFILER_PLUGIN, for the next one: communicators destroyed and re-created keep their kernel
+// timers (and no event goes on NCCL's stream meanwhile).
+TEST(NcclKernelTimers, ContinueAfterCommunicatorsAreDestroyedAndRecreated) {
+  std::string dir = TempDir() + "/kernel-recreate";
+  RunResult r = Job(dir, "node0:2", {"-o", "allreduce", "-b", "64K", "-e", "64K", "-n", "2", "-r", "2"}, true,
+                    {{"P2PTRACE_SAMPLE", "all"}});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const p2ptrace::Trace& t : ReadDir(dir + "/trace")) {
+    if (t.header.nccl_version == 0) continue;
+    std::set<uint64_t> comms;
+    size_t evented = 0;
+    for (const p2ptrace::TraceRecord& rec : t.records) {
+      if (const auto* k = std::get_if<p2ptrace_nccl_kernel_record>(&rec.body)) comms.insert(k->comm_hash);
+      if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&rec.body)) evented += (o->flags & P2PTRACE_NCCL_TIMED) != 0;
+    }
+    EXPECT_EQ(comms.size(), 3u) << "each generation's communicator, timed by its kernels";
+    EXPECT_EQ(evented, 0u);
+  }
+}
+
 // A plugin the shim cannot stand in for (it exports only v1; this NCCL, 2.28, calls v5): it stays
 // in place, exactly as alone, and the shim says so once.
 TEST(NcclKernelTimers, APluginThatCannotBeForwardedIsLeftInPlace) {

@@ -3,6 +3,7 @@
 // Also the NCCL debug settings the program sees in its own environment, after NCCL's first log
 // line (ncclGetUniqueId logs) and at the end: the shim's log tap must leave them as they were.
 #include <nccl.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,13 +26,26 @@ static void PrintEnvironment(const char* when) {
   std::printf("%s\n", line.c_str());
 }
 
+// The process's threads: the shim starts none before a communicator (issue 36), so a program that
+// only asks NCCL its version or an id forks, unshares and execs as it would bare.
+static int Threads() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
 int main() {
   int version = 0;
   ncclResult_t r = ncclGetVersion(&version);
   std::printf("ncclGetVersion %d %d\n", r, version);
+  std::printf("threads after ncclGetVersion: %d\n", Threads());
   ncclUniqueId id{};
   r = ncclGetUniqueId(&id);
   std::printf("ncclGetUniqueId %d\n", r);
+  std::printf("threads after ncclGetUniqueId: %d\n", Threads());
   PrintEnvironment("after ncclGetUniqueId");
   ncclComm_t comm = nullptr;
   r = ncclCommInitRank(&comm, 1, id, 0);
