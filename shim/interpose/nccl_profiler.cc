@@ -42,6 +42,13 @@ std::atomic<bool> g_env_ours{false};  // NCCL_PROFILER_PLUGIN holds the shim's n
 std::atomic<int> g_timing_contexts{0};  // communicators whose operations the kernel timers sample
 std::atomic<int> g_live_contexts{0};    // communicators NCCL told the shim of, not finalized
 std::atomic<bool> g_armed{false};       // the shim stood in NCCL_PROFILER_PLUGIN once: NCCL loads it
+// The wrappers decide the sample (no program's plugin to forward to): NCCL's mask holds the shim's
+// bits only while a sampled call is inside NCCL (g_sampling of them), and every P2p or Coll event
+// NCCL starts is one of those.
+std::atomic<bool> g_by_call{false};
+std::atomic<int> g_sampling{0};
+std::atomic<int*> g_mask{nullptr};  // NCCL's process-wide mask
+int g_base_mask = 0;                // what stood in it before the shim's first init
 
 enum class Kind : uint8_t { kOp = 1, kChannel = 2, kFwd = 3 };
 
@@ -197,7 +204,8 @@ inline Op* NewOp(Context* c, const Descr& d) {
   const bool p2p = d.type == np::kP2p;
   uint64_t bytes = p2p ? d.p2p.count * TypeSize(d.p2p.datatype) : d.coll.count * TypeSize(d.coll.datatype);
   uint32_t expected = p2p ? d.p2p.channels : d.coll.channels;
-  if (expected == 0 || expected > 64 || !Sampled(c, bytes)) return nullptr;
+  if (expected == 0 || expected > 64) return nullptr;
+  if (!g_by_call.load(std::memory_order_relaxed) && !Sampled(c, bytes)) return nullptr;
   return MakeOp(c, d, bytes, expected);
 }
 
@@ -456,8 +464,16 @@ ncclResult_t Init(const InitArgs& a, int abi) {
     }
   }
   if (a.mask != nullptr) {
-    if (u != nullptr) SyncMask();
-    else __atomic_fetch_or(a.mask, kEvents, __ATOMIC_RELAXED);  // one int for the whole process
+    if (u != nullptr) {
+      SyncMask();
+    } else if (timing) {
+      // One int for the whole process, read by NCCL at each call: the shim's bits come and go with
+      // the sampled calls (BeginKernelSample).
+      static std::once_flag first;
+      std::call_once(first, [&] { g_base_mask = __atomic_load_n(a.mask, __ATOMIC_RELAXED); });
+      g_mask.store(a.mask, std::memory_order_release);
+      g_by_call.store(true, std::memory_order_release);
+    }
   }
   if (timing) {
     __atomic_fetch_or(&TraceWriter::header()->capture_flags, P2PTRACE_CAPTURE_NCCL_PROFILER, __ATOMIC_RELAXED);
@@ -591,6 +607,23 @@ void RearmNcclProfiler() {
 }
 
 bool NcclKernelTimersMeasure() { return g_timing_contexts.load(std::memory_order_relaxed) > 0; }
+
+bool NcclSamplesByCall() { return g_by_call.load(std::memory_order_relaxed) && NcclKernelTimersMeasure(); }
+
+// The bits go on with the first sampled call in NCCL and off with the last: a call another thread
+// makes meanwhile is sampled too (one more record), never one sampled here left without its bits.
+void BeginKernelSample() {
+  int* m = g_mask.load(std::memory_order_acquire);
+  if (m != nullptr && g_sampling.fetch_add(1, std::memory_order_acq_rel) == 0)
+    __atomic_store_n(m, g_base_mask | kEvents, __ATOMIC_RELAXED);
+  else if (m != nullptr)
+    __atomic_fetch_or(m, kEvents, __ATOMIC_RELAXED);
+}
+void EndKernelSample() {
+  int* m = g_mask.load(std::memory_order_acquire);
+  if (m != nullptr && g_sampling.fetch_sub(1, std::memory_order_acq_rel) == 1)
+    __atomic_store_n(m, g_base_mask, __ATOMIC_RELAXED);
+}
 
 void ReturnNcclProfilerEnvironment() {
   if (!g_env_ours.load(std::memory_order_acquire) || !g_env_ours.exchange(false)) return;

@@ -18,6 +18,14 @@ void StartNcclProfiler(int nccl_version);
 // as its profiler, timing on): then the wrappers put no timing event on NCCL's stream.
 bool NcclKernelTimersMeasure();
 
+// Whether the wrappers choose which calls NCCL's kernel timers measure (the shim is NCCL's plugin,
+// with no program's plugin to forward to). Then a sampled call is made between these two, which put
+// the shim's bits in NCCL's mask for the call (NCCL copies the mask into the operation then) and
+// take them out after: an operation outside the sample costs NCCL no timer work.
+bool NcclSamplesByCall();
+void BeginKernelSample();
+void EndKernelSample();
+
 // Before a communicator's init: where NCCL unloaded the plugin (its last communicator was freed),
 // the shim's name stands in NCCL_PROFILER_PLUGIN again, so that NCCL loads it for this one (it reads
 // the variable at every load); given back as at the first init.

@@ -57,6 +57,7 @@ size_t TypeSize(ncclDataType_t t) {
 struct CommFacts {
   uint64_t id_hash = 0;
   int nranks = 0;
+  uint64_t ops = 0;  // operations called, for the kernel timers' sample (atomically)
 };
 std::mutex g_comms_mu;
 std::unordered_map<ncclComm_t, CommFacts>& Comms() {
@@ -208,11 +209,39 @@ uint64_t CommHash(ncclComm_t comm) {
   return it == Comms().end() ? 0 : it->second.id_hash;
 }
 
-// A communicator of one rank moves nothing between GPUs: its operations are not timed.
-bool OneRank(ncclComm_t comm) {
+// The facts of `comm`, null when no record named it; the thread's last answer is kept (an element
+// of Comms() never moves, and a communicator made again at the same address is assigned in place).
+constinit thread_local ncclComm_t t_facts_comm __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local CommFacts* t_facts __attribute__((tls_model("initial-exec"))) = nullptr;
+CommFacts* FactsOf(ncclComm_t comm) {
+  if (comm == t_facts_comm && t_facts != nullptr) return t_facts;
   std::lock_guard<std::mutex> lock(g_comms_mu);
   auto it = Comms().find(comm);
-  return it != Comms().end() && it->second.nranks == 1;
+  if (it == Comms().end()) return nullptr;
+  t_facts_comm = comm;
+  return t_facts = &it->second;
+}
+
+// A communicator of one rank moves nothing between GPUs: its operations are not timed.
+bool OneRank(ncclComm_t comm) {
+  const CommFacts* f = FactsOf(comm);
+  return f != nullptr && f->nranks == 1;
+}
+
+// Whether NCCL's kernel timers measure this call: P2PTRACE_SAMPLE per communicator (its first K
+// operations, then 1 in N, and every one of SIZE bytes or more), never one of one rank, never one
+// captured into a graph (NCCL would add a host node to the program's graph for it).
+bool KernelSampled(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
+  CommFacts* f = FactsOf(comm);
+  if (f == nullptr || f->nranks == 1) return false;
+  if (graphs::AnyCapture()) {
+    uint32_t graph = 0;
+    const CudaRuntime* rt = AnsweredRuntime(false);
+    if (rt == nullptr || graphs::CapturedOn(*rt, stream, &graph)) return false;
+  }
+  const SampleSpec& s = detail::g_sample;
+  uint64_t n = __atomic_fetch_add(&f->ops, 1, __ATOMIC_RELAXED);
+  return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
 }
 
 std::atomic<uint64_t> g_ops{0};
@@ -386,7 +415,13 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
   }
   uint8_t in_group = t_group_depth > 0 ? P2PTRACE_NCCL_IN_GROUP : 0;
   p2ptrace_nccl_op_record* rec = RecordOp(api, comm, stream, bytes, peer, type, in_group, seq, site);
+  // NCCL copies its profiler mask into the operation during this call: KernelCh (and the P2p and
+  // Coll events) are on for it only when it is in the sample, so that NCCL's own per-operation
+  // work for the timers (timestamps, proxy work per channel) stays with the sampled ones.
+  const bool kernel = NcclSamplesByCall() && KernelSampled(comm, stream, bytes);
+  if (kernel) BeginKernelSample();
   ncclResult_t r = real(args...);
+  if (kernel) EndKernelSample();
   if (timed) {
     t.bytes = bytes;
     t.seq = seq;

@@ -378,7 +378,9 @@ TEST(ProfilerPlugin, AnNcclGoneWrongBreaksNothingAndWritesOnlyWhatWasMeasured) {
   RunResult r = RunTimed(Shim({HOSTILE_WORKLOAD, "profiler"}), env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out,
-            "plugin p2ptrace mask 0x46\n"  // P2p, Coll, KernelCh
+            // P2p, Coll and KernelCh go into the mask only for the sampled calls the wrappers make
+            // (issue 36): this NCCL calls the plugin without any, so its events are all taken.
+            "plugin p2ptrace mask 0x0\n"
             "channel 200: null\n"
             "storm: 4094 held\n"  // 4096 pending at most: the clean send left, the partial and channel 200's stay
             "after finalize: null\n"

@@ -1278,6 +1278,7 @@ struct Op {
   int root_or_peer;
   cudaStream_t stream;
   int slot = 0;  // index among this group's collectives on the same communicator
+  int profiler_mask = 0;  // the activation mask when it was called (NCCL copies it into the task then)
 };
 
 bool IsP2p(const Op& op) { return op.kind == OpKind::kSend || op.kind == OpKind::kRecv; }
@@ -1544,7 +1545,8 @@ void TellProfilers(std::vector<Op>& ops) {
         int src = send ? c.rank : peer, dst = send ? peer : c.rank;
         double seconds = kLaunchSeconds + bytes / (SelectTransport(c, c.ranks[src], c.ranks[dst]).gbps * 1e9);
         per_comm[&c].push_back(pf::OpEvent{true, send ? pf::kSend : pf::kRecv, send ? op.send : op.recv, op.recv,
-                                           op.count, op.type, peer, 0, peer % c.nchannels, 1, seconds});
+                                           op.count, op.type, peer, 0, peer % c.nchannels, 1, seconds,
+                                           op.profiler_mask});
       }
       continue;
     }
@@ -1561,7 +1563,7 @@ void TellProfilers(std::vector<Op>& ops) {
     }
     bool p2p = IsP2p(op);
     pf::OpEvent e{p2p, func, op.send, op.recv, op.count, op.type, op.root_or_peer, p2p ? 0 : c.coll_seq[func]++,
-                  p2p ? op.root_or_peer % c.nchannels : 0, p2p ? 1 : c.nchannels, OpSeconds(op)};
+                  p2p ? op.root_or_peer % c.nchannels : 0, p2p ? 1 : c.nchannels, OpSeconds(op), op.profiler_mask};
     if (p2p && op.kind == OpKind::kRecv) e.send_buff = op.recv;  // a receive's one buffer
     per_comm[&c].push_back(e);
   }
@@ -1693,8 +1695,11 @@ ncclResult_t FinishPendingInits() {
   return result;
 }
 
-ncclResult_t Enqueue(const Op& op) {
+ncclResult_t Enqueue(Op op) {
   if (!Valid(op.comm)) return ncclInvalidArgument;
+  // NCCL 2.27.3+ copies the plugin's process-wide mask into the task at the call (taskAppend; from
+  // 2.28 through the call's GroupApi start): what the plugin sets later is the next call's.
+  op.profiler_mask = p2psim::profiler::ActivationMask();
   if (!op.comm->ready && t_group_depth == 0) return ncclInvalidUsage;
   if (TypeSize(op.type) == 0) {
     WARN("Invalid datatype %d", int(op.type));

@@ -292,9 +292,10 @@ void FillOp(Descr& d, const OpEvent& op, int rank, void* group) {
 }
 
 template <typename Descr>
-void Emit(const AnyPlugin& pl, int mask, void* context, int rank, const OpEvent* ops, size_t n) {
+void Emit(const AnyPlugin& pl, void* context, int rank, const OpEvent* ops, size_t n) {
   constexpr int kChildren = np::kProxyOp | np::kProxyStep | np::kKernelCh | np::kNetPlugin;
-  const bool kernel_ch = (mask & np::kKernelCh) != 0;  // v3+: the descriptors that have kernel_ch
+  int mask = 0;  // the batch's: any of its operations' masks
+  for (size_t i = 0; i < n; ++i) mask |= ops[i].mask;
   void* group = nullptr;
   // NCCL starts a batch's Group for any of these bits, whatever the batch holds (a Coll-only mask
   // gets the Group of a batch of sends too: ncclProfilerStartGroupEvent, src/plugin/profiler.cc).
@@ -304,7 +305,7 @@ void Emit(const AnyPlugin& pl, int mask, void* context, int rank, const OpEvent*
   pl.start_event(context, &group, &g);
   std::vector<void*> handles(n, nullptr);
   for (size_t i = 0; i < n; ++i) {
-    if ((mask & ((ops[i].p2p ? np::kP2p : np::kColl) | kChildren)) == 0) continue;
+    if ((ops[i].mask & ((ops[i].p2p ? np::kP2p : np::kColl) | kChildren)) == 0) continue;
     Descr d{};
     FillOp(d, ops[i], rank, group);
     pl.start_event(context, &handles[i], &d);
@@ -323,7 +324,8 @@ void Emit(const AnyPlugin& pl, int mask, void* context, int rank, const OpEvent*
     if (ops[i].p2p) p2p = std::max(p2p, ns);
     else next_coll += ns;
     if constexpr (requires(Descr k) { k.kernel_ch; }) {  // v3+
-      if (!kernel_ch || handles[i] == nullptr) continue;
+      // KernelCh by the operation's own mask (v3+: the descriptors that have kernel_ch).
+      if ((ops[i].mask & np::kKernelCh) == 0 || handles[i] == nullptr) continue;
       for (int c = 0; c < ops[i].channels; ++c) {
         Descr k{};
         k.type = np::kKernelCh;
@@ -346,19 +348,21 @@ void Emit(const AnyPlugin& pl, int mask, void* context, int rank, const OpEvent*
 
 }  // namespace
 
+int ActivationMask() { return __atomic_load_n(&S().mask, __ATOMIC_RELAXED); }
+
 void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n) {
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!p.active || s.status != Status::kLoaded || n == 0) return;
   const auto& pl = *static_cast<const AnyPlugin*>(s.table);
   switch (s.version) {
-    case 1: Emit<np::v1::Descr>(pl, s.mask, p.context, rank, ops, n); break;
-    case 2: Emit<np::v2::Descr>(pl, s.mask, p.context, rank, ops, n); break;
-    case 3: Emit<np::v3::Descr>(pl, s.mask, p.context, rank, ops, n); break;
-    case 4: Emit<np::v4::Descr>(pl, s.mask, p.context, rank, ops, n); break;
-    case 5: Emit<np::v5::Descr>(pl, s.mask, p.context, rank, ops, n); break;
-    case 6: Emit<np::v6::Descr>(pl, s.mask, p.context, rank, ops, n); break;
-    default: Emit<np::v7::Descr>(pl, s.mask, p.context, rank, ops, n); break;
+    case 1: Emit<np::v1::Descr>(pl, p.context, rank, ops, n); break;
+    case 2: Emit<np::v2::Descr>(pl, p.context, rank, ops, n); break;
+    case 3: Emit<np::v3::Descr>(pl, p.context, rank, ops, n); break;
+    case 4: Emit<np::v4::Descr>(pl, p.context, rank, ops, n); break;
+    case 5: Emit<np::v5::Descr>(pl, p.context, rank, ops, n); break;
+    case 6: Emit<np::v6::Descr>(pl, p.context, rank, ops, n); break;
+    default: Emit<np::v7::Descr>(pl, p.context, rank, ops, n); break;
   }
 }
 

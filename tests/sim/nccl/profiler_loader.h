@@ -47,6 +47,7 @@ struct OpEvent {
   uint64_t seq;           // a collective's sequence number per function in its communicator
   int channel_lo, channels;  // the channels its kernel ran on
   double seconds;            // its simulated kernel time: a send/recv's own pair's, a collective's ring's
+  int mask;                  // the activation mask it was called under (ActivationMask)
 };
 // NCCL's ncclFunc_t numbering and ncclFuncToString's words.
 enum Func { kBroadcast = 0, kReduce = 1, kAllGather = 2, kReduceScatter = 3, kAllReduce = 4, kSend = 6, kRecv = 7 };
@@ -60,5 +61,9 @@ enum Func { kBroadcast = 0, kReduce = 1, kAllGather = 2, kReduceScatter = 3, kAl
 // simulated GPU clock: collectives one after another, a group's send/recv side by side, each
 // taking its own pair's time.
 void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n);
+
+// The process-wide activation mask as the plugin left it now: an operation copies it when it is
+// called, and its events follow that copy.
+int ActivationMask();
 
 }  // namespace p2psim::profiler
