@@ -526,10 +526,15 @@ TEST(NcclKernelTimers, SampledPerCommunicatorAsTheCopiesAre) {
     SCOPED_TRACE(sample);
     std::string dir = TempDir() + "/kernel-sample-" + std::string(sample).substr(4);
     RunResult r = Job(dir, "node0:2", {"-o", "allreduce", "-b", "64K", "-e", "64K", "-n", "23"}, true,
-                      {{"P2PTRACE_SAMPLE", sample}});
+                      {{"P2PTRACE_SAMPLE", sample}, {"P2PSIM_KERNELCH_FILE", dir + "/kernelch.txt"}});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     std::vector<p2ptrace::Trace> traces = ReadDir(dir + "/trace");
     ASSERT_EQ(traces.size(), 2u);
+    // NCCL's own timer work (KernelCh in an operation's mask: device timestamps, proxy work per
+    // channel) for the sampled operations only (issue 36), as the simulated NCCL counted it.
+    std::map<int, uint64_t> kernel_ch_ops;
+    std::ifstream counted(dir + "/kernelch.txt");
+    for (int pid = 0, n = 0; counted >> pid >> n;) kernel_ch_ops[pid] = std::max<uint64_t>(kernel_ch_ops[pid], n);
     for (const p2ptrace::Trace& t : traces) {
       uint64_t calls = 0, timed = 0;
       for (const p2ptrace::TraceRecord& rec : t.records) {
@@ -540,6 +545,7 @@ TEST(NcclKernelTimers, SampledPerCommunicatorAsTheCopiesAre) {
       for (uint64_t i = 0; i < calls; ++i) want += all_large || i < 3 || i % 4 == 0;
       EXPECT_GE(calls, 23u);
       EXPECT_EQ(timed, want) << calls << " allreduces";
+      EXPECT_EQ(kernel_ch_ops[static_cast<int>(t.header.pid)], want) << "operations NCCL ran with KernelCh";
     }
   }
 }
