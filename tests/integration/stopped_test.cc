@@ -122,6 +122,40 @@ TEST(Stopped, ARankThatStopsIsNamedLiveAndPostMortem) {
   EXPECT_EQ(err.find("rank 2 of 4 (GPU2): ncclAllReduce"), std::string::npos) << err;
 }
 
+// Grouped sends and receives (a pipeline's ring) queue at their call and wait for the peer inside
+// ncclGroupEnd: a rank stuck there is in its sends and receives, not done with them (issue 36), and
+// says so once, not once per operation queued behind.
+TEST(Stopped, RanksWaitingInTheirGroupsEndAreInTheirSendsAndReceives) {
+  std::string dir = TempDir() + "/stop-group";
+  fs::create_directories(dir);
+  std::string job = JobCommand(dir, "stop@2:5", 120, 50);
+  job.replace(job.find("-o allreduce"), 12, "-o sendrecv");
+  LookThenKill(dir, job, 6);
+  json live = Stopped(Slurp(dir + "/live.json"));
+  ASSERT_TRUE(live.is_object()) << live.dump();
+  int in_call = 0, ranks = 0;
+  for (const json& comm : live["comms"])
+    for (const json& m : comm["members"]) {
+      if (m["rank"] == 2) continue;
+      ++ranks;
+      const json& last = m["last"];
+      ASSERT_FALSE(last.empty()) << m.dump();
+      const json& newest = last.back();
+      EXPECT_TRUE(newest["op"] == "ncclSend" || newest["op"] == "ncclRecv") << newest.dump();
+      in_call += newest["state"] == "in the call";
+    }
+  EXPECT_EQ(ranks, 3);
+  EXPECT_GE(in_call, 2) << "the ranks next to the stopped one wait in their group's end";
+  std::string err = Slurp(dir + "/job.err");
+  for (int rank : {1, 3}) {
+    std::string who = "rank " + std::to_string(rank) + " of 4 (GPU" + std::to_string(rank) + "): ncclSend #";
+    size_t at = err.find(who);
+    EXPECT_NE(at, std::string::npos) << err;
+    EXPECT_NE(err.find("has not returned", at), std::string::npos) << err;
+  }
+  EXPECT_EQ(err.find("has not finished on the GPU"), std::string::npos) << err;
+}
+
 TEST(Stopped, ARankKilledMidCollectiveIsNamedWhileTheOthersWait) {
   std::string dir = TempDir() + "/die-live";
   fs::create_directories(dir);
