@@ -5,6 +5,9 @@
 //   version    ncclGetVersion: the wrapper alone (nothing recorded)
 //   allreduce  ncclAllReduce of 1024 floats on a 1-rank communicator (an operation record; untimed
 //              with P2PTRACE_SAMPLE=off)
+//   pair       nccl_overhead pair N BYTES: an allreduce of BYTES on a 2-rank communicator (both ranks
+//              in this thread, ncclCommInitAll on GPUs 0 and 1): each iteration is ncclGroupStart,
+//              one ncclAllReduce per rank, ncclGroupEnd (run_bench.py --nccl-path)
 // Both modes start one idle thread first. A real NCCL process always has several (NCCL's proxy
 // threads, CUDA's); the simulated NCCL has none, and glibc's single-thread shortcuts (no
 // cancellation bookkeeping around open/write/close, no atomics in malloc) in the sim's per-call file
@@ -31,8 +34,8 @@ int Fail(const char* what, int r) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: nccl_overhead version|allreduce N\n");
+  if (argc < 3 || argc > 4) {
+    std::fprintf(stderr, "usage: nccl_overhead version|allreduce N | pair N BYTES\n");
     return 2;
   }
   if (std::getenv("NCCL_OVERHEAD_NO_THREAD") == nullptr) std::thread([] { pause(); }).detach();
@@ -43,6 +46,32 @@ int main(int argc, char** argv) {
     for (long i = 0; i < 64 + n; ++i)
       if (ncclResult_t r = ncclGetVersion(&version); r != ncclSuccess) return Fail("ncclGetVersion", r);
     std::printf("version %d\n", version);
+    return 0;
+  }
+  if (std::strcmp(kind, "pair") == 0) {
+    size_t bytes = argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 4096;
+    int devs[2] = {0, 1};
+    ncclComm_t comms[2];
+    if (ncclResult_t r = ncclCommInitAll(comms, 2, devs); r != ncclSuccess) return Fail("ncclCommInitAll", r);
+    cudaStream_t streams[2];
+    float* bufs[2];
+    for (int i = 0; i < 2; ++i)
+      if (cudaSetDevice(i) != cudaSuccess || cudaStreamCreate(&streams[i]) != cudaSuccess ||
+          cudaMalloc(&bufs[i], bytes) != cudaSuccess)
+        return Fail("cuda setup", i);
+    for (long i = 0; i < 64 + n; ++i) {
+      ncclGroupStart();
+      for (int r = 0; r < 2; ++r)
+        if (ncclResult_t e = ncclAllReduce(bufs[r], bufs[r], bytes / 4, ncclFloat32, ncclSum, comms[r], streams[r]);
+            e != ncclSuccess)
+          return Fail("ncclAllReduce", e);
+      if (ncclResult_t e = ncclGroupEnd(); e != ncclSuccess) return Fail("ncclGroupEnd", e);
+    }
+    for (int r = 0; r < 2; ++r) {
+      cudaStreamSynchronize(streams[r]);
+      ncclCommDestroy(comms[r]);
+    }
+    std::printf("pair done\n");
     return 0;
   }
   if (std::strcmp(kind, "allreduce") != 0) return Fail(kind, -1);

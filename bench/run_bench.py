@@ -465,6 +465,139 @@ def nccl_bench(args, tmp):
     return ok
 
 
+# --- The NCCL path per operation (--nccl-path, issue 36) ---------------------------------------------
+# bench/nccl_overhead pair: a 2-rank allreduce (ncclGroupStart, one ncclAllReduce per rank, both in
+# the calling thread, ncclGroupEnd) per iteration, bare and under the shim, per sampling mode and size.
+# Per iteration in the steady state ((X(N2) - X(N1)) / (N2 - N1), the calling thread only):
+#   Ir        callgrind instructions
+#   syscalls  system calls (strace -f -k): all, and those with the shim on their stack
+#   CUDA      calls into libcudart/libcuda (callgrind's call edges): all, and those the shim made
+# The shim's must be 0 where NCCL's kernel timers measure (the default on NCCL >= 2.27.3: the
+# simulated NCCL is 2.28) and under P2PTRACE_SAMPLE=off; the syscalls 0 in every mode.
+PATH_SAMPLES = [("off", "off"), ("default", None), ("all", "all"), ("events", "all")]  # events: P2PTRACE_NCCL_PROFILER=off
+PATH_SIZES = [(4096, 100, 300), (16 << 20, 4, 12)]  # bytes, N1, N2
+
+
+def callgrind_edges(path):
+    """Calls per (caller object, callee object) in a callgrind output file."""
+    names, edges = {}, {}
+    ob = cob = None
+
+    def name(v):
+        v = v.strip()
+        if v.startswith("("):
+            key, _, rest = v.partition(")")
+            if rest.strip():
+                names[key] = rest.strip()
+            return names.get(key, "")
+        return v
+
+    with open(path) as f:
+        for line in f:
+            if line.startswith("ob="):
+                ob = name(line[3:])
+            elif line.startswith("cob="):
+                cob = name(line[4:])
+            elif line.startswith("calls="):
+                n = int(line[6:].split()[0])
+                key = (os.path.basename(ob or ""), os.path.basename(cob or ob or ""))
+                edges[key] = edges.get(key, 0) + n
+                cob = None
+            elif line.startswith(("fn=", "fl=", "fi=", "fe=")):
+                cob = None
+    return edges
+
+
+def cuda_calls(edges):
+    into = lambda callee: callee.startswith(("libcudart.so", "libcuda.so"))
+    total = sum(n for (caller, callee), n in edges.items() if into(callee) and not into(caller))
+    shim = sum(n for (caller, callee), n in edges.items() if into(callee) and caller.startswith("libp2ptrace"))
+    return total, shim
+
+
+def strace_syscalls(path):
+    """System calls of the first (calling) thread: all, and the shim's own (the innermost frame
+    outside the C and C++ runtimes is libp2ptrace.so's; NCCL's own calls have the shim's wrapper
+    further out on their stack, and stay NCCL's)."""
+    runtime = ("/libc.so", "/ld-linux", "/libstdc++", "/libgcc_s", "/libm.so", "linux-vdso")
+    main = None
+    total = shim = 0
+    current = None  # the calling thread's system call whose stack is being read; None when decided
+    with open(path) as f:
+        for line in f:
+            if line.startswith(" > "):
+                if current is not None and not any(r in line for r in runtime):
+                    shim += "libp2ptrace.so" in line
+                    current = None
+                continue
+            pid = line.split(" ", 1)[0]
+            if not pid.isdigit():
+                continue
+            main = main or pid
+            current = pid if pid == main and "resumed>" not in line else None
+            total += current is not None
+    return total, shim
+
+
+def nccl_path_bench(args, tmp):
+    binary = os.path.join(os.path.abspath(args.build_dir), "bench", "nccl_overhead")
+    strace = shutil.which("strace")
+    if not strace:
+        die("strace is needed for --nccl-path (apt-get install strace)")
+    rows = []
+    bare_cache = {}
+    for size, n1, n2 in PATH_SIZES:
+        for label, sample in PATH_SAMPLES:
+            got = {}
+            for mode in ("bare", "shim"):
+                if mode == "bare" and size in bare_cache:
+                    got["bare"] = bare_cache[size]
+                    continue
+                per = {}
+                for n in (n1, n2):
+                    tag = "%s-%s-%d-%d" % (mode, label, size, n)
+                    env = nccl_env(args, mode, os.path.join(tmp, "t-" + tag), sample or "off")
+                    if sample is None:
+                        env.pop("P2PTRACE_SAMPLE", None)
+                    if label == "events":
+                        env["P2PTRACE_NCCL_PROFILER"] = "off"
+                    out = os.path.join(tmp, "cg-" + tag)
+                    cmd = [binary, "pair", str(n), str(size)]
+                    run([args.valgrind, "--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=" + out] + cmd,
+                        env, "callgrind " + tag)
+                    with open(out + "-01") as f:
+                        ir = next(int(l.split()[1]) for l in f if l.startswith(("totals:", "summary:")))
+                    st = os.path.join(tmp, "st-" + tag)
+                    env = nccl_env(args, mode, os.path.join(tmp, "s-" + tag), sample or "off")
+                    if sample is None:
+                        env.pop("P2PTRACE_SAMPLE", None)
+                    if label == "events":
+                        env["P2PTRACE_NCCL_PROFILER"] = "off"
+                    run([strace, "-f", "-k", "-qq", "-o", st] + cmd, env, "strace " + tag)
+                    per[n] = (ir,) + cuda_calls(callgrind_edges(out + "-01")) + strace_syscalls(st)
+                d = float(n2 - n1)
+                got[mode] = tuple((per[n2][i] - per[n1][i]) / d for i in range(5))
+                if mode == "bare":
+                    bare_cache[size] = got["bare"]
+            rows.append((size, label, got["bare"], got["shim"]))
+            print("  nccl path %-8s %s done" % (label, "16 MiB" if size > 4096 else "4 KiB"), file=sys.stderr)
+    print()
+    print("NCCL path per iteration (2-rank allreduce: group, one call per rank; calling thread; (X(N2)-X(N1))/(N2-N1)):")
+    hdr = "%-7s %-8s %12s %12s %9s | %8s %8s %6s | %8s %8s %6s" % (
+        "size", "sample", "Ir bare", "Ir traced", "+Ir", "sys bare", "sys trc", "shim", "cuda bare", "cuda trc", "shim")
+    print(hdr)
+    print("-" * len(hdr))
+    ok = True
+    for size, label, b, s in rows:
+        print("%-7s %-8s %12.1f %12.1f %+9.1f | %8.2f %8.2f %6.2f | %8.2f %8.2f %6.2f" % (
+            "16 MiB" if size > 4096 else "4 KiB", label, b[0], s[0], s[0] - b[0], b[3], s[3], s[4], b[1], s[1], s[2]))
+        ok = ok and s[4] == 0 and (label == "events" or s[2] == 0)
+    print("sample: off (P2PTRACE_SAMPLE=off), default (unset: 32:64:16M), all; events: all, with P2PTRACE_NCCL_PROFILER=off")
+    print("(NCCL's kernel timers off, so operations are timed with CUDA events on NCCL's stream: the old way).")
+    print("shim: of the calling thread's system calls / CUDA calls, those the shim made. Goal: 0, except CUDA under events.")
+    return ok
+
+
 DLSYM_KINDS = ("allreduce", "dlsym")
 DLSYM_DESCRIPTION = {"allreduce": "ncclAllReduce taken with dlsym, untimed", "dlsym": "dlsym(libnccl, \"ncclAllReduce\")"}
 
@@ -538,6 +671,9 @@ def main():
     ap.add_argument("--report-only", action="store_true", help="exit 0 even when a budget is exceeded")
     ap.add_argument("--nccl", action="store_true",
                     help="instead: NCCL calls (bench/nccl_overhead: ncclGetVersion, an untimed ncclAllReduce), callgrind only")
+    ap.add_argument("--nccl-path", action="store_true",
+                    help="instead: per NCCL operation, bare vs traced, per sampling mode and size: instructions, "
+                         "system calls and CUDA calls (issue 36); callgrind and strace")
     ap.add_argument("--dlsym", action="store_true",
                     help="instead: calls taken with dlsym, bare vs through libp2ptrace_audit.so (bench/dlsym_overhead), callgrind only")
     ap.add_argument("--no-thread", action="store_true",
@@ -553,7 +689,7 @@ def main():
     args.shim = os.path.abspath(args.shim) if args.shim else os.path.join(bd, "lib", "libp2ptrace.so")
     args.sim_lib = os.path.join(bd, "sim", "lib")
     args.topology = os.path.abspath(args.topology)
-    if args.nccl or args.dlsym:
+    if args.nccl or args.dlsym or args.nccl_path:
         args.valgrind, args.annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
         if not args.valgrind:
             die("valgrind is needed for --nccl")
@@ -563,7 +699,8 @@ def main():
         tmp = tempfile.mkdtemp(prefix="p2ptrace-bench-", dir=args.trace_root)
         try:
             print("shim: %s\nsim: %s\ndate: %s" % (args.shim, args.sim_lib, time.strftime("%Y-%m-%d %H:%M %Z")))
-            ok = dlsym_bench(args, tmp) if args.dlsym else nccl_bench(args, tmp)
+            ok = (dlsym_bench(args, tmp) if args.dlsym else nccl_path_bench(args, tmp) if args.nccl_path
+                  else nccl_bench(args, tmp))
             print("budgets: %s" % ("met" if ok else "EXCEEDED"))
             return 0 if ok or args.report_only else 1
         finally:

@@ -1538,7 +1538,8 @@ void TellProfilers(std::vector<Op>& ops) {
   std::map<Comm*, std::vector<pf::OpEvent>> per_comm;
   for (Op& op : ops) {
     Comm& c = *op.comm;
-    if (!c.profiler.active) continue;
+    // An operation called under an empty mask starts no event (NCCL does no plugin work for it).
+    if (!c.profiler.active || op.profiler_mask == 0) continue;
     if (UsesP2pConnections(op) && !IsP2p(op)) {
       const double bytes = double(op.count * TypeSize(op.type));
       for (auto [peer, send] : P2pPeers(op)) {
