@@ -476,6 +476,10 @@ def nccl_bench(args, tmp):
 # simulated NCCL is 2.28) and under P2PTRACE_SAMPLE=off; the syscalls 0 in every mode.
 PATH_SAMPLES = [("off", "off"), ("default", None), ("all", "all"), ("events", "all")]  # events: P2PTRACE_NCCL_PROFILER=off
 PATH_SIZES = [(4096, 100, 300), (16 << 20, 4, 12)]  # bytes, N1, N2
+# The shim's system calls per iteration that pass: none on the call's path; what remains is the
+# trace's growth (a new chunk claimed: fallocate, madvise, a few more, once per chunk of records, so
+# a few hundredths per iteration when every call is sampled). One per call (a stat, as before) fails.
+SHIM_SYSCALLS = 0.1
 
 
 def callgrind_edges(path):
@@ -544,9 +548,15 @@ def nccl_path_bench(args, tmp):
     strace = shutil.which("strace")
     if not strace:
         die("strace is needed for --nccl-path (apt-get install strace)")
+    probe = subprocess.run([strace, "-f", "-qq", "-o", os.devnull, "true"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    if probe.returncode != 0:  # ptrace refused (a container's seccomp, yama): nothing can be counted
+        print("SKIP: strace cannot trace here (%s)" % probe.stderr.strip().splitlines()[-1:])
+        return False
     rows = []
     bare_cache = {}
-    for size, n1, n2 in PATH_SIZES:
+    sizes = PATH_SIZES[:1] if args.syscalls_only else PATH_SIZES
+    for size, n1, n2 in sizes:
         for label, sample in PATH_SAMPLES:
             got = {}
             for mode in ("bare", "shim"):
@@ -563,10 +573,13 @@ def nccl_path_bench(args, tmp):
                         env["P2PTRACE_NCCL_PROFILER"] = "off"
                     out = os.path.join(tmp, "cg-" + tag)
                     cmd = [binary, "pair", str(n), str(size)]
-                    run([args.valgrind, "--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=" + out] + cmd,
-                        env, "callgrind " + tag)
-                    with open(out + "-01") as f:
-                        ir = next(int(l.split()[1]) for l in f if l.startswith(("totals:", "summary:")))
+                    ir, calls = 0, (0, 0)
+                    if not args.syscalls_only:
+                        run([args.valgrind, "--tool=callgrind", "--separate-threads=yes", "--callgrind-out-file=" + out] + cmd,
+                            env, "callgrind " + tag)
+                        with open(out + "-01") as f:
+                            ir = next(int(l.split()[1]) for l in f if l.startswith(("totals:", "summary:")))
+                        calls = cuda_calls(callgrind_edges(out + "-01"))
                     st = os.path.join(tmp, "st-" + tag)
                     env = nccl_env(args, mode, os.path.join(tmp, "s-" + tag), sample or "off")
                     if sample is None:
@@ -574,7 +587,7 @@ def nccl_path_bench(args, tmp):
                     if label == "events":
                         env["P2PTRACE_NCCL_PROFILER"] = "off"
                     run([strace, "-f", "-k", "-qq", "-o", st] + cmd, env, "strace " + tag)
-                    per[n] = (ir,) + cuda_calls(callgrind_edges(out + "-01")) + strace_syscalls(st)
+                    per[n] = (ir,) + calls + strace_syscalls(st)
                 d = float(n2 - n1)
                 got[mode] = tuple((per[n2][i] - per[n1][i]) / d for i in range(5))
                 if mode == "bare":
@@ -591,10 +604,14 @@ def nccl_path_bench(args, tmp):
     for size, label, b, s in rows:
         print("%-7s %-8s %12.1f %12.1f %+9.1f | %8.2f %8.2f %6.2f | %8.2f %8.2f %6.2f" % (
             "16 MiB" if size > 4096 else "4 KiB", label, b[0], s[0], s[0] - b[0], b[3], s[3], s[4], b[1], s[1], s[2]))
-        ok = ok and s[4] == 0 and (label == "events" or s[2] == 0)
+        # events: the way without NCCL's kernel timers (P2PTRACE_NCCL_PROFILER=off, or an NCCL before
+        # 2.27.3): two CUDA events per sampled call and a wake of the timing thread (a futex); shown, not judged.
+        ok = ok and (label == "events" or (s[4] <= SHIM_SYSCALLS and s[2] == 0))
     print("sample: off (P2PTRACE_SAMPLE=off), default (unset: 32:64:16M), all; events: all, with P2PTRACE_NCCL_PROFILER=off")
     print("(NCCL's kernel timers off, so operations are timed with CUDA events on NCCL's stream: the old way).")
-    print("shim: of the calling thread's system calls / CUDA calls, those the shim made. Goal: 0, except CUDA under events.")
+    print("shim: of the calling thread's system calls / CUDA calls, those the shim made (its stack's innermost frame")
+    print("outside the C/C++ runtimes). Met (events not judged): CUDA 0; system calls <= %.2f per iteration (a" % SHIM_SYSCALLS)
+    print("trace chunk claimed now and then as the records grow; none on the call's path).")
     return ok
 
 
@@ -674,6 +691,8 @@ def main():
     ap.add_argument("--nccl-path", action="store_true",
                     help="instead: per NCCL operation, bare vs traced, per sampling mode and size: instructions, "
                          "system calls and CUDA calls (issue 36); callgrind and strace")
+    ap.add_argument("--syscalls-only", action="store_true",
+                    help="with --nccl-path: 4 KiB only, system calls only (strace; no callgrind): the ctest")
     ap.add_argument("--dlsym", action="store_true",
                     help="instead: calls taken with dlsym, bare vs through libp2ptrace_audit.so (bench/dlsym_overhead), callgrind only")
     ap.add_argument("--no-thread", action="store_true",
@@ -691,7 +710,7 @@ def main():
     args.topology = os.path.abspath(args.topology)
     if args.nccl or args.dlsym or args.nccl_path:
         args.valgrind, args.annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
-        if not args.valgrind:
+        if not args.valgrind and not args.syscalls_only:
             die("valgrind is needed for --nccl")
         for path in (args.shim, os.path.join(args.sim_lib, "libnccl.so.2")):
             if not os.path.exists(path):

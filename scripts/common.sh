@@ -7,7 +7,7 @@ CUDA_ROOT=${CUDAToolkit_ROOT:-/usr/local/cuda}
 # Debian 12 packages the build and the tests need (the CUDA toolkit itself is not a Debian package).
 PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-pip python3-venv ca-certificates binutils file
           libgtest-dev libgmock-dev libbenchmark-dev nlohmann-json3-dev
-          libabsl-dev libfmt-dev libcli11-dev libunwind-dev clang libclang-rt-14-dev valgrind ccache
+          libabsl-dev libfmt-dev libcli11-dev libunwind-dev clang libclang-rt-14-dev valgrind strace ccache
           chromium     # chromium: the HTML report test renders the page headless; ccache: the wheel's build
           prometheus)  # prometheus: its promtool checks the files of doctor/export --prometheus
 
