@@ -434,7 +434,12 @@ const ProbedGpu* GpuOfRank(const NodeProbe& p, int rank, const std::string& dev)
   return nullptr;
 }
 
-std::set<std::pair<int, int>> g_observed;  // pairs already compared (under g_mu)
+// Pairs already compared (under g_mu). Never destroyed: exit reads the rest of NCCL's log after
+// the library's static destructors may have run.
+std::set<std::pair<int, int>>& Observed() {
+  static auto* s = new std::set<std::pair<int, int>>();
+  return *s;
+}
 
 }  // namespace
 
@@ -447,7 +452,7 @@ void PreflightObserveNccl(const Connection& c) {
   const ProbedGpu* ga = GpuOfRank(p, c.src_rank, c.src_dev);
   const ProbedGpu* gb = GpuOfRank(p, c.dst_rank, c.dst_dev);
   if (ga == nullptr || gb == nullptr || ga == gb) return;
-  if (!g_observed.insert({ga->index, gb->index}).second) return;
+  if (!Observed().insert({ga->index, gb->index}).second) return;
   // What the job start predicted with NCCL's rules and the environment it saw, and the same with
   // the environment now (a program may set NCCL_* after the check and before NCCL reads it).
   NodeProbe now_probe = p;
