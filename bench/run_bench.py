@@ -607,7 +607,7 @@ def nccl_path_bench(args, tmp):
         # events: the way without NCCL's kernel timers (P2PTRACE_NCCL_PROFILER=off, or an NCCL before
         # 2.27.3): two CUDA events per sampled call and a wake of the timing thread (a futex); shown, not judged.
         ok = ok and (label == "events" or (s[4] <= SHIM_SYSCALLS and s[2] == 0))
-    print("sample: off (P2PTRACE_SAMPLE=off), default (unset: 32:64:16M), all; events: all, with P2PTRACE_NCCL_PROFILER=off")
+    print("sample: off (P2PTRACE_SAMPLE=off), default (unset: 8:64:16M), all; events: all, with P2PTRACE_NCCL_PROFILER=off")
     print("(NCCL's kernel timers off, so operations are timed with CUDA events on NCCL's stream: the old way).")
     print("shim: of the calling thread's system calls / CUDA calls, those the shim made (its stack's innermost frame")
     print("outside the C/C++ runtimes). Met (events not judged): CUDA 0; system calls <= %.2f per iteration (a" % SHIM_SYSCALLS)
