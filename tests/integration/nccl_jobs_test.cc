@@ -569,6 +569,19 @@ std::vector<std::vector<std::string>> PluginCalls(const std::string& path) {
 
 std::string RecordingPlugin(const std::string& name) { return std::string(P2PTRACE_SIM_LIB_DIR) + "/" + name + ".so"; }
 
+// The 2-rank job bare and then under `p2ptrace run`, the recording plugin writing each run's calls:
+// what it saw alone, and behind the shim. `traced`: the traced run (an exit other than 0 fails).
+std::pair<std::vector<std::vector<std::string>>, std::vector<std::vector<std::string>>> AloneAndBehindTheShim(
+    const std::string& dir, const std::vector<std::string>& args, Env env, RunResult* traced) {
+  env["RECORDING_PROFILER_OUT"] = dir + "-bare.txt";
+  RunResult bare = Job(dir + "-bare", "node0:2", args, false, env);
+  EXPECT_EQ(bare.exit_code, 0) << bare.out << bare.err;
+  env["RECORDING_PROFILER_OUT"] = dir + "-traced.txt";
+  *traced = Job(dir, "node0:2", args, true, env);
+  EXPECT_EQ(traced->exit_code, 0) << traced->out << traced->err;
+  return {PluginCalls(dir + "-bare.txt"), PluginCalls(dir + "-traced.txt")};
+}
+
 // NCCL_PROFILER_PLUGIN set by the program: p2ptrace takes its place and forwards, and the program's
 // plugin sees, call by call, what it sees alone, whatever its mask (NCCL then starts more events
 // for the shim's bits: none of them may reach it), while every pair is still timed.
@@ -580,14 +593,9 @@ TEST(NcclKernelTimers, TheProgramsOwnPluginSeesExactlyWhatItSeesAlone) {
     std::string dir = TempDir() + "/forward-" + std::to_string(mask);
     Env env = {{"NCCL_PROFILER_PLUGIN", RecordingPlugin("librecording-profiler-v5")},
                {"RECORDING_PROFILER_MASK", std::to_string(mask)}, {"P2PTRACE_SAMPLE", "all"}};
-    env["RECORDING_PROFILER_OUT"] = dir + "-bare.txt";
-    RunResult bare = Job(dir + "-bare", "node0:2", args, false, env);
-    ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
-    env["RECORDING_PROFILER_OUT"] = dir + "-traced.txt";
-    RunResult traced = Job(dir, "node0:2", args, true, env);
-    ASSERT_EQ(traced.exit_code, 0) << traced.out << traced.err;
+    RunResult traced;
+    auto [alone, forwarded] = AloneAndBehindTheShim(dir, args, env, &traced);
     EXPECT_EQ(traced.err.find("warning"), std::string::npos) << traced.err;
-    auto alone = PluginCalls(dir + "-bare.txt"), forwarded = PluginCalls(dir + "-traced.txt");
     ASSERT_EQ(alone.size(), 2u);
     EXPECT_GE(alone[0].size(), 4u);  // two inits (the world and its split), events, two finalizes
     ASSERT_EQ(forwarded.size(), alone.size());
@@ -615,15 +623,10 @@ TEST(NcclKernelTimers, NcclsDefaultPluginIsTheProgramsToo) {
   fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/libnccl-profiler.so");
   Env env = {{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
              {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}};
-  env["RECORDING_PROFILER_OUT"] = dir + "-bare.txt";
-  RunResult bare = Job(dir + "-bare", "node0:2", args, false, env);
-  ASSERT_EQ(bare.exit_code, 0) << bare.out << bare.err;
-  env["RECORDING_PROFILER_OUT"] = dir + "-traced.txt";
-  RunResult traced = Job(dir, "node0:2", args, true, env);
-  ASSERT_EQ(traced.exit_code, 0) << traced.out << traced.err;
-  auto alone = PluginCalls(dir + "-bare.txt");
+  RunResult traced;
+  auto [alone, forwarded] = AloneAndBehindTheShim(dir, args, env, &traced);
   ASSERT_EQ(alone.size(), 2u) << "the sim's NCCL loads libnccl-profiler.so by default";
-  EXPECT_EQ(PluginCalls(dir + "-traced.txt"), alone);
+  EXPECT_EQ(forwarded, alone);
   json j = ReportJson(dir + "/trace");
   int kernel_rated = 0;
   for (const json& p : j["pairs"]) kernel_rated += p["rate_basis"] == "NCCL kernel timers";
