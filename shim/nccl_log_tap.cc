@@ -134,15 +134,20 @@ struct TapSettings {
 std::atomic<const TapSettings*> g_settings{nullptr};
 std::atomic<bool> g_env_returned{false};  // the program's environment is its own again
 
+// The tap's own variables out of the environment (they only hand the tap to children).
+void UnsetMarkers() {
+  UnsetEnvironment(kTapFile);
+  UnsetEnvironment(kForward);
+  UnsetEnvironment("P2PTRACE_NCCL_TAP");
+}
+
 // The user's NCCL settings back, exactly: NCCL_DEBUG verbatim (kForward holds it when they set one;
 // otherwise they had none), no NCCL_DEBUG_FILE, no markers.
 void RestoreUserSettings() {
   if (Has(kForward)) SetEnvironment("NCCL_DEBUG", Getenv(kForward).c_str());
   else UnsetEnvironment("NCCL_DEBUG");
   UnsetEnvironment("NCCL_DEBUG_FILE");
-  UnsetEnvironment(kTapFile);
-  UnsetEnvironment(kForward);
-  UnsetEnvironment("P2PTRACE_NCCL_TAP");
+  UnsetMarkers();
 }
 
 // NCCL has read its debug settings (it is opening the tap's file, at the end of its debug init, and
@@ -157,9 +162,7 @@ void ReturnEnvironment() {
     if (t->user_debug) SetEnvironment("NCCL_DEBUG", t->debug.c_str());
     else UnsetEnvironment("NCCL_DEBUG");
   }
-  UnsetEnvironment(kTapFile);
-  UnsetEnvironment(kForward);
-  UnsetEnvironment("P2PTRACE_NCCL_TAP");
+  UnsetMarkers();
 }
 
 // A traced parent's tap, inherited through the environment. True when it is still in force; when
@@ -184,9 +187,7 @@ bool Inherited() {
     if (forwarding) SetEnvironment("NCCL_DEBUG", forward.c_str());
     else UnsetEnvironment("NCCL_DEBUG");
   }
-  UnsetEnvironment(kTapFile);
-  UnsetEnvironment(kForward);
-  UnsetEnvironment("P2PTRACE_NCCL_TAP");
+  UnsetMarkers();
   return false;
 }
 

@@ -12,6 +12,9 @@ struct SampleSpec {
   uint32_t first = 8;                 // time the first K copies of each pair…
   uint32_t every = 64;                // …then 1 in N…
   uint64_t min_bytes = 16ull << 20;   // …and every copy at least this large
+
+  // Whether the n-th (from 0) of a counted stream of calls, of `bytes`, is in the sample.
+  bool Takes(uint64_t n, uint64_t bytes) const { return n < first || n % every == 0 || bytes >= min_bytes; }
 };
 
 struct Config {

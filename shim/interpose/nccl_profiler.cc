@@ -93,9 +93,7 @@ struct Context {
 };
 
 bool Sampled(Context* c, uint64_t bytes) {
-  const SampleSpec& s = detail::g_sample;
-  uint64_t n = c->ops.fetch_add(1, std::memory_order_relaxed);
-  return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
+  return detail::g_sample.Takes(c->ops.fetch_add(1, std::memory_order_relaxed), bytes);
 }
 
 uint8_t FuncApi(const char* f) {
@@ -527,7 +525,6 @@ const UserPlugin* LoadUserPlugin(const char* name, int version, bool by_default,
   return u;
 }
 
-
 // What the program had in NCCL_PROFILER_PLUGIN while the shim's name stands there, for a child
 // started meanwhile: unset when the program had none (kWasUnset).
 constexpr const char kWas[] = "P2PTRACE_PROFILER_WAS";
@@ -559,7 +556,6 @@ void PutShimInPlace() {
   bool marked = u != nullptr && !u->by_default ? SetEnvironment(kWas, u->name.c_str()) : SetEnvironment(kWasUnset, "1");
   if (marked && SetEnvironment("NCCL_PROFILER_PLUGIN", kPluginName)) g_env_ours.store(true, std::memory_order_release);
 }
-
 
 }  // namespace
 

@@ -239,9 +239,7 @@ bool KernelSampled(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
     const CudaRuntime* rt = AnsweredRuntime(false);
     if (rt == nullptr || graphs::CapturedOn(*rt, stream, &graph)) return false;
   }
-  const SampleSpec& s = detail::g_sample;
-  uint64_t n = __atomic_fetch_add(&f->ops, 1, __ATOMIC_RELAXED);
-  return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
+  return detail::g_sample.Takes(__atomic_fetch_add(&f->ops, 1, __ATOMIC_RELAXED), bytes);
 }
 
 std::atomic<uint64_t> g_ops{0};
@@ -249,8 +247,7 @@ std::atomic<uint64_t> g_ops{0};
 bool SampleOp(uint64_t bytes) {
   const SampleSpec& s = TraceWriter::config().sample;
   if (!s.enabled) return false;
-  uint64_t n = g_ops.fetch_add(1, std::memory_order_relaxed);
-  return n < s.first || n % s.every == 0 || bytes >= s.min_bytes;
+  return s.Takes(g_ops.fetch_add(1, std::memory_order_relaxed), bytes);
 }
 
 // Starts a timing pair for an operation of `comm` on `stream`. False when it cannot be timed, or
@@ -282,15 +279,16 @@ struct GroupStream {
 constexpr int kGroupStreams = 8;  // more streams in one group: the rest untimed
 constinit thread_local int t_group_streams __attribute__((tls_model("initial-exec"))) = 0;
 
-// A thread's group tables live on the heap, made at its first grouped call, with only a pointer in
-// static TLS: under LD_AUDIT glibc sizes the static TLS block before the program's libraries load,
-// and a preloaded library's initial-exec TLS must then fit in the small surplus left over (about
-// 1.5 KiB measured on glibc 2.36; 2.3 KiB of tables here made the job fail to start, DESIGN.md §4).
 // A grouped operation is queued by its call and runs (connects, waits for its peer) inside the
 // outermost ncclGroupEnd: its record stays pending until then, so that a rank stuck there is seen in
 // its sends and receives. More than the table holds: completed at their call, as before.
 constexpr int kGroupOps = 256;
 constinit thread_local int t_group_ops __attribute__((tls_model("initial-exec"))) = 0;
+
+// A thread's group tables live on the heap, made at its first grouped call, with only a pointer in
+// static TLS: under LD_AUDIT glibc sizes the static TLS block before the program's libraries load,
+// and a preloaded library's initial-exec TLS must then fit in the small surplus left over (about
+// 1.5 KiB measured on glibc 2.36; 2.3 KiB of tables here made the job fail to start, DESIGN.md §4).
 struct GroupTables {
   GroupComm comms[kGroupComms];
   GroupStream streams[kGroupStreams];
@@ -336,10 +334,11 @@ GroupStream* GroupEntry(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
   return &g;
 }
 
-// After the outermost ncclGroupEnd: the group's communicators recorded (rank and size known now,
-// or the group's failure), every timing pair of the group ended (returned to the pool if it failed).
-inline void Returned(p2ptrace_nccl_op_record* rec, ncclResult_t r);
+inline void Returned(p2ptrace_nccl_op_record* rec, ncclResult_t r);  // below
 
+// After the outermost ncclGroupEnd: the grouped operations' records completed with the group's
+// result, the group's communicators recorded (rank and size known now, or the group's failure),
+// every timing pair of the group ended (returned to the pool if it failed).
 void EndGroup(ncclResult_t r) {
   if (t_group_ops > 0) {
     for (int i = 0; i < t_group_ops; ++i) Returned(t_group_tables->ops[i], r);  // the group's result is theirs

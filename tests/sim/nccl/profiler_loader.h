@@ -56,8 +56,8 @@ enum Func { kBroadcast = 0, kReduce = 1, kAllGather = 2, kReduceScatter = 3, kAl
 // events of v5+ are not simulated): Group, then each operation's P2p or Coll (parent: the group),
 // stopped at once (NCCL's "enqueued"); then, per channel an operation ran on, KernelCh (v3+) with the
 // channel's GPU start time, KernelChStop with its stop time (v4+), stop. Each kind only when the
-// process-wide activation mask asks for it or a child of it (the Group: for any operation's or child's
-// bit, whatever the batch holds, as NCCL does). Times come from this process's
+// operation's own mask (OpEvent::mask, the process-wide one as it was at its call) asks for it or a
+// child of it (the Group: for any operation's or child's bit, whatever the batch holds, as NCCL does). Times come from this process's
 // simulated GPU clock: collectives one after another, a group's send/recv side by side, each
 // taking its own pair's time.
 void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n);
