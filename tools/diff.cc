@@ -82,7 +82,7 @@ std::map<PairKey, PairAgg> Aggregate(const Report& r) {
                   ? fmt::format("{} {} -> {} ({})", e.src.host, GpuName(e.src), GpuName(e.dst), e.source)
                   : fmt::format("{} {} -> {} {} ({})", e.src.host, GpuName(e.src), e.dst.host, GpuName(e.dst), e.source);
     p.weight[e.transport] += e.source == "nccl" ? static_cast<uint64_t>(e.channels) : e.bytes;
-    p += e;
+    p += e.Rated();  // the pair's rate as the report gives it: its own calls, else its ring share
     p.fallback |= e.fallback;
     for (const Cause& c : e.causes) p.causes.insert(c.id);
   }

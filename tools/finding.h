@@ -15,6 +15,8 @@ struct Finding {
   // A finding that is not about GPU pairs (a failed NCCL call, NCCL's own WARN): what happened, in
   // one line; the text report shows it in place of the pair list.
   std::string title;
+  // The ranks it names (the stopped finding: the rank that stopped first); empty when none.
+  std::vector<int> ranks;
 };
 
 }  // namespace p2ptrace::cli

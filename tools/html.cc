@@ -157,7 +157,7 @@ std::string BandwidthChart(const Report& rep, const std::vector<size_t>& order) 
   size_t n = std::min(order.size(), kBars);
   for (size_t k = 0; k < n; ++k) {
     const PairEntry& e = rep.pairs[order[k]];
-    max = std::max({max, e.Gbps(), e.expected_gbps_high});
+    max = std::max({max, e.RatedGbps(), e.expected_gbps_high});
   }
   std::string svg = fmt::format(R"(<svg width="{}" height="{}" role="img" aria-label="GB/s per pair">)",
                                 kLabel + kWidth + 90, static_cast<int>(n) * kRow + 24);
@@ -172,12 +172,12 @@ std::string BandwidthChart(const Report& rep, const std::vector<size_t>& order) 
       svg += fmt::format(R"(<rect class="expected" x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="#e3e8ef"/>)",
                          x(e.expected_gbps_low), y + 2, std::max(1.0, x(e.expected_gbps_high) - x(e.expected_gbps_low)),
                          kRow - 4);
-    if (e.Gbps() > 0)
+    if (e.RatedGbps() > 0)
       svg += fmt::format(R"(<rect class="bar t-{}" x="{}" y="{}" width="{:.1f}" height="{}"><title>{}: {}</title></rect>)",
-                         cls, kLabel, y + 4, std::max(1.0, x(e.Gbps()) - kLabel), kRow - 8, Escape(PairLabel(e)),
-                         Gb(e.Gbps()));
-    svg += fmt::format(R"(<text x="{:.1f}" y="{}">{}</text>)", x(std::max(e.Gbps(), e.expected_gbps_high)) + 4, y + 12,
-                       Gb(e.Gbps()));
+                         cls, kLabel, y + 4, std::max(1.0, x(e.RatedGbps()) - kLabel), kRow - 8, Escape(PairLabel(e)),
+                         Gb(e.RatedGbps()));
+    svg += fmt::format(R"(<text x="{:.1f}" y="{}">{}</text>)", x(std::max(e.RatedGbps(), e.expected_gbps_high)) + 4, y + 12,
+                       Gb(e.RatedGbps()));
   }
   int axis = static_cast<int>(n) * kRow + 14;
   for (int i = 0; i <= 4; ++i)
@@ -362,7 +362,7 @@ std::string RenderHtml(const Report& rep) {
         std::vector<std::string> title;
         for (size_t i : c->second.pairs) {
           fallback |= rep.pairs[i].fallback;
-          title.push_back(fmt::format("{} {}", TransportName(rep.pairs[i].transport), Gb(rep.pairs[i].Gbps())));
+          title.push_back(fmt::format("{} {}", TransportName(rep.pairs[i].transport), Gb(rep.pairs[i].RatedGbps())));
         }
         out += fmt::format("<td class=\"cell t-{}{}{}\" data-pairs=\"{}\" title=\"{} → {}: {}\">{}</td>",
                            TransportName(top.transport), fallback ? " fallback" : "", c->second.pairs.size() > 1 ? " multi" : "",
@@ -400,10 +400,11 @@ std::string RenderHtml(const Report& rep) {
   // Bandwidth per pair, the furthest below its expectation first.
   std::vector<size_t> order;
   for (size_t i = 0; i < rep.pairs.size(); ++i)
-    if (rep.pairs[i].Gbps() > 0) order.push_back(i);
+    if (rep.pairs[i].RatedGbps() > 0) order.push_back(i);
   auto shortfall = [&](size_t i) {
     const PairEntry& e = rep.pairs[i];
-    return e.expected_gbps_low > 0 ? e.Gbps() / e.expected_gbps_low : 1e9;
+    // A ring hop bounded by a slower one is not short of its own link: it goes last.
+    return e.expected_gbps_low > 0 && e.bounded_by.empty() ? e.RatedGbps() / e.expected_gbps_low : 1e9;
   };
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     bool fa = rep.pairs[a].fallback, fb = rep.pairs[b].fallback;

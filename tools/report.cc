@@ -1029,10 +1029,7 @@ void ReportBuilder::State::FinishCosts() {
     e.expected_gbps_low = b.low;
     e.expected_gbps_high = b.high;
     e.expected_basis = b.basis;
-    // A pair timed only inside collectives: the time its ring share took.
-    const bool coll_only = e.Gbps() <= 0 && e.CollGbps() > 0;
-    const double gbps = coll_only ? e.CollGbps() : e.Gbps();
-    if (!e.fallback || e.expected == 0 || gbps <= 0) continue;
+    if (!e.fallback || e.expected == 0 || e.RatedGbps() <= 0) continue;
     if (auto m = measured_pair.find({e.src.host, e.src.bus_id, e.dst.bus_id, e.expected}); m != measured_pair.end()) {
       e.best_gbps = m->second;
       e.best_basis = "measured on this pair";
@@ -1047,7 +1044,7 @@ void ReportBuilder::State::FinishCosts() {
     }
     // The timed calls' measured time less what their bytes would take at `best`: what was measured
     // lost, never more than was measured (untimed bytes are not extrapolated).
-    const Traffic& t = coll_only ? e.coll : static_cast<const Traffic&>(e);
+    const Traffic& t = e.Rated();
     e.lost_seconds =
         std::max(0.0, static_cast<double>(t.timed_ns) * 1e-9 - static_cast<double>(t.timed_bytes) * 1e-9 / e.best_gbps);
     rep.lost_seconds += e.lost_seconds;
@@ -1193,12 +1190,13 @@ std::vector<PairPath> ReportBuilder::State::StopPaths() const {
     const auto& [key, src, dst, cls] = k;
     auto id = id_of_key.find(key);
     if (id == id_of_key.end()) continue;
-    std::string gpus;
+    std::string gpus, pair_gpus;
     const PairEntry* pair = nullptr;
     auto a = who.find({key, src}), b = who.find({key, dst});
     if (a != who.end() && b != who.end()) {
       GpuRef ga = Ref(a->second.host, a->second.bus), gb = Ref(b->second.host, b->second.bus);
-      gpus = fmt::format(" ({} {} -> {}{})", ga.host, GpuName(ga), gb.host == ga.host ? "" : gb.host + " ", GpuName(gb));
+      pair_gpus = fmt::format("{} {} -> {}{}", ga.host, GpuName(ga), gb.host == ga.host ? "" : gb.host + " ", GpuName(gb));
+      gpus = " (" + pair_gpus + ")";
       if (auto it = nccl_pair.find({ga.host, ga.bus_id, gb.host, gb.bus_id}); it != nccl_pair.end()) pair = it->second;
     }
     std::string text = fmt::format("rank {} -> rank {}{} via {} ({})", src, dst, gpus, fmt::join(conn.transports, ", "),
@@ -1221,7 +1219,7 @@ std::vector<PairPath> ReportBuilder::State::StopPaths() const {
       text += fmt::format(": {}{} — fix ({}): {}", fmt::join(ids, ", "), risk ? ", a path known to hang peer transfers" : "",
                           shown->id, shown->fix);
     }
-    out.push_back({id->second, src, dst, std::move(text), risk});
+    out.push_back({id->second, src, dst, std::move(text), std::move(pair_gpus), risk});
   }
   return out;
 }
@@ -1265,6 +1263,7 @@ Report ReportBuilder::Finish() {
   s.FinishCosts();
   s.FinishRings();
   FinishStopped(&rep.stopped, std::move(s.stop_comms), s.StopPaths(), s.stall_seconds);
+  if (rep.stopped.present) rep.findings.push_back(StoppedAsFinding(rep.stopped));
   // One finding per cause id, listing its pairs.
   std::map<std::string, Finding> by_cause;
   for (const PairEntry& e : rep.pairs)

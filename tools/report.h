@@ -98,9 +98,6 @@ struct PairEntry : Traffic {
   // beyond any hardware (core/rate.h; RateNote says why).
   double Gbps() const { return MeasuredGbps(timed_bytes, timed_ns); }
   std::string RateNote() const { return WithheldRateNote(timed_bytes, timed_ns); }
-  // The measured time of the timed calls (never bytes extrapolated at a rate: a sweep's first,
-  // small calls are latency); -1 when nothing was timed.
-  double Seconds() const { return timed_calls ? static_cast<double>(timed_ns) * 1e-9 : -1; }
   // Of timed_calls: timed by NCCL's own kernel timers (p2ptrace as NCCL's profiler plugin): each
   // send's channels on the GPU, alone even inside a group. When there are any, they are all the
   // timed calls: the group timing of the pair's sends is set aside.
@@ -111,6 +108,14 @@ struct PairEntry : Traffic {
   // the kernels' time (timed_ns). Not in the pair's calls and bytes above (those are its sends).
   Traffic coll;
   double CollGbps() const { return MeasuredGbps(coll.timed_bytes, coll.timed_ns); }
+  // The timing the pair's rate comes from, as RateBasis names it: its own timed calls, else its
+  // ring share in collectives (an allreduce-only job's pairs have only that). `gbps` and `seconds`
+  // in JSON, rows and the fallback costs are these.
+  const Traffic& Rated() const { return timed_calls == 0 && coll.timed_calls ? coll : *this; }
+  double RatedGbps() const { return MeasuredGbps(Rated().timed_bytes, Rated().timed_ns); }
+  // The measured time (never bytes extrapolated at a rate: a sweep's first, small calls are
+  // latency); -1 when nothing was timed.
+  double RatedSeconds() const { return Rated().timed_calls ? static_cast<double>(Rated().timed_ns) * 1e-9 : -1; }
   // In a pipelined ring every hop carries at the pace of the slowest: the slower hop that set this
   // pair's collective pace ("GPU3 -> GPU4 (shm)"); "" when it is the slowest or carried none.
   std::string bounded_by;

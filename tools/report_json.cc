@@ -94,8 +94,8 @@ json PairJson(const PairEntry& e) {
          {"expected", TransportName(e.expected)}, {"fallback", e.fallback}, {"calls", e.calls},
          {"bytes", e.bytes}, {"errors", e.errors}, {"timed_calls", e.timed_calls},
          {"timed_bytes", e.timed_bytes}};
-  p["seconds"] = e.Seconds() >= 0 ? json(e.Seconds()) : json(nullptr);
-  p["gbps"] = e.Gbps() > 0 ? json(e.Gbps()) : json(nullptr);
+  p["seconds"] = e.RatedSeconds() >= 0 ? json(e.RatedSeconds()) : json(nullptr);
+  p["gbps"] = e.RatedGbps() > 0 ? json(e.RatedGbps()) : json(nullptr);
   p["rate_note"] = e.RateNote().empty() ? json(nullptr) : json(e.RateNote());
   p["rate_basis"] = e.RateBasis().empty() ? json(nullptr) : json(e.RateBasis());
   json apis = json::object();
@@ -113,6 +113,8 @@ json PairJson(const PairEntry& e) {
                                 {"gbps", e.CollGbps() > 0 ? json(e.CollGbps()) : json(nullptr)},
                                 {"basis", "NCCL kernel timers"},
                                 {"bounded_by", e.bounded_by.empty() ? json(nullptr) : json(e.bounded_by)}};
+  // The hop that set this pair's pace in its ring (as in `collectives`, beside the rate it bounds).
+  p["bounded_by"] = e.bounded_by.empty() ? json(nullptr) : json(e.bounded_by);
   p["channels"] = e.channels;
   p["link"] = e.link.empty() ? json(nullptr) : json(e.link);
   p["nccl_from"] = e.nccl_from.empty() ? json(nullptr) : json(e.nccl_from);
@@ -172,6 +174,7 @@ json FindingJson(const Finding& f) {
   json o{{"id", f.id}, {"severity", f.severity}, {"pairs", f.pairs}, {"evidence", f.evidence}, {"fix", f.fix}};
   if (!f.title.empty()) o["title"] = f.title;
   if (!f.cause.empty()) o["cause"] = f.cause;
+  if (!f.ranks.empty()) o["ranks"] = f.ranks;
   return o;
 }
 

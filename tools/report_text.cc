@@ -401,7 +401,7 @@ std::string RenderText(const Report& rep, bool color) {
     out += fmt::format("  {}  ", PairName(e));
     out.Painted(e.transport, fmt::format("{:<12}", TransportName(e.transport)));
     out += fmt::format(" {:<34} {:>11} {:>9}  {}{}{}{}\n", what, e.bytes ? BytesText(e.bytes) : "",
-                       e.Seconds() > 0 ? Duration(e.Seconds()) : "", RateText(e), GraphText(e.graph_calls, e.graph_bytes),
+                       e.RatedSeconds() > 0 ? Duration(e.RatedSeconds()) : "", RateText(e), GraphText(e.graph_calls, e.graph_bytes),
                        e.errors ? fmt::format(", {} failed", e.errors) : "",
                        e.fallback && e.expected ? fmt::format("  fallback from {}", TransportName(e.expected)) : "");
   }
@@ -453,8 +453,8 @@ std::string RenderText(const Report& rep, bool color) {
       std::vector<std::string> ids;
       for (const Cause& c : e.causes) ids.push_back("[" + c.id + "]");
       std::string cost = e.lost_seconds >= 0
-                             ? fmt::format("{} timed at {} GB/s vs {:.1f} GB/s ({}): {} lost", BytesText(e.timed_bytes),
-                                           RateNumber(e.Gbps()), e.best_gbps, e.best_basis, Duration(e.lost_seconds))
+                             ? fmt::format("{} timed at {} GB/s{} vs {:.1f} GB/s ({}): {} lost", BytesText(e.Rated().timed_bytes),
+                                           RateNumber(e.RatedGbps()), e.timed_calls ? "" : " in collectives", e.best_gbps, e.best_basis, Duration(e.lost_seconds))
                              : std::string(e.bytes ? "not timed: cost unknown" : "no bytes attributed: cost unknown");
       out += fmt::format("  {}  ", PairName(e));
       out.Painted(e.transport, TransportName(e.transport));
@@ -515,6 +515,7 @@ std::string RenderText(const Report& rep, bool color) {
 
   // One paragraph per finding: the pairs it explains, the evidence of the first, the fix.
   for (const Finding& f : rep.findings) {
+    if (f.id == "stopped") continue;  // its STOPPED lines lead the report
     const PairEntry* first = nullptr;
     for (const PairEntry& e : rep.pairs)
       for (const Cause& c : e.causes)

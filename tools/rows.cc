@@ -148,8 +148,8 @@ json PairRow(const Report& rep, const JobFacts& f, const PairEntry& e) {
   r["errors"] = e.errors;
   r["timed_calls"] = e.timed_calls;
   r["timed_bytes"] = e.timed_bytes;
-  r["seconds"] = OrNull(e.Seconds(), e.Seconds() >= 0);
-  r["gbps"] = OrNull(e.Gbps(), e.Gbps() > 0);
+  r["seconds"] = OrNull(e.RatedSeconds(), e.RatedSeconds() >= 0);
+  r["gbps"] = OrNull(e.RatedGbps(), e.RatedGbps() > 0);
   r["rate_basis"] = OrNull(e.RateBasis());
   // Inside ring collectives, by NCCL's kernel timers (trace 1.9), and the hop that set that pace.
   r["coll_gbps"] = OrNull(e.CollGbps(), e.CollGbps() > 0);

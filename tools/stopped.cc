@@ -456,7 +456,9 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
               bool mine = op->p2p ? ((path.src_rank == m.rank && path.dst_rank == op->peer) ||
                                      (path.dst_rank == m.rank && path.src_rank == op->peer))
                                   : (path.src_rank == m.rank || path.dst_rank == m.rank);
-              if (mine) f->pair_notes.push_back(path.text);
+              if (!mine) continue;
+              f->pair_notes.push_back(path.text);
+              if (!path.gpus.empty()) f->pairs.push_back(path.gpus);
             }
           }
     if (!p.pending_init.empty()) doing.push_back(p.pending_init);
@@ -473,13 +475,64 @@ void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, 
     if (!mine.empty() && mine.front()->hang_risk)
       f->verdict += fmt::format("; rank {} -> rank {} is on a path known to hang peer transfers", mine.front()->src_rank,
                                 mine.front()->dst_rank);
-    for (const PairPath* path : mine)
-      if (f->pair_notes.size() < 8) f->pair_notes.push_back(path->text);
+    for (const PairPath* path : mine) {
+      if (f->pair_notes.size() >= 8) break;
+      f->pair_notes.push_back(path->text);
+      if (!path->gpus.empty()) f->pairs.push_back(path->gpus);
+    }
   } else if (!dead.empty()) {
     f->verdict = "processes stopped without exit; which was first cannot be told (see the notes)";
   } else {
     f->verdict = "the job did not end cleanly, but no rank can be named";
   }
+}
+
+Finding StoppedAsFinding(const StoppedFinding& f) {
+  Finding out;
+  out.id = "stopped";
+  out.severity = "error";
+  out.title = f.verdict;
+  out.pairs = f.pairs;
+  const StoppedProcess* first = f.first_process >= 0 ? &f.processes[static_cast<size_t>(f.first_process)] : nullptr;
+  if (first != nullptr) {
+    if (first->rank >= 0) out.ranks.push_back(first->rank);
+    out.evidence.push_back("it was doing: " + f.first_doing);
+    out.evidence.push_back(fmt::format("{} (pid {}): {}", first->host, first->pid, first->life));
+  }
+  // Where the others wait: in the title for the first rank's communicator, as evidence for all.
+  bool titled = false;
+  for (const StoppedComm& c : f.comms) {
+    if (c.waits.empty()) continue;
+    out.evidence.push_back(fmt::format("communicator {} ({} ranks): {}", c.id, c.nranks, c.waits));
+    bool firsts = first == nullptr;
+    for (const StoppedMember& m : c.members) firsts |= m.process == static_cast<size_t>(f.first_process);
+    if (firsts && !titled) out.title += "; " + c.waits, titled = true;
+    for (const std::string& m : c.mismatches) out.evidence.push_back(fmt::format("communicator {}: {}", c.id, m));
+  }
+  for (const std::string& n : f.pair_notes) out.evidence.push_back("pair: " + n);
+  for (const std::string& n : f.notes) out.evidence.push_back("note: " + n);
+  // What to do depends on how it stopped; the pairs' own fixes are in their notes above.
+  using H = StoppedProcess::Here;
+  if (first == nullptr)
+    out.fix = "the pairs above are the communicator's paths, those known to hang peer transfers first: apply their fix, "
+              "or rerun with NCCL_P2P_DISABLE=1 to confirm the path is the cause";
+  else if (first->here == H::kStopped)
+    out.fix = fmt::format("it is stopped, not dead: resume it (kill -CONT {}) or detach the debugger holding it; the others "
+                          "wait in their operation until it returns or NCCL's timeout ends them", first->pid);
+  else if (first->here == H::kStuck)
+    out.fix = fmt::format("it is alive but starved or stuck in the kernel: look at its stacks (py-spy dump --pid {}, or "
+                          "gdb -p {} -batch -ex 'thread apply all bt') and at dmesg on {}", first->pid, first->pid, first->host);
+  else if (first->exited || first->beating)
+    out.fix = "read its own output for why it left or never joined (an exception, a different code path or batch count); "
+              "every rank must call the same collectives in the same order";
+  else if (first->here == H::kNotHere && first->life.rfind("fatal", 0) != 0)
+    out.fix = fmt::format("it stopped beating: on {}, `p2ptrace report` of this directory tells stopped (kill -CONT {} "
+                          "resumes it) from dead (then its stderr and dmesg: the OOM killer, a GPU Xid error say why)",
+                          first->host, first->pid);
+  else
+    out.fix = fmt::format("find why it died: its own stderr, dmesg on {} (the OOM killer, a GPU Xid error), a core file; "
+                          "the others cannot finish the operation without it", first->host);
+  return out;
 }
 
 }  // namespace p2ptrace::cli

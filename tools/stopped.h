@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/trace_reader.h"
+#include "tools/finding.h"
 
 namespace p2ptrace::cli {
 
@@ -76,6 +77,7 @@ struct StoppedFinding {
   int first_process = -1;  // index into processes; -1 when none can be named
   std::string first_doing;   // what it was doing: its last operation per communicator
   std::vector<std::string> pair_notes;  // the pair(s) of that operation: path and causes
+  std::vector<std::string> pairs;       // the same pairs' GPUs, as findings name pairs
   std::vector<std::string> notes;       // clock skew, mixed jobs, truncated traces …
   std::vector<StoppedProcess> processes;
   std::vector<StoppedComm> comms;
@@ -116,6 +118,7 @@ struct PairPath {
   std::string comm;  // 8 hex digits
   int src_rank = -1, dst_rank = -1;
   std::string text;  // "GPU3 -> GPU4 over shm (host-staged): acs-redirect …"
+  std::string gpus;  // "node0 GPU3 -> GPU4", as findings name pairs; "" when the ranks' GPUs are unknown
   // Its causes include one known to make peer transfers hang (ACS or the IOMMU redirecting them
   // through the root complex, a driver regkey or NVML status refusing P2P, a degraded link): how
   // strongly, 0 none (ACS redirect highest, then a suspected one, NVML's status, degraded, IOMMU, VM).
@@ -126,5 +129,10 @@ struct PairPath {
 // operation still open stall_seconds after its call (by its process's last sign of life) is stuck.
 void FinishStopped(StoppedFinding* f, std::map<std::string, StoppedComm> comms, const std::vector<PairPath>& paths,
                    double stall_seconds);
+
+// The same, as one of the report's findings (JSON `findings`, where scripts look): the verdict and
+// where the others wait as its title, the first rank's pairs, what it was doing as evidence, and
+// what to do about how it stopped.
+Finding StoppedAsFinding(const StoppedFinding& f);
 
 }  // namespace p2ptrace::cli

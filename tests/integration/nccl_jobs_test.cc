@@ -455,6 +455,56 @@ TEST(NcclKernelTimers, AnAlltoallRatesEveryPairItUsed) {
   EXPECT_GE(slowest_nvlink, 5 * fastest_other);
 }
 
+// Issue 37, point 1: the same allreduce-only job as a user starts it, with the default sample, under
+// `p2ptrace run` and under a bare LD_PRELOAD: every NCCL pair's `gbps` is the rate it carried, and
+// each hop that was not the slowest names the one that bounded it.
+TEST(NcclKernelTimers, EveryRingPairHasItsRateHoweverTheJobWasStarted) {
+  for (bool run : {true, false}) {
+    std::string dir = TempDir() + (run ? "/allreduce-run" : "/allreduce-preload");
+    RunResult r;
+    if (run) {
+      r = Job(dir, "node0:8", {"-o", "allreduce", "-n", "20"}, true);
+    } else {
+      fs::create_directories(dir + "/id");
+      Env env = SimEnv(dir + "/rendezvous");
+      env["P2PTRACE_DIR"] = dir + "/trace";
+      env["P2PTRACE_WARN"] = "off";
+      r = RunProgram({P2PSIM, "launch", "--topology", kDemo, "--hosts", "node0:8", "--", "env",
+                      std::string("LD_PRELOAD=") + P2PTRACE_SHIM, NCCL_RING, "-o", "allreduce", "-n", "20", dir + "/id"},
+                     env);
+    }
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    json j = ReportJson(dir + "/trace");
+    ASSERT_FALSE(j.is_discarded());
+    int rated = 0, bounded = 0;
+    for (const json& p : j["pairs"]) {
+      if (p["source"] != "nccl") continue;
+      ++rated;
+      ASSERT_TRUE(p["gbps"].is_number()) << (run ? "run: " : "LD_PRELOAD: ") << p.dump();
+      ASSERT_TRUE(p["seconds"].is_number()) << p.dump();
+      EXPECT_EQ(p["rate_basis"], "collectives, NCCL kernel timers") << p.dump();
+      EXPECT_DOUBLE_EQ(p["gbps"].get<double>(), p["collectives"]["gbps"].get<double>()) << p.dump();
+      EXPECT_NEAR(p["gbps"].get<double>(), 12.0, 1.0) << p.dump();
+      if (p["transport"] == "nvlink") {
+        ASSERT_TRUE(p["bounded_by"].is_string()) << p.dump();
+        EXPECT_NE(p["bounded_by"].get<std::string>().find("(shm)"), std::string::npos) << p.dump();
+        ++bounded;
+      } else {
+        EXPECT_TRUE(p["bounded_by"].is_null()) << p.dump();
+        EXPECT_GT(p["lost_seconds"].get<double>(), 0) << p.dump();
+      }
+    }
+    EXPECT_EQ(rated, 8);
+    EXPECT_EQ(bounded, 6);
+    ASSERT_FALSE(j["rings"].empty());
+    for (const json& ring : j["rings"]) EXPECT_TRUE(ring["bounded_by"].is_string()) << ring.dump();
+    // The fallback's cost line gives the rate it was costed at, not the pair's (absent) own sends.
+    RunResult text = RunProgram({P2PTRACE_CLI, "report", dir + "/trace"}, {{"NO_COLOR", "1"}});
+    EXPECT_NE(text.out.find("timed at 11."), std::string::npos) << text.out;
+    EXPECT_EQ(text.out.find("timed at -1"), std::string::npos) << text.out;
+  }
+}
+
 // An allreduce-only job: no send/recv at all, yet every ring hop gets the rate it carried, and the
 // ring names the host-memory hop that bounds it; the NVLink hops are bounded, not slow.
 TEST(NcclKernelTimers, AnAllreduceOnlyJobRatesEveryHopAndNamesTheBound) {

@@ -156,6 +156,51 @@ TEST(Stopped, RanksWaitingInTheirGroupsEndAreInTheirSendsAndReceives) {
   EXPECT_EQ(err.find("has not finished on the GPU"), std::string::npos) << err;
 }
 
+// Issue 37, point 2: as a user meets it, with every default (no P2PTRACE_HANG_S, no --stall, no
+// warnings): rank 2 stopped or killed from outside mid-loop. `report --json`'s findings, where a
+// script looks, name it with where the others wait, live and after the whole job was killed.
+TEST(Stopped, TheFindingsNameARankStoppedOrKilledFromOutside) {
+  for (std::string signal : {"STOP", "KILL"}) {
+    SCOPED_TRACE(signal);
+    std::string dir = TempDir() + "/outside-" + signal;
+    fs::create_directories(dir);
+    std::string cli = P2PTRACE_CLI;
+    std::string script =
+        "setsid env P2PTRACE_DIR=" + dir + "/t P2PTRACE_WARN=off P2PSIM_NCCL_DIR=" + dir + " P2PSIM_NCCL_TIMEOUT=120 " +
+        P2PSIM + " launch --topology " + kDemo + " --hosts node0:4 -- env LD_PRELOAD=" + P2PTRACE_SHIM + " " + NCCL_RING +
+        " -o allreduce -n 1000000 -b 1M -e 1M " + dir + " >" + dir + "/job.out 2>" + dir + "/job.err & pid=$!\n" +
+        "sleep 3\n"
+        "r2=$(ls " + dir + "/t | sed -n 's/.*\\.r2\\.p\\([0-9]*\\)\\.p2ptrace$/\\1/p')\n"
+        "[ -n \"$r2\" ] || { echo no rank 2 trace >&2; kill -9 -$pid; exit 1; }\n"
+        "kill -" + signal + " $r2\n"
+        "sleep 8\n" +
+        cli + " report --json " + dir + "/t >" + dir + "/live.json\n"
+        "kill -9 -$pid; kill -CONT $r2 2>/dev/null; wait $pid; sleep 1\n" +
+        cli + " report --json " + dir + "/t >" + dir + "/post.json\n";
+    RunResult r = RunProgram({"sh", "-c", script}, {{"NO_COLOR", "1"}});
+    ASSERT_EQ(r.exit_code, 0) << r.err << Slurp(dir + "/job.err");
+    for (const char* when : {"live", "post"}) {
+      SCOPED_TRACE(when);
+      json j = json::parse(Slurp(dir + "/" + when + ".json"), nullptr, false);
+      ASSERT_FALSE(j.is_discarded());
+      const json* stopped = nullptr;
+      for (const json& f : j["findings"])
+        if (f["id"] == "stopped") stopped = &f;
+      ASSERT_NE(stopped, nullptr) << j["findings"].dump(1);
+      EXPECT_EQ((*stopped)["severity"], "error");
+      EXPECT_EQ((*stopped)["ranks"], json::array({2})) << stopped->dump(1);
+      std::string title = (*stopped)["title"];
+      EXPECT_EQ(title.rfind("rank 2 (node0, pid ", 0), 0u) << title;
+      EXPECT_NE(title.find("stopped first"), std::string::npos) << title;
+      EXPECT_NE(title.find("ranks 0-1, 3 wait in ncclAllReduce #"), std::string::npos) << title;
+      // Its ring neighbours' pairs, by GPU, as other findings name pairs.
+      EXPECT_EQ((*stopped)["pairs"], json::array({"node0 GPU1 -> GPU2", "node0 GPU2 -> GPU3"})) << stopped->dump(1);
+      EXPECT_FALSE((*stopped)["fix"].get<std::string>().empty());
+      EXPECT_EQ(j["findings"][0]["id"], "stopped") << "the stopped finding leads";
+    }
+  }
+}
+
 TEST(Stopped, ARankKilledMidCollectiveIsNamedWhileTheOthersWait) {
   std::string dir = TempDir() + "/die-live";
   fs::create_directories(dir);
