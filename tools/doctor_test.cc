@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -189,7 +190,9 @@ void PrintText(const DoctorOptions& o, const TestRun& run, std::ostream& out) {
   t << "\n";
   if (!run.busy.empty())
     t << fmt::format("note: tested beside other processes (--allow-busy: {}): figures may read low\n", fmt::join(run.busy, "; "));
-  if (!run.busy_checked) t << "note: NVML could not say which processes use the GPUs; a job beside the test would slow it\n";
+  if (!run.busy_checked)
+    t << "note: tested with --allow-busy where NVML could not say which processes use the GPUs: a job beside the test "
+         "would make its figures read low\n";
   t << "\nGB/s one way with peer access (row: source, column: destination; ! fail, ~ expected, x no peer access, "
        "? not tested)\n";
   t << Matrix(run.cuda_of, 9, [&](int s, int d) {
@@ -307,17 +310,30 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
           << Printable(model) << ", this node's is " << Printable(g->name) << "\n";
       return 2;
     }
-  // Other processes on the GPUs: a test would slow their job and read low, so it is refused.
+  // Other processes on the GPUs: a test would slow their job and read low, so it is refused; so is
+  // a test on GPUs whose processes NVML could not list (no NVML: they may be just as busy).
+  std::vector<std::string> unknown;
   for (const ProbedGpu& g : probe.gpus) {
     if (!run.cuda_of.count(g.index)) continue;
     if (!g.compute_pids) {
       run.busy_checked = false;
+      unknown.push_back(fmt::format("GPU{}", g.index));
       continue;
     }
     std::vector<std::string> who;
     for (unsigned pid : *g.compute_pids)
       if (pid != static_cast<unsigned>(getpid())) who.push_back(ProcessName(pid));
     if (!who.empty()) run.busy.push_back(fmt::format("GPU{}: {}", g.index, fmt::join(who, ", ")));
+  }
+  if (!unknown.empty() && !o.allow_busy) {
+    std::string nvml = "NVML did not answer";
+    for (const ProbeStep& st : probe.steps)
+      if (st.name == "NVML" && st.status != "ok") nvml = fmt::format("NVML {}{}", st.status, st.detail.empty() ? "" : ": " + st.detail);
+    err << kWho << ": refused: which processes use " << fmt::format("{}", fmt::join(unknown, ", "))
+        << " cannot be told (" << Printable(nvml) << "); a job there would be slowed by the test and make it measure less "
+        << "than the links give. Run it where NVML answers (the driver's libnvidia-ml.so.1), or pass --allow-busy when "
+           "you know the GPUs are idle\n";
+    return 2;
   }
   if (!run.busy.empty() && !o.allow_busy) {
     err << kWho << ": refused: other processes use the GPUs (" << Printable(fmt::format("{}", fmt::join(run.busy, "; ")))
@@ -340,77 +356,89 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
     if (err_is_tty) err << fmt::format("\r{}: {}/{} pairs", kWho, done, total) << (done == total ? "\n" : "") << std::flush;
   };
   auto started = std::chrono::system_clock::now();
-  for (const PairMeasurement& m : MeasurePairs(cuda, po, progress)) {
-    const ProbedGpu* a = probe.Gpu(m.src);
-    const ProbedGpu* b = probe.Gpu(m.dst);
-    // The generation the links are built for: a link trained below it is judged by what it should give.
-    auto built = [](const ProbedGpu* g) { return g->pcie.max_gen > 0 ? g->pcie.max_gen : g->pcie.gen; };
-    int gen = a && b ? std::min(built(a), built(b)) : 0;
-    run.pairs.push_back({m, JudgePair(m, pred.Pair(m.src, m.dst), gen)});
-  }
-  run.failed = std::count_if(run.pairs.begin(), run.pairs.end(), [](const JudgedPair& j) { return j.verdict.verdict == "fail"; });
-  if (!o.baseline.empty()) {
-    run.baseline = &baseline;
-    for (const JudgedPair& j : run.pairs) {
-      auto it = baseline.pairs.find({j.measured.src, j.measured.dst});
-      if (it == baseline.pairs.end()) {
-        run.without_baseline += j.measured.tested;
-        continue;
+  // Judges and prints what was measured; `stuck`: a CUDA call never returned (MeasurePairs' watch
+  // calls this from its thread, then the process ends).
+  auto finish = [&](const std::vector<PairMeasurement>& measured, bool stuck) -> int {
+    for (const PairMeasurement& m : measured) {
+      const ProbedGpu* a = probe.Gpu(m.src);
+      const ProbedGpu* b = probe.Gpu(m.dst);
+      // The generation the links are built for: a link trained below it is judged by what it should give.
+      auto built = [](const ProbedGpu* g) { return g->pcie.max_gen > 0 ? g->pcie.max_gen : g->pcie.gen; };
+      int gen = a && b ? std::min(built(a), built(b)) : 0;
+      run.pairs.push_back({m, JudgePair(m, pred.Pair(m.src, m.dst), gen)});
+    }
+    run.failed = std::count_if(run.pairs.begin(), run.pairs.end(), [](const JudgedPair& j) { return j.verdict.verdict == "fail"; });
+    if (!o.baseline.empty()) {
+      run.baseline = &baseline;
+      for (const JudgedPair& j : run.pairs) {
+        auto it = baseline.pairs.find({j.measured.src, j.measured.dst});
+        if (it == baseline.pairs.end()) {
+          run.without_baseline += j.measured.tested;
+          continue;
+        }
+        if (std::string r = RegressionOf(it->second, j, o.baseline_tolerance); !r.empty())
+          run.regressions[{j.measured.src, j.measured.dst}] = r;
       }
-      if (std::string r = RegressionOf(it->second, j, o.baseline_tolerance); !r.empty())
-        run.regressions[{j.measured.src, j.measured.dst}] = r;
     }
-  }
-  if (o.nccl) {
-    run.nccl_asked = true;
-    if (err_is_tty) err << kWho << ": NCCL: one process per GPU…\n" << std::flush;
-    run.nccl = RunNcclChoice(po.gpus, 6 * o.copy_limit_seconds);
-    // The prediction by the rules of the NCCL that ran.
-    NodeProbe with_version = probe;
-    if (std::optional<NcclVersion> v = ParseNcclVersion(run.nccl.version)) {
-      with_version.nccl_version = v;
-      with_version.nccl_version_note.clear();
+    if (o.nccl && !stuck) {  // after a stuck call no GPU is left to NCCL
+      run.nccl_asked = true;
+      if (err_is_tty) err << kWho << ": NCCL: one process per GPU…\n" << std::flush;
+      run.nccl = RunNcclChoice(po.gpus, 6 * o.copy_limit_seconds);
+      // The prediction by the rules of the NCCL that ran.
+      NodeProbe with_version = probe;
+      if (std::optional<NcclVersion> v = ParseNcclVersion(run.nccl.version)) {
+        with_version.nccl_version = v;
+        with_version.nccl_version_note.clear();
+      }
+      run.nccl_prediction = PredictNode(with_version);
     }
-    run.nccl_prediction = PredictNode(with_version);
-  }
-  // NCCL that could not connect the GPUs fails the node; NCCL not installed is only said.
-  bool nccl_failed = run.nccl_asked && !run.nccl.error.empty() && !run.nccl.not_installed;
-  int code = run.failed || !run.regressions.empty() || nccl_failed ? 1 : 0;
-  const std::map<PairKey, std::string>* regressions = run.baseline ? &run.regressions : nullptr;
-  uint64_t unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count();
-  if (!o.prometheus.empty())
-    if (std::string w = WriteOutput(o.prometheus, PrometheusFromTest(probe, run.pairs, unix_ns * 1e-9)); !w.empty()) {
-      err << kWho << ": " << w << "\n";
-      return 2;
+    // NCCL that could not connect the GPUs fails the node; NCCL not installed is only said.
+    bool nccl_failed = run.nccl_asked && !run.nccl.error.empty() && !run.nccl.not_installed;
+    int code = run.failed || !run.regressions.empty() || nccl_failed ? 1 : 0;
+    const std::map<PairKey, std::string>* regressions = run.baseline ? &run.regressions : nullptr;
+    uint64_t unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(started.time_since_epoch()).count();
+    if (!o.prometheus.empty())
+      if (std::string w = WriteOutput(o.prometheus, PrometheusFromTest(probe, run.pairs, unix_ns * 1e-9)); !w.empty()) {
+        err << kWho << ": " << w << "\n";
+        return 2;
+      }
+    if (!o.rows.empty()) {
+      SchedulerIds ids = ReadSchedulerIds([](const char* name) { return std::getenv(name); });
+      if (std::string w = WriteOutput(o.rows, RowsText(BuildTestRows(probe, run.pairs, ids, unix_ns, regressions))); !w.empty()) {
+        err << kWho << ": " << w << "\n";
+        return 2;
+      }
     }
-  if (!o.rows.empty()) {
-    SchedulerIds ids = ReadSchedulerIds([](const char* name) { return std::getenv(name); });
-    if (std::string w = WriteOutput(o.rows, RowsText(BuildTestRows(probe, run.pairs, ids, unix_ns, regressions))); !w.empty()) {
-      err << kWho << ": " << w << "\n";
-      return 2;
+    // Another output on stdout ("-") takes it: the report goes to stderr then, as export does.
+    bool stdout_taken = o.prometheus == "-" || o.rows == "-";
+    std::ostream& report = stdout_taken ? err : out;
+    if (o.json) {
+      json pairs = json::array();
+      for (const JudgedPair& j : run.pairs) pairs.push_back(PairJson(j, regressions));
+      json gpus = json::array();
+      for (const auto& [index, ordinal] : run.cuda_of) {
+        const ProbedGpu* g = probe.Gpu(index);
+        gpus.push_back({{"gpu", index}, {"cuda_device", ordinal}, {"name", g ? g->name : ""}, {"bus_id", g ? g->bus_id : ""}});
+      }
+      json j = {{"version", 1}, {"host", run.host}, {"gpus", gpus}, {"busy", run.busy}, {"busy_checked", run.busy_checked},
+                {"pairs", pairs}, {"failed", run.failed}};
+      j["baseline"] = run.baseline ? json(o.baseline) : json(nullptr);
+      j["regressions"] = run.baseline ? json(run.regressions.size()) : json(nullptr);
+      j["nccl"] = run.nccl_asked ? NcclJson(run) : json(nullptr);
+      report << JsonText(j, 2) << "\n";
+      return code;
     }
-  }
-  // Another output on stdout ("-") takes it: the report goes to stderr then, as export does.
-  bool stdout_taken = o.prometheus == "-" || o.rows == "-";
-  std::ostream& report = stdout_taken ? err : out;
-  if (o.json) {
-    json pairs = json::array();
-    for (const JudgedPair& j : run.pairs) pairs.push_back(PairJson(j, regressions));
-    json gpus = json::array();
-    for (const auto& [index, ordinal] : run.cuda_of) {
-      const ProbedGpu* g = probe.Gpu(index);
-      gpus.push_back({{"gpu", index}, {"cuda_device", ordinal}, {"name", g ? g->name : ""}, {"bus_id", g ? g->bus_id : ""}});
-    }
-    json j = {{"version", 1}, {"host", run.host}, {"gpus", gpus}, {"busy", run.busy}, {"busy_checked", run.busy_checked},
-              {"pairs", pairs}, {"failed", run.failed}};
-    j["baseline"] = run.baseline ? json(o.baseline) : json(nullptr);
-    j["regressions"] = run.baseline ? json(run.regressions.size()) : json(nullptr);
-    j["nccl"] = run.nccl_asked ? NcclJson(run) : json(nullptr);
-    report << JsonText(j, 2) << "\n";
+    PrintText(o, run, report);
     return code;
-  }
-  PrintText(o, run, report);
-  return code;
+  };
+  po.on_stuck = [&](std::vector<PairMeasurement> measured) {
+    int code = finish(measured, true);
+    out.flush();
+    err.flush();
+    std::fflush(nullptr);
+    _exit(code == 2 ? 2 : 1);  // a stuck call fails the node
+  };
+  return finish(MeasurePairs(cuda, po, progress), false);
 }
 
 }  // namespace p2ptrace::cli

@@ -234,10 +234,12 @@ int main(int argc, char** argv) {
                    "its causes, or expected where the node rules P2P out. Do not run it beside a job");
   doctor->add_option("--gpus", doctor_options.gpus, "with --test: the GPUs to test, by the node's index "
                      "(nvidia-smi's), e.g. --gpus 0,1,2")->delimiter(',');
-  doctor->add_option("--time-limit", doctor_options.copy_limit_seconds, "with --test: seconds one copy may take "
-                     "before its pair fails (default 10)")->check(CLI::Range(0.1, 3600.0));
+  doctor->add_option("--time-limit", doctor_options.copy_limit_seconds, "with --test: seconds one copy, or any "
+                     "CUDA call of the test, may take before its pair fails (default 10; a call that never returns "
+                     "ends the test, the pairs after it untested)")->check(CLI::Range(0.1, 3600.0));
   doctor->add_flag("--allow-busy", doctor_options.allow_busy, "with --test: test GPUs that other processes use "
-                   "(NVML lists them; refused otherwise, exit 2): the job is slowed and the figures read low");
+                   "(NVML lists them), or whose processes NVML cannot list (no NVML); refused otherwise, exit 2: "
+                   "a job there is slowed and the figures read low");
   doctor->add_option("--rows", doctor_options.rows, "with --test: also write each pair as a fleet row (NDJSON, "
                      "schema p2ptrace.rows/1, kind \"test\"; docs/ROWS.md), atomically; - for stdout")
       ->option_text("FILE");

@@ -21,6 +21,10 @@ struct PairTestOptions {
   std::vector<TestGpu> gpus;         // every ordered pair of them is tested
   double copy_limit_seconds = 10;    // a copy not done by then fails its pair (its GPU is left alone after)
   size_t copy_bytes = 32u << 20;     // one copy's size; one copy, then as many (up to 256) as take 10 ms by its time
+  // A CUDA call of the test that has not returned within copy_limit_seconds (a synchronous one
+  // cannot be interrupted) ends the test: this gets every pair (that one failed with the call named,
+  // those after it untested), from another thread, and must end the process (it is ended after).
+  std::function<void(std::vector<PairMeasurement>)> on_stuck;
 };
 
 // The runtime's functions the test calls; Load finds them in libcudart (13, 12, 11, unversioned).
@@ -45,7 +49,7 @@ struct CudaCopies {
   int (*EventElapsed)(float*, void*, void*) = nullptr;
   int (*EventDestroy)(void*) = nullptr;
   int (*StreamWaitEvent)(void*, void*, unsigned) = nullptr;
-  int (*Memset)(void*, int, size_t) = nullptr;
+  int (*MemsetAsync)(void*, int, size_t, void*) = nullptr;
   const char* (*ErrorString)(int) = nullptr;
   // False with why ("libcudart.so not found", "no CUDA-capable device") when the test cannot run.
   bool Load(std::string* why);

@@ -258,11 +258,19 @@ Cause HostStagedCause(const p2ptrace_pair_counters& c, const GpuRef& src, const 
 
 uint64_t ParsePointer(const std::string& text) { return std::strtoull(text.c_str(), nullptr, 16); }
 
-// Ranks of one communicator share commId (NCCL ≥ 2.16); without it, one process holds them all.
+// A communicator as one process alone can name it: by its pointer there, else (no pointer printed)
+// by its size. Never "0x…": ReportBuilder::State::RekeyByTraces tells the two apart.
+std::string ProcessCommKey(const std::string& host, int pid, uint64_t comm, int nranks) {
+  return comm != 0 ? fmt::format("{}:{}:{:#x}", host, pid, comm) : fmt::format("{}:{}:n{}", host, pid, nranks);
+}
+
+// Ranks of one communicator share commId (NCCL ≥ 2.16); without it, the printing process's key
+// (the traces rekey it in Finish).
 std::string CommKey(const RankIdentity& id) {
   // The grammar's key (commId, or a split's key derived from its parent's), else one process's.
   if (!id.comm_key.empty()) return id.comm_key;
-  return id.comm_id.empty() ? fmt::format("{}:{}:{}", id.host, id.pid, id.nranks) : id.comm_id;
+  if (!id.comm_id.empty()) return id.comm_id;
+  return ProcessCommKey(id.host, id.pid, id.comm.empty() ? 0 : ParsePointer(id.comm), id.nranks);
 }
 
 }  // namespace
@@ -326,6 +334,7 @@ struct ReportBuilder::State {
   // (host, pid, comm pointer) -> (communicator key, rank): joins trace records to log lines.
   std::map<std::tuple<std::string, int, uint64_t>, std::pair<std::string, int>> comm_of;
   std::map<std::tuple<std::string, int, int, int>, NcclConn> nccl_conns;  // (comm key, src, dst, class)
+  std::map<std::string, int> process_keys;  // ProcessCommKey -> its communicator's size (RekeyByTraces)
   std::map<std::string, Refusal> first_refusal;  // per host: NCCL's own reason for refusing P2P
   // One process's NCCL view as its trace recorded it (its communicators' records and the connection
   // lines the shim read, P2PTRACE_RECORD_NCCL_CONN), used in Finish when no log read holds a
@@ -427,6 +436,7 @@ struct ReportBuilder::State {
   void AddCallSites(const Trace& t, const TraceFold& f);
   void AddTraceConns(const Trace& t, const TraceFold& f);
   void FinishTraceConns();
+  void RekeyByTraces();
   void FinishCallSites();
   void FinishNcclPairs();
   void FinishCosts();
@@ -551,7 +561,7 @@ std::string Field(const char (&text)[N]) {
 }  // namespace
 
 // The connection lines the shim recorded, keyed as AddNcclLog keys a log's: the communicator by its
-// commId (else host:pid:nranks), its ranks by the trace's communicator records.
+// commId (else the process's key), its ranks by the trace's communicator records.
 void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
   if (t.nccl_connections.empty()) return;
   TraceConns tc;
@@ -565,7 +575,8 @@ void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
     auto ci = !comm.empty() ? f.comm.find(ParsePointer(comm)) : f.comm.size() == 1 ? f.comm.begin() : f.comm.end();
     if (ci == f.comm.end() || ci->second.rank < 0) continue;
     std::string comm_id = Field(c.comm_id);
-    std::string key = comm_id.empty() ? fmt::format("{}:{}:{}", tc.host, tc.pid, ci->second.nranks) : comm_id;
+    std::string key = comm_id.empty() ? ProcessCommKey(tc.host, tc.pid, ci->first, ci->second.nranks) : comm_id;
+    if (comm_id.empty()) process_keys.emplace(key, ci->second.nranks);
     std::string bus = NormalizeBusId(t.BusId(ci->second.device));
     tc.who.try_emplace({key, ci->second.rank}, Who{tc.host, bus, ci->second.device});
     tc.comm_of.try_emplace({tc.host, tc.pid, ci->first}, std::pair{key, ci->second.rank});
@@ -587,6 +598,52 @@ void ReportBuilder::State::AddTraceConns(const Trace& t, const TraceFold& f) {
                                       l, t.path);
   }
   if (!tc.conns.empty()) trace_conns.push_back(std::move(tc));
+}
+
+// NCCL before 2.16 printed no commId, so its lines key a communicator by the printing process
+// (ProcessCommKey) and the ranks of different processes never meet. Each rank's trace recorded its
+// communicator's commId hash at init: every process key whose communicator a trace knows becomes
+// that, as a newer NCCL's lines would have said. The rest (no init recorded: an NCCL linked into
+// the program, out of the shim's reach) are joined as `explain` joins such a paste: the process
+// keys of one size whose ranks never repeat are one communicator.
+void ReportBuilder::State::RekeyByTraces() {
+  std::map<std::string, std::string> to;
+  for (const auto& [where, key] : comm_of)
+    if (process_keys.count(key.first))
+      if (auto h = id_hash_of.find(where); h != id_hash_of.end() && h->second != 0)
+        to.emplace(key.first, fmt::format("{:#x}", h->second));
+  std::map<int, std::vector<std::string>> by_size;
+  for (const auto& [key, nranks] : process_keys)
+    if (!to.count(key) && nranks > 1) by_size[nranks].push_back(key);
+  for (const auto& [nranks, keys] : by_size) {
+    if (keys.size() < 2) continue;
+    std::map<int, int> seen;  // rank -> how many keys hold it
+    for (const auto& [k, w] : who)
+      if (std::binary_search(keys.begin(), keys.end(), k.first)) ++seen[k.second];
+    if (std::any_of(seen.begin(), seen.end(), [](const auto& r) { return r.second > 1; })) continue;
+    for (const std::string& k : keys) to.emplace(k, fmt::format("size:{}", nranks));
+  }
+  if (to.empty()) return;
+  auto key_of = [&](const std::string& k) -> const std::string& {
+    auto it = to.find(k);
+    return it == to.end() ? k : it->second;
+  };
+  for (auto& [where, key] : comm_of) key.first = key_of(key.first);
+  std::map<std::pair<std::string, int>, Who> who_now;
+  for (auto& [k, w] : who) who_now.try_emplace({key_of(k.first), k.second}, std::move(w));
+  who = std::move(who_now);
+  std::map<std::tuple<std::string, int, int, int>, NcclConn> conns_now;
+  for (auto& [k, nc] : nccl_conns) {
+    NcclConn& to_conn = conns_now[{key_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k), std::get<3>(k)}];
+    to_conn.transports.insert(nc.transports.begin(), nc.transports.end());
+    to_conn.channels += nc.channels;
+    to_conn.from_log |= nc.from_log;
+    to_conn.from_trace |= nc.from_trace;
+  }
+  nccl_conns = std::move(conns_now);
+  std::map<std::tuple<std::string, int, int>, std::pair<uint64_t, int>> ring_now;
+  for (auto& [k, v] : ring_next) ring_now.try_emplace({key_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k)}, v);
+  ring_next = std::move(ring_now);
 }
 
 // The recorded connections of every process no log spoke for; what the logs said stands.
@@ -773,6 +830,7 @@ void ReportBuilder::AddNcclLog(const NcclLogFile& f) {
     RankIdentity named = id;  // CommKey's fallback key names the host too
     named.host = s_->WholeHost(id.host, id.pid, hint);
     s_->who[{CommKey(named), id.rank}] = State::Who{named.host, BusFromNccl(id.bus_id), id.cuda_dev};
+    if (id.comm_key.empty() && id.comm_id.empty()) s_->process_keys.emplace(CommKey(named), id.nranks);
     if (!id.comm.empty()) s_->comm_of[{named.host, id.pid, ParsePointer(id.comm)}] = {CommKey(named), id.rank};
   }
   for (const Connection& c : f.log.connections) {
@@ -1243,6 +1301,7 @@ Report ReportBuilder::Finish() {
     for (NcclRank& r : p.nccl_ranks)
       if (!r.bus_id.empty()) r.gpu = s.Ref(p.host, NormalizeBusId(r.bus_id)).gpu;
   s.FinishTraceConns();
+  s.RekeyByTraces();
   s.FinishNcclPairs();
   s.FinishCallSites();
   s.FinishOpKernelTimes();

@@ -3,6 +3,7 @@
 // probes; JSON fields, the exit status and what happens without a GPU or with a bad --gpus.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -16,6 +17,7 @@
 namespace {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 using p2ptrace::testing::Env;
 using p2ptrace::testing::RunProgram;
 using p2ptrace::testing::RunResult;
@@ -200,6 +202,69 @@ TEST(DoctorTest, GpusInUseAreRefusedUnlessAllowed) {
   ASSERT_FALSE(after.is_discarded());
   EXPECT_TRUE(after["busy"].empty()) << after["busy"];
   EXPECT_EQ(after["busy_checked"], true);
+}
+
+// Issue 37, point 4: without NVML nothing says who else uses the GPUs, so the test is refused as it
+// is for GPUs NVML shows in use; --allow-busy tests them and says what could not be checked.
+TEST(DoctorTest, WithoutNvmlTheTestIsRefusedUnlessAllowed) {
+  std::string root = TempDir() + "/no-nvml-root";
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kDemo, "node0", root}).exit_code, 0);
+  // The simulated node's libraries but NVML.
+  std::string libs = TempDir() + "/no-nvml-libs";
+  fs::create_directories(libs);
+  for (const auto& e : fs::directory_iterator(P2PTRACE_SIM_LIB_DIR))
+    if (e.path().filename().string().find("nvidia-ml") == std::string::npos)
+      fs::create_symlink(e.path(), libs + "/" + e.path().filename().string());
+  Env env = Node(kDemo, "node0", root);
+  env["LD_LIBRARY_PATH"] = libs;
+  RunResult refused = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1", "--json"}, env);
+  EXPECT_EQ(refused.exit_code, 2) << refused.out << refused.err;
+  EXPECT_TRUE(refused.out.empty()) << refused.out;
+  EXPECT_NE(refused.err.find("refused: which processes use GPU0, GPU1 cannot be told (NVML missing"), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("--allow-busy"), std::string::npos) << refused.err;
+  RunResult allowed = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1", "--allow-busy", "--json"}, env);
+  ASSERT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+  json j = json::parse(allowed.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << allowed.out;
+  EXPECT_EQ(j["busy_checked"], false);
+  EXPECT_EQ(j["pairs"].size(), 2u);
+  RunResult text = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1", "--allow-busy"}, env);
+  EXPECT_NE(text.out.find("note: tested with --allow-busy where NVML could not say"), std::string::npos) << text.out;
+}
+
+// Issue 37, point 4: every wait of the test is bounded by --time-limit, a CUDA call that never
+// returns included (a free or a synchronous call stuck in the driver cannot be interrupted): the
+// test ends within the limit, the pair failed with the call named, the pairs after it untested.
+TEST(DoctorTest, ACudaCallThatNeverReturnsEndsTheTestWithinTheLimit) {
+  std::string root = TempDir() + "/stuck-root";
+  ASSERT_EQ(RunProgram({P2PSIM, "sysroot", kDemo, "node0", root}).exit_code, 0);
+  for (std::string stuck : {"cudaFree", "cudaDeviceEnablePeerAccess@2", "cudaMemsetAsync"}) {
+    SCOPED_TRACE(stuck);
+    Env env = Node(kDemo, "node0", root);
+    env["P2PSIM_CUDA_STUCK"] = stuck;
+    auto t0 = std::chrono::steady_clock::now();
+    RunResult r = RunProgram({P2PTRACE_CLI, "doctor", "--test", "--gpus", "0,1,2", "--time-limit", "1", "--json"}, env);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_LT(took, 20) << "the limit is 1 s";  // generous: sanitized builds run the copies slowly
+    json j = json::parse(r.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_EQ(j["pairs"].size(), 6u) << r.out;
+    std::string call = stuck.substr(0, stuck.find('@'));
+    int failed = 0, untested = 0;
+    for (const json& p : j["pairs"]) {
+      if (p["verdict"] == "fail") {
+        ++failed;
+        EXPECT_EQ(p["timed_out"], true) << p.dump();
+        EXPECT_NE(p["reason"].get<std::string>().find(call + " (testing GPU"), std::string::npos) << p.dump();
+      } else if (p["verdict"] == "untested") {
+        ++untested;
+      }
+    }
+    EXPECT_EQ(failed, 1) << r.out;
+    EXPECT_GE(untested, 4) << r.out;
+  }
 }
 
 TEST(DoctorTest, ABaselineFromAHealthyTwinNamesEachRegressionAndRowsCarryIt) {

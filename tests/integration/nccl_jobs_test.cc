@@ -455,6 +455,36 @@ TEST(NcclKernelTimers, AnAlltoallRatesEveryPairItUsed) {
   EXPECT_GE(slowest_nvlink, 5 * fastest_other);
 }
 
+// Issue 37, point 3: NCCL before 2.16 printed no commId (ranks tie to their communicator only
+// through the traces), and before 2.13 called SHM "direct shared memory" with bus ids in brackets.
+// A traced job on such a release still has its pairs, the two host-memory hops as the fallbacks.
+TEST(NcclOldReleases, TheirLinesMakeTheJobsPairs) {
+  for (std::string version : {"2.8.4", "2.14.3"}) {
+    SCOPED_TRACE(version);
+    std::string dir = TempDir() + "/old-" + version;
+    RunResult r = Job(dir, "node0:8", {"-o", "allreduce", "-n", "5"}, true, {{"P2PSIM_NCCL_VERSION", version}});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    json j = ReportJson(dir + "/trace");
+    ASSERT_FALSE(j.is_discarded());
+    EXPECT_EQ(j["job"]["nccl_versions"], json::array({version})) << j["job"].dump();
+    std::map<std::string, json> nccl;
+    for (const json& p : j["pairs"])
+      if (p["source"] == "nccl") nccl[p["src"]["name"].get<std::string>() + "->" + p["dst"]["name"].get<std::string>()] = p;
+    ASSERT_GE(nccl.size(), 8u) << j["pairs"].dump();
+    for (const char* hop : {"GPU3->GPU4", "GPU7->GPU0"}) {
+      ASSERT_TRUE(nccl.count(hop)) << hop;
+      const json& p = nccl[hop];
+      EXPECT_EQ(p["transport"], "shm") << p.dump();
+      EXPECT_EQ(p["fallback"], true) << p.dump();
+      EXPECT_EQ(p["nccl_transports"], json::array({version == "2.8.4" ? "direct shared memory" : "SHM/direct/direct"}))
+          << p.dump();
+    }
+    ASSERT_TRUE(nccl.count("GPU0->GPU1"));
+    EXPECT_EQ(nccl["GPU0->GPU1"]["transport"], "nvlink") << nccl["GPU0->GPU1"].dump();
+    EXPECT_EQ(nccl["GPU0->GPU1"]["nccl_transports"], json::array({"P2P/IPC"})) << nccl["GPU0->GPU1"].dump();
+  }
+}
+
 // Issue 37, point 1: the same allreduce-only job as a user starts it, with the default sample, under
 // `p2ptrace run` and under a bare LD_PRELOAD: every NCCL pair's `gbps` is the rate it carried, and
 // each hop that was not the slowest names the one that bounded it.

@@ -416,6 +416,40 @@ TEST(SimNcclApi, ShmLineFollowsTheVersion) {
   EXPECT_TRUE(job.LogsContain("NCCL INFO NCCL version 2.32.6+cuda13.0"));
 }
 
+// Older releases print what they printed then (issue 37): 2.8's and 2.14's lines name a connection's
+// ends by bus id (`0[18000]`), SHM in words before 2.13, no connection index on P2P lines before 2.14,
+// CUDA IPC (not cuMem) between processes before 2.19, and an Init line without commId before 2.16.
+TEST(SimNcclApi, OldReleasesPrintTheirOwnLineForms) {
+  std::string topo = Topology("demo-8gpu.json");
+  struct Want {
+    const char* version;
+    const char* p2p;    // GPU0 -> GPU1 (NVLink), in full after the ends
+    const char* shm;    // GPU3 -> GPU4 (SYS)
+    const char* init;   // rank 0's Init COMPLETE line, after its pointer
+    const char* banner;
+  };
+  for (const Want& w : {Want{"2.8.4", "Channel 00 : 0[18000] -> 1[2a000] via P2P/IPC",
+                              "Channel 00 : 3[5d000] -> 4[9a000] via direct shared memory",
+                              " rank 0 nranks 8 cudaDev 0 busId 18000 - Init COMPLETE", "NCCL version 2.8.4+cuda13.0"},
+                        Want{"2.14.3", "Channel 00/0 : 0[18000] -> 1[2a000] via P2P/IPC",
+                              "Channel 00 : 3[5d000] -> 4[9a000] via SHM/direct/direct",
+                              " rank 0 nranks 8 cudaDev 0 busId 18000 - Init COMPLETE", "NCCL version 2.14.3+cuda13.0"},
+                        Want{"2.18.3", "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+                              "Channel 00 : 3[3] -> 4[4] via SHM/direct/direct",
+                              " rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 commId 0x", "NCCL version 2.18.3+cuda13.0"}}) {
+    SCOPED_TRACE(w.version);
+    Job job = RunRing(topo, "node0:8", {{"P2PSIM_NCCL_VERSION", w.version}});
+    EXPECT_JOB_OK(job);
+    EXPECT_TRUE(job.LogsContain(std::string("NCCL INFO ") + w.p2p + "\n"));
+    EXPECT_TRUE(job.LogsContain(std::string("NCCL INFO ") + w.shm + "\n"));
+    EXPECT_TRUE(job.LogsContain(w.init));
+    EXPECT_TRUE(job.LogsContain(w.banner));
+    EXPECT_EQ(job.LogsContain("Init START"), std::string(w.version) == "2.18.3");
+    EXPECT_FALSE(job.LogsContain("Init timings"));  // 2.22's
+    EXPECT_FALSE(job.LogsContain("ncclCommInitRank comm"));  // the API's name came with 2.23
+  }
+}
+
 // ---- files of aborted jobs ----------------------------------------------------------------------
 
 std::vector<std::string> SimSegments(const std::string& dir) {

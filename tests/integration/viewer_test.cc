@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -284,6 +285,32 @@ TEST(Report, NcclPairsFromTheTracesWhenEveryLogIsGone) {
       EXPECT_EQ(p["nccl_from"], "log");
     }
   }
+}
+
+// Issue 37, point 3: an NCCL that printed no commId (before 2.16) and that the shim never saw init
+// its communicators (linked into the program): the traces cannot tie its ranks together, so the
+// processes' communicators of one size whose ranks never repeat are taken as one, as `explain`
+// takes a paste. The logs are fixture 04's (NCCL 2.7.8, four processes), one file per process.
+TEST(Report, OldNcclLogsOfSeveralProcessesMakeTheirPairs) {
+  std::string dir = Synth("old-logs", 4, 4);
+  for (const std::string& log : Files(dir, ".log")) fs::remove(log);
+  std::ifstream in(std::string(NCCL_FIXTURE_DIR) + "/04-v2.7.8-1node-4gpu-ipc-and-shm.log");
+  std::map<std::string, std::string> by_process;  // "host.pid" -> its lines
+  static const std::regex kPrefix(R"(^([^:\s]+):(\d+):\d+ )");
+  for (std::string line; std::getline(in, line);)
+    if (std::smatch m; std::regex_search(line, m, kPrefix)) by_process[m[1].str() + "." + m[2].str()] += line + "\n";
+  ASSERT_EQ(by_process.size(), 4u);
+  for (const auto& [who, lines] : by_process) std::ofstream(dir + "/nccl." + who + ".log") << lines;
+  json j = ReportJson(dir);
+  std::map<std::pair<std::string, std::string>, std::string> classes;  // (src bus, dst bus) -> class
+  for (const json& p : j["pairs"])
+    if (p["source"] == "nccl" && p["src"]["host"] == "tesla-106")
+      classes[{p["src"]["bus_id"], p["dst"]["bus_id"]}] = p["transport"];
+  // The fixture's four GPUs: P2P/IPC between 18000-1a000 and af000-b1000, SHM between the two halves.
+  ASSERT_EQ(classes.size(), 12u) << j["pairs"].dump();
+  auto half = [](const std::string& bus) { return bus < "0000:80"; };
+  for (const auto& [pair, cls] : classes)
+    EXPECT_EQ(cls, half(pair.first) == half(pair.second) ? "p2p" : "shm") << pair.first << " -> " << pair.second;
 }
 
 // `report --json` is written one array element at a time (WriteJson); its text is the whole tree's

@@ -9,6 +9,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -78,8 +79,24 @@ cudaError_t Ret(cudaError_t e) {
   return e;
 }
 
+// P2PSIM_CUDA_STUCK=NAME[@N]: the N-th call (1 when not said) of the runtime's NAME never returns,
+// as a call stuck in the driver does (a free or a synchronous copy behind work that never
+// finishes, after an Xid): what callers that must bound every wait are tested with.
+void MaybeStuck(const char* name) {
+  static const std::pair<std::string, long> stuck = [] {
+    const char* v = std::getenv("P2PSIM_CUDA_STUCK");
+    std::string s = v ? v : "";
+    size_t at = s.find('@');
+    return std::pair<std::string, long>{s.substr(0, at), at == std::string::npos ? 1 : std::atol(s.c_str() + at + 1)};
+  }();
+  static std::atomic<long> calls{0};
+  if (stuck.first.empty() || stuck.first != name || ++calls != stuck.second) return;
+  for (;;) pause();
+}
+
 // API entries that need no context start here: driver present, topology loaded, a device visible.
 #define SIM_ENTER_NOCTX()                                             \
+  MaybeStuck(__func__);                                               \
   State* st_ptr = StateOrNull();                                      \
   if (st_ptr == nullptr) return Ret(cudaErrorInsufficientDriver);     \
   State& st = *st_ptr;                                                \

@@ -214,7 +214,9 @@ void ShowVersion() {
   std::call_once(once, [] {
     int code = VersionCode();
     char text[64];
-    std::snprintf(text, sizeof text, "NCCL version %d.%d.%d+cuda13.0", code / 10000, code % 10000 / 100, code % 100);
+    // Codes before 2.9 are X*1000 + Y*100 + Z (nccl.h's NCCL_VERSION).
+    int base = code < NCCL_VERSION(2, 9, 0) ? 1000 : 10000;
+    std::snprintf(text, sizeof text, "NCCL version %d.%d.%d+cuda13.0", code / base, code % base / 100, code % 100);
     int level;
     {
       std::lock_guard<std::mutex> lock(g_log_mu);
@@ -767,15 +769,22 @@ Transport SelectTransport(Comm& c, const RankInfo& a, const RankInfo& b) {
   if (P2pAllowed(c, a, b, *host, &read)) {
     t.kind = Transport::kP2p;
     bool same_process = a.pid == b.pid;
-    t.text = std::string(same_process ? "P2P/direct pointer" : "P2P/CUMEM") + (read ? "/read" : "");
+    // Before 2.19 another process's buffers came through CUDA IPC handles, not cuMem.
+    t.text = std::string(same_process                                ? "P2P/direct pointer"
+                         : VersionCode() >= NCCL_VERSION(2, 19, 0) ? "P2P/CUMEM"
+                                                                     : "P2P/IPC") +
+             (read ? "/read" : "");
     t.gbps = a.nvml_dev == b.nvml_dev ? p2psim::kDeviceLocalGbps
                                       : p2psim::DirectBandwidth(n.topo, *host, a.nvml_dev, b.nvml_dev);
     return t;
   }
   if (Param("NCCL_SHM_DISABLE", 0) == 0) {
     t.kind = Transport::kShm;
-    // 2.30.7 dropped SHM's copy-engine mode and with it the second field.
-    t.text = VersionCode() >= NCCL_VERSION(2, 30, 7) ? "SHM/direct" : "SHM/direct/direct";
+    // 2.30.7 dropped SHM's copy-engine mode and with it the second field; before 2.13 SHM had no
+    // modes and said so in words.
+    t.text = VersionCode() >= NCCL_VERSION(2, 30, 7)   ? "SHM/direct"
+             : VersionCode() >= NCCL_VERSION(2, 13, 0) ? "SHM/direct/direct"
+                                                       : "direct shared memory";
     t.gbps = n.topo.bandwidth.shm;
     return t;
   }
@@ -846,22 +855,36 @@ ncclResult_t AllocShmSegment(Comm& c) {
 // ---------------------------------------------------------------------------------------------
 // Connections and their log lines
 
+// A connection line's head as this release prints it: "Channel 00/1 : 0[3] -> 1[4]". Before 2.18
+// an end is its bus id in hex (`0[1a000]`), later its NVML index; the connection index came to
+// NET lines in 2.12 and to P2P lines in 2.14 (SHM lines never print it).
+std::string ConnectionHead(int channel, int conn_index, Transport::Kind kind, const RankInfo& from, const RankInfo& to) {
+  int v = VersionCode();
+  bool indexed = kind == Transport::kNet ? v >= NCCL_VERSION(2, 12, 0) : kind == Transport::kP2p && v >= NCCL_VERSION(2, 14, 0);
+  char head[128];
+  int n = indexed ? std::snprintf(head, sizeof head, "Channel %02d/%d : ", channel, conn_index)
+                  : std::snprintf(head, sizeof head, "Channel %02d : ", channel);
+  if (v >= NCCL_VERSION(2, 18, 0))
+    std::snprintf(head + n, sizeof head - n, "%d[%d] -> %d[%d]", from.rank, from.nvml_dev, to.rank, to.nvml_dev);
+  else
+    std::snprintf(head + n, sizeof head - n, "%d[%lx] -> %d[%lx]", from.rank, long(from.bus_id), to.rank, long(to.bus_id));
+  return head;
+}
+
 // One direction of one (channel, connIndex) connection, printed as NCCL prints it.
 ncclResult_t ConnectSend(Comm& c, int channel, int conn_index, const RankInfo& peer) {
   Transport t = SelectTransport(c, c.me, peer);
+  std::string head = ConnectionHead(channel, conn_index, t.kind, c.me, peer);
   switch (t.kind) {
     case Transport::kP2p:
-      Info(kInit | kP2p, "Channel %02d/%01d : %d[%d] -> %d[%d] via %s", channel, conn_index, c.me.rank, c.me.nvml_dev,
-           peer.rank, peer.nvml_dev, t.text.c_str());
+      Info(kInit | kP2p, "%s via %s", head.c_str(), t.text.c_str());
       return ncclSuccess;
     case Transport::kShm:
       if (ncclResult_t r = AllocShmSegment(c); r != ncclSuccess) return r;
-      Info(kInit | kShm, "Channel %02d : %d[%d] -> %d[%d] via %s", channel, c.me.rank, c.me.nvml_dev, peer.rank,
-           peer.nvml_dev, t.text.c_str());
+      Info(kInit | kShm, "%s via %s", head.c_str(), t.text.c_str());
       return ncclSuccess;
     case Transport::kNet:
-      Info(kInit | kNet, "Channel %02d/%d : %d[%d] -> %d[%d] [send] via %s%s", channel, conn_index, c.me.rank,
-           c.me.nvml_dev, peer.rank, peer.nvml_dev, t.text.c_str(), conn_index == 1 ? "/Shared" : "");
+      Info(kInit | kNet, "%s [send] via %s%s", head.c_str(), t.text.c_str(), conn_index == 1 ? "/Shared" : "");
       return ncclSuccess;
   }
   return ncclSuccess;
@@ -871,8 +894,8 @@ ncclResult_t ConnectSend(Comm& c, int channel, int conn_index, const RankInfo& p
 void ConnectRecv(Comm& c, int channel, int conn_index, const RankInfo& peer) {
   Transport t = SelectTransport(c, peer, c.me);
   if (t.kind == Transport::kNet)
-    Info(kInit | kNet, "Channel %02d/%d : %d[%d] -> %d[%d] [receive] via %s%s", channel, conn_index, peer.rank,
-         peer.nvml_dev, c.me.rank, c.me.nvml_dev, t.text.c_str(), conn_index == 1 ? "/Shared" : "");
+    Info(kInit | kNet, "%s [receive] via %s%s", ConnectionHead(channel, conn_index, t.kind, peer, c.me).c_str(),
+         t.text.c_str(), conn_index == 1 ? "/Shared" : "");
 }
 
 bool RingUsesGdr(Comm& c) {
@@ -945,6 +968,23 @@ void JoinCommDir(const std::string& dir) {
 std::string RankFile(const Comm& c, int r) { return c.dir + "/rank." + std::to_string(r); }
 
 void LogInitLine(const Comm& c, const char* what) {
+  // Older releases: no API name (before 2.23), no nvmlDev and no Init START (before 2.18), no
+  // commId (before 2.16).
+  int v = VersionCode();
+  if (v < NCCL_VERSION(2, 16, 0)) {
+    if (std::strcmp(what, "Init START") != 0)
+      Info(kInit, "comm %p rank %d nranks %d cudaDev %d busId %lx - %s", static_cast<const void*>(&c), c.rank, c.nranks,
+           c.me.cuda_dev, long(c.me.bus_id), what);
+    return;
+  }
+  if (v < NCCL_VERSION(2, 23, 0)) {
+    if (v < NCCL_VERSION(2, 18, 0) && std::strcmp(what, "Init START") == 0) return;
+    char dev[32] = "";
+    if (v >= NCCL_VERSION(2, 18, 0)) std::snprintf(dev, sizeof dev, " nvmlDev %d", c.me.nvml_dev);
+    Info(kInit, "comm %p rank %d nranks %d cudaDev %d%s busId %lx commId 0x%llx - %s", static_cast<const void*>(&c), c.rank,
+         c.nranks, c.me.cuda_dev, dev, long(c.me.bus_id), static_cast<unsigned long long>(c.comm_hash), what);
+    return;
+  }
   if (c.parent != nullptr)
     Info(kInit, std::strcmp(what, "Init START") == 0
                     ? "%s comm %p rank %d nranks %d cudaDev %d nvmlDev %d busId %lx parent %p splitCount %d color %d key %d- %s"
@@ -1063,9 +1103,10 @@ ncclResult_t InitFinish(Comm& c) {
   c.ready = true;
   LogInitLine(c, "Init COMPLETE");
   double total = std::chrono::duration<double>(Clock::now() - t0).count();
-  Info(kInit, "Init timings - %s: rank %d nranks %d total %.2f (kernels %.2f, alloc %.2f, bootstrap %.2f, allgathers "
-              "%.2f, topo %.2f, graphs %.2f, connections %.2f, rest %.2f)",
-       c.api.c_str(), c.rank, c.nranks, total, 0.0, 0.0, total - connect_s, 0.0, 0.0, 0.0, connect_s, 0.0);
+  if (VersionCode() >= NCCL_VERSION(2, 22, 0))  // the line came with 2.22
+    Info(kInit, "Init timings - %s: rank %d nranks %d total %.2f (kernels %.2f, alloc %.2f, bootstrap %.2f, allgathers "
+                "%.2f, topo %.2f, graphs %.2f, connections %.2f, rest %.2f)",
+         c.api.c_str(), c.rank, c.nranks, total, 0.0, 0.0, total - connect_s, 0.0, 0.0, 0.0, connect_s, 0.0);
   return ncclSuccess;
 }
 
