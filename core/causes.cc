@@ -14,7 +14,7 @@ namespace {
 
 // Severity: error = the job hangs, fails or loses most of its bandwidth without NCCL saying so;
 // warning = a fallback someone chose or can change; info = the machine's design, or NCCL's deliberate choice.
-constexpr std::array<CauseInfo, 46> kCauses = {{
+constexpr std::array<CauseInfo, 47> kCauses = {{
     {"env-p2p-disabled", Severity::kWarning, "NCCL_P2P_DISABLE is set: NCCL does not use P2P between any GPUs",
      "unset NCCL_P2P_DISABLE (launchers such as Accelerate set it for some GPUs); it moves every pair of a node to "
      "host memory (SHM) or the network",
@@ -110,6 +110,12 @@ constexpr std::array<CauseInfo, 46> kCauses = {{
      "look for ACS/IOMMU redirection, a downtrained link or a shared switch uplink; compare with "
      "p2pBandwidthLatencyTest",
      "nccl-tests sendrecv_perf or p2pBandwidthLatencyTest between the pair"},
+    {"p2p-stores-lost", Severity::kError,
+     "a GPU's own stores into its peer's memory do not arrive, while copy-engine copies do: NCCL's kernels write "
+     "this way and its collectives corrupt or hang (nccl#2335)",
+     "until the platform is fixed (driver, BIOS IOMMU/ACS settings, a P2P-patched driver module), keep NCCL off "
+     "peer stores: NCCL_P2P_USE_CUDA_MEMCPY=1 (copy engine), else NCCL_P2P_DISABLE=1",
+     "`p2ptrace doctor --test --gpus A,B` again; nvbandwidth's device_to_device_memcpy_write_sm for the pair"},
     {"legacy-ipc-unsupported", Severity::kWarning, "legacy CUDA IPC is unavailable here (e.g. WSL): no P2P between processes",
      "let NCCL use cuMem handles (NCCL_CUMEM_ENABLE=1, the default from NCCL 2.19)", ""},
     {"cuda-peer-query-failed", Severity::kWarning, "NCCL could not query peer access between the GPUs",

@@ -69,6 +69,17 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
   if (!m.data_ok)
     return fail("GPU" + std::to_string(m.dst) + " did not receive what GPU" + std::to_string(m.src) + " sent (data differs)",
                 Causes(predicted));
+  if (m.sm_checked && m.sm_differing > 0) {
+    std::vector<CauseHit> causes = Causes(predicted);
+    causes.insert(causes.begin(), {"p2p-stores-lost", "decided",
+                                   {std::to_string(m.sm_differing) + " of " + std::to_string(m.sm_words) +
+                                    " words a kernel on GPU" + std::to_string(m.src) + " stored into GPU" +
+                                    std::to_string(m.dst) + " differ there; the copy engine's copy arrived whole"}});
+    return fail("GPU" + std::to_string(m.dst) + " did not receive what GPU" + std::to_string(m.src) +
+                    "'s kernel stored through peer access (" + std::to_string(m.sm_differing) + " of " +
+                    std::to_string(m.sm_words) + " words differ); the copy engine's copies arrived",
+                causes);
+  }
   if (!m.error.empty()) return fail(m.error, Causes(predicted));
   if (!m.can_access) {
     if (ByDesign(predicted)) {

@@ -3,6 +3,7 @@
 // this judges.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct PairMeasurement {
   bool timed_out = false;        // a copy did not finish within its time limit
   std::string stalled_copy;      // which: "the copy one way", "the copies both ways", …
   bool tested = true;            // false: skipped, a GPU of the pair hung earlier (`error` says which)
+  // The copy by the source's own cores (kernel stores through peer access, as NCCL's kernels
+  // write), counted on the destination: of sm_words, sm_differing did not arrive as sent.
+  bool sm_checked = false;
+  uint64_t sm_words = 0, sm_differing = 0;
+  std::string sm_note;           // why it was not made ("not checked: …"), when it was not
   std::string error;             // a CUDA call that failed during the test ("cudaMemcpyPeerAsync: 700 (…)"), "" none
 };
 

@@ -67,6 +67,10 @@ json PairJson(const JudgedPair& j, const std::map<PairKey, std::string>* regress
               {"reason", v.reason},
               {"causes", causes},
               {"data_ok", m.data_checked ? json(m.data_ok) : json(nullptr)},
+              // The copy by the source's own cores (tools/sm_copy.h), checked on the destination.
+              {"sm_copy", m.sm_checked ? json({{"words", m.sm_words}, {"differing", m.sm_differing}})
+                          : m.sm_note.empty() ? json(nullptr)
+                                              : json({{"note", m.sm_note}})},
               {"timed_out", m.timed_out},
               {"error", m.error}};
   if (regressions) {
@@ -291,6 +295,9 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
     err << kWho << ": nothing tested: " << why << "\n";
     return 2;
   }
+  SmCopyKernels sm;  // loaded here, used in MeasurePairs
+  std::string sm_why;
+  bool sm_loaded = sm.Load(&sm_why);
   TestRun run;
   run.host = probe.hostname;
   // The node's GPUs by index, tested through their CUDA ordinals in this process.
@@ -351,6 +358,8 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
   }
   PairTestOptions po;
   po.copy_limit_seconds = o.copy_limit_seconds;
+  if (sm_loaded) po.sm = &sm;
+  else po.sm_note = "not checked: " + sm_why;
   for (const auto& [index, ordinal] : run.cuda_of) po.gpus.push_back({ordinal, index});
   auto progress = [&](size_t done, size_t total) {
     if (err_is_tty) err << fmt::format("\r{}: {}/{} pairs", kWho, done, total) << (done == total ? "\n" : "") << std::flush;

@@ -18,7 +18,7 @@
 namespace p2ptrace::cli {
 namespace {
 
-constexpr int kHostToDevice = 1, kDeviceToHost = 2;  // cudaMemcpyKind
+constexpr int kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3;  // cudaMemcpyKind
 constexpr int kNotReady = 600;                       // cudaErrorNotReady
 constexpr size_t kLatencyBytes = 8;
 constexpr int kMaxReps = 256;
@@ -116,6 +116,11 @@ class Pair {
     for (void* s : {stream_, back_})
       if (s) Call("cudaStreamDestroy", c_.StreamDestroy, s);
     if (a_) Call("cudaFree", c_.Free, a_);
+    if (count_) {
+      Call("cudaSetDevice", c_.SetDevice, dst_);
+      Call("cudaFree", c_.Free, count_);
+      Call("cudaSetDevice", c_.SetDevice, src_);
+    }
     if (host_) Call("cudaFreeHost", c_.FreeHost, host_);
     if (enabled_) Call("cudaDeviceDisablePeerAccess", c_.DisablePeer, dst_);  // the test enabled it: disabled again, as it was found
     Call("cudaSetDevice", c_.SetDevice, dst_);
@@ -198,6 +203,12 @@ class Pair {
     if (!Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, src_))) return true;
     m->data_ok = std::memcmp(host_, sent.get(), n) == 0;
     m->data_checked = true;
+    // The same through the source's own cores, as NCCL's kernels write (peer access on, and the
+    // copy engine's data sound: it is the reference).
+    if (m->data_ok && m->can_access && (m->enable_result == 0 || m->enable_result == 704)) {
+      if (o.sm == nullptr) m->sm_note = o.sm_note;
+      else if (!SmCopy(o, *o.sm, n)) return !m->timed_out;
+    }
     // Both ways at once, half the bytes each way (a_'s first half to b_, b_'s second half back),
     // the destination's stream forked from and joined to the source's so one pair of events spans both.
     double both = 0;
@@ -239,6 +250,70 @@ class Pair {
       return !m->timed_out;
     m->latency_us = small / kLatencyCopies * 1e6;
     return true;
+  }
+
+  // Half the buffer by a kernel on the source into the destination through peer access, compared
+  // there with the other half, which holds the pattern the copy engine delivered (copied across on
+  // the destination first). False when a wait ran out (the pair abandoned) or a call failed.
+  bool SmCopy(const PairTestOptions& o, SmCopyKernels& sm, size_t bytes) {
+    PairMeasurement* m = &m_;
+    uint64_t words = bytes / 2 / 8;
+    size_t half = words * 8;
+    void* reference = static_cast<char*>(b_) + half;
+    auto kernels = [&](int ordinal) -> const SmCopyKernels::Loaded* {
+      SmCopyKernels::Loaded& k = sm.by_ordinal[ordinal];
+      if (k.copy == nullptr) {
+        void* module = nullptr;
+        if (int r = Call("cuModuleLoadData", sm.ModuleLoadData, &module, static_cast<const void*>(kSmCopyPtx)); r != 0) {
+          m->sm_note = fmt::format("not checked: cuModuleLoadData on GPU{} returned {}", ordinal == src_ ? src_name_ : dst_name_, r);
+          return nullptr;
+        }
+        if (int r = Call("cuModuleGetFunction", sm.ModuleGetFunction, &k.copy, module, "p2ptrace_copy_words"); r != 0 ||
+            Call("cuModuleGetFunction", sm.ModuleGetFunction, &k.count, module, "p2ptrace_count_differing") != 0) {
+          k.copy = k.count = nullptr;
+          m->sm_note = "not checked: cuModuleGetFunction failed";
+          return nullptr;
+        }
+      }
+      return &k;
+    };
+    auto launch = [&](void* fn, void* stream, std::initializer_list<void*> params) {
+      std::vector<void*> p(params);
+      return Call("cuLaunchKernel", sm.LaunchKernel, fn, 256u, 1u, 1u, 256u, 1u, 1u, 0u, stream, p.data(),
+                  static_cast<void**>(nullptr));
+    };
+    // On the destination: the reference half, the target half refilled, the count zeroed.
+    if (!Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, dst_))) return false;
+    const SmCopyKernels::Loaded* at_dst = kernels(dst_);
+    if (at_dst == nullptr) return Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, src_));
+    if (!Check(m, "cudaMalloc", Call("cudaMalloc", c_.Malloc, &count_, size_t{256}))) return false;
+    if (!Await(o, fmt::format("the reference copy on GPU{}", dst_name_), back_, join_, [&] {
+          if (int r = Call("cudaMemcpyAsync", c_.MemcpyAsync, reference, static_cast<const void*>(b_), half, kDeviceToDevice, back_); r != 0)
+            return r;
+          if (int r = Call("cudaMemsetAsync", c_.MemsetAsync, b_, 0xA5, half, back_); r != 0) return r;
+          return Call("cudaMemsetAsync", c_.MemsetAsync, count_, 0, size_t{4}, back_);
+        }))
+      return false;
+    // On the source: its kernel stores into the destination.
+    if (!Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, src_))) return false;
+    const SmCopyKernels::Loaded* at_src = kernels(src_);
+    if (at_src == nullptr) return true;
+    if (!Await(o, Name("the kernel's stores"), stream_, events_[1],
+               [&] { return launch(at_src->copy, stream_, {&b_, &a_, &words}); }))
+      return false;
+    // On the destination: the words that differ, counted there, and the count read back.
+    if (!Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, dst_))) return false;
+    if (!Await(o, fmt::format("the check on GPU{}", dst_name_), back_, join_, [&] {
+          if (int r = launch(at_dst->count, back_, {&b_, &reference, &words, &count_}); r != 0) return r;
+          return Call("cudaMemcpyAsync", c_.MemcpyAsync, host_, static_cast<const void*>(count_), size_t{4}, kDeviceToHost, back_);
+        }))
+      return false;
+    uint32_t differing = 0;
+    std::memcpy(&differing, host_, sizeof differing);
+    m->sm_checked = true;
+    m->sm_words = words;
+    m->sm_differing = differing;
+    return Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, src_));
   }
 
   // A CUDA call, under the watch: "cudaFree on GPU1 -> GPU2's test" names it should it never return.
@@ -303,6 +378,7 @@ class Pair {
   int src_name_, dst_name_;  // the node's indices, for messages
   PairMeasurement m_;
   void *a_ = nullptr, *b_ = nullptr, *host_ = nullptr, *stream_ = nullptr, *back_ = nullptr, *join_ = nullptr;
+  void* count_ = nullptr;  // on the destination: the words the SM copy got wrong
   void* events_[2] = {nullptr, nullptr};  // on the source: the start (also the fork) and the end
   bool enabled_ = false;
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/pair_verdict.h"
+#include "tools/sm_copy.h"
 
 namespace p2ptrace::cli {
 
@@ -25,6 +26,9 @@ struct PairTestOptions {
   // cannot be interrupted) ends the test: this gets every pair (that one failed with the call named,
   // those after it untested), from another thread, and must end the process (it is ended after).
   std::function<void(std::vector<PairMeasurement>)> on_stuck;
+  // The copy by the source's own cores (tools/sm_copy.h); null: not made (`sm_note` says why).
+  SmCopyKernels* sm = nullptr;
+  std::string sm_note;
 };
 
 // The runtime's functions the test calls; Load finds them in libcudart (13, 12, 11, unversioned).

@@ -132,7 +132,7 @@ TEST(SimRules, CopyFaultsAreOneWay) {
   std::string bad = faulty;
   bad.replace(bad.find(R"("corrupt")"), 9, R"("slow")");
   EXPECT_FALSE(p2psim::ParseTopology(bad, "t.json", &t, &error));
-  EXPECT_EQ(error, "t.json: copy_faults[0].fault: \"slow\": expected corrupt or hang");
+  EXPECT_EQ(error, "t.json: copy_faults[0].fault: \"slow\": expected corrupt, hang or sm-lost");
   bad = faulty;
   bad.replace(bad.find(R"("a": 2, "b": 0)"), 14, R"("a": 2, "b": 2)");
   EXPECT_FALSE(p2psim::ParseTopology(bad, "t.json", &t, &error));

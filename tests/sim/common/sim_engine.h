@@ -926,7 +926,7 @@ cudaError_t Copy(State& st, std::unique_lock<std::mutex>& lock, void* dst, const
     if (const p2psim::CopyFault* f = p2psim::FindCopyFault(st.topo, *st.host, ws.host_gpu, wd.host_gpu)) {
       if (f->fault == "hang") {
         end = s->t = HUGE_VAL;  // never completes: events behind it stay not ready
-      } else {                  // corrupt: one bit of a word in every 64 KiB that arrived
+      } else if (f->fault == "corrupt") {  // one bit of a word in every 64 KiB that arrived
         for (size_t r = 0; r < rows.height; ++r)
           for (size_t off = 0; off < rows.width; off += 64 << 10) static_cast<char*>(dst)[r * rows.dpitch + off] ^= 1;
       }

@@ -281,7 +281,8 @@ bool ParseTopology(const std::string& text, const std::string& path, Topology* o
                   Str(cf[i], f, "fault", true)};
       CheckPairRef(t, o, f);
       if (o.a == o.b) Fail(f + ".b", "must differ from a");
-      if (o.fault != "corrupt" && o.fault != "hang") Fail(f + ".fault", "\"" + o.fault + "\": expected corrupt or hang");
+      if (o.fault != "corrupt" && o.fault != "hang" && o.fault != "sm-lost")
+        Fail(f + ".fault", "\"" + o.fault + "\": expected corrupt, hang or sm-lost");
       t.copy_faults.push_back(o);
     }
     t.time_scale = Num(doc, "(top level)", "time_scale", false, 0);

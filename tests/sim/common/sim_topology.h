@@ -18,7 +18,9 @@ struct PairOverride { std::string host; int a = 0, b = 0; double gbps = 0; };
 struct PeerAccessOverride { std::string host; int a = 0, b = 0; bool supported = false; };
 // A broken direct path, one direction (a: the source GPU, b: the destination), for `doctor --test`:
 // "corrupt" — the bytes that land differ from those sent (a word in every 64 KiB flipped), as
-// reported under ACS/IOMMU misconfiguration; "hang" — the copy never completes (its stream stops).
+// reported under ACS/IOMMU misconfiguration; "hang" — the copy never completes (its stream stops);
+// "sm-lost" — stores by a's own kernels into b's memory never land, while copy-engine copies do
+// (nccl#2335: what NCCL's kernels write is lost).
 struct CopyFault { std::string host; int a = 0, b = 0; std::string fault; };
 
 struct Topology {

@@ -1624,3 +1624,138 @@ SIM_API CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
 #undef DRV_EVENT
 #undef DRV_GRAPH
 #undef DRV_EXEC
+
+// =============================================================================================
+// Modules and launches. A module loaded from PTX text holds the names of its `.entry` functions (a
+// cubin or fatbin image is not simulated). A launch costs simulated time and runs no device code,
+// as `<<<>>>` launches, except the two kernels of p2ptrace doctor's peer-store check, which the sim
+// runs as their PTX does: p2ptrace_copy_words(dst, src, words) copies 8-byte words with the launching
+// GPU's own loads and stores (through peer access when another GPU's memory: without it, 700; a
+// copy_faults "sm-lost" entry from the launching GPU to dst's drops the stores, where copy-engine
+// copies arrive), p2ptrace_count_differing(a, b, words, count) adds the words of a and b that differ
+// to the 32-bit *count.
+
+struct SimFunction {
+  std::string name;
+};
+struct SimModule {
+  std::vector<std::unique_ptr<SimFunction>> functions;
+};
+std::set<SimModule*>& Modules() {
+  static auto* m = new std::set<SimModule*>;  // under Mu(); never freed (used until exit)
+  return *m;
+}
+
+SIM_API CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  DRV_CTX();
+  if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::string_view text(static_cast<const char*>(image));
+  if (text.find(".version") == std::string_view::npos)
+    return static_cast<CUresult>(
+        p2psim_unsupported("cuModuleLoadData of a cubin or fatbin", CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"));
+  auto m = std::make_unique<SimModule>();
+  for (size_t at = text.find(".entry"); at != std::string_view::npos; at = text.find(".entry", at + 6)) {
+    size_t begin = text.find_first_not_of(" \t\r\n", at + 6);
+    size_t end = begin == std::string_view::npos ? begin : text.find_first_of(" \t\r\n(", begin);
+    if (end == std::string_view::npos) return CUDA_ERROR_INVALID_PTX;
+    m->functions.push_back(std::make_unique<SimFunction>(SimFunction{std::string(text.substr(begin, end - begin))}));
+  }
+  std::lock_guard<std::mutex> lock(Mu());
+  *module = reinterpret_cast<CUmodule>(m.get());
+  Modules().insert(m.release());
+  return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuModuleGetFunction(CUfunction* fn, CUmodule module, const char* name) {
+  DRV_CTX();
+  if (fn == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* m = reinterpret_cast<SimModule*>(module);
+  if (!Modules().count(m)) return CUDA_ERROR_INVALID_HANDLE;
+  for (const auto& f : m->functions)
+    if (f->name == name) {
+      *fn = reinterpret_cast<CUfunction>(f.get());
+      return CUDA_SUCCESS;
+    }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+SIM_API CUresult cuModuleUnload(CUmodule module) {
+  DRV_CTX();
+  std::lock_guard<std::mutex> lock(Mu());
+  auto* m = reinterpret_cast<SimModule*>(module);
+  if (!Modules().erase(m)) return CUDA_ERROR_INVALID_HANDLE;
+  delete m;
+  return CUDA_SUCCESS;
+}
+
+// The launching device reaches [p, p + bytes): its own memory, or another GPU's with peer access
+// enabled from it; host memory is not simulated for kernels.
+bool KernelReaches(const State& st, const Where& w, const void* p, size_t bytes, int ordinal) {
+  if (!w.known || w.host_gpu < 0 || !InBounds(st, w, p, bytes)) return false;
+  int owner = OrdinalOf(st, w.host_gpu);
+  return owner == ordinal || (owner >= 0 && st.peer_on[ordinal][owner]);
+}
+
+CUresult RunKernel(State& st, const SimFunction& f, Stream* s, void** params) {
+  int gpu = st.visible[s->device];
+  if (f.name == "p2ptrace_copy_words" || f.name == "p2ptrace_count_differing") {
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    void* a = *static_cast<void**>(params[0]);
+    void* b = *static_cast<void**>(params[1]);
+    uint64_t bytes = *static_cast<uint64_t*>(params[2]) * 8;
+    Where wa = Locate(st, a), wb = Locate(st, b);
+    if (!KernelReaches(st, wa, a, bytes, s->device) || !KernelReaches(st, wb, b, bytes, s->device))
+      return CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (f.name == "p2ptrace_copy_words") {
+      const p2psim::CopyFault* fault = p2psim::FindCopyFault(st.topo, *st.host, gpu, wa.host_gpu);
+      if (fault == nullptr || fault->fault != "sm-lost") std::memmove(a, b, bytes);
+      double gbps = wa.host_gpu == gpu ? p2psim::kDeviceLocalGbps : p2psim::DirectBandwidth(st.topo, *st.host, gpu, wa.host_gpu);
+      Enqueue(st, s, static_cast<double>(bytes) / (gbps * 1e9));
+      return CUDA_SUCCESS;
+    }
+    void* count = *static_cast<void**>(params[3]);
+    Where wc = Locate(st, count);
+    if (!KernelReaches(st, wc, count, 4, s->device)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    uint32_t differ = 0, had = 0;
+    for (uint64_t i = 0; i < bytes; i += 8) differ += std::memcmp(static_cast<char*>(a) + i, static_cast<char*>(b) + i, 8) != 0;
+    std::memcpy(&had, count, 4);
+    had += differ;
+    std::memcpy(count, &had, 4);
+    Enqueue(st, s, 2.0 * static_cast<double>(bytes) / (p2psim::kDeviceLocalGbps * 1e9));
+    return CUDA_SUCCESS;
+  }
+  Enqueue(st, s, kKernelSeconds);  // other device code does not run on the simulated node
+  return CUDA_SUCCESS;
+}
+
+static CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             CUstream stream, void** params, bool ptsz) {
+  DRV_CTX();
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || bx * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Mu());
+  const SimFunction* fn = nullptr;
+  for (SimModule* m : Modules())
+    for (const auto& candidate : m->functions)
+      if (reinterpret_cast<CUfunction>(candidate.get()) == f) fn = candidate.get();
+  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Stream* s = Resolve(st, reinterpret_cast<cudaStream_t>(stream), ptsz);
+  if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  GraphWork node{false, nullptr, nullptr, {}, kKernelSeconds};
+  if (cudaError_t r = cudaSuccess; Captured(s, &r, &node)) return Cu(r);
+  return RunKernel(st, *fn, s, params);
+}
+
+SIM_API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                unsigned shared, CUstream s, void** params, void** extra) {
+  (void)shared;
+  if (extra != nullptr) return CUDA_ERROR_NOT_SUPPORTED;  // only kernelParams are simulated
+  return LaunchKernel(f, gx, gy, gz, bx, by, bz, s, params, false);
+}
+SIM_API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                     unsigned bz, unsigned shared, CUstream s, void** params, void** extra) {
+  (void)shared;
+  if (extra != nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  return LaunchKernel(f, gx, gy, gz, bx, by, bz, s, params, true);
+}
+
