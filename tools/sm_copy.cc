@@ -6,8 +6,20 @@
 
 namespace p2ptrace::cli {
 
+// Each thread's first word (%rd4) and the stride (%rd6), in both kernels: each thread takes words
+// i, i + threads, … (coalesced).
+#define P2PTRACE_PTX_GRID_STRIDE \
+  "  mov.u32 %r1, %ctaid.x;\n" \
+  "  mov.u32 %r2, %ntid.x;\n" \
+  "  mov.u32 %r3, %tid.x;\n" \
+  "  mov.u32 %r4, %nctaid.x;\n" \
+  "  mul.wide.u32 %rd4, %r1, %r2;\n" \
+  "  cvt.u64.u32 %rd5, %r3;\n" \
+  "  add.u64 %rd4, %rd4, %rd5;\n" \
+  "  mul.wide.u32 %rd6, %r4, %r2;\n"
+
 // PTX ISA 7.0 for sm_50: every driver since CUDA 11 compiles it for its GPU (ptxas checks it at build
-// time: tests/unit/sm_copy_test.cc). Each thread takes words i, i + threads, … (coalesced).
+// time: tests/unit/sm_copy_test.cc).
 const char kSmCopyPtx[] = R"(.version 7.0
 .target sm_50
 .address_size 64
@@ -26,15 +38,7 @@ const char kSmCopyPtx[] = R"(.version 7.0
   ld.param.u64 %rd3, [copy_words];
   cvta.to.global.u64 %rd1, %rd1;
   cvta.to.global.u64 %rd2, %rd2;
-  mov.u32 %r1, %ctaid.x;
-  mov.u32 %r2, %ntid.x;
-  mov.u32 %r3, %tid.x;
-  mov.u32 %r4, %nctaid.x;
-  mul.wide.u32 %rd4, %r1, %r2;
-  cvt.u64.u32 %rd5, %r3;
-  add.u64 %rd4, %rd4, %rd5;
-  mul.wide.u32 %rd6, %r4, %r2;
-COPY_LOOP:
+)" P2PTRACE_PTX_GRID_STRIDE R"(COPY_LOOP:
   setp.ge.u64 %p1, %rd4, %rd3;
   @%p1 bra COPY_DONE;
   shl.b64 %rd7, %rd4, 3;
@@ -65,15 +69,7 @@ COPY_DONE:
   cvta.to.global.u64 %rd1, %rd1;
   cvta.to.global.u64 %rd2, %rd2;
   cvta.to.global.u64 %rd11, %rd11;
-  mov.u32 %r1, %ctaid.x;
-  mov.u32 %r2, %ntid.x;
-  mov.u32 %r3, %tid.x;
-  mov.u32 %r4, %nctaid.x;
-  mul.wide.u32 %rd4, %r1, %r2;
-  cvt.u64.u32 %rd5, %r3;
-  add.u64 %rd4, %rd4, %rd5;
-  mul.wide.u32 %rd6, %r4, %r2;
-COUNT_LOOP:
+)" P2PTRACE_PTX_GRID_STRIDE R"(COUNT_LOOP:
   setp.ge.u64 %p1, %rd4, %rd3;
   @%p1 bra COUNT_DONE;
   shl.b64 %rd7, %rd4, 3;
@@ -89,6 +85,7 @@ COUNT_DONE:
   ret;
 }
 )";
+#undef P2PTRACE_PTX_GRID_STRIDE
 
 bool SmCopyKernels::Load(std::string* why) {
   // The driver the runtime already loaded, else the system's.
