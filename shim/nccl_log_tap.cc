@@ -510,6 +510,21 @@ bool NcclInfoShownToUser() {
   return !ParseNcclUserLevel(debug.c_str(), &level) || level == NcclUserLevel::kInfo;
 }
 
+std::atomic<bool> g_drop_version_line{false};
+constinit thread_local int t_in_init __attribute__((tls_model("initial-exec"))) = 0;
+
+void NoteNcclVersionForTap(int version_code) {
+  const TapSettings* t = g_settings.load(std::memory_order_acquire);
+  bool raised = g_tap_in_force && t != nullptr && !t->user_debug;  // bare: no NCCL_DEBUG, no version line
+  g_drop_version_line.store(raised && version_code > 0 && version_code < 22200, std::memory_order_release);
+}
+NcclInitOnThisThread::NcclInitOnThisThread() { ++t_in_init; }
+NcclInitOnThisThread::~NcclInitOnThisThread() { --t_in_init; }
+bool IsTapsNcclVersionLine(const char* line) {
+  return t_in_init > 0 && g_drop_version_line.load(std::memory_order_acquire) && line != nullptr &&
+         std::strncmp(line, "NCCL version ", 13) == 0;
+}
+
 // Checked against NCCL's git history (src/debug.cc, tags v2.12.12 … v2.14.3): only 2.13 tests
 // `ncclDebugLevel > NCCL_LOG_VERSION` for the file before assigning the level it parsed.
 bool NcclIgnoresDebugFile(int version_code) { return version_code >= 21300 && version_code < 21400; }
@@ -517,6 +532,7 @@ bool NcclIgnoresDebugFile(int version_code) { return version_code >= 21300 && ve
 void WithdrawNcclLogTap() {
   if (!g_tap_in_force) return;
   g_tap_in_force = false;
+  g_drop_version_line.store(false, std::memory_order_release);
   RestoreUserSettings();
   g_reader.store(nullptr, std::memory_order_release);  // no file to read (the object is never freed)
   if (Forwarder* f = g_forwarder.load(std::memory_order_acquire)) {

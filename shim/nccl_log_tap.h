@@ -49,6 +49,20 @@ bool NcclInfoShownToUser();
 // stdout. True for such a version code (ncclGetVersion's answer).
 bool NcclIgnoresDebugFile(int version_code);
 
+// NCCL before 2.22 puts its version line on stdout from rank 0's init at any level from VERSION
+// (src/init.cc showVersion: puts, then fflush(stdout)). Where the tap raised the level from none,
+// bare NCCL printed nothing there: that one line is dropped by the shim's puts (libc_hooks.cc),
+// and only on a thread inside a wrapped init (NcclInitOnThisThread). Once, from the first wrapped
+// NCCL call, with ncclGetVersion's answer.
+void NoteNcclVersionForTap(int version_code);
+class NcclInitOnThisThread {
+ public:
+  NcclInitOnThisThread();
+  ~NcclInitOnThisThread();
+};
+// True for the line to drop (the puts hook's test; cheap when there is none to drop).
+bool IsTapsNcclVersionLine(const char* line);
+
 // Takes the tap back before NCCL has read the environment: the user's NCCL_DEBUG exactly as they
 // set it (unset when they did not), no NCCL_DEBUG_FILE, markers or tap file, no forwarding; the
 // trace says why (P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN). Nothing when this process has no tap.

@@ -87,6 +87,7 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
   int v = 0;
   if (get_version != nullptr && get_version(&v) == ncclSuccess && v > 0) {
     if (NcclIgnoresDebugFile(v)) WithdrawNcclLogTap();
+    NoteNcclVersionForTap(v);
     if (TraceWriter::Ready()) __atomic_store_n(&TraceWriter::header()->nccl_version, v, __ATOMIC_RELAXED);
   }
   StartNcclProfiler(v);  // per-pair kernel times, where this NCCL has them
@@ -482,7 +483,10 @@ ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* co
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
   bool later = t_group_depth == 0 && !PreflightAtNcclInit();
   p2ptrace_nccl_comm_record* entered = EnteringInit(P2PTRACE_NCCL_CommInitRank, Fnv(&id, sizeof id), rank, nranks);
-  ncclResult_t r = real(comm, nranks, id, rank);
+  ncclResult_t r = [&] {
+    NcclInitOnThisThread in_init;  // an old NCCL's version line, printed only where the tap made it
+    return real(comm, nranks, id, rank);
+  }();
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRank, comm ? *comm : nullptr, Fnv(&id, sizeof id), r, entered);
   return r;
@@ -495,7 +499,10 @@ ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, nc
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
   bool later = t_group_depth == 0 && !PreflightAtNcclInit();
   p2ptrace_nccl_comm_record* entered = EnteringInit(P2PTRACE_NCCL_CommInitRankConfig, Fnv(&id, sizeof id), rank, nranks);
-  ncclResult_t r = real(comm, nranks, id, rank, config);
+  ncclResult_t r = [&] {
+    NcclInitOnThisThread in_init;
+    return real(comm, nranks, id, rank, config);
+  }();
   if (later) PreflightAfterNcclInit(CommDevice(r, comm));
   RecordComm(P2PTRACE_NCCL_CommInitRankConfig, comm ? *comm : nullptr, Fnv(&id, sizeof id), r, entered);
   return r;
@@ -503,7 +510,10 @@ ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, nc
 ncclResult_t ncclCommInitAll(decltype(&::ncclCommInitAll) real, ncclComm_t* comm, int ndev, const int* devlist) {
   RearmNcclProfiler();  // NCCL loads its profiler again where its last communicator unloaded it
   PreflightAtNcclInit(ndev, devlist);  // before the real init: warnings precede the first traffic
-  ncclResult_t r = real(comm, ndev, devlist);
+  ncclResult_t r = [&] {
+    NcclInitOnThisThread in_init;
+    return real(comm, ndev, devlist);
+  }();
   if (comm == nullptr || ndev <= 0) return r;
   uint64_t h = Fnv(comm, sizeof *comm);  // one communicator, all in this process
   for (int i = 0; i < ndev; ++i) RecordComm(P2PTRACE_NCCL_CommInitAll, r == ncclSuccess ? comm[i] : nullptr, h, r);

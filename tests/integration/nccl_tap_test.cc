@@ -189,7 +189,14 @@ INSTANTIATE_TEST_SUITE_P(
         // A mask without ENV: the tap keeps it, so NCCL's environment echo stays hidden.
         TapCase{"info_subsys", {{"NCCL_DEBUG", "info"}, {"NCCL_DEBUG_SUBSYS", "INIT,COLL"}, {"NCCL_RUNTIME_CONNECT", "1"}},
                 false, "via P2P/CUMEM"},
-        TapCase{"user_file", {{"NCCL_DEBUG", "INFO"}}, true, ""}),
+        TapCase{"user_file", {{"NCCL_DEBUG", "INFO"}}, true, ""},
+        // Before 2.22 rank 0's init puts the version line on stdout at any level from VERSION: the
+        // tap's INFO must not make it appear where the user set no level (PyTorch 2.1-2.4's NCCL).
+        TapCase{"old_unset", {{"P2PSIM_NCCL_VERSION", "2.21.5"}}, false, ""},
+        TapCase{"old_warn", {{"P2PSIM_NCCL_VERSION", "2.21.5"}, {"NCCL_DEBUG", "WARN"}}, false,
+                "NCCL version 2.21.5+cuda13.0"},
+        TapCase{"old_info", {{"P2PSIM_NCCL_VERSION", "2.21.5"}, {"NCCL_DEBUG", "INFO"}}, false,
+                "NCCL version 2.21.5+cuda13.0"}),
     [](const ::testing::TestParamInfo<TapCase>& p) { return std::string(p.param.name); });
 
 TEST(NcclTapSubsys, TheUsersMaskStillHidesWhatItHid) {

@@ -208,15 +208,31 @@ int VersionCode() {
   return std::atoi(v);
 }
 
-// Once per process, at the first communicator: bare at VERSION/WARN, an INFO line above.
-void ShowVersion() {
+// The version line. From 2.22, once per process at its first communicator or unique id: bare at
+// VERSION/WARN, an INFO line above. Before, in rank 0's init only (`rank`; -1 elsewhere), at any
+// level from VERSION: puts to stdout and a flush, and an INFO line too when the log is a file.
+void ShowVersion(int rank) {
+  int code = VersionCode();
+  char text[64];
+  // Codes before 2.9 are X*1000 + Y*100 + Z (nccl.h's NCCL_VERSION).
+  int base = code < NCCL_VERSION(2, 9, 0) ? 1000 : 10000;
+  std::snprintf(text, sizeof text, "NCCL version %d.%d.%d+cuda13.0", code / base, code % base / 100, code % 100);
+  if (code < NCCL_VERSION(2, 22, 0)) {
+    static std::atomic<bool> shown{false};
+    if (rank != 0 || shown.exchange(true)) return;
+    bool to_file;
+    {
+      std::lock_guard<std::mutex> lock(g_log_mu);
+      if (Log().level < kVersion) return;
+      to_file = Log().out != stdout;
+    }
+    std::puts(text);
+    std::fflush(stdout);
+    if (to_file) Info(kAll, "%s", text);
+    return;
+  }
   static std::once_flag once;
-  std::call_once(once, [] {
-    int code = VersionCode();
-    char text[64];
-    // Codes before 2.9 are X*1000 + Y*100 + Z (nccl.h's NCCL_VERSION).
-    int base = code < NCCL_VERSION(2, 9, 0) ? 1000 : 10000;
-    std::snprintf(text, sizeof text, "NCCL version %d.%d.%d+cuda13.0", code / base, code % base / 100, code % 100);
+  std::call_once(once, [&] {
     int level;
     {
       std::lock_guard<std::mutex> lock(g_log_mu);
@@ -1011,7 +1027,7 @@ ncclResult_t InitBegin(Comm& c, const std::string& token, int nranks, int rank) 
     WARN("p2psim: %s", node.error.c_str());
     return ncclSystemError;
   }
-  ShowVersion();
+  ShowVersion(rank);
   c.dir = RootDir() + "/p2psim-nccl-" + token;
   c.comm_hash = Fnv1a(token);
   c.nranks = nranks;
@@ -1853,7 +1869,7 @@ NCCL_API(ncclResult_t, ncclGetVersion, int* version) {
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId* out) {
   if (out == nullptr) return ncclInvalidArgument;
-  ShowVersion();
+  ShowVersion(-1);
   IdLayout l{};
   std::memcpy(l.magic, kIdMagic, sizeof kIdMagic);
   std::string token = RandomToken();
