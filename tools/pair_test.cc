@@ -1,16 +1,17 @@
 #include "tools/pair_test.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <set>
-#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
-#include <unistd.h>
 
 #include "fmt/format.h"
 #include "tools/cuda_runtime.h"
