@@ -313,6 +313,13 @@ struct ReportBuilder::State {
     std::set<std::string> transports;
     int channels = 0;
     bool from_log = false, from_trace = false;
+    NcclConn& operator+=(const NcclConn& o) {
+      transports.insert(o.transports.begin(), o.transports.end());
+      channels += o.channels;
+      from_log |= o.from_log;
+      from_trace |= o.from_trace;
+      return *this;
+    }
   };
   struct P2pOps : Traffic {
     uint64_t group_calls = 0, shared_calls = 0;
@@ -633,13 +640,8 @@ void ReportBuilder::State::RekeyByTraces() {
   for (auto& [k, w] : who) who_now.try_emplace({key_of(k.first), k.second}, std::move(w));
   who = std::move(who_now);
   std::map<std::tuple<std::string, int, int, int>, NcclConn> conns_now;
-  for (auto& [k, nc] : nccl_conns) {
-    NcclConn& to_conn = conns_now[{key_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k), std::get<3>(k)}];
-    to_conn.transports.insert(nc.transports.begin(), nc.transports.end());
-    to_conn.channels += nc.channels;
-    to_conn.from_log |= nc.from_log;
-    to_conn.from_trace |= nc.from_trace;
-  }
+  for (auto& [k, nc] : nccl_conns)
+    conns_now[{key_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k), std::get<3>(k)}] += nc;
   nccl_conns = std::move(conns_now);
   std::map<std::tuple<std::string, int, int>, std::pair<uint64_t, int>> ring_now;
   for (auto& [k, v] : ring_next) ring_now.try_emplace({key_of(std::get<0>(k)), std::get<1>(k), std::get<2>(k)}, v);
@@ -652,12 +654,7 @@ void ReportBuilder::State::FinishTraceConns() {
     if (logged.count({tc.host, tc.pid})) continue;
     for (auto& [k, w] : tc.who) who.try_emplace(k, std::move(w));
     for (auto& [k, v] : tc.comm_of) comm_of.try_emplace(k, std::move(v));
-    for (auto& [k, nc] : tc.conns) {
-      NcclConn& to = nccl_conns[k];
-      to.transports.insert(nc.transports.begin(), nc.transports.end());
-      to.channels += nc.channels;
-      to.from_trace = true;
-    }
+    for (auto& [k, nc] : tc.conns) nccl_conns[k] += nc;  // from_trace: set on every recorded one
     if (!tc.refusal_kind.empty()) env_refusal.try_emplace(tc.host, tc.refusal_kind, tc.refusal_evidence);
     ProcessInfo& p = rep.processes[tc.process];
     p.nccl_log = "trace records: " + std::string(p.nccl_log == "user file" ? "the user's NCCL_DEBUG_FILE" : "the tapped log") +
