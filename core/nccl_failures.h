@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/nccl_log.h"
+#include "p2ptrace/trace_format.h"
 
 namespace p2ptrace {
 
@@ -31,6 +32,14 @@ std::optional<NcclFailureClass> ClassifyNcclWarning(std::string_view message);
 // call with that code points to when no WARN line says more (nullopt for ncclSuccess/InProgress).
 std::string_view NcclResultName(int code);
 std::optional<NcclFailureClass> ClassifyNcclResult(int code);
+
+// Whether an NCCL call's recorded result is a failure: not ncclSuccess, and not ncclInProgress (7),
+// which a nonblocking communicator's calls return for work NCCL goes on with (a later failure comes
+// through ncclCommGetAsyncError); a pending result (a call not returned) is no result yet.
+constexpr int kNcclInProgress = 7;
+constexpr bool NcclCallFailed(int32_t result) {
+  return result != 0 && result != kNcclInProgress && result != P2PTRACE_RESULT_PENDING;
+}
 
 // One cause found in a log: the lines behind it, first first.
 struct NcclFailure {

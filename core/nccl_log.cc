@@ -1086,6 +1086,12 @@ std::string ExpandNcclDebugFile(std::string_view pattern, std::string_view host,
   return out;
 }
 
+std::string NcclDebugFileLiteral(std::string_view text) {
+  std::string out;
+  for (char c : text) out += c == '%' ? std::string_view("%%") : std::string_view(&c, 1);
+  return out;
+}
+
 namespace {
 constexpr std::string_view kTapPrefix = "nccl.", kTapSuffix = ".log";
 }  // namespace
@@ -1095,8 +1101,7 @@ std::string NcclTapFilePattern(std::string_view host) {
   std::string name(kTapPrefix);
   for (char c : host) {
     bool plain = c != '/' && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;  // one path component
-    if (c == '%') name += "%%";
-    else name += plain ? c : '_';
+    name += plain ? NcclDebugFileLiteral(std::string_view(&c, 1)) : "_";
   }
   return name + ".%p" + std::string(kTapSuffix);
 }

@@ -286,6 +286,9 @@ int NcclVersionCode(std::string_view text);
 std::string_view NcclLogHost(std::string_view host);
 // NCCL_DEBUG_FILE as NCCL expands it for a process: %h NcclLogHost(host), %p the pid, %% a '%'.
 std::string ExpandNcclDebugFile(std::string_view pattern, std::string_view host, long pid);
+// `text` as NCCL_DEBUG_FILE takes it verbatim: every '%' doubled (a trace directory named "run%p" is
+// no pattern).
+std::string NcclDebugFileLiteral(std::string_view text);
 
 // The log tap's file in a trace directory (DESIGN.md §4), as the NCCL_DEBUG_FILE pattern the tap
 // sets: "nccl.<host>.%p.log", the host whole (as the process's trace file names it; "host" when

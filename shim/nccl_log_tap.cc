@@ -72,9 +72,11 @@ bool Has(const char* name) { return std::getenv(name) != nullptr; }
 
 // The tap file's pattern (core/nccl_log.h), named after the host this process's trace file is
 // named after (the sysroot's host name in the simulated node, else gethostname), so that a
-// process's log and trace carry the same host.
+// process's log and trace carry the same host. The directory is literal: NCCL would expand a '%'
+// in it, fail to open the file and print the tap's lines on the program's stdout.
+std::string TapDirPattern(const Config& config) { return NcclDebugFileLiteral(config.dir); }
 std::string TapPattern(const Config& config) {
-  return config.dir + "/" + NcclTapFilePattern(TraceWriter::Host(config));
+  return TapDirPattern(config) + "/" + NcclTapFilePattern(TraceWriter::Host(config));
 }
 
 // NCCL's expansion of NCCL_DEBUG_FILE for this process (core/nccl_log.h), with the host its trace
@@ -457,7 +459,7 @@ void StartNcclLogTap(const Config& config, ConnectionObserver observe) {
   // so), NCCL keeps exactly the user's settings and prints exactly what it would have.
   // A traced parent's tap, inherited, stays only where this process traces into the same place.
   std::string inherited = Getenv(kTapFile);
-  bool elsewhere = !inherited.empty() && inherited.substr(0, inherited.rfind('/')) != config.dir;
+  bool elsewhere = !inherited.empty() && inherited.substr(0, inherited.rfind('/')) != TapDirPattern(config);
   // Under a file size limit NCCL's lines could cross it, and the write past it is a SIGXFSZ that
   // kills the job (bare, NCCL writes nothing): no tap then (a user's own file is still read).
   bool limited = FileSizeLimit() != RLIM_INFINITY;

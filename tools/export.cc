@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/nccl_failures.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
@@ -89,7 +90,7 @@ void ExportCounts::Add(const TraceRecord& r) {
   } else if (const auto* tr = std::get_if<p2ptrace_timing_record>(&r.body)) {
     timed_seqs_.push_back(tr->h.seq);
   } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body);
-             o && o->result == 0 && !(o->flags & P2PTRACE_NCCL_CAPTURED)) {
+             o && !NcclCallFailed(o->result) && o->result != P2PTRACE_RESULT_PENDING && !(o->flags & P2PTRACE_NCCL_CAPTURED)) {
     ++events;  // every NCCL call has a slice: a zero-length one when it was not timed
     if (o->api == P2PTRACE_NCCL_Send || o->api == P2PTRACE_NCCL_Recv) ++file_p2p_[{o->comm, o->api, o->peer}];
   } else if (std::holds_alternative<p2ptrace_nccl_kernel_record>(r.body)) {
@@ -311,7 +312,7 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
         counter(label, pid, on, begin, gbps);
         counter(label, pid, on, end, 0);
       } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
-        if (o->result != 0 || (o->flags & P2PTRACE_NCCL_CAPTURED)) return;
+        if (NcclCallFailed(o->result) || o->result == P2PTRACE_RESULT_PENDING || (o->flags & P2PTRACE_NCCL_CAPTURED)) return;
         auto cv = comms.find(o->comm);
         CommView comm = cv != comms.end() ? cv->second : CommView{};
         bool send = o->api == P2PTRACE_NCCL_Send, recv = o->api == P2PTRACE_NCCL_Recv;

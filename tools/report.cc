@@ -530,11 +530,9 @@ void ReportBuilder::EndTrace(const Trace& t) {
   p.job_id = std::string(h.job_id, strnlen(h.job_id, sizeof h.job_id));
   p.start_realtime_ns = h.start_realtime_ns;
   p.nccl_used = f.nccl_used;
-  // Only when no communicator of the process came to be: a retried init that succeeded, or a
-  // non-blocking one's ncclInProgress (7), is no failed init.
-  constexpr int kNcclInProgress = 7;
+  // Only when no communicator of the process came to be: a retried init that succeeded is no failed init.
   for (const auto& [k, n] : f.nccl_failures)
-    if (p.nccl_init_failed.empty() && f.comm.empty() && IsNcclCommCreation(k.first) && k.second != kNcclInProgress)
+    if (p.nccl_init_failed.empty() && f.comm.empty() && IsNcclCommCreation(k.first))
       p.nccl_init_failed = fmt::format("{} returned {} ({})", NcclApiName(k.first), k.second, NcclResultName(k.second));
   for (const auto& [api, n] : f.graph_alterations) p.graph_alterations[std::string(ApiName(api))] += n;
   // A process that never exited ran at least to its last record.

@@ -105,7 +105,7 @@ void StoppedFold::Add(const TraceRecord& r) {
       c.last.erase(c.last.begin());
       c.last.insert(std::upper_bound(c.last.begin(), c.last.end(), op, later), op);
     }
-    if (o->result > 0 && o->result != 7 && errors_.size() < 4)  // 7: ncclInProgress, no error
+    if (o->result > 0 && NcclCallFailed(o->result) && errors_.size() < 4)
       errors_.push_back(fmt::format("{} returned {} ({})", NcclApiName(o->api), o->result, NcclResultName(o->result)));
   } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
     if (c->result == 0 && c->comm != 0 && c->api <= P2PTRACE_NCCL_CommSplit) {
@@ -113,7 +113,7 @@ void StoppedFold::Add(const TraceRecord& r) {
     } else if (c->result == P2PTRACE_RESULT_PENDING) {
       pending_init_ = fmt::format("{} (rank {} of {})", NcclApiName(c->api), c->rank, c->nranks);
       pending_init_time_ = c->h.time_ns;
-    } else if (c->result > 0 && c->result != 7 && errors_.size() < 4) {
+    } else if (c->result > 0 && NcclCallFailed(c->result) && errors_.size() < 4) {
       errors_.push_back(fmt::format("{} {} ({})", NcclApiName(c->api),
                                     c->api == P2PTRACE_NCCL_CommGetAsyncError ? "reported" : "returned",
                                     fmt::format("{}, {}", c->result, NcclResultName(c->result))));
@@ -186,7 +186,7 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
       op.called_realtime_ns = real(it->time);
       auto done = done_through_.find(it->stream);
       if (it->result == P2PTRACE_RESULT_PENDING) op.state = "in the call";
-      else if (it->result != 0) op.state = fmt::format("failed {} ({})", it->result, NcclResultName(it->result));
+      else if (NcclCallFailed(it->result)) op.state = fmt::format("failed {} ({})", it->result, NcclResultName(it->result));
       else if (done != done_through_.end() && done->second >= it->time) op.state = "finished";
       else if (h.state == P2PTRACE_STATE_EXITED) op.state = "finished";
       else if (watched && it->stream != 0) op.state = "on the GPU";

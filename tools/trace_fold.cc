@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <variant>
 
+#include "core/nccl_failures.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
@@ -227,23 +228,23 @@ void TraceFold::Add(const TraceRecord& r) {
   } else if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&r.body)) {
     nccl_used = true;
     if (c->result == P2PTRACE_RESULT_PENDING) return;  // an init that never returned: the stopped finding's
-    if (c->result != 0) ++nccl_failures[{c->api, c->result}];
+    if (NcclCallFailed(c->result)) ++nccl_failures[{c->api, c->result}];
     if (c->comm && c->result == 0) comm[c->comm] = {c->id_hash, c->nranks, c->rank, c->cuda_device};
   } else if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&r.body)) {
     nccl_used = true;
     if (o->result == P2PTRACE_RESULT_PENDING) return;  // never returned: the stopped finding's (report/stopped.h)
-    if ((o->flags & P2PTRACE_NCCL_CAPTURED) && o->result == 0) {  // runs at its graph's launches
+    if ((o->flags & P2PTRACE_NCCL_CAPTURED) && !NcclCallFailed(o->result)) {  // runs at its graph's launches
       if (SiteUse* u = Site(o->site)) u->nccl_apis.insert(o->api);
       if (Capture* g = CaptureOf(o->h.seq)) ++g->ops[{o->comm, o->api, o->peer, o->bytes, o->site}];
       return;
     }
     if (SiteUse* u = Site(o->site)) {
       u->nccl_apis.insert(o->api);
-      if (o->result != 0) ++u->nccl_errors;
+      if (NcclCallFailed(o->result)) ++u->nccl_errors;
       else ++u->nccl_ops, u->nccl_bytes += o->bytes;
     }
     Ops& a = ops[{o->comm, o->api}];
-    if (o->result != 0) {
+    if (NcclCallFailed(o->result)) {
       ++nccl_failures[{o->api, o->result}];
       ++a.errors;
       return;

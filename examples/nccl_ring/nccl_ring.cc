@@ -34,6 +34,9 @@
 //   -m        buffers from ncclMemAlloc (NCCL's cuMem allocator), registered with ncclCommRegister on
 //             the communicator they are used with (user buffer registration), freed with ncclMemFree
 //   -D DEV    every rank on device DEV, as a launcher that gives two ranks one GPU (NCCL refuses it)
+//   -B        nonblocking communicators (ncclConfig_t blocking = 0, ncclCommInitRankConfig), every
+//             operation in a group: an init or ncclGroupEnd that returns ncclInProgress is waited out
+//             by polling ncclCommGetAsyncError, as PyTorch does with such communicators
 // World rank of a GPU: (process × threads + thread) × GPUs + i; its device: LOCAL_RANK × threads ×
 // GPUs + thread × GPUs + i (nccl-tests' numbering), or -D's.
 // Runs unchanged with the real NCCL on a GPU node and with the simulated one (tests/sim).
@@ -61,7 +64,7 @@ namespace {
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr, "nccl_ring: %s\nusage: nccl_ring [-g N] [-t N] [-i rank|group|all] [-o LIST] [-b BYTES] "
-                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [-D DEV] [-M RANK:N:size|op] [ID_DIR] [COUNT]\n", why);
+                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [-D DEV] [-M RANK:N:size|op] [-B] [ID_DIR] [COUNT]\n", why);
   std::exit(2);
 }
 
@@ -86,7 +89,7 @@ struct Options {
   std::vector<std::string> ops{"allreduce", "broadcast", "allgather", "reducescatter", "sendrecv"};
   size_t min_bytes = 0, max_bytes = 0;
   double factor = 2;
-  bool split = false, mem_alloc = false;
+  bool split = false, mem_alloc = false, nonblocking = false;
   // -M R:N:size|op: the rank R's N-th allreduce is called with half the count, or as a broadcast
   // (a rank that calls a different collective or size: what the stopped-job report must name).
   int mismatch_rank = -1, mismatch_call = 0;
@@ -120,6 +123,31 @@ struct Member {
   ncclComm_t comm;
   int rank, nranks;
 };
+
+// A call on nonblocking communicators: ncclInProgress is no failure; their async error is polled
+// until it is no longer ncclInProgress, and then it must be ncclSuccess.
+#define NCCL_RING_AWAIT(call, comms)                                                                        \
+  do {                                                                                                       \
+    ncclResult_t a_ = (call);                                                                                \
+    if (a_ == ncclInProgress) {                                                                              \
+      a_ = ncclSuccess;                                                                                      \
+      for (ncclComm_t c_ : comms) {                                                                          \
+        ncclResult_t s_ = ncclInProgress;                                                                    \
+        for (; s_ == ncclInProgress; std::this_thread::yield()) P2PTRACE_NCCL_CHECK(ncclCommGetAsyncError(c_, &s_)); \
+        if (a_ == ncclSuccess) a_ = s_;                                                                      \
+      }                                                                                                      \
+    }                                                                                                        \
+    if (a_ != ncclSuccess) {                                                                                 \
+      std::fprintf(stderr, "nccl_ring: %s failed: %s\n", #call, ncclGetErrorString(a_));                     \
+      std::exit(2);                                                                                          \
+    }                                                                                                        \
+  } while (0)
+
+std::vector<ncclComm_t> CommsOf(const std::vector<Member>& members) {
+  std::vector<ncclComm_t> comms;
+  for (const Member& m : members) comms.push_back(m.comm);
+  return comms;
+}
 
 float* DeviceBuffer(int dev, size_t n) {
   P2PTRACE_CHECK(cudaSetDevice(dev));
@@ -343,14 +371,16 @@ bool RunOp(const std::string& op, const std::string& label, std::vector<Member>&
   for (int it = 0; it < g_opt.iters; ++it) {
     for (Member& m : members) P2PTRACE_CHECK(cudaEventRecord(m.gpu->start, m.gpu->stream));
     // nccl-tests: one group around the thread's GPUs; send/recv forms in a group of their own.
-    if (m_count > 1) P2PTRACE_NCCL_CHECK(ncclGroupStart());
+    // Nonblocking: everything in one group, whose end is waited out.
+    const bool outer = m_count > 1 || g_opt.nonblocking;
+    if (outer) P2PTRACE_NCCL_CHECK(ncclGroupStart());
     for (size_t k = 0; k < m_count; ++k) {
       P2PTRACE_CHECK(cudaSetDevice(members[k].gpu->dev));
       if (plan.p2p) P2PTRACE_NCCL_CHECK(ncclGroupStart());
       plan.issue(members[k], send[k], recv[k]);
       if (plan.p2p) P2PTRACE_NCCL_CHECK(ncclGroupEnd());
     }
-    if (m_count > 1) P2PTRACE_NCCL_CHECK(ncclGroupEnd());
+    if (outer) NCCL_RING_AWAIT(ncclGroupEnd(), CommsOf(members));
     double slowest = 0;
     for (Member& m : members) {
       P2PTRACE_CHECK(cudaEventRecord(m.gpu->stop, m.gpu->stream));
@@ -413,11 +443,21 @@ void InitComms(std::vector<Gpu>& gpus, int generation) {
   ncclUniqueId id = ShareId(gpus.front().rank, generation);
   bool group = g_opt.init == "group";
   if (group) P2PTRACE_NCCL_CHECK(ncclGroupStart());
+  std::vector<ncclComm_t> made;
   for (Gpu& g : gpus) {
     P2PTRACE_CHECK(cudaSetDevice(g.dev));
-    P2PTRACE_NCCL_CHECK(ncclCommInitRank(&g.comm, g_opt.WorldSize(), id, g.rank));
+    if (g_opt.nonblocking) {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      ncclResult_t r = ncclCommInitRankConfig(&g.comm, g_opt.WorldSize(), id, g.rank, &config);
+      P2PTRACE_NCCL_CHECK(r == ncclInProgress ? ncclSuccess : r);
+      made.push_back(g.comm);
+    } else {
+      P2PTRACE_NCCL_CHECK(ncclCommInitRank(&g.comm, g_opt.WorldSize(), id, g.rank));
+    }
   }
-  if (group) P2PTRACE_NCCL_CHECK(ncclGroupEnd());
+  if (group) NCCL_RING_AWAIT(ncclGroupEnd(), made);
+  else if (g_opt.nonblocking) NCCL_RING_AWAIT(ncclInProgress, made);
 }
 
 // One thread: its GPUs, their communicators, every operation, then the split and re-creations.
@@ -493,7 +533,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 int main(int argc, char** argv) {
   int c;
-  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:mD:M:")) != -1) {
+  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:mD:M:B")) != -1) {
     switch (c) {
       case 'g': g_opt.gpus = std::atoi(optarg); break;
       case 't': g_opt.threads = std::atoi(optarg); break;
@@ -507,6 +547,7 @@ int main(int argc, char** argv) {
       case 'r': g_opt.recreate = std::atoi(optarg); break;
       case 'm': g_opt.mem_alloc = true; break;
       case 'D': g_opt.device = std::atoi(optarg); break;
+      case 'B': g_opt.nonblocking = true; break;
       case 'M': {
         char kind[8] = {};
         if (std::sscanf(optarg, "%d:%d:%7s", &g_opt.mismatch_rank, &g_opt.mismatch_call, kind) != 3 ||
@@ -528,6 +569,7 @@ int main(int argc, char** argv) {
   g_opt.nprocs = p2ptrace::test::EnvInt("WORLD_SIZE", 1);
   g_opt.local_rank = p2ptrace::test::EnvInt("LOCAL_RANK", 0);
   if (g_opt.init == "all" && (g_opt.nprocs != 1 || g_opt.threads != 1)) Usage("-i all needs one process and one thread");
+  if (g_opt.nonblocking && (g_opt.init == "all" || g_opt.split)) Usage("-B makes its communicators with ncclCommInitRankConfig: not with -i all or -s");
   const char* dir_env = std::getenv("NCCL_RING_DIR");
   g_opt.dir = optind < argc ? argv[optind] : dir_env != nullptr ? dir_env : ".";
   size_t count = optind + 1 < argc ? std::strtoull(argv[optind + 1], nullptr, 0) : (1u << 20);

@@ -18,6 +18,7 @@
   X(ncclCommFinalize, (ncclComm_t comm), (comm))                                                            \
   X(ncclCommDestroy, (ncclComm_t comm), (comm))                                                             \
   X(ncclCommAbort, (ncclComm_t comm), (comm))                                                               \
+  X(ncclCommGetAsyncError, (ncclComm_t comm, ncclResult_t* error), (comm, error))                           \
   X(ncclGroupStart, (), ())                                                                                 \
   X(ncclGroupEnd, (), ())                                                                                   \
   X(ncclGetUniqueId, (ncclUniqueId * id), (id))                                                             \

@@ -109,6 +109,25 @@ constexpr int kGroupComms = 64;
 constinit thread_local int t_group_comm_count __attribute__((tls_model("initial-exec"))) = 0;
 GroupComm* GroupComms();  // this thread's table (below); null when it cannot be had
 
+// A nonblocking communicator's init (ncclConfig_t blocking = 0) returns ncclInProgress: NCCL finishes
+// it on a thread of its own, and the program asks ncclCommGetAsyncError until it says ncclSuccess.
+// Its record then says so, with its rank and size (SettleAsyncInit). Few at a time: a fixed table.
+struct AsyncInit {
+  ncclComm_t comm;
+  uint64_t id_hash;
+  uint8_t api;
+};
+constexpr int kAsyncInits = 256;
+AsyncInit g_async_inits[kAsyncInits];  // g_comms_mu
+int g_async_count = 0;                 // g_comms_mu; read unlocked as a hint
+void AwaitAsyncInit(uint8_t api, ncclComm_t comm, uint64_t id_hash) {
+  std::lock_guard<std::mutex> lock(g_comms_mu);
+  Comms()[comm].id_hash = id_hash;  // its operations may be called before it settles
+  if (g_async_count == kAsyncInits) return;
+  g_async_inits[g_async_count] = {comm, id_hash, api};
+  __atomic_store_n(&g_async_count, g_async_count + 1, __ATOMIC_RELAXED);
+}
+
 // `entered`: the init's record written when it was entered (EnteringInit), completed in place.
 void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r,
                 p2ptrace_nccl_comm_record* entered = nullptr) {
@@ -123,6 +142,7 @@ void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r,
     return;
   }
   if (r != ncclInProgress) ReturnNcclProfilerEnvironment();  // NCCL has read it by now
+  if (r == ncclInProgress && comm != nullptr && api <= P2PTRACE_NCCL_CommSplit) AwaitAsyncInit(api, comm, id_hash);
   // The shim's thread comes with the process's first communicator (a fork child's too: its parent's
   // did not come along); a process that only asks NCCL its version or an id stays single-threaded.
   if (r == ncclSuccess && comm != nullptr && api <= P2PTRACE_NCCL_CommSplit) StartNcclWatchdog();
@@ -202,6 +222,24 @@ int CommDevice(ncclResult_t r, ncclComm_t* comm) {
   if (r != ncclSuccess || comm == nullptr || *comm == nullptr || cu_device == nullptr || cu_device(*comm, &device) != ncclSuccess)
     return -1;
   return device;
+}
+
+// ncclCommGetAsyncError said a nonblocking init is over (`state`: ncclSuccess or its error): the
+// communicator's record, as a blocking init's return would have written it.
+void SettleAsyncInit(ncclComm_t comm, ncclResult_t state) {
+  if (__atomic_load_n(&g_async_count, __ATOMIC_RELAXED) == 0) return;  // the common case: none waits
+  AsyncInit settled{};
+  {
+    std::lock_guard<std::mutex> lock(g_comms_mu);
+    int i = 0;
+    while (i < g_async_count && g_async_inits[i].comm != comm) ++i;
+    if (i == g_async_count) return;
+    settled = g_async_inits[i];
+    g_async_inits[i] = g_async_inits[g_async_count - 1];
+    __atomic_store_n(&g_async_count, g_async_count - 1, __ATOMIC_RELAXED);
+  }
+  RecordComm(settled.api, state == ncclSuccess ? comm : nullptr, settled.id_hash, state);
+  if (state == ncclSuccess) PreflightAfterNcclInit(CommDevice(state, &comm));  // where the init left it for later
 }
 
 uint64_t CommHash(ncclComm_t comm) {
@@ -350,7 +388,8 @@ void EndGroup(ncclResult_t r) {
   if (comms == 0 && t_group_streams == 0) return;  // nothing entered: perhaps no table was ever made
   GroupTables* tables = Tables();
   for (int i = 0; i < comms; ++i)
-    RecordComm(tables->comms[i].api, r == ncclSuccess ? tables->comms[i].comm : nullptr, tables->comms[i].id_hash, r);
+    RecordComm(tables->comms[i].api, r == ncclSuccess || r == ncclInProgress ? tables->comms[i].comm : nullptr,
+               tables->comms[i].id_hash, r);
   // The job-start check over the GPUs of the communicators the group made (nccl-tests' -g N: one
   // process, one communicator per GPU, made in one group), now that NCCL can say their devices.
   int devices[kGroupComms], ndev = 0;
@@ -487,7 +526,7 @@ ncclResult_t ncclCommInitRank(decltype(&::ncclCommInitRank) real, ncclComm_t* co
     NcclInitOnThisThread in_init;  // an old NCCL's version line, printed only where the tap made it
     return real(comm, nranks, id, rank);
   }();
-  if (later) PreflightAfterNcclInit(CommDevice(r, comm));
+  if (later && r != ncclInProgress) PreflightAfterNcclInit(CommDevice(r, comm));  // else when it settles
   RecordComm(P2PTRACE_NCCL_CommInitRank, comm ? *comm : nullptr, Fnv(&id, sizeof id), r, entered);
   return r;
 }
@@ -503,7 +542,7 @@ ncclResult_t ncclCommInitRankConfig(decltype(&::ncclCommInitRankConfig) real, nc
     NcclInitOnThisThread in_init;
     return real(comm, nranks, id, rank, config);
   }();
-  if (later) PreflightAfterNcclInit(CommDevice(r, comm));
+  if (later && r != ncclInProgress) PreflightAfterNcclInit(CommDevice(r, comm));  // else when it settles
   RecordComm(P2PTRACE_NCCL_CommInitRankConfig, comm ? *comm : nullptr, Fnv(&id, sizeof id), r, entered);
   return r;
 }
@@ -528,7 +567,7 @@ ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real
   bool later = t_group_depth == 0 && !PreflightAtNcclInit();
   p2ptrace_nccl_comm_record* entered = EnteringInit(P2PTRACE_NCCL_CommInitRankScalable, ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, rank, nranks);
   ncclResult_t r = real(comm, nranks, rank, nids, ids, config);
-  if (later) PreflightAfterNcclInit(CommDevice(r, comm));
+  if (later && r != ncclInProgress) PreflightAfterNcclInit(CommDevice(r, comm));  // else when it settles
   RecordComm(P2PTRACE_NCCL_CommInitRankScalable, comm ? *comm : nullptr,
              ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, r, entered);
   return r;
@@ -562,9 +601,10 @@ ncclResult_t ncclCommAbort(decltype(&::ncclCommAbort) real, ncclComm_t comm) {
 }
 ncclResult_t ncclCommGetAsyncError(decltype(&::ncclCommGetAsyncError) real, ncclComm_t comm, ncclResult_t* error) {
   ncclResult_t r = real(comm, error);
-  if (r == ncclSuccess && error != nullptr && *error != ncclSuccess && *error != ncclInProgress) {
+  if (r == ncclSuccess && error != nullptr && *error != ncclInProgress) {
     KeepErrno keep;
-    RecordAsyncError(comm, *error);
+    SettleAsyncInit(comm, *error);
+    if (*error != ncclSuccess) RecordAsyncError(comm, *error);
   }
   return r;
 }

@@ -894,3 +894,49 @@ TEST(NcclJobPairs, CollectiveBlocksLandOnTheirPairsLikeSends) {
 }
 
 }  // namespace
+
+// Nonblocking communicators (ncclConfig_t blocking = 0): their inits and their groups' ends return
+// ncclInProgress, which is no failure (a later one comes through ncclCommGetAsyncError). The job's
+// report is the blocking job's: no failed call, every operation with its bytes, the ring's pairs.
+TEST(NcclNonblocking, InProgressIsNoFailureAndTheJobIsReportedAsABlockingOne) {
+  std::string dir = TempDir() + "/nonblocking";
+  RunResult r = Job(dir, "node0:4", {"-B", "-o", "allreduce,sendrecv", "-n", "3"}, true);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // The simulated NCCL answered as the real one does: ncclInProgress from the inits and group ends,
+  // then ncclSuccess from ncclCommGetAsyncError, which the shim recorded as the communicator's init.
+  for (const p2ptrace::Trace& t : ReadDir(dir + "/trace")) {
+    int in_progress_inits = 0, ready = 0, in_progress_ops = 0;
+    for (const p2ptrace::TraceRecord& rec : t.records) {
+      if (const auto* c = std::get_if<p2ptrace_nccl_comm_record>(&rec.body); c && c->api == P2PTRACE_NCCL_CommInitRankConfig) {
+        in_progress_inits += c->result == 7;
+        if (c->result == 0) {
+          ++ready;
+          EXPECT_EQ(c->nranks, 4);
+          EXPECT_GE(c->rank, 0);
+        }
+      }
+      if (const auto* o = std::get_if<p2ptrace_nccl_op_record>(&rec.body)) in_progress_ops += o->result == 7;
+    }
+    EXPECT_EQ(in_progress_inits, 1) << t.path;
+    EXPECT_EQ(ready, 1) << t.path;
+    EXPECT_EQ(in_progress_ops, 9) << t.path;  // 3 allreduces, 3 sends, 3 receives: each group's end
+  }
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  for (const json& f : j["findings"]) EXPECT_NE(f["id"], "nccl-call-failed") << f.dump();
+  ASSERT_EQ(j["nccl_ops"].size(), 3u) << j["nccl_ops"].dump();
+  for (const json& op : j["nccl_ops"]) {
+    EXPECT_EQ(op["calls"], 12) << op.dump();
+    EXPECT_EQ(op["errors"], 0) << op.dump();
+    EXPECT_EQ(op["bytes"], 12u * (4u << 20)) << op.dump();
+    EXPECT_EQ(op["nranks"], 4) << op.dump();
+  }
+  int ring = 0;
+  for (const json& p : j["pairs"]) {
+    if (p["source"] != "nccl") continue;
+    ++ring;
+    EXPECT_EQ((p["src"]["gpu"].get<int>() + 1) % 4, p["dst"]["gpu"].get<int>()) << p.dump();
+    EXPECT_EQ(p["bytes"], 3u * (4u << 20)) << p.dump();  // the ring's sends
+  }
+  EXPECT_EQ(ring, 4) << j["pairs"].dump();
+}

@@ -130,6 +130,7 @@ struct TapCase {
   Env env;             // the user's NCCL settings
   bool user_file;      // NCCL_DEBUG_FILE into a directory of their own
   const char* expect;  // a line the user must see (in both runs), "" for none
+  const char* trace = "trace";  // P2PTRACE_DIR under the test's directory
 };
 
 class NcclTap : public ::testing::TestWithParam<TapCase> {};
@@ -149,7 +150,7 @@ TEST_P(NcclTap, TheUsersOutputIsUnchangedAndTheReportNamesEveryTransport) {
     }
     if (traced) {
       e["LD_PRELOAD"] = P2PTRACE_SHIM;
-      e["P2PTRACE_DIR"] = root + "/trace";
+      e["P2PTRACE_DIR"] = root + "/" + c.trace;
       e["P2PTRACE_WARN"] = "off";  // p2ptrace's own job-start findings on stderr are not NCCL's output
     }
     return Ring(Topology("demo-8gpu.json"), "node0:2", root + "/" + which, e);
@@ -169,7 +170,7 @@ TEST_P(NcclTap, TheUsersOutputIsUnchangedAndTheReportNamesEveryTransport) {
     for (const auto& e : std::filesystem::directory_iterator(root + "/traced/mine")) files += e.is_regular_file();
     EXPECT_EQ(files, 2);
   }
-  json j = Report(root + "/trace");
+  json j = Report(root + "/" + c.trace);
   ASSERT_FALSE(j.is_discarded());
   auto pairs = NcclPairs(j);
   EXPECT_EQ(pairs.size(), 2u) << j["pairs"].dump();
@@ -190,6 +191,10 @@ INSTANTIATE_TEST_SUITE_P(
         TapCase{"info_subsys", {{"NCCL_DEBUG", "info"}, {"NCCL_DEBUG_SUBSYS", "INIT,COLL"}, {"NCCL_RUNTIME_CONNECT", "1"}},
                 false, "via P2P/CUMEM"},
         TapCase{"user_file", {{"NCCL_DEBUG", "INFO"}}, true, ""},
+        // NCCL expands '%' in NCCL_DEBUG_FILE: a trace directory with one is taken literally, else NCCL
+        // cannot open the tap file and prints its INFO lines on the program's stdout.
+        TapCase{"percent_dir", {}, false, "", "run%p%h%%x"},
+        TapCase{"percent_dir_warn", {{"NCCL_DEBUG", "WARN"}}, false, "NCCL version 2.28.9+cuda13.0", "run%p"},
         // Before 2.22 rank 0's init puts the version line on stdout at any level from VERSION: the
         // tap's INFO must not make it appear where the user set no level (PyTorch 2.1-2.4's NCCL).
         TapCase{"old_unset", {{"P2PSIM_NCCL_VERSION", "2.21.5"}}, false, ""},

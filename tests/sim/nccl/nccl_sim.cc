@@ -36,11 +36,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/sim/common/nccl_segments.h"
@@ -670,7 +672,11 @@ struct Comm {
   std::set<std::pair<int, int>> refusals_reported;
   std::vector<uint32_t> send_seq, recv_seq;
   uint32_t split_seq = 0;
-  ncclResult_t async_error = ncclSuccess;
+  // ncclCommGetAsyncError's answer: ncclInProgress while a nonblocking communicator's work runs on
+  // its job's thread (stored last by that thread: what it did is visible to whoever reads this).
+  std::atomic<ncclResult_t> async_error{ncclSuccess};
+  bool nonblocking = false;                 // ncclConfig_t blocking = 0 (or NCCL_COMM_BLOCKING=0)
+  std::shared_ptr<struct AsyncJob> job;     // the last work started for it (AsyncJob below)
   long long shm_charged = 0;
   p2psim::profiler::CommProfiler profiler;  // the profiler plugin's share of this communicator
   uint64_t coll_seq[8] = {};                // its collectives' sequence numbers, per ncclFunc_t
@@ -705,8 +711,26 @@ bool Valid(Comm* c) {
 
 void SetError(Comm* c, ncclResult_t r, const std::string& why) {
   t_last_error = why;
-  if (c != nullptr && r != ncclSuccess) c->async_error = r;
+  if (c != nullptr && r != ncclSuccess) c->async_error.store(r, std::memory_order_release);
 }
+
+// A nonblocking communicator's init or group launch, run on a thread of its own as NCCL's
+// ncclAsyncJob runs it: the call returns ncclInProgress at once. A communicator's next work, and its
+// destruction, wait for the last (NCCL serialises them the same way).
+struct AsyncJob {
+  std::thread thread;
+  std::once_flag joined;
+  void Join() {
+    std::call_once(joined, [this] {
+      if (thread.joinable()) thread.join();
+    });
+  }
+};
+
+void JoinJob(Comm* c) {
+  if (c->job != nullptr && c->job->thread.get_id() != std::this_thread::get_id()) c->job->Join();
+}
+
 
 const Host* HostOf(const RankInfo& r) {
   Node& n = TheNode();
@@ -1741,16 +1765,51 @@ ncclResult_t Execute(std::vector<Op> ops) {
   return Run(ops);
 }
 
-ncclResult_t FinishPendingInits() {
-  std::vector<Comm*> pending;
-  pending.swap(t_pending_inits);
+ncclResult_t FinishInits(const std::vector<Comm*>& inits) {
   ncclResult_t result = ncclSuccess;
-  for (Comm* c : pending)
+  for (Comm* c : inits)
     if (ncclResult_t r = InitFinish(*c); r != ncclSuccess) {
       SetError(c, r, "p2psim: communicator init failed");
       result = r;
     }
   return result;
+}
+
+ncclResult_t FinishPendingInits() {
+  std::vector<Comm*> pending;
+  pending.swap(t_pending_inits);
+  return FinishInits(pending);
+}
+
+// Starts `work` for `comms` on a job's thread (AsyncJob), on the caller's device: each communicator
+// says ncclInProgress until it ends, then the work's result (or the error the work gave it). A
+// communicator already in error gives that error, and nothing starts.
+ncclResult_t StartAsync(const std::vector<Comm*>& comms, std::function<ncclResult_t()> work) {
+  for (Comm* c : comms) JoinJob(c);
+  for (Comm* c : comms)
+    if (ncclResult_t e = c->async_error.load(std::memory_order_acquire); e != ncclSuccess) return e;
+  for (Comm* c : comms) c->async_error.store(ncclInProgress, std::memory_order_release);
+  auto job = std::make_shared<AsyncJob>();
+  job->thread = std::thread([comms, work = std::move(work), dev = CurrentCudaDev()] {
+    CudaSetDevice(dev);
+    ncclResult_t r = work();
+    for (Comm* c : comms) {
+      ncclResult_t running = ncclInProgress;
+      c->async_error.compare_exchange_strong(running, r, std::memory_order_acq_rel);
+    }
+  });
+  for (Comm* c : comms) c->job = job;
+  return ncclInProgress;
+}
+
+// The communicators of a group's inits and operations when one of them is nonblocking (NCCL then
+// launches the whole group asynchronously); none otherwise.
+std::vector<Comm*> NonblockingGroup(const std::vector<Comm*>& inits, const std::vector<Op>& ops) {
+  std::vector<Comm*> comms = inits;
+  for (const Op& op : ops)
+    if (std::find(comms.begin(), comms.end(), op.comm) == comms.end()) comms.push_back(op.comm);
+  bool any = std::any_of(comms.begin(), comms.end(), [](const Comm* c) { return c->nonblocking; });
+  return any ? comms : std::vector<Comm*>{};
 }
 
 ncclResult_t Enqueue(Op op) {
@@ -1783,6 +1842,7 @@ ncclResult_t Enqueue(Op op) {
     t_ops.push_back(op);
     return ncclSuccess;
   }
+  if (op.comm->nonblocking) return StartAsync({op.comm}, [op] { return Execute({op}); });
   return Execute({op});
 }
 
@@ -1792,7 +1852,8 @@ Op MakeOp(OpKind kind, Comm* comm, const void* send, void* recv, size_t count, n
 }
 
 // Starts a communicator's init; completes it now, or at ncclGroupEnd inside a group.
-ncclResult_t InitRank(ncclComm_t* out, int nranks, const std::string& token, int rank, const char* api) {
+ncclResult_t InitRank(ncclComm_t* out, int nranks, const std::string& token, int rank, const char* api,
+                      bool nonblocking = false) {
   if (out == nullptr) return ncclInvalidArgument;
   if (nranks < 1 || rank < 0 || rank >= nranks) {
     WARN("Invalid rank requested : %d/%d", rank, nranks);
@@ -1800,6 +1861,7 @@ ncclResult_t InitRank(ncclComm_t* out, int nranks, const std::string& token, int
   }
   auto* c = new Comm();
   c->api = api;
+  c->nonblocking = nonblocking;
   if (ncclResult_t r = InitBegin(*c, token, nranks, rank); r != ncclSuccess) {
     delete c;
     return r;
@@ -1813,6 +1875,7 @@ ncclResult_t InitRank(ncclComm_t* out, int nranks, const std::string& token, int
     t_pending_inits.push_back(c);
     return ncclSuccess;
   }
+  if (nonblocking) return StartAsync({c}, [c] { return FinishInits({c}); });
   ncclResult_t r = InitFinish(*c);
   if (r != ncclSuccess) SetError(c, r, "p2psim: communicator init failed");
   return r;
@@ -1833,6 +1896,7 @@ size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
 ncclResult_t Release(ncclComm_t comm, const char* what) {
   Comm* c = C(comm);
   if (!Valid(c)) return ncclInvalidArgument;
+  JoinJob(c);
   {
     std::lock_guard<std::mutex> lock(g_comms_mu);
     g_comms.erase(c);
@@ -1907,25 +1971,32 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqu
   return InitRank(comm, nranks, token, rank, "ncclCommInitRank");
 }
 
+// config->blocking, else NCCL_COMM_BLOCKING, else blocking (NCCL's order); CGA, netName… do not
+// change what the sim does.
+bool Nonblocking(const ncclConfig_t* config) {
+  if (config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT) return config->blocking == 0;
+  const char* env = std::getenv("NCCL_COMM_BLOCKING");
+  return env != nullptr && std::atoi(env) == 0;
+}
+
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
          ncclConfig_t* config) {
-  (void)config;  // blocking, CGA, netName… do not change what the sim does
   std::string token = TokenOf(commId);
   if (token.empty()) return ncclInvalidArgument;
-  return InitRank(comm, nranks, token, rank, "ncclCommInitRankConfig");
+  return InitRank(comm, nranks, token, rank, "ncclCommInitRankConfig", Nonblocking(config));
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
          ncclUniqueId* commIds, ncclConfig_t* config) {
-  (void)config;
   if (nId < 1 || commIds == nullptr) return ncclInvalidArgument;
   std::string token = TokenOf(commIds[0]);
   if (token.empty()) return ncclInvalidArgument;
-  return InitRank(newcomm, nranks, token, myrank, "ncclCommInitRankScalable");
+  return InitRank(newcomm, nranks, token, myrank, "ncclCommInitRankScalable", Nonblocking(config));
 }
 
 namespace {
 ncclResult_t FinishPendingSplits();  // below, with ncclCommSplit
+bool SplitsPending();
 
 ncclResult_t GroupStart() {
   ++t_group_depth;
@@ -1938,6 +2009,18 @@ ncclResult_t GroupEnd() {
     return ncclInvalidUsage;
   }
   if (--t_group_depth > 0) return ncclSuccess;
+  // A nonblocking communicator's group is launched on a job's thread (splits, made in steps with
+  // every rank, stay on the caller's).
+  if (std::vector<Comm*> comms = NonblockingGroup(t_pending_inits, t_ops); !comms.empty() && !SplitsPending()) {
+    std::vector<Comm*> inits;
+    std::vector<Op> ops;
+    inits.swap(t_pending_inits);
+    ops.swap(t_ops);
+    return StartAsync(comms, [inits, ops] {
+      ncclResult_t r = FinishInits(inits);
+      return r != ncclSuccess || ops.empty() ? r : Execute(ops);
+    });
+  }
   ncclResult_t r = FinishPendingSplits();
   if (ncclResult_t i = FinishPendingInits(); r == ncclSuccess) r = i;
   std::vector<Op> ops;
@@ -1980,6 +2063,7 @@ struct PendingSplit {
   std::string base;
 };
 thread_local std::vector<PendingSplit> t_pending_splits;
+bool SplitsPending() { return !t_pending_splits.empty(); }
 
 ncclResult_t SplitBegin(Comm* c, int color, int key, PendingSplit* s) {
   s->parent = c;
@@ -2112,7 +2196,7 @@ NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank) {
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError) {
   if (!Valid(C(comm)) || asyncError == nullptr) return ncclInvalidArgument;
-  *asyncError = C(comm)->async_error;
+  *asyncError = C(comm)->async_error.load(std::memory_order_acquire);
   return ncclSuccess;
 }
 
