@@ -8,6 +8,7 @@
 
 #include <dlfcn.h>
 #include <strings.h>
+#include <time.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "shim/base/fd.h"
 #include "shim/interpose/nccl_profiler_abi.h"
 #include "shim/nccl_log_tap.h"
+#include "shim/record/graphs.h"
 #include "shim/record/trace_writer.h"
 
 namespace p2ptrace::shim {
@@ -43,12 +45,26 @@ std::atomic<int> g_timing_contexts{0};  // communicators whose operations the ke
 std::atomic<int> g_live_contexts{0};    // communicators NCCL told the shim of, not finalized
 std::atomic<bool> g_armed{false};       // the shim stood in NCCL_PROFILER_PLUGIN once: NCCL loads it
 // The wrappers decide the sample (no program's plugin to forward to): NCCL's mask holds the shim's
-// bits only while a sampled call is inside NCCL (g_sampling of them), and every P2p or Coll event
-// NCCL starts is one of those.
+// bits only while the sample window is open (BeginKernelSample), and every P2p or Coll event NCCL
+// starts is of a call made then.
 std::atomic<bool> g_by_call{false};
-std::atomic<int> g_sampling{0};
 std::atomic<int*> g_mask{nullptr};  // NCCL's process-wide mask
 int g_base_mask = 0;                // what stood in it before the shim's first init
+// The window's holders (sampled calls whose operations have not taken their mask yet) and the
+// shim's bits in NCCL's mask change together, under the mutex: the bits are in exactly while some
+// call holds the window. Read unlocked only to see whether a window is open.
+std::mutex g_window_mu;
+std::atomic<int> g_holders{0};
+constinit thread_local bool t_window __attribute__((tls_model("initial-exec"))) = false;  // this thread holds it
+
+// This thread's call no longer needs the bits (its operations took the mask): the last holder out
+// takes them out of NCCL's mask.
+__attribute__((noinline)) void CloseWindow() {
+  std::lock_guard<std::mutex> lock(g_window_mu);
+  t_window = false;
+  if (g_holders.fetch_sub(1) == 1)
+    if (int* m = g_mask.load(std::memory_order_acquire)) __atomic_store_n(m, g_base_mask, __ATOMIC_RELAXED);
+}
 
 enum class Kind : uint8_t { kOp = 1, kChannel = 2, kFwd = 3 };
 
@@ -324,7 +340,12 @@ void* Own(Context* c, const Descr& d, void* parent) {
     slot.stop.store(0, std::memory_order_relaxed);
     return &slot;
   }
-  if ((d.type == np::kP2p || d.type == np::kColl) && c->timing) return NewOp(c, d);
+  if (d.type == np::kP2p || d.type == np::kColl) {
+    // NCCL starts these at the launch, after the call's operations copied the mask: the window this
+    // thread holds can close now, before the launch waits for anything.
+    if (__builtin_expect(t_window, 0)) CloseWindow();
+    if (c->timing) return NewOp(c, d);
+  }
   return nullptr;
 }
 
@@ -606,19 +627,36 @@ bool NcclKernelTimersMeasure() { return g_timing_contexts.load(std::memory_order
 
 bool NcclSamplesByCall() { return g_by_call.load(std::memory_order_relaxed) && NcclKernelTimersMeasure(); }
 
-// The bits go on with the first sampled call in NCCL and off with the last: a call another thread
-// makes meanwhile is sampled too (one more record), never one sampled here left without its bits.
-void BeginKernelSample() {
+// The bits go in with the window's first holder and out with its last, under one lock: no call
+// sampled here is left without them. None while a capture runs anywhere in the process (an
+// operation another thread captured meanwhile would take the timer work into its graph for every
+// replay): the holder is counted before the capture is looked at, and a captured call looks at the
+// holders after its capture began (AwaitNoKernelSample), so one of the two sees the other.
+bool BeginKernelSample() {
   int* m = g_mask.load(std::memory_order_acquire);
-  if (m != nullptr && g_sampling.fetch_add(1, std::memory_order_acq_rel) == 0)
+  if (m == nullptr) return false;
+  std::lock_guard<std::mutex> lock(g_window_mu);
+  if (g_holders.fetch_add(1) == 0) {
+    if (graphs::AnyCapture()) {
+      g_holders.fetch_sub(1);
+      return false;
+    }
     __atomic_store_n(m, g_base_mask | kEvents, __ATOMIC_RELAXED);
-  else if (m != nullptr)
-    __atomic_fetch_or(m, kEvents, __ATOMIC_RELAXED);
+  }
+  t_window = true;
+  return true;
 }
 void EndKernelSample() {
-  int* m = g_mask.load(std::memory_order_acquire);
-  if (m != nullptr && g_sampling.fetch_sub(1, std::memory_order_acq_rel) == 1)
-    __atomic_store_n(m, g_base_mask, __ATOMIC_RELAXED);
+  if (t_window) CloseWindow();
+}
+
+void AwaitNoKernelSample() {
+  // A window lasts from a sampled call's entry to its launch: microseconds, or a first connect's
+  // wait. Bounded, so that nothing can wait on a window whose holder waits on this thread.
+  for (int spins = 0; g_holders.load() > 0 && spins < 20000; ++spins) {
+    struct timespec pause = {0, 50000};
+    nanosleep(&pause, nullptr);
+  }
 }
 
 void ReturnNcclProfilerEnvironment() {

@@ -19,12 +19,18 @@ void StartNcclProfiler(int nccl_version);
 bool NcclKernelTimersMeasure();
 
 // Whether the wrappers choose which calls NCCL's kernel timers measure (the shim is NCCL's plugin,
-// with no program's plugin to forward to). Then a sampled call is made between these two, which put
-// the shim's bits in NCCL's mask for the call (NCCL copies the mask into the operation then) and
-// take them out after: an operation outside the sample costs NCCL no timer work.
+// with no program's plugin to forward to). Then a sampled call is made between these two, which
+// open the sample window: the shim's bits in NCCL's one mask for the process, which NCCL copies
+// into each operation at its call. The window closes when the call's first operation is launched
+// (NCCL's P2p or Coll event on this thread), or at the latest when the call returns: an operation
+// outside the sample costs NCCL no timer work, unless another thread calls it in that short time
+// (DESIGN.md §4). False when no window opened (a capture runs in the process): the call is untimed.
 bool NcclSamplesByCall();
-void BeginKernelSample();
+bool BeginKernelSample();
 void EndKernelSample();
+// Before a call captured into a graph: waits (boundedly) for an open window to close, so that its
+// operation takes no timer work into the graph.
+void AwaitNoKernelSample();
 
 // Before a communicator's init: where NCCL unloaded the plugin (its last communicator was freed),
 // the shim's name stands in NCCL_PROFILER_PLUGIN again, so that NCCL loads it for this one (it reads

@@ -268,16 +268,11 @@ bool OneRank(ncclComm_t comm) {
 }
 
 // Whether NCCL's kernel timers measure this call: P2PTRACE_SAMPLE per communicator (its first K
-// operations, then 1 in N, and every one of SIZE bytes or more), never one of one rank, never one
-// captured into a graph (NCCL would add a host node to the program's graph for it).
-bool KernelSampled(ncclComm_t comm, cudaStream_t stream, uint64_t bytes) {
+// operations, then 1 in N, and every one of SIZE bytes or more), never one of one rank, never while
+// a capture runs (NCCL would add a host node to the program's graph for it: BeginKernelSample).
+bool KernelSampled(ncclComm_t comm, uint64_t bytes) {
   CommFacts* f = FactsOf(comm);
   if (f == nullptr || f->nranks == 1) return false;
-  if (graphs::AnyCapture()) {
-    uint32_t graph = 0;
-    const CudaRuntime* rt = AnsweredRuntime(false);
-    if (rt == nullptr || graphs::CapturedOn(*rt, stream, &graph)) return false;
-  }
   return detail::g_sample.Takes(__atomic_fetch_add(&f->ops, 1, __ATOMIC_RELAXED), bytes);
 }
 
@@ -457,8 +452,8 @@ __attribute__((noinline)) ncclResult_t SlowOp(uint8_t api, ncclComm_t comm, cuda
   // NCCL copies its profiler mask into the operation during this call: KernelCh (and the P2p and
   // Coll events) are on for it only when it is in the sample, so that NCCL's own per-operation
   // work for the timers (timestamps, proxy work per channel) stays with the sampled ones.
-  const bool kernel = NcclSamplesByCall() && KernelSampled(comm, stream, bytes);
-  if (kernel) BeginKernelSample();
+  const bool kernel = NcclSamplesByCall() && KernelSampled(comm, bytes) && BeginKernelSample();
+  if (!kernel && graphs::AnyCapture() && NcclSamplesByCall()) AwaitNoKernelSample();
   ncclResult_t r = real(args...);
   if (kernel) EndKernelSample();
   if (timed) {

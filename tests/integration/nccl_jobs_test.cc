@@ -940,3 +940,41 @@ TEST(NcclNonblocking, InProgressIsNoFailureAndTheJobIsReportedAsABlockingOne) {
   }
   EXPECT_EQ(ring, 4) << j["pairs"].dump();
 }
+
+// NCCL's kernel timers (NCCL's own work: device timestamps, proxy work per channel) for the
+// sample only, whoever calls: one process whose four threads drive four GPUs costs NCCL no more
+// timer work than the same job as four processes (the sample window closes at each sampled call's
+// launch, so another thread's unsampled call does not take the shim's bits). And with every call in
+// the sample, eight threads at once: each operation has its record (no window loses its bits).
+TEST(NcclKernelTimers, ThreadsOfOneProcessTimeTheSampleOnly) {
+  auto timer_ops = [](const std::string& name, const std::string& hosts, const std::vector<std::string>& args,
+                      const std::string& sample) {
+    std::string dir = TempDir() + "/threads-" + name;
+    RunResult r = Job(dir, hosts, args, true, {{"P2PSIM_KERNELCH_FILE", dir + "/kernelch.txt"}, {"P2PTRACE_SAMPLE", sample}});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::map<int, uint64_t> by_pid;  // the file gets each process's running count
+    std::ifstream counted(dir + "/kernelch.txt");
+    for (int pid = 0, n = 0; counted >> pid >> n;) by_pid[pid] = std::max<uint64_t>(by_pid[pid], n);
+    uint64_t ops = 0, records = 0, calls = 0;
+    for (const auto& [pid, n] : by_pid) ops += n;
+    for (const p2ptrace::Trace& t : ReadDir(dir + "/trace"))
+      for (const p2ptrace::TraceRecord& rec : t.records) {
+        records += std::holds_alternative<p2ptrace_nccl_kernel_record>(rec.body);
+        calls += std::holds_alternative<p2ptrace_nccl_op_record>(rec.body);
+      }
+    EXPECT_EQ(records, ops) << name << ": every operation NCCL timed has its record";
+    return std::pair{ops, calls};
+  };
+  std::vector<std::string> loop = {"-n", "256", "-b", "64K", "-e", "64K"};
+  std::vector<std::string> threaded = {"-t", "4"};
+  threaded.insert(threaded.end(), loop.begin(), loop.end());
+  auto [processes, calls] = timer_ops("processes", "node0:4", loop, "8:64:16M");
+  auto [threads, thread_calls] = timer_ops("threads", "node0:1", threaded, "8:64:16M");
+  EXPECT_EQ(thread_calls, calls);
+  EXPECT_GT(processes, 0u);
+  // The sample (per communicator: its first 8 operations, then 1 in 64), and at most a stray or two
+  // called in another thread's window.
+  EXPECT_LE(threads, processes + processes / 50) << "timer work beyond the sample, threads vs processes";
+  auto [all, all_calls] = timer_ops("all", "node0:1", {"-t", "8", "-o", "allreduce", "-n", "300", "-b", "4K", "-e", "4K"}, "all");
+  EXPECT_EQ(all, all_calls) << "every call sampled: every one timed";
+}

@@ -1614,7 +1614,8 @@ ncclResult_t CudaFailure(int err);  // below
 // The profiler plugin's events for a batch that ran, per communicator (profiler_loader.h). Alltoall,
 // gather and scatter are told as NCCL runs them: a Send or Recv per peer (P2pPeers), each on one
 // channel and taking its own pair's time.
-void TellProfilers(std::vector<Op>& ops) {
+// The batch's launch as each communicator's plugin is told of it (before the kernels run).
+std::vector<p2psim::profiler::LaunchedBatch> LaunchEvents(std::vector<Op>& ops) {
   namespace pf = p2psim::profiler;
   std::map<Comm*, std::vector<pf::OpEvent>> per_comm;
   for (Op& op : ops) {
@@ -1649,7 +1650,9 @@ void TellProfilers(std::vector<Op>& ops) {
     if (p2p && op.kind == OpKind::kRecv) e.send_buff = op.recv;  // a receive's one buffer
     per_comm[&c].push_back(e);
   }
-  for (auto& [c, events] : per_comm) pf::EmitBatch(c->profiler, c->rank, events.data(), events.size());
+  std::vector<pf::LaunchedBatch> launched;
+  for (auto& [c, events] : per_comm) launched.push_back(pf::LaunchBatch(c->profiler, c->rank, std::move(events)));
+  return launched;
 }
 
 // P2PSIM_FAULT (DESIGN.md §9), for the stopped-job tests. "stop@R:N": the process holding rank R of
@@ -1713,6 +1716,7 @@ ncclResult_t Run(std::vector<Op>& ops) {
   for (const Op& op : ops)
     if (!IsP2p(op) && std::find(coll_comms.begin(), coll_comms.end(), op.comm) == coll_comms.end())
       coll_comms.push_back(op.comm);
+  std::vector<p2psim::profiler::LaunchedBatch> launched = LaunchEvents(ops);
   for (Op& op : ops)
     if (ncclResult_t r = Post(op); r != ncclSuccess) return Fail(ops, r);
   if (fault == Fault::kDie) kill(getpid(), SIGKILL);
@@ -1725,7 +1729,8 @@ ncclResult_t Run(std::vector<Op>& ops) {
   bool hung = false;
   for (Op& op : ops)
     if (hang != nullptr && OverHungPair(op)) hung = true, hang(op.stream);
-  if (!hung) TellProfilers(ops);  // a kernel that never ends stops no channel
+  if (!hung)  // a kernel that never ends stops no channel
+    for (const p2psim::profiler::LaunchedBatch& b : launched) p2psim::profiler::KernelsRan(b);
   return ncclSuccess;
 }
 

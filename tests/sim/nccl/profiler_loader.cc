@@ -304,45 +304,54 @@ void FillOp(Descr& d, const OpEvent& op, int rank, void* group) {
   }
 }
 
+// Group, then each operation's P2p or Coll (parent: the group), stopped at once: NCCL's "enqueued".
 template <typename Descr>
-void Emit(const AnyPlugin& pl, void* context, int rank, const OpEvent* ops, size_t n) {
+void Launch(const AnyPlugin& pl, void* context, int rank, LaunchedBatch* b) {
   constexpr int kChildren = np::kProxyOp | np::kProxyStep | np::kKernelCh | np::kNetPlugin;
+  const std::vector<OpEvent>& ops = b->ops;
   int mask = 0;  // the batch's: any of its operations' masks
-  for (size_t i = 0; i < n; ++i) mask |= ops[i].mask;
-  void* group = nullptr;
+  for (const OpEvent& op : ops) mask |= op.mask;
+  b->handles.assign(ops.size(), nullptr);
   // NCCL starts a batch's Group for any of these bits, whatever the batch holds (a Coll-only mask
   // gets the Group of a batch of sends too: ncclProfilerStartGroupEvent, src/plugin/profiler.cc).
   if ((mask & (np::kGroup | np::kColl | np::kP2p | kChildren)) == 0) return;
+  void* group = nullptr;
   Descr g{};
   g.type = np::kGroup;
   pl.start_event(context, &group, &g);
-  std::vector<void*> handles(n, nullptr);
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < ops.size(); ++i) {
     if ((ops[i].mask & ((ops[i].p2p ? np::kP2p : np::kColl) | kChildren)) == 0) continue;
     Descr d{};
     FillOp(d, ops[i], rank, group);
-    pl.start_event(context, &handles[i], &d);
+    pl.start_event(context, &b->handles[i], &d);
   }
-  for (size_t i = 0; i < n; ++i)
-    if (handles[i] != nullptr) pl.stop_event(handles[i]);
+  for (void* h : b->handles)
+    if (h != nullptr) pl.stop_event(h);
   if (group != nullptr) pl.stop_event(group);
-  // The kernels: the collectives one after another, then the send/recv side by side.
+}
+
+// The kernels: the collectives one after another, then the send/recv side by side; per channel an
+// operation ran on, KernelCh (v3+) with the channel's GPU start time, KernelChStop with its stop
+// time (v4+), stop.
+template <typename Descr>
+void Kernels(const AnyPlugin& pl, void* context, const LaunchedBatch& b) {
+  const std::vector<OpEvent>& ops = b.ops;
   uint64_t start = g_gpu_ns.load(), colls = 0, p2p = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (!ops[i].p2p) colls += static_cast<uint64_t>(ops[i].seconds * 1e9);
+  for (const OpEvent& op : ops)
+    if (!op.p2p) colls += static_cast<uint64_t>(op.seconds * 1e9);
   uint64_t next_coll = start;
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < ops.size(); ++i) {
     uint64_t ns = static_cast<uint64_t>(ops[i].seconds * 1e9);
     uint64_t t0 = ops[i].p2p ? start + colls : next_coll;
     if (ops[i].p2p) p2p = std::max(p2p, ns);
     else next_coll += ns;
     if constexpr (requires(Descr k) { k.kernel_ch; }) {  // v3+
       // KernelCh by the operation's own mask (v3+: the descriptors that have kernel_ch).
-      if ((ops[i].mask & np::kKernelCh) == 0 || handles[i] == nullptr) continue;
+      if ((ops[i].mask & np::kKernelCh) == 0 || b.handles[i] == nullptr) continue;
       for (int c = 0; c < ops[i].channels; ++c) {
         Descr k{};
         k.type = np::kKernelCh;
-        k.parent = handles[i];
+        k.parent = b.handles[i];
         k.kernel_ch.channel = static_cast<uint8_t>(ops[i].channel_lo + c);
         if constexpr (requires { k.kernel_ch.timer; }) k.kernel_ch.timer = t0;
         void* ch = nullptr;
@@ -356,28 +365,44 @@ void Emit(const AnyPlugin& pl, void* context, int rank, const OpEvent* ops, size
       }
     }
   }
-  for (size_t i = 0; i < n; ++i) g_kernel_ch_ops += (ops[i].mask & np::kKernelCh) != 0;
+  for (const OpEvent& op : ops) g_kernel_ch_ops += (op.mask & np::kKernelCh) != 0;
   g_gpu_ns.fetch_add(colls + p2p);
+}
+
+// Calls `f.template operator()<Descr>()` with the descriptor of the loaded plugin's version.
+template <typename F>
+void ByVersion(int version, F&& f) {
+  switch (version) {
+    case 1: f.template operator()<np::v1::Descr>(); break;
+    case 2: f.template operator()<np::v2::Descr>(); break;
+    case 3: f.template operator()<np::v3::Descr>(); break;
+    case 4: f.template operator()<np::v4::Descr>(); break;
+    case 5: f.template operator()<np::v5::Descr>(); break;
+    case 6: f.template operator()<np::v6::Descr>(); break;
+    default: f.template operator()<np::v7::Descr>(); break;
+  }
 }
 
 }  // namespace
 
 int ActivationMask() { return __atomic_load_n(&S().mask, __ATOMIC_RELAXED); }
 
-void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n) {
+LaunchedBatch LaunchBatch(const CommProfiler& p, int rank, std::vector<OpEvent> ops) {
+  LaunchedBatch b{&p, std::move(ops), {}};
   State& s = S();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (!p.active || s.status != Status::kLoaded || n == 0) return;
+  if (!p.active || s.status != Status::kLoaded || b.ops.empty()) return b;
   const auto& pl = *static_cast<const AnyPlugin*>(s.table);
-  switch (s.version) {
-    case 1: Emit<np::v1::Descr>(pl, p.context, rank, ops, n); break;
-    case 2: Emit<np::v2::Descr>(pl, p.context, rank, ops, n); break;
-    case 3: Emit<np::v3::Descr>(pl, p.context, rank, ops, n); break;
-    case 4: Emit<np::v4::Descr>(pl, p.context, rank, ops, n); break;
-    case 5: Emit<np::v5::Descr>(pl, p.context, rank, ops, n); break;
-    case 6: Emit<np::v6::Descr>(pl, p.context, rank, ops, n); break;
-    default: Emit<np::v7::Descr>(pl, p.context, rank, ops, n); break;
-  }
+  ByVersion(s.version, [&]<typename Descr>() { Launch<Descr>(pl, p.context, rank, &b); });
+  return b;
+}
+
+void KernelsRan(const LaunchedBatch& b) {
+  State& s = S();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!b.profiler->active || s.status != Status::kLoaded || b.handles.empty()) return;
+  const auto& pl = *static_cast<const AnyPlugin*>(s.table);
+  ByVersion(s.version, [&]<typename Descr>() { Kernels<Descr>(pl, b.profiler->context, b); });
 }
 
 }  // namespace p2psim::profiler

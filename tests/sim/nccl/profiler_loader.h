@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "shim/interpose/nccl_profiler_abi.h"
 
@@ -52,15 +53,25 @@ struct OpEvent {
 // NCCL's ncclFunc_t numbering and ncclFuncToString's words.
 enum Func { kBroadcast = 0, kReduce = 1, kAllGather = 2, kReduceScatter = 3, kAllReduce = 4, kSend = 6, kRecv = 7 };
 
-// After a batch's kernels ran: the events NCCL gives a plugin for them (§4, v1-v4's view; the API
-// events of v5+ are not simulated): Group, then each operation's P2p or Coll (parent: the group),
-// stopped at once (NCCL's "enqueued"); then, per channel an operation ran on, KernelCh (v3+) with the
-// channel's GPU start time, KernelChStop with its stop time (v4+), stop. Each kind only when the
-// operation's own mask (OpEvent::mask, the process-wide one as it was at its call) asks for it or a
-// child of it (the Group: for any operation's or child's bit, whatever the batch holds, as NCCL does). Times come from this process's
-// simulated GPU clock: collectives one after another, a group's send/recv side by side, each
-// taking its own pair's time.
-void EmitBatch(const CommProfiler& p, int rank, const OpEvent* ops, size_t n);
+// A batch's operations as the plugin was told of them at their launch: NCCL's handles, which the
+// kernels' channel events name as their parent.
+struct LaunchedBatch {
+  const CommProfiler* profiler;
+  std::vector<OpEvent> ops;
+  std::vector<void*> handles;  // per operation, null where the plugin gave none
+};
+// At a batch's launch (a group's end, or a single call), before its kernels run and wait for the
+// peers (§4, v1-v4's view; the API events of v5+ are not simulated): Group, then each operation's
+// P2p or Coll (parent: the group), stopped at once (NCCL's "enqueued"), on the launching thread.
+// Each kind only when the operation's own mask (OpEvent::mask, the process-wide one as it was at
+// its call) asks for it or a child of it (the Group: for any operation's or child's bit, whatever
+// the batch holds, as NCCL does).
+LaunchedBatch LaunchBatch(const CommProfiler& p, int rank, std::vector<OpEvent> ops);
+// After its kernels ran: per channel an operation ran on, KernelCh (v3+) with the channel's GPU
+// start time, KernelChStop with its stop time (v4+), stop. Times come from this process's simulated
+// GPU clock: collectives one after another, a group's send/recv side by side, each taking its own
+// pair's time.
+void KernelsRan(const LaunchedBatch& b);
 
 // The process-wide activation mask as the plugin left it now: an operation copies it when it is
 // called, and its events follow that copy.
