@@ -264,16 +264,25 @@ void StartOver(LogReader* r) {
   r->stale = false;
 }
 
-// Records the connections the parser found since the last look; `mu` held.
-void EmitNewConnections(LogReader* r) {
+// NCCL inits running in this process (NcclInitOnThisThread): while one runs, a connection line no
+// init has claimed yet may still be claimed by its `Init COMPLETE` (NCCL before 2.18.3 prints no
+// `Init START`, and its rings connect inside the init), so such lines wait.
+std::atomic<int> g_inits{0};
+
+// Records the connections the parser found since the last look, in order, up to the first one whose
+// communicator an init still running may settle (all of them when `final`); `mu` held.
+void EmitNewConnections(LogReader* r, bool final) {
   // Settles the communicator of lines NCCL printed after its init (lazy connect), as a whole-file
   // parse would; the parser keeps accepting input afterwards.
-  r->parser->Finish();
+  const bool settle = final || g_inits.load(std::memory_order_acquire) == 0;
+  if (settle) r->parser->Finish();
   const NcclLog& log = r->parser->log();
   if (log.connections.size() == r->connections_seen || !TraceWriter::Ready()) return;
   int pid = getpid();
-  for (size_t i = r->connections_seen; i < log.connections.size(); ++i) {
+  size_t i = r->connections_seen;
+  for (; i < log.connections.size(); ++i) {
     const Connection& c = log.connections[i];
+    if (!settle && c.attribution == Attribution::kNone) break;
     if (c.logger.pid >= 0 && c.logger.pid != pid) continue;  // another process sharing the user's file
     // A lazy line names no communicator: the one it was tied to tells two communicators' alike lines apart.
     const RankIdentity* id = log.IdentityOf(c);
@@ -283,7 +292,7 @@ void EmitNewConnections(LogReader* r) {
                       std::to_string(c.dst_rank) + '\t' + c.direction + '\t' + c.transport;
     if (r->emitted.insert(key).second) EmitConnection(log, c);
   }
-  r->connections_seen = log.connections.size();
+  r->connections_seen = i;
 }
 
 // Bytes NCCL wrote: whole lines go to the parser (so that Finish() never ends a line NCCL is still
@@ -297,7 +306,7 @@ void FeedLocked(LogReader* r, std::string_view bytes, bool at_exit) {
     r->parser->Feed(std::string_view(r->pending.data(), take));
     r->pending.erase(0, take);
   }
-  if (take > 0 || at_exit) EmitNewConnections(r);
+  if (take > 0 || at_exit) EmitNewConnections(r, at_exit);
 }
 
 // What NCCL appended to the user's own NCCL_DEBUG_FILE (the tap's file is fed as NCCL writes it:
@@ -520,8 +529,20 @@ void NoteNcclVersionForTap(int version_code) {
   bool raised = g_tap_in_force && t != nullptr && !t->user_debug;  // bare: no NCCL_DEBUG, no version line
   g_drop_version_line.store(raised && version_code > 0 && version_code < 22200, std::memory_order_release);
 }
-NcclInitOnThisThread::NcclInitOnThisThread() { ++t_in_init; }
-NcclInitOnThisThread::~NcclInitOnThisThread() { --t_in_init; }
+NcclInitOnThisThread::NcclInitOnThisThread() {
+  ++t_in_init;
+  g_inits.fetch_add(1, std::memory_order_acq_rel);
+}
+NcclInitOnThisThread::~NcclInitOnThisThread() {
+  --t_in_init;
+  if (g_inits.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  // The last init out: the lines that waited for one are settled now, not at the next line NCCL writes.
+  LogReader* r = g_reader.load(std::memory_order_acquire);
+  if (r == nullptr || !r->own) return;  // the user's own file: the shim's thread reads it
+  KeepErrno keep;
+  std::lock_guard<std::mutex> lock(r->mu);
+  if (!r->stale) EmitNewConnections(r, false);
+}
 bool IsTapsNcclVersionLine(const char* line) {
   return t_in_init > 0 && g_drop_version_line.load(std::memory_order_acquire) && line != nullptr &&
          std::strncmp(line, "NCCL version ", 13) == 0;

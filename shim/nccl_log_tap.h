@@ -55,6 +55,9 @@ bool NcclIgnoresDebugFile(int version_code);
 // and only on a thread inside a wrapped init (NcclInitOnThisThread). Once, from the first wrapped
 // NCCL call, with ncclGetVersion's answer.
 void NoteNcclVersionForTap(int version_code);
+// Around every call that makes communicators (an init, a split, the end of a group that made some):
+// the version line above, and the log's connection lines, which wait for their init's end before
+// their communicator is settled (NCCL before 2.18.3 names it only in `Init COMPLETE`, after them).
 class NcclInitOnThisThread {
  public:
   NcclInitOnThisThread();

@@ -34,6 +34,8 @@
 //   -m        buffers from ncclMemAlloc (NCCL's cuMem allocator), registered with ncclCommRegister on
 //             the communicator they are used with (user buffer registration), freed with ncclMemFree
 //   -D DEV    every rank on device DEV, as a launcher that gives two ranks one GPU (NCCL refuses it)
+//   -H        the heap in use (glibc's mallinfo2) after the first generation and after the last, one
+//             line each: what a job that re-creates its communicators keeps
 //   -B        nonblocking communicators (ncclConfig_t blocking = 0, ncclCommInitRankConfig), every
 //             operation in a group: an init or ncclGroupEnd that returns ncclInProgress is waited out
 //             by polling ncclCommGetAsyncError, as PyTorch does with such communicators
@@ -42,6 +44,7 @@
 // Runs unchanged with the real NCCL on a GPU node and with the simulated one (tests/sim).
 #include <cuda_runtime_api.h>
 #include <nccl.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,7 +67,7 @@ namespace {
 
 [[noreturn]] void Usage(const char* why) {
   std::fprintf(stderr, "nccl_ring: %s\nusage: nccl_ring [-g N] [-t N] [-i rank|group|all] [-o LIST] [-b BYTES] "
-                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [-D DEV] [-M RANK:N:size|op] [-B] [ID_DIR] [COUNT]\n", why);
+                       "[-e BYTES] [-f FACTOR] [-n N] [-s] [-r N] [-m] [-D DEV] [-M RANK:N:size|op] [-B] [-H] [ID_DIR] [COUNT]\n", why);
   std::exit(2);
 }
 
@@ -89,7 +92,7 @@ struct Options {
   std::vector<std::string> ops{"allreduce", "broadcast", "allgather", "reducescatter", "sendrecv"};
   size_t min_bytes = 0, max_bytes = 0;
   double factor = 2;
-  bool split = false, mem_alloc = false, nonblocking = false;
+  bool split = false, mem_alloc = false, nonblocking = false, heap = false;
   // -M R:N:size|op: the rank R's N-th allreduce is called with half the count, or as a broadcast
   // (a rank that calls a different collective or size: what the stopped-job report must name).
   int mismatch_rank = -1, mismatch_call = 0;
@@ -511,6 +514,11 @@ bool Worker(int thread, size_t count) {
       P2PTRACE_NCCL_CHECK(ncclCommDestroy(g.comm));
       g.comm = nullptr;
     }
+    if (g_opt.heap && (generation == 0 || generation == g_opt.recreate)) {
+      std::lock_guard<std::mutex> lock(g_print_mu);
+      std::printf("heap in use after generation %d: %zu B\n", generation, mallinfo2().uordblks);
+      std::fflush(stdout);
+    }
   }
   for (Gpu& g : gpus) {
     P2PTRACE_CHECK(cudaSetDevice(g.dev));
@@ -533,7 +541,7 @@ std::vector<std::string> SplitList(const std::string& s) {
 
 int main(int argc, char** argv) {
   int c;
-  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:mD:M:B")) != -1) {
+  while ((c = getopt(argc, argv, "+g:t:i:o:b:e:f:n:sr:mD:M:BH")) != -1) {
     switch (c) {
       case 'g': g_opt.gpus = std::atoi(optarg); break;
       case 't': g_opt.threads = std::atoi(optarg); break;
@@ -548,6 +556,7 @@ int main(int argc, char** argv) {
       case 'm': g_opt.mem_alloc = true; break;
       case 'D': g_opt.device = std::atoi(optarg); break;
       case 'B': g_opt.nonblocking = true; break;
+      case 'H': g_opt.heap = true; break;
       case 'M': {
         char kind[8] = {};
         if (std::sscanf(optarg, "%d:%d:%7s", &g_opt.mismatch_rank, &g_opt.mismatch_call, kind) != 3 ||

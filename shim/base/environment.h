@@ -2,8 +2,11 @@
 // may realloc (and so free) the `environ` array that another thread's getenv is walking, and its
 // unsetenv shifts entries under it: a program thread reading its environment while NCCL's thread
 // runs the shim's change (the log tap's fopen, the profiler's init) could crash or miss a variable.
-// These make a new array with the change and publish it with one pointer store; the old array and
-// every string stay valid for the process's life (a few hundred bytes, a few times per process).
+// The shim publishes an array of its own (one pointer store), with room to spare, and then changes
+// it in place where no variable has to move: a value replaced in its slot, a variable added after
+// the last, the last one taken off. So a job that re-creates its communicators for days (the
+// profiler's variable set and taken back each time, last in, first out) allocates nothing more; any
+// other change publishes a new array. No array or string is ever freed (a getenv may be reading it).
 #pragma once
 
 namespace p2ptrace::shim {

@@ -659,15 +659,18 @@ void AwaitNoKernelSample() {
   }
 }
 
+// In the reverse order of PutShimInPlace (the variable, then its marker), so that each change takes
+// off the environment's last variable and allocates nothing (environment.h).
 void ReturnNcclProfilerEnvironment() {
   if (!g_env_ours.load(std::memory_order_acquire) || !g_env_ours.exchange(false)) return;
   const char* now = std::getenv("NCCL_PROFILER_PLUGIN");
+  if (now != nullptr && std::strcmp(now, kPluginName) == 0) {  // else someone else changed it since
+    const UserPlugin* u = g_user.load(std::memory_order_acquire);
+    if (u != nullptr && !u->by_default) SetEnvironment("NCCL_PROFILER_PLUGIN", u->name.c_str());
+    else UnsetEnvironment("NCCL_PROFILER_PLUGIN");
+  }
   UnsetEnvironment(kWas);
   UnsetEnvironment(kWasUnset);
-  if (now == nullptr || std::strcmp(now, kPluginName) != 0) return;  // someone else changed it since
-  const UserPlugin* u = g_user.load(std::memory_order_acquire);
-  if (u != nullptr && !u->by_default) SetEnvironment("NCCL_PROFILER_PLUGIN", u->name.c_str());
-  else UnsetEnvironment("NCCL_PROFILER_PLUGIN");
 }
 
 }  // namespace p2ptrace::shim

@@ -561,7 +561,10 @@ ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real
   // group NCCL tells the device only at the group's end: checked there (EndGroup).
   bool later = t_group_depth == 0 && !PreflightAtNcclInit();
   p2ptrace_nccl_comm_record* entered = EnteringInit(P2PTRACE_NCCL_CommInitRankScalable, ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, rank, nranks);
-  ncclResult_t r = real(comm, nranks, rank, nids, ids, config);
+  ncclResult_t r = [&] {
+    NcclInitOnThisThread in_init;
+    return real(comm, nranks, rank, nids, ids, config);
+  }();
   if (later && r != ncclInProgress) PreflightAfterNcclInit(CommDevice(r, comm));  // else when it settles
   RecordComm(P2PTRACE_NCCL_CommInitRankScalable, comm ? *comm : nullptr,
              ids && nids > 0 ? Fnv(ids, sizeof *ids) : 0, r, entered);
@@ -570,7 +573,10 @@ ncclResult_t ncclCommInitRankScalable(decltype(&::ncclCommInitRankScalable) real
 ncclResult_t ncclCommSplit(decltype(&::ncclCommSplit) real, ncclComm_t comm, int color, int key,
                            ncclComm_t* newcomm, ncclConfig_t* config) {
   RearmNcclProfiler();  // NCCL loads its profiler again where its last communicator unloaded it
-  ncclResult_t r = real(comm, color, key, newcomm, config);
+  ncclResult_t r = [&] {
+    NcclInitOnThisThread in_init;
+    return real(comm, color, key, newcomm, config);
+  }();
   if (newcomm != nullptr && (*newcomm != nullptr || r != ncclSuccess)) {
     uint64_t parent = CommHash(comm);
     RecordComm(P2PTRACE_NCCL_CommSplit, *newcomm, Fnv(&color, sizeof color, parent), r);
@@ -609,7 +615,11 @@ ncclResult_t ncclGroupStart(decltype(&::ncclGroupStart) real) {
   return r;
 }
 ncclResult_t ncclGroupEnd(decltype(&::ncclGroupEnd) real) {
-  ncclResult_t r = real();
+  ncclResult_t r = [&] {
+    if (t_group_depth != 1 || t_group_comm_count == 0) return real();
+    NcclInitOnThisThread in_init;  // the outermost end makes the group's communicators
+    return real();
+  }();
   // The group is over whatever the result says; only the outermost end launches it.
   if (t_group_depth > 0 && --t_group_depth == 0) EndGroup(r);
   return r;

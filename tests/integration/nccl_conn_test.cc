@@ -4,10 +4,13 @@
 // process.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
 #include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include "core/nccl_log.h"
 #include "core/node_probe.h"
@@ -230,3 +233,50 @@ TEST(NcclObserved, PathsWorseThanPredictedAreWarnedWithTheirCause) {
 }
 
 }  // namespace
+
+// NCCL before 2.18.3 connects its rings inside the init and names the communicator only in the
+// `Init COMPLETE` after those lines: with two communicators in one process (ncclCommInitAll), each
+// connection record still carries its own, and a report from the traces alone (the logs gone) has
+// the job's pairs. The same with a release that prints `Init START`.
+TEST(NcclConnOldRelease, ConnectionsNamedBeforeTheirInitCompletesKeepTheirCommunicator) {
+  for (std::string version : {"2.17.1", "2.28.9"}) {
+    SCOPED_TRACE(version);
+    std::string dir = TempDir() + "/old-init-all-" + version;
+    std::filesystem::create_directories(dir + "/rendezvous");
+    Env env = SimEnv(dir + "/rendezvous");
+    env["P2PTRACE_DIR"] = dir + "/trace";
+    env["LD_PRELOAD"] = P2PTRACE_SHIM;
+    env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
+    env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+    env["P2PSIM_NCCL_VERSION"] = version;
+    env["NCCL_RUNTIME_CONNECT"] = "0";  // 2.28: its rings at init too
+    RunResult r = RunProgram({NCCL_INIT_ALL, "2"}, env);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    std::set<std::string> comms;
+    int records = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir + "/trace")) {
+      if (e.path().extension() != ".p2ptrace") {
+        std::filesystem::remove(e.path());  // the logs: the report has the traces alone
+        continue;
+      }
+      auto t = p2ptrace::ReadTrace(e.path().string());
+      ASSERT_TRUE(t.ok());
+      for (const p2ptrace_nccl_conn_record& c : t->nccl_connections) {
+        ++records;
+        std::string comm(c.comm, strnlen(c.comm, sizeof c.comm));
+        EXPECT_FALSE(comm.empty()) << "line " << c.line;
+        comms.insert(comm);
+      }
+    }
+    EXPECT_EQ(records, 4);  // 2 channels, each way
+    EXPECT_EQ(comms.size(), 2u);
+    RunResult rep = RunProgram({P2PTRACE_CLI, "report", dir + "/trace", "--json"});
+    ASSERT_EQ(rep.exit_code, 0) << rep.err;
+    auto j = nlohmann::json::parse(rep.out, nullptr, false);
+    ASSERT_FALSE(j.is_discarded());
+    std::set<std::pair<int, int>> pairs;
+    for (const auto& p : j["pairs"])
+      if (p["source"] == "nccl") pairs.insert({p["src"]["gpu"].get<int>(), p["dst"]["gpu"].get<int>()});
+    EXPECT_EQ(pairs, (std::set<std::pair<int, int>>{{0, 1}, {1, 0}})) << j["pairs"].dump();
+  }
+}

@@ -1133,7 +1133,9 @@ ncclResult_t InitFinish(Comm& c) {
   Info(kInit, "comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d MNNVL %d", static_cast<void*>(&c), c.rank,
        c.nranks, int(nodes.size()), local_ranks, local_rank, 0);
   double connect_s = 0;
-  if (Param("NCCL_RUNTIME_CONNECT", 1) == 0) {  // the pre-2.22 behaviour: rings at init
+  // Rings at init: before 2.22 always (lazy connect came with NCCL_RUNTIME_CONNECT), since then
+  // when NCCL_RUNTIME_CONNECT=0.
+  if (VersionCode() < NCCL_VERSION(2, 22, 0) || Param("NCCL_RUNTIME_CONNECT", 1) == 0) {
     auto tc = Clock::now();
     if (ncclResult_t r = ConnectRing(c); r != ncclSuccess) return r;
     connect_s = std::chrono::duration<double>(Clock::now() - tc).count();
