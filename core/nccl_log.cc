@@ -488,6 +488,24 @@ void NcclLogParser::Finish() {
   unresolved_.clear();
 }
 
+void NcclLogParser::Forget() {
+  NcclLog kept;
+  kept.nccl_version = log_.nccl_version;
+  if (!log_.version_lines.empty()) kept.version_lines.push_back(log_.version_lines.front());
+  kept.lines_read = log_.lines_read;
+  kept.nccl_lines = log_.nccl_lines;
+  kept.lines_skipped = log_.lines_skipped;
+  kept.long_lines = log_.long_lines;
+  log_ = std::move(kept);
+  threads_.clear();
+  unresolved_.clear();
+  rank_index_.clear();
+  process_ranks_.clear();
+  start_printers_.clear();
+  key_rank_.clear();
+  conn_keys_.clear();
+}
+
 void NcclLogParser::ParseSegment(std::string_view segment) {
   PrefixedMessage pm;
   if (FindPrefixedMessage(segment, &pm)) {

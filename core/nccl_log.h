@@ -197,6 +197,11 @@ class NcclLogParser {
   // The input ended: parses a last line without '\n' and settles the communicators that could only
   // be decided once the whole log was seen. Feed may continue afterwards (a file that grows again).
   void Finish();
+  // Drops everything parsed so far but the release (the first version line, which later lines are
+  // read by) and the line count: for a reader that follows a process's log for days, once none of
+  // the communicators its lines named can print more (all destroyed, none initialising). Feed may
+  // continue with the next line.
+  void Forget();
   const NcclLog& log() const { return log_; }
 
  private:

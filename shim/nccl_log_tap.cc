@@ -572,6 +572,19 @@ void ReadNcclLog() {
   if (r != nullptr && !r->own && !Unchanged(r->seen_path, r->seen_size.load(std::memory_order_acquire))) ReadLogSlow(r);
 }
 
+void NcclCommunicatorsGone() {
+  LogReader* r = g_reader.load(std::memory_order_acquire);
+  if (r == nullptr || g_inits.load(std::memory_order_acquire) != 0) return;
+  KeepErrno keep;
+  std::lock_guard<std::mutex> lock(r->mu);
+  if (r->stale) return;  // a fork child's first NCCL call starts it over anyway
+  if (!r->own) ReadLogLocked(r, false);  // what NCCL appended to the user's file so far
+  EmitNewConnections(r, true);
+  r->parser->Forget();
+  r->connections_seen = 0;
+  r->emitted.clear();
+}
+
 bool NcclLogToRead() {
   const LogReader* r = g_reader.load(std::memory_order_acquire);
   return r != nullptr && !r->own;

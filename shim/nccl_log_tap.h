@@ -31,6 +31,11 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
 // From the shim's thread (never an NCCL call's path); exit reads the rest.
 void ReadNcclLog();
 
+// No communicator of this process lives, and none is being made: what their lines said is recorded,
+// and the reader forgets them (a job that re-creates its communicators for days keeps no memory per
+// generation). From the wrapper of the destroy or abort that freed the last one.
+void NcclCommunicatorsGone();
+
 // Whether this process has an NCCL log to read (after StartNcclLogTap): the shim's thread is then
 // needed for it, heartbeat or not.
 bool NcclLogToRead();

@@ -91,7 +91,9 @@ struct Op {
 };
 
 // One communicator, from NCCL's init to its finalize. Never freed: NCCL may still report a channel
-// of an operation after finalize (a handle into it must stay valid), and communicators are few.
+// of an operation after finalize (a handle into it must stay valid). A finalized one with nothing
+// pending is taken again by a later init, once another init came in between (RecycledContext): a job
+// that re-creates its communicators for days keeps two or three per rank.
 struct Context {
   uint64_t comm_hash = 0;
   int rank = -1, nranks = 0, abi = 0;
@@ -106,7 +108,31 @@ struct Context {
   void* user_ctx = nullptr;
   struct Fwd* fwd = nullptr;
   std::atomic<uint64_t> next_fwd{0};
+  uint64_t finalized_before = 0;  // the number of inits seen when it was finalized
+  Context* next_free = nullptr;   // the finalized ones (g_free_mu)
 };
+
+std::mutex g_free_mu;
+Context* g_free = nullptr;  // finalized contexts, newest first
+uint64_t g_inits = 0;       // inits seen (g_free_mu)
+
+// A finalized context no callback has named since an init came after its finalize, reset for a new
+// communicator (its forwarding ring kept); else a new one. Counts this init.
+Context* RecycledContext() {
+  std::lock_guard<std::mutex> lock(g_free_mu);
+  ++g_inits;
+  for (Context** at = &g_free; *at != nullptr; at = &(*at)->next_free) {
+    Context* c = *at;
+    if (c->finalized_before + 2 > g_inits || c->npending != 0) continue;
+    *at = c->next_free;
+    struct Fwd* fwd = c->fwd;
+    c->~Context();
+    new (c) Context();
+    c->fwd = fwd;
+    return c;
+  }
+  return new (std::nothrow) Context;
+}
 
 bool Sampled(Context* c, uint64_t bytes) {
   return detail::g_sample.Takes(c->ops.fetch_add(1, std::memory_order_relaxed), bytes);
@@ -415,12 +441,17 @@ ncclResult_t Finalize(void* context) {
   KeepErrno keep;
   if (c->user != nullptr && c->user_ctx != nullptr) c->user->finalize(c->user_ctx);
   std::lock_guard<std::mutex> lock(c->mu);
-  if (c->timing && !c->finalized) g_timing_contexts.fetch_sub(1, std::memory_order_relaxed);
-  if (!c->finalized) g_live_contexts.fetch_sub(1, std::memory_order_release);
+  if (c->finalized) return ncclSuccess;
+  if (c->timing) g_timing_contexts.fetch_sub(1, std::memory_order_relaxed);
+  g_live_contexts.fetch_sub(1, std::memory_order_release);
   c->finalized = true;
   // What had started and not finished (a communicator destroyed or aborted in flight): the channels
   // that stopped, flagged partial. The operations stay allocated: NCCL may still name their slots.
   for (Op* op = c->pending; op != nullptr; op = op->next) Write(*op, true);
+  std::lock_guard<std::mutex> free_lock(g_free_mu);
+  c->finalized_before = g_inits;
+  c->next_free = g_free;
+  g_free = c;
   return ncclSuccess;
 }
 
@@ -449,7 +480,7 @@ ncclResult_t Init(const InitArgs& a, int abi) {
   }
   bool timing = TraceWriter::Ready() && detail::g_sample.enabled;
   if (!timing && u == nullptr) return ncclSuccess;  // NCCL runs on, nothing timed
-  auto* c = new (std::nothrow) Context;
+  Context* c = RecycledContext();
   if (c == nullptr) return ncclSuccess;
   c->comm_hash = a.comm_hash;
   c->nranks = a.nranks;
@@ -462,7 +493,7 @@ ncclResult_t Init(const InitArgs& a, int abi) {
     static std::once_flag first;
     std::call_once(first, [&] { __atomic_store_n(&g_user_mask, __atomic_load_n(a.mask, __ATOMIC_RELAXED), __ATOMIC_RELAXED); });
     g_nccl_mask.store(a.mask, std::memory_order_relaxed);
-    c->fwd = new (std::nothrow) Fwd[kFwdSlots];
+    if (c->fwd == nullptr) c->fwd = new (std::nothrow) Fwd[kFwdSlots];
     ncclResult_t r = ncclSuccess;
     if (u->version == 4)
       r = static_cast<const np::PluginV4*>(u->table)->init(&c->user_ctx, &g_user_mask, a.name, a.comm_hash, a.nodes,

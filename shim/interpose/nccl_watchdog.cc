@@ -75,6 +75,7 @@ struct State {
   std::unordered_map<uint64_t, CommInfo> comms;
   std::vector<Connection> connections;
   std::vector<const p2ptrace_nccl_comm_record*> entered;  // inits on record whose result is pending
+  std::unordered_map<uint64_t, int> destroyed;  // per id hash: its communicators destroyed, not yet forgotten
   uint64_t last_comm = 0;  // the last operation's communicator and stream (element addresses are stable:
   CommInfo* last_info = nullptr;  // unordered_map nodes; `streams` reserved, never grown past kMaxStreams)
   StreamState* last_stream = nullptr;
@@ -137,6 +138,28 @@ StreamState* StreamOf(State& s, uint64_t stream) {
   return &s.streams.back();
 }
 
+// A communicator of `id_hash` was destroyed (its record names no address): once as many were as this
+// process made with that hash (ncclCommInitAll's share one), what the thread knew of them goes, so
+// that a job re-creating its communicators for days keeps nothing per generation.
+void Forget(State& s, uint64_t id_hash) {
+  int made = 0;
+  for (const auto& [comm, c] : s.comms) made += c.id_hash == id_hash;
+  if (++s.destroyed[id_hash] < made) return;
+  s.destroyed.erase(id_hash);
+  for (auto it = s.comms.begin(); it != s.comms.end();) {
+    if (it->second.id_hash != id_hash) {
+      ++it;
+      continue;
+    }
+    char text[32];
+    snprintf(text, sizeof text, "%p", reinterpret_cast<void*>(it->first));
+    std::erase_if(s.connections, [&](const Connection& k) { return k.comm == text; });
+    it = s.comms.erase(it);
+  }
+  s.last_comm = 0;
+  s.last_info = nullptr;
+}
+
 void TakeRecord(State& s, const p2ptrace_file_header* h, const unsigned char* at, uint16_t type) {
   if (type == P2PTRACE_RECORD_NCCL_OP) {
     const auto* r = reinterpret_cast<const p2ptrace_nccl_op_record*>(at);
@@ -168,6 +191,7 @@ void TakeRecord(State& s, const p2ptrace_file_header* h, const unsigned char* at
       if (s.entered.size() < 64) s.entered.push_back(r);
       return;
     }
+    if (result == 0 && (r->api == P2PTRACE_NCCL_CommDestroy || r->api == P2PTRACE_NCCL_CommAbort)) Forget(s, r->id_hash);
     if (result != 0 || r->comm == 0 || r->api > P2PTRACE_NCCL_CommSplit) return;
     CommInfo& c = s.comms[r->comm];
     c.id_hash = r->id_hash;

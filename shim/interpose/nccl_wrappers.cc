@@ -248,17 +248,51 @@ uint64_t CommHash(ncclComm_t comm) {
   return it == Comms().end() ? 0 : it->second.id_hash;
 }
 
-// The facts of `comm`, null when no record named it; the thread's last answer is kept (an element
-// of Comms() never moves, and a communicator made again at the same address is assigned in place).
-constinit thread_local ncclComm_t t_facts_comm __attribute__((tls_model("initial-exec"))) = nullptr;
-constinit thread_local CommFacts* t_facts __attribute__((tls_model("initial-exec"))) = nullptr;
+// The facts of `comm`, null when no record named it. A thread keeps its last few answers (tensor- and
+// data-parallel communicators alternate), good while no communicator was forgotten since: an element
+// of Comms() stays where it is until its communicator is destroyed, and one made again at the same
+// address is assigned in place.
+std::atomic<uint64_t> g_comms_epoch{1};  // moves when a communicator is forgotten (ForgetComm)
+constexpr int kCachedFacts = 4;
+struct FactsCache {
+  uint64_t epoch;  // 0: never filled
+  unsigned next;
+  ncclComm_t comm[kCachedFacts];
+  CommFacts* facts[kCachedFacts];
+};
+constinit thread_local FactsCache t_facts __attribute__((tls_model("initial-exec"))) = {};
 CommFacts* FactsOf(ncclComm_t comm) {
-  if (comm == t_facts_comm && t_facts != nullptr) return t_facts;
+  FactsCache& cache = t_facts;
+  const uint64_t epoch = g_comms_epoch.load(std::memory_order_acquire);
+  if (cache.epoch == epoch)
+    for (int i = 0; i < kCachedFacts; ++i)
+      if (cache.comm[i] == comm && cache.facts[i] != nullptr) return cache.facts[i];
   std::lock_guard<std::mutex> lock(g_comms_mu);
   auto it = Comms().find(comm);
   if (it == Comms().end()) return nullptr;
-  t_facts_comm = comm;
-  return t_facts = &it->second;
+  if (cache.epoch != epoch) cache = FactsCache{epoch, 0, {}, {}};
+  unsigned slot = cache.next++ % kCachedFacts;
+  cache.comm[slot] = comm;
+  return cache.facts[slot] = &it->second;
+}
+
+// A communicator destroyed or aborted: its facts go (the address may come back as another one's),
+// and when it was the process's last, the log's reader forgets what its lines said.
+void ForgetComm(ncclComm_t comm) {
+  bool none = false;
+  {
+    std::lock_guard<std::mutex> lock(g_comms_mu);
+    if (Comms().erase(comm) == 0) return;
+    g_comms_epoch.fetch_add(1, std::memory_order_acq_rel);
+    for (int i = 0; i < g_async_count; ++i)
+      if (g_async_inits[i].comm == comm) {
+        g_async_inits[i] = g_async_inits[g_async_count - 1];
+        __atomic_store_n(&g_async_count, g_async_count - 1, __ATOMIC_RELAXED);
+        break;
+      }
+    none = Comms().empty();
+  }
+  if (none) NcclCommunicatorsGone();
 }
 
 // A communicator of one rank moves nothing between GPUs: its operations are not timed.
@@ -592,12 +626,14 @@ ncclResult_t ncclCommDestroy(decltype(&::ncclCommDestroy) real, ncclComm_t comm)
   uint64_t h = CommHash(comm);
   ncclResult_t r = real(comm);
   RecordComm(P2PTRACE_NCCL_CommDestroy, nullptr, h, r);
+  if (r == ncclSuccess) ForgetComm(comm);
   return r;
 }
 ncclResult_t ncclCommAbort(decltype(&::ncclCommAbort) real, ncclComm_t comm) {
   uint64_t h = CommHash(comm);
   ncclResult_t r = real(comm);
   RecordComm(P2PTRACE_NCCL_CommAbort, nullptr, h, r);
+  if (r == ncclSuccess) ForgetComm(comm);
   return r;
 }
 ncclResult_t ncclCommGetAsyncError(decltype(&::ncclCommGetAsyncError) real, ncclComm_t comm, ncclResult_t* error) {

@@ -978,3 +978,35 @@ TEST(NcclKernelTimers, ThreadsOfOneProcessTimeTheSampleOnly) {
   auto [all, all_calls] = timer_ops("all", "node0:1", {"-t", "8", "-o", "allreduce", "-n", "300", "-b", "4K", "-e", "4K"}, "all");
   EXPECT_EQ(all, all_calls) << "every call sampled: every one timed";
 }
+
+// Elastic jobs, sweeps and fault recovery destroy and re-create their communicators for days: the
+// shim keeps nothing per generation, whatever the environment's size (the profiler's variable is
+// set and given back at each one; the log's lines of the communicators gone are forgotten). Heap in
+// use after the first generation and after the 500th, as nccl_ring reads it (mallinfo2), with a
+// 180-variable environment as under SLURM or Kubernetes.
+TEST(NcclLongJobs, RecreatedCommunicatorsKeepNoMemoryPerGeneration) {
+#ifdef P2PTRACE_SANITIZED
+  GTEST_SKIP() << "sanitizer build";  // their allocators keep freed memory: the default build measures
+#endif
+  Env env;
+  for (int i = 0; i < 180; ++i) env["P2PTRACE_TEST_VARIABLE_" + std::to_string(i)] = "a value as long as a path /" + std::to_string(i);
+  std::string dir = TempDir() + "/generations";
+  RunResult r = Job(dir, "node0:2", {"-H", "-r", "500", "-o", "allreduce", "-n", "1", "-b", "4K", "-e", "4K"}, true, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  static const std::regex kHeap(R"(\[rank (\d)\] heap in use after generation (\d+): (\d+) B)");
+  std::map<int, std::map<int, long>> heap;  // rank -> generation -> bytes
+  for (std::sregex_iterator it(r.out.begin(), r.out.end(), kHeap), end; it != end; ++it)
+    heap[std::stoi((*it)[1])][std::stoi((*it)[2])] = std::stol((*it)[3]);
+  ASSERT_EQ(heap.size(), 2u) << r.out.substr(0, 2000);
+  for (auto& [rank, at] : heap) {
+    ASSERT_TRUE(at.count(0) && at.count(500)) << rank;
+    EXPECT_LE(at[500] - at[0], 64 << 10) << "rank " << rank << ": heap grew over 500 generations";
+  }
+  // Every generation is still in the report: 501 communicators, every allreduce counted.
+  json j = ReportJson(dir + "/trace");
+  ASSERT_FALSE(j.is_discarded());
+  uint64_t allreduces = 0;
+  for (const json& op : j["nccl_ops"])
+    if (op["op"] == "ncclAllReduce") allreduces += op["calls"].get<uint64_t>();
+  EXPECT_EQ(allreduces, 2u * 501u);
+}
