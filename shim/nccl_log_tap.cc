@@ -387,6 +387,29 @@ void ReadLogSlow(LogReader* r) {
 struct TapStream {
   int fd;
 };
+
+// What NCCL wrote goes to the parser and to stdout under the reader's and the forwarder's locks. A
+// signal handler that logs through NCCL while this thread holds one would wait for itself (NCCL's
+// stream lock is recursive, so its write reaches the tap): its bytes wait in the thread's deferred
+// buffer, taken in by the interrupted write when it is done. The buffer is made before any lock is
+// held (no allocation in a handler) and freed with the thread.
+struct Deferred {
+  char bytes[8192];
+  size_t used = 0;
+};
+constinit thread_local int t_in_tap __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local Deferred* t_deferred __attribute__((tls_model("initial-exec"))) = nullptr;
+pthread_key_t g_deferred_key;
+
+void Consume(std::string_view bytes) {
+  if (LogReader* r = g_reader.load(std::memory_order_acquire); r != nullptr && r->own) {
+    std::lock_guard<std::mutex> lock(r->mu);
+    StartOver(r);
+    FeedLocked(r, bytes, false);
+  }
+  Forward(bytes, false);
+}
+
 ssize_t TapWrite(void* cookie, const char* buf, size_t n) {
   KeepErrno keep;
   const int fd = static_cast<TapStream*>(cookie)->fd;
@@ -396,12 +419,38 @@ ssize_t TapWrite(void* cookie, const char* buf, size_t n) {
     if (w <= 0) break;
     done += static_cast<size_t>(w);
   }
-  if (LogReader* r = g_reader.load(std::memory_order_acquire); r != nullptr && r->own) {
-    std::lock_guard<std::mutex> lock(r->mu);
-    StartOver(r);
-    FeedLocked(r, std::string_view(buf, n), false);
+  if (t_in_tap > 0) {  // a handler's write inside this thread's own: after it (what does not fit is only in the file)
+    if (Deferred* d = t_deferred) {
+      size_t take = std::min(n, sizeof d->bytes - d->used);
+      std::memcpy(d->bytes + d->used, buf, take);
+      d->used += take;
+    }
+    return static_cast<ssize_t>(n);
   }
-  Forward(std::string_view(buf, n), false);
+  if (t_deferred == nullptr) {
+    static bool keyed = pthread_key_create(&g_deferred_key, [](void* p) {
+                          t_deferred = nullptr;
+                          delete static_cast<Deferred*>(p);
+                        }) == 0;
+    if (keyed && (t_deferred = new (std::nothrow) Deferred) != nullptr) pthread_setspecific(g_deferred_key, t_deferred);
+  }
+  ++t_in_tap;
+  Consume(std::string_view(buf, n));
+  while (t_deferred != nullptr && t_deferred->used > 0) {  // a handler wrote meanwhile
+    char bytes[sizeof t_deferred->bytes];
+    size_t used;
+    {
+      sigset_t all, old;  // taken whole: a handler cannot append while it is copied
+      sigfillset(&all);
+      pthread_sigmask(SIG_BLOCK, &all, &old);
+      used = t_deferred->used;
+      std::memcpy(bytes, t_deferred->bytes, used);
+      t_deferred->used = 0;
+      pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    }
+    Consume(std::string_view(bytes, used));
+  }
+  --t_in_tap;
   return static_cast<ssize_t>(n);
 }
 int TapClose(void* cookie) {

@@ -376,8 +376,10 @@ void Beat(p2ptrace_file_header* h) {
   __atomic_fetch_add(&h->heartbeats, 1u, __ATOMIC_RELAXED);
 }
 
-// NCCL's log is looked at this often (one stat when it did not grow): its connections reach the
-// trace, and the job-start check, within this much of NCCL stating them.
+// The user's own NCCL log file is looked at this often (one stat when it did not grow): its
+// connections reach the trace, and the job-start check, within this much of NCCL stating them. The
+// tap's file needs no look (its lines are read as NCCL writes them): then the thread wakes only to
+// beat.
 constexpr auto kLogPeriod = std::chrono::milliseconds(50);
 
 void* WatchdogMain(void*) {
@@ -388,8 +390,9 @@ void* WatchdogMain(void*) {
   State& s = *g_state;
   for (;;) {
     {
+      auto until = NcclLogToRead() || !beating ? std::chrono::steady_clock::now() + kLogPeriod : next_beat;
       std::unique_lock<std::mutex> lock(Mu());
-      if (Wake().wait_for(lock, kLogPeriod, [] { return g_stop.load(); })) return nullptr;
+      if (Wake().wait_until(lock, until, [] { return g_stop.load(); })) return nullptr;
     }
     ReadNcclLog();
     if (!beating || std::chrono::steady_clock::now() < next_beat) continue;

@@ -4,10 +4,14 @@
 // process.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
@@ -279,4 +283,41 @@ TEST(NcclConnOldRelease, ConnectionsNamedBeforeTheirInitCompletesKeepTheirCommun
       if (p["source"] == "nccl") pairs.insert({p["src"]["gpu"].get<int>(), p["dst"]["gpu"].get<int>()});
     EXPECT_EQ(pairs, (std::set<std::pair<int, int>>{{0, 1}, {1, 0}})) << j["pairs"].dump();
   }
+}
+
+// The shim's thread costs an idle job nothing but its heartbeat: with the tap's own log (read as
+// NCCL writes it) it wakes once a second, not 20 times. A process whose allreduce never finishes
+// on the GPU (the simulated node's hang fault) waits in cudaStreamSynchronize; its "p2ptrace"
+// thread's voluntary context switches are counted over two seconds.
+TEST(NcclWatchdog, AnIdleJobsThreadWakesOnlyToBeat) {
+  std::string dir = TempDir() + "/idle";
+  std::filesystem::create_directories(dir + "/rendezvous");
+  Env env = SimEnv(dir + "/rendezvous");
+  env["P2PTRACE_DIR"] = dir + "/trace";
+  env["LD_PRELOAD"] = P2PTRACE_SHIM;
+  env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
+  env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+  env["P2PSIM_FAULT"] = "hang@0-1";
+  p2ptrace::testing::ChildProcess child({NCCL_INIT_ALL, "2"}, env);
+  auto switches = [&]() -> long {  // the shim's thread's, -1 while it is not there
+    for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(child.pid()) + "/task")) {
+      if (ReadFile(t.path().string() + "/comm") != "p2ptrace\n") continue;
+      std::string status = ReadFile(t.path().string() + "/status");
+      size_t at = status.find("voluntary_ctxt_switches:");
+      if (at != std::string::npos) return std::stol(status.substr(at + 24));
+    }
+    return -1;
+  };
+  long before = -1;
+  for (int i = 0; i < 100 && before < 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    before = switches();
+  }
+  ASSERT_GE(before, 0) << "no p2ptrace thread";
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  long after = switches();
+  kill(child.pid(), SIGKILL);
+  child.Finish();
+  EXPECT_LE(after - before, 6) << "wake-ups in 2 s of an idle job (1 s heartbeat)";
+  EXPECT_GE(after - before, 1) << "the heartbeat goes on";
 }

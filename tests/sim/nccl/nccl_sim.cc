@@ -124,7 +124,11 @@ std::string ExpandDebugFile(const char* pattern, const std::string& host) {
 std::string SimLogHostName();
 
 Logger& Log() {
-  // Like ncclDebugInit: read once, at the first message (under the log mutex).
+  // Like ncclDebugInit: read once, at the first message, under the log mutex. Lines are written
+  // without it (the FILE's own lock orders them, as NCCL's fwrite does): a line logged from a signal
+  // handler that interrupted this thread's own logging goes through, as it does in NCCL.
+  if (Logger* l = __atomic_load_n(&g_log, __ATOMIC_ACQUIRE)) return *l;
+  std::lock_guard<std::mutex> lock(g_log_mu);
   if (g_log == nullptr) {
     auto* l = new Logger();
     l->level = ParseLevel(std::getenv("NCCL_DEBUG"));
@@ -137,7 +141,7 @@ Logger& Log() {
         l->out = f;
       }
     }
-    g_log = l;
+    __atomic_store_n(&g_log, l, __ATOMIC_RELEASE);
   }
   return *g_log;
 }
@@ -149,28 +153,29 @@ int Tid() {
   return tid;
 }
 
-void Emit(Logger& l, const std::string& line) {
-  std::fwrite(line.data(), 1, line.size(), l.out);
+// One line from a buffer on the stack (no allocation: a signal handler may log), ended with '\n'.
+void Emit(Logger& l, char* msg, size_t size, int n) {
+  size_t len = n < 0 ? 0 : std::min(static_cast<size_t>(n), size - 2);
+  msg[len++] = '\n';
+  std::fwrite(msg, 1, len, l.out);
   if (l.out == stdout) std::fflush(stdout);
 }
 
 __attribute__((format(printf, 2, 3))) void Info(unsigned long flags, const char* fmt, ...) {
-  std::lock_guard<std::mutex> lock(g_log_mu);
   Logger& l = Log();
   if (l.level < kInfo || (flags & l.mask) == 0) return;
   char msg[1024];
   int n = std::snprintf(msg, sizeof msg, "%s:%d:%d [%d] NCCL INFO ", l.host.c_str(), getpid(), Tid(), CurrentCudaDev());
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+  n += std::vsnprintf(msg + n, sizeof msg - n, fmt, ap);
   va_end(ap);
-  Emit(l, std::string(msg) + "\n");
+  Emit(l, msg, sizeof msg, n);
 }
 
 // WARN: a leading empty line and (2.26+ default) a timestamp, then file:line.
 #define WARN(...) Warn(__FILE__, __LINE__, __VA_ARGS__)
 __attribute__((format(printf, 3, 4))) void Warn(const char* file, int line, const char* fmt, ...) {
-  std::lock_guard<std::mutex> lock(g_log_mu);
   Logger& l = Log();
   if (l.level < kWarn) return;
   char stamp[64];
@@ -184,9 +189,9 @@ __attribute__((format(printf, 3, 4))) void Warn(const char* file, int line, cons
                         CurrentCudaDev(), base, line);
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(msg + n, sizeof msg - n, fmt, ap);
+  n += std::vsnprintf(msg + n, sizeof msg - n, fmt, ap);
   va_end(ap);
-  Emit(l, std::string(msg) + "\n");
+  Emit(l, msg, sizeof msg, n);
 }
 
 // NCCL's ncclDebugLog, as profiler plugins get it (v4+ init): INFO and WARN lines of the sim's log.
@@ -222,12 +227,8 @@ void ShowVersion(int rank) {
   if (code < NCCL_VERSION(2, 22, 0)) {
     static std::atomic<bool> shown{false};
     if (rank != 0 || shown.exchange(true)) return;
-    bool to_file;
-    {
-      std::lock_guard<std::mutex> lock(g_log_mu);
-      if (Log().level < kVersion) return;
-      to_file = Log().out != stdout;
-    }
+    if (Log().level < kVersion) return;
+    bool to_file = Log().out != stdout;
     std::puts(text);
     std::fflush(stdout);
     if (to_file) Info(kAll, "%s", text);
@@ -235,11 +236,10 @@ void ShowVersion(int rank) {
   }
   static std::once_flag once;
   std::call_once(once, [&] {
-    int level;
-    {
-      std::lock_guard<std::mutex> lock(g_log_mu);
-      level = Log().level;
-      if (level == kVersion || level == kWarn) Emit(Log(), std::string(text) + "\n");
+    int level = Log().level;
+    if (level == kVersion || level == kWarn) {
+      char line[80];
+      Emit(Log(), line, sizeof line, std::snprintf(line, sizeof line, "%s", text));
     }
     if (level >= kInfo) Info(kAll, "%s", text);
   });
