@@ -543,14 +543,20 @@ ncclResult_t InitV5(void** context, uint64_t comm_hash, int* mask, const char* n
   return Init({context, mask, name, comm_hash, nodes, nranks, rank, log}, kAbi);
 }
 
-// The program's plugin, opened as NCCL would open it (§3.1, 2.27.5's rule: the name as given, then
-// libnccl-profiler-NAME.so for a bare name not of the form lib*.so), its ncclProfiler_vN for NCCL's
-// version. Null, with the reason, when it cannot be forwarded.
-const UserPlugin* LoadUserPlugin(const char* name, int version, bool by_default, bool* found, std::string* why) {
-  std::string x = name;
-  void* lib = dlopen(x.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr && x.find('/') == std::string::npos && !np::IsLibSoName(x))
-    lib = dlopen(("libnccl-profiler-" + x + ".so").c_str(), RTLD_NOW | RTLD_LOCAL);
+// The names NCCL opens for NCCL_PROFILER_PLUGIN (§3.1, 2.27.5's rule): as given, then
+// libnccl-profiler-NAME.so for a bare name not of the form lib*.so.
+std::vector<std::string> ProfilerNames(const std::string& x) {
+  if (x.find('/') == std::string::npos && !np::IsLibSoName(x)) return {x, "libnccl-profiler-" + x + ".so"};
+  return {x};
+}
+
+// The program's plugin, the first of `names` that opens (as NCCL tries them), its ncclProfiler_vN for
+// NCCL's version; `name` is how the program named it. Null, with the reason, when it cannot be
+// forwarded.
+const UserPlugin* LoadUserPlugin(const std::vector<std::string>& names, const char* name, int version, bool by_default,
+                                 bool* found, std::string* why) {
+  void* lib = nullptr;
+  for (size_t i = 0; i < names.size() && lib == nullptr; ++i) lib = dlopen(names[i].c_str(), RTLD_NOW | RTLD_LOCAL);
   *found = lib != nullptr;
   if (lib == nullptr) {
     const char* e = dlerror();
@@ -626,7 +632,14 @@ void StartNcclProfiler(int nccl_version) {
   if (by_default) name = kDefaultPlugin;
   if (name != kPluginName) {
     bool found = false;
-    u = LoadUserPlugin(name.c_str(), np::NewestVersion(nccl_version), by_default, &found, &why);
+    const int version = np::NewestVersion(nccl_version);
+    u = LoadUserPlugin(ProfilerNames(name), name.c_str(), version, by_default, &found, &why);
+    if (u == nullptr && by_default && !found && nccl_version >= np::kNetPluginProfilerSince) {
+      // NCCL would look in its network plugin next: a profiler there is the program's too.
+      std::vector<std::string> net = np::NetPluginNames(std::getenv("NCCL_NET_PLUGIN"));
+      if (!net.empty()) u = LoadUserPlugin(net, net.front().c_str(), version, true, &found, &why);
+      if (u == nullptr && found) found = false;  // a network plugin without a profiler: nothing to forward
+    }
     if (u == nullptr && by_default && !found) {
       // none: the common case
     } else if (u == nullptr) {

@@ -9,11 +9,14 @@
 #pragma once
 
 #include <nccl.h>
+#include <strings.h>
 #include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 namespace p2ptrace::nccl_profiler {
 
@@ -409,6 +412,20 @@ constexpr int NewestVersion(int version_code) {
 // that).
 constexpr bool IsLibSoName(std::string_view name) {
   return name.substr(0, 3) == "lib" && name.size() >= 6 && name.substr(name.size() - 3) == ".so";
+}
+
+// From 2.28.3, when no profiler library was found (NCCL_PROFILER_PLUGIN's or the default), NCCL looks
+// for ncclProfiler_vN in the network plugin library it loaded (src/plugin/profiler.cc,
+// ncclGetNetPluginLib). That library's names, by NCCL_NET_PLUGIN's rule (plugin_open.cc): unset,
+// libnccl-net.so; "none", none; else the name as given, then libnccl-net-NAME.so for a name without
+// a '/' not of the form lib*.so.
+constexpr int kNetPluginProfilerSince = 22803;
+inline std::vector<std::string> NetPluginNames(const char* env) {
+  if (env == nullptr || *env == '\0') return {"libnccl-net.so"};
+  if (strcasecmp(env, "none") == 0) return {};
+  std::string x = env;
+  if (x.find('/') == std::string::npos && !IsLibSoName(x)) return {x, "libnccl-net-" + x + ".so"};
+  return {x};
 }
 
 // --- the exported table, ncclProfiler_vN -------------------------------------------------------------

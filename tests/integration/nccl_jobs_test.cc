@@ -1010,3 +1010,37 @@ TEST(NcclLongJobs, RecreatedCommunicatorsKeepNoMemoryPerGeneration) {
     if (op["op"] == "ncclAllReduce") allreduces += op["calls"].get<uint64_t>();
   EXPECT_EQ(allreduces, 2u * 501u);
 }
+
+// From 2.28.3, with no profiler library found, NCCL takes the profiler of its network plugin
+// (libnccl-net.so, or NCCL_NET_PLUGIN's): that plugin is the program's too, forwarded exactly as one
+// it named, never hidden by the shim's name; a network plugin without one changes nothing.
+TEST(NcclKernelTimers, TheNetworkPluginsProfilerIsTheProgramsToo) {
+  const std::vector<std::string> args = {"-o", "allreduce,sendrecv", "-b", "64K", "-e", "64K", "-n", "2", "-s"};
+  for (std::string net : {"libnccl-net.so", "libnccl-net-mine.so"}) {
+    SCOPED_TRACE(net);
+    std::string dir = TempDir() + "/net-plugin-" + net;
+    fs::create_directories(dir + "/lib");
+    fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/" + net);
+    Env env = {{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
+               {"NCCL_NET_PLUGIN", net == "libnccl-net.so" ? std::optional<std::string>() : std::string("mine")},
+               {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}};
+    RunResult traced;
+    auto [alone, forwarded] = AloneAndBehindTheShim(dir, args, env, &traced);
+    ASSERT_EQ(alone.size(), 2u) << "the sim's NCCL 2.28.9 takes the network plugin's profiler";
+    EXPECT_EQ(forwarded, alone);
+    json j = ReportJson(dir + "/trace");
+    int kernel_rated = 0;
+    for (const json& p : j["pairs"]) kernel_rated += p["rate_basis"] == "NCCL kernel timers";
+    EXPECT_EQ(kernel_rated, 2) << j["pairs"].dump() << traced.err;
+  }
+  // Before 2.28.3 NCCL never looks there: nothing to forward, the shim times alone.
+  std::string dir = TempDir() + "/net-plugin-old";
+  fs::create_directories(dir + "/lib");
+  fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/libnccl-net.so");
+  Env env = {{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
+             {"P2PSIM_NCCL_VERSION", "2.27.7"}, {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}};
+  RunResult traced;
+  auto [alone, forwarded] = AloneAndBehindTheShim(dir, args, env, &traced);
+  EXPECT_TRUE(alone.empty());
+  EXPECT_TRUE(forwarded.empty());
+}

@@ -84,10 +84,23 @@ bool Load(const Host& h) {
   if (lib == nullptr) {
     h.info(h.env_flag, code < V(26, 2) ? "PROFILER/Plugin: Could not find:%s." : "PROFILER/Plugin: Could not find:%s",
            tried.c_str());
+  }
+  // 2.28.3+: the network plugin library NCCL loaded, where there is one (the sim loads none for its
+  // own networking: the first name of NCCL_NET_PLUGIN's rule that opens stands for it).
+  bool from_net = false;
+  if (lib == nullptr && code >= np::kNetPluginProfilerSince)
+    for (const std::string& name : np::NetPluginNames(std::getenv("NCCL_NET_PLUGIN")))
+      if ((lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) {
+        from_net = true;
+        break;
+      }
+  if (lib == nullptr) {
     s.status = Status::kFailed;
     return false;
   }
-  if (code >= V(28, 3)) {
+  if (from_net) {
+    // no "Successfully loaded" line for the network plugin's library
+  } else if (code >= V(28, 3)) {
     link_map* map = nullptr;
     dlinfo(lib, RTLD_DI_LINKMAP, &map);
     h.info(h.init_flag, "Successfully loaded external profiler plugin %s", map && map->l_name ? map->l_name : "");
@@ -108,7 +121,7 @@ bool Load(const Host& h) {
     }
   }
   if (s.table == nullptr) {
-    h.info(h.init_flag, "External profiler plugin %s is unsupported", env ? env : "libnccl-profiler.so");
+    if (!from_net) h.info(h.init_flag, "External profiler plugin %s is unsupported", env ? env : "libnccl-profiler.so");
     dlclose(lib);
     s.status = Status::kFailed;
     return false;
