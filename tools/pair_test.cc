@@ -261,8 +261,20 @@ class Pair {
     uint64_t words = bytes / 2 / 8;
     size_t half = words * 8;
     void* reference = static_cast<char*>(b_) + half;
+    // A device made current for the driver's calls too: cudaSetDevice, then a runtime call that binds
+    // its primary context (CUDA 11's cudaSetDevice binds it only at the next call that needs one).
+    auto use = [&](int ordinal) {
+      return Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, ordinal)) &&
+             Check(m, "cudaFree", Call("cudaFree", c_.Free, static_cast<void*>(nullptr)));
+    };
+    // The kernels in the current device's context.
     auto kernels = [&](int ordinal) -> const SmCopyKernels::Loaded* {
-      SmCopyKernels::Loaded& k = sm.by_ordinal[ordinal];
+      void* context = nullptr;
+      if (Call("cuCtxGetCurrent", sm.CtxGetCurrent, &context) != 0 || context == nullptr) {
+        m->sm_note = fmt::format("not checked: no CUDA context current on GPU{}", ordinal == src_ ? src_name_ : dst_name_);
+        return nullptr;
+      }
+      SmCopyKernels::Loaded& k = sm.by_context[context];
       if (k.copy == nullptr) {
         void* module = nullptr;
         if (int r = Call("cuModuleLoadData", sm.ModuleLoadData, &module, static_cast<const void*>(kSmCopyPtx)); r != 0) {
@@ -284,9 +296,9 @@ class Pair {
                   static_cast<void**>(nullptr));
     };
     // On the destination: the reference half, the target half refilled, the count zeroed.
-    if (!Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, dst_))) return false;
+    if (!use(dst_)) return false;
     const SmCopyKernels::Loaded* at_dst = kernels(dst_);
-    if (at_dst == nullptr) return Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, src_));
+    if (at_dst == nullptr) return use(src_);
     if (!Check(m, "cudaMalloc", Call("cudaMalloc", c_.Malloc, &count_, size_t{256}))) return false;
     if (!Await(o, fmt::format("the reference copy on GPU{}", dst_name_), back_, join_, [&] {
           if (int r = Call("cudaMemcpyAsync", c_.MemcpyAsync, reference, static_cast<const void*>(b_), half, kDeviceToDevice, back_); r != 0)
@@ -296,14 +308,14 @@ class Pair {
         }))
       return false;
     // On the source: its kernel stores into the destination.
-    if (!Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, src_))) return false;
+    if (!use(src_)) return false;
     const SmCopyKernels::Loaded* at_src = kernels(src_);
     if (at_src == nullptr) return true;
     if (!Await(o, Name("the kernel's stores"), stream_, events_[1],
                [&] { return launch(at_src->copy, stream_, {&b_, &a_, &words}); }))
       return false;
     // On the destination: the words that differ, counted there, and the count read back.
-    if (!Check(m, "cudaSetDevice", Call("cudaSetDevice", c_.SetDevice, dst_))) return false;
+    if (!use(dst_)) return false;
     if (!Await(o, fmt::format("the check on GPU{}", dst_name_), back_, join_, [&] {
           if (int r = launch(at_dst->count, back_, {&b_, &reference, &words, &count_}); r != 0) return r;
           return Call("cudaMemcpyAsync", c_.MemcpyAsync, host_, static_cast<const void*>(count_), size_t{4}, kDeviceToHost, back_);

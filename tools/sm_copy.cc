@@ -95,9 +95,9 @@ bool SmCopyKernels::Load(std::string* why) {
     *why = "the CUDA driver (libcuda.so.1) could not be loaded";
     return false;
   }
-  if (!BindCuda(lib, "cuModuleLoadData", &ModuleLoadData) || !BindCuda(lib, "cuModuleGetFunction", &ModuleGetFunction) ||
-      !BindCuda(lib, "cuLaunchKernel", &LaunchKernel)) {
-    *why = "the CUDA driver lacks cuModuleLoadData, cuModuleGetFunction or cuLaunchKernel";
+  if (!BindCuda(lib, "cuCtxGetCurrent", &CtxGetCurrent) || !BindCuda(lib, "cuModuleLoadData", &ModuleLoadData) ||
+      !BindCuda(lib, "cuModuleGetFunction", &ModuleGetFunction) || !BindCuda(lib, "cuLaunchKernel", &LaunchKernel)) {
+    *why = "the CUDA driver lacks cuCtxGetCurrent, cuModuleLoadData, cuModuleGetFunction or cuLaunchKernel";
     return false;
   }
   return true;

@@ -19,18 +19,21 @@ namespace p2ptrace::cli {
 extern const char kSmCopyPtx[];
 
 struct SmCopyKernels {
+  int (*CtxGetCurrent)(void** context) = nullptr;
   int (*ModuleLoadData)(void** module, const void* image) = nullptr;
   int (*ModuleGetFunction)(void** fn, void* module, const char* name) = nullptr;
   int (*LaunchKernel)(void* fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                       unsigned shared_bytes, void* stream, void** params, void** extra) = nullptr;
   // False with why ("libcuda.so.1 not found") when the driver cannot be had.
   bool Load(std::string* why);
-  // The kernels in each device's context (the runtime's primary one), once loaded there.
+  // The kernels, once loaded, in each context (a module belongs to the context current at its
+  // load; the runtime's primary context of a device, made current by a runtime call first: CUDA 11's
+  // cudaSetDevice binds it only at the next call that needs one).
   struct Loaded {
     void* copy = nullptr;
     void* count = nullptr;
   };
-  std::map<int, Loaded> by_ordinal;
+  std::map<void*, Loaded> by_context;
 };
 
 }  // namespace p2ptrace::cli

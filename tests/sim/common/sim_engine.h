@@ -242,9 +242,10 @@ struct ThreadData {
   std::vector<Context*> ctx_stack;
   std::map<int, Stream*> per_thread;
   bool in_host_func = false;
+  int set_device = -1;  // cudaSetDevice's device not bound yet (CUDA 11's runtime: RuntimeContext)
 };
 
-constexpr int kSharedAbi = 5;  // bump when State, ThreadData, Context or Shared change
+constexpr int kSharedAbi = 6;  // bump when State, ThreadData, Context or Shared change
 struct Shared {
   int abi;
   size_t state_size, thread_size;
@@ -292,8 +293,14 @@ void UseDevice(State& st, int device) {
   RuntimeRetain(st, device);
 }
 
-// The runtime's implicit context: none current -> device 0's primary; an inactive one comes back.
+// The runtime's implicit context: the device cudaSetDevice named where it has not bound it yet; none
+// current -> device 0's primary; an inactive one comes back.
 void RuntimeContext(State& st) {
+  if (int set = T().set_device; set >= 0) {
+    T().set_device = -1;
+    UseDevice(st, set);
+    return;
+  }
   Context* c = Current();
   if (c == nullptr || !c->active || !c->runtime_ref) UseDevice(st, c ? c->device : 0);
 }

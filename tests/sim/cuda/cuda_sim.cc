@@ -1637,6 +1637,7 @@ SIM_API CUresult cuGraphGetNodes(CUgraph g, CUgraphNode* nodes, size_t* count) {
 
 struct SimFunction {
   std::string name;
+  const Context* ctx;  // its module's: the context current when the module was loaded
 };
 struct SimModule {
   std::vector<std::unique_ptr<SimFunction>> functions;
@@ -1658,7 +1659,7 @@ SIM_API CUresult cuModuleLoadData(CUmodule* module, const void* image) {
     size_t begin = text.find_first_not_of(" \t\r\n", at + 6);
     size_t end = begin == std::string_view::npos ? begin : text.find_first_of(" \t\r\n(", begin);
     if (end == std::string_view::npos) return CUDA_ERROR_INVALID_PTX;
-    m->functions.push_back(std::make_unique<SimFunction>(SimFunction{std::string(text.substr(begin, end - begin))}));
+    m->functions.push_back(std::make_unique<SimFunction>(SimFunction{std::string(text.substr(begin, end - begin)), ctx}));
   }
   std::lock_guard<std::mutex> lock(Mu());
   *module = reinterpret_cast<CUmodule>(m.get());
@@ -1738,7 +1739,7 @@ static CUresult LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz
   for (SimModule* m : Modules())
     for (const auto& candidate : m->functions)
       if (reinterpret_cast<CUfunction>(candidate.get()) == f) fn = candidate.get();
-  if (fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (fn == nullptr || fn->ctx != ctx) return CUDA_ERROR_INVALID_HANDLE;  // a function of another context's module
   Stream* s = Resolve(st, reinterpret_cast<cudaStream_t>(stream), ptsz);
   if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   GraphWork node{false, nullptr, nullptr, {}, kKernelSeconds};

@@ -215,18 +215,35 @@ SIM_API cudaError_t cudaGetDeviceCount(int* count) {
   return st->visible.empty() ? Ret(cudaErrorNoDevice) : cudaSuccess;
 }
 
+// CUDA 12's runtime makes the device's primary context current at once. P2PSIM_CUDART_SET_DEVICE=lazy
+// behaves as CUDA 11's did: the context is bound at the next runtime call that needs one, so a driver
+// call made in between still runs in the context that was current before.
+bool LazySetDevice() {
+  static const bool lazy = [] {
+    const char* v = std::getenv("P2PSIM_CUDART_SET_DEVICE");
+    return v != nullptr && std::strcmp(v, "lazy") == 0;
+  }();
+  return lazy;
+}
+
 SIM_API cudaError_t cudaSetDevice(int device) {
   SIM_ENTER_NOCTX();
   if (!ValidDevice(st, device)) return Ret(cudaErrorInvalidDevice);
+  if (LazySetDevice()) {
+    T().set_device = device;
+    return cudaSuccess;
+  }
+  T().set_device = -1;
   UseDevice(st, device);
   return cudaSuccess;
 }
 
-// The current context's device (0 when the thread has none; that creates no context).
+// The device cudaSetDevice named, else the current context's (0 when the thread has none; that
+// creates no context).
 SIM_API cudaError_t cudaGetDevice(int* device) {
   SIM_ENTER_NOCTX();
   if (device == nullptr) return Ret(cudaErrorInvalidValue);
-  *device = CurDev();
+  *device = T().set_device >= 0 ? T().set_device : CurDev();
   return cudaSuccess;
 }
 
