@@ -9,7 +9,8 @@
 # each traced run gets its report. Then what users ask first: a DDP training step bare vs traced
 # (8 alternated pairs: median ratio and each side's spread), JAX and CuPy programs bare vs traced.
 # Everything lands in $OUT (or ./device-results): summary.txt (the verdicts, read first), log.txt,
-# nvidia-smi.txt, topo.txt, bench.txt, ddp.txt, report-*.txt, doctor-test.{json,txt} and traces.tar.gz.
+# nvidia-smi.txt, topo.txt, bench.txt, ddp.txt, report-*.txt, doctor-test.{json,txt}, sm-copy-check.txt
+# and traces.tar.gz.
 # Exit 0 when every comparison held, 1 when one did not, 2 when the build failed. Under 6 minutes.
 #
 #   tests/device/check.sh            # from the repository root
@@ -390,6 +391,14 @@ EOF
 else
   say "SKIP doctor_test: no CLI"
 fi
+
+# 11. doctor --test's two kernels on one GPU (tests/device/sm_copy_check): the PTX compiled by this
+#     driver, the copy within the device read back and counted (0 differing, then exactly 1024 after
+#     1024 words are overwritten). The kernels' only run where a node has one GPU.
+timeout "$RUN_LIMIT" "$BUILD/bin/sm_copy_check" 0 >"$OUT/sm-copy-check.txt" 2>&1
+rt=$?
+verdict sm_copy_check $([ "$rt" = 0 ] && grep -q '^PASS$' "$OUT/sm-copy-check.txt"; echo $?) \
+  "exit $rt, $(grep -m2 -E 'copied|counted|after' "$OUT/sm-copy-check.txt" | tr '\n' ' ' | cut -c1-200)"
 
 # --- what came back --------------------------------------------------------------------------------
 for d in "$TRACES"/*; do

@@ -1698,9 +1698,16 @@ bool KernelReaches(const State& st, const Where& w, const void* p, size_t bytes,
   return owner == ordinal || (owner >= 0 && st.peer_on[ordinal][owner]);
 }
 
+// Whether the simulated node runs a kernel of that name (doctor --test's two: what they do to memory
+// is done). Any other launch is accepted and takes its stream's time, but nothing of its code runs:
+// a program that must tell asks here (a real driver has no such symbol).
+SIM_API int p2psim_kernel_runs(const char* name) {
+  return name != nullptr && (std::strcmp(name, "p2ptrace_copy_words") == 0 || std::strcmp(name, "p2ptrace_count_differing") == 0);
+}
+
 CUresult RunKernel(State& st, const SimFunction& f, Stream* s, void** params) {
   int gpu = st.visible[s->device];
-  if (f.name == "p2ptrace_copy_words" || f.name == "p2ptrace_count_differing") {
+  if (p2psim_kernel_runs(f.name.c_str())) {
     if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
     void* a = *static_cast<void**>(params[0]);
     void* b = *static_cast<void**>(params[1]);
