@@ -667,6 +667,56 @@ def dlsym_bench(args, tmp):
     return True
 
 
+# --- NCCL's timer work when threads share a process (--nccl-threads, issue 41) ------------------------
+# examples/nccl_ring, 256 iterations of its five operations at 64 KiB, under `p2ptrace run` with the
+# default sample, as one process whose 4 threads drive 4 GPUs and as 4 processes: the operations the
+# simulated NCCL ran with KernelCh in their mask (its timer work, P2PSIM_KERNELCH_FILE) and the
+# NCCL_KERNEL records the traces hold. The same job must cost NCCL the same timer work either way.
+THREADS_ARGS = ["-n", "256", "-b", "64K", "-e", "64K"]
+
+
+def nccl_threads_bench(args, tmp):
+    bd = os.path.abspath(args.build_dir)
+    cli, p2psim, ring = (os.path.join(bd, "bin", n) for n in ("p2ptrace", "p2psim", "nccl_ring"))
+    for path in (cli, p2psim, ring):
+        if not os.path.exists(path):
+            die("missing %s (build: cmake --build %s)" % (path, bd))
+    rows = []
+    for label, hosts, extra in (("4 processes", "node0:4", []), ("1 process, 4 threads", "node0:1", ["-t", "4"])):
+        work = os.path.join(tmp, label.replace(" ", "-").replace(",", ""))
+        os.makedirs(os.path.join(work, "id"))
+        env = dict(os.environ, P2PSIM_KERNELCH_FILE=os.path.join(work, "kernelch.txt"),
+                   P2PSIM_NCCL_DIR=os.path.join(work, "id"), P2PTRACE_WARN="off")
+        for k in ("P2PTRACE_SAMPLE", "P2PTRACE_NCCL_PROFILER", "NCCL_DEBUG", "NCCL_DEBUG_FILE", "CUDA_VISIBLE_DEVICES"):
+            env.pop(k, None)
+        trace = os.path.join(work, "trace")
+        run([cli, "run", "--dir", trace, "--", p2psim, "launch", "--topology", args.topology, "--hosts", hosts, "--",
+             ring] + extra + THREADS_ARGS + [os.path.join(work, "id")], env, "nccl_ring " + label)
+        per_pid = {}
+        with open(os.path.join(work, "kernelch.txt")) as f:
+            for line in f:
+                pid, n = line.split()
+                per_pid[pid] = max(per_pid.get(pid, 0), int(n))
+        records = calls = 0
+        for name in os.listdir(trace):
+            if name.endswith(".p2ptrace"):
+                out = subprocess.run([cli, "dump", os.path.join(trace, name), "--json"], stdout=subprocess.PIPE,
+                                     text=True, check=True).stdout
+                records += out.count('"kind":"nccl_kernel"')
+                calls += out.count('"kind":"nccl_op"')
+        rows.append((label, calls, sum(per_pid.values()), records))
+    print()
+    print("NCCL's timer work, nccl_ring %s, default sample (8:64:16M):" % " ".join(THREADS_ARGS))
+    print("%-22s %8s %18s %16s" % ("job", "calls", "ops with KernelCh", "NCCL_KERNEL"))
+    for label, calls, ops, records in rows:
+        print("%-22s %8d %18d %16d" % (label, calls, ops, records))
+    (_, _, procs, _), (_, _, threads, _) = rows
+    ok = threads <= procs + procs // 50 and all(ops == records for _, _, ops, records in rows)
+    print("threads vs processes: %+d operations with timer work (at most 2%% more passes), every one recorded: %s"
+          % (threads - procs, all(ops == records for _, _, ops, records in rows)))
+    return ok
+
+
 args_global = None
 
 
@@ -691,6 +741,9 @@ def main():
     ap.add_argument("--nccl-path", action="store_true",
                     help="instead: per NCCL operation, bare vs traced, per sampling mode and size: instructions, "
                          "system calls and CUDA calls (issue 36); callgrind and strace")
+    ap.add_argument("--nccl-threads", action="store_true",
+                    help="instead: NCCL's timer work (operations run with KernelCh) when one process's threads drive "
+                         "several GPUs vs the same job as processes (issue 41)")
     ap.add_argument("--syscalls-only", action="store_true",
                     help="with --nccl-path: 4 KiB only, system calls only (strace; no callgrind): the ctest")
     ap.add_argument("--dlsym", action="store_true",
@@ -708,6 +761,14 @@ def main():
     args.shim = os.path.abspath(args.shim) if args.shim else os.path.join(bd, "lib", "libp2ptrace.so")
     args.sim_lib = os.path.join(bd, "sim", "lib")
     args.topology = os.path.abspath(args.topology)
+    if args.nccl_threads:
+        tmp = tempfile.mkdtemp(prefix="p2ptrace-bench-", dir=args.trace_root)
+        try:
+            ok = nccl_threads_bench(args, tmp)
+            print("budgets: %s" % ("met" if ok else "EXCEEDED"))
+            return 0 if ok or args.report_only else 1
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     if args.nccl or args.dlsym or args.nccl_path:
         args.valgrind, args.annotate = shutil.which("valgrind"), shutil.which("callgrind_annotate")
         if not args.valgrind and not args.syscalls_only:

@@ -11,7 +11,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config python3 python3-pip pytho
           chromium     # chromium: the HTML report test renders the page headless; ccache: the wheel's build
           prometheus)  # prometheus: its promtool checks the files of doctor/export --prometheus
 
-log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+# Each step with the seconds since the script started: where CI's time goes, read off its log.
+log() { printf '\033[1m==> [%4ss] %s\033[0m\n' "$SECONDS" "$*" >&2; }
 
 ensure_packages() {
   local missing=() p
