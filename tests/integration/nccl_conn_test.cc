@@ -109,6 +109,17 @@ Env SimEnv(const std::string& dir) {
           {"NCCL_RUNTIME_CONNECT", std::nullopt}, {"P2PTRACE_WARN", "off"}, {"NO_COLOR", "1"}};
 }
 
+// One process under the shim on the simulated demo node, its rendezvous and trace in `dir`.
+Env ShimmedProcess(const std::string& dir) {
+  std::filesystem::create_directories(dir + "/rendezvous");
+  Env env = SimEnv(dir + "/rendezvous");
+  env["P2PTRACE_DIR"] = dir + "/trace";
+  env["LD_PRELOAD"] = P2PTRACE_SHIM;
+  env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
+  env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+  return env;
+}
+
 struct RingCase {
   const char* name;
   int ranks;
@@ -159,13 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Sim, NcclConnRecords,
 // connect) are in its trace, which never saw exit.
 TEST(NcclConnCrash, ConnectionsLoggedBeforeSigkillAreInTheTrace) {
   std::string dir = TempDir() + "/conn-kill";
-  std::filesystem::create_directories(dir + "/rendezvous");
-  Env env = SimEnv(dir + "/rendezvous");
-  env["P2PTRACE_DIR"] = dir + "/trace";
-  env["LD_PRELOAD"] = P2PTRACE_SHIM;
-  env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
-  env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
-  RunResult r = RunProgram({NCCL_INIT_ALL, "2", "kill"}, env);
+  RunResult r = RunProgram({NCCL_INIT_ALL, "2", "kill"}, ShimmedProcess(dir));
   ASSERT_NE(r.exit_code, 0) << r.out << r.err;  // killed
   Checked k = CheckTraces(dir + "/trace");
   EXPECT_EQ(k.traces, 1);
@@ -186,13 +191,8 @@ TEST(NcclConnCrash, ConnectionsLoggedBeforeSigkillAreInTheTrace) {
 TEST(NcclObserved, PathsWorseThanPredictedAreWarnedWithTheirCause) {
   std::string dir = TempDir() + "/observed";
   auto run = [&](const std::string& name, std::vector<std::string> args) {
-    std::filesystem::create_directories(dir + "/" + name + "/rendezvous");
-    Env env = SimEnv(dir + "/" + name + "/rendezvous");
-    env["P2PTRACE_DIR"] = dir + "/" + name + "/trace";
+    Env env = ShimmedProcess(dir + "/" + name);
     env["P2PTRACE_WARN"] = "rank";
-    env["LD_PRELOAD"] = P2PTRACE_SHIM;
-    env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
-    env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
     env["CUDA_VISIBLE_DEVICES"] = "0,1,2,3";  // one NVLink island
     args.insert(args.begin(), NCCL_INIT_ALL);
     return RunProgram(args, env);
@@ -246,12 +246,7 @@ TEST(NcclConnOldRelease, ConnectionsNamedBeforeTheirInitCompletesKeepTheirCommun
   for (std::string version : {"2.17.1", "2.28.9"}) {
     SCOPED_TRACE(version);
     std::string dir = TempDir() + "/old-init-all-" + version;
-    std::filesystem::create_directories(dir + "/rendezvous");
-    Env env = SimEnv(dir + "/rendezvous");
-    env["P2PTRACE_DIR"] = dir + "/trace";
-    env["LD_PRELOAD"] = P2PTRACE_SHIM;
-    env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
-    env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+    Env env = ShimmedProcess(dir);
     env["P2PSIM_NCCL_VERSION"] = version;
     env["NCCL_RUNTIME_CONNECT"] = "0";  // 2.28: its rings at init too
     RunResult r = RunProgram({NCCL_INIT_ALL, "2"}, env);
@@ -290,13 +285,7 @@ TEST(NcclConnOldRelease, ConnectionsNamedBeforeTheirInitCompletesKeepTheirCommun
 // on the GPU (the simulated node's hang fault) waits in cudaStreamSynchronize; its "p2ptrace"
 // thread's voluntary context switches are counted over two seconds.
 TEST(NcclWatchdog, AnIdleJobsThreadWakesOnlyToBeat) {
-  std::string dir = TempDir() + "/idle";
-  std::filesystem::create_directories(dir + "/rendezvous");
-  Env env = SimEnv(dir + "/rendezvous");
-  env["P2PTRACE_DIR"] = dir + "/trace";
-  env["LD_PRELOAD"] = P2PTRACE_SHIM;
-  env["LD_LIBRARY_PATH"] = P2PTRACE_SIM_LIB_DIR;
-  env["P2PSIM_TOPOLOGY"] = std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json";
+  Env env = ShimmedProcess(TempDir() + "/idle");
   env["P2PSIM_FAULT"] = "hang@0-1";
   p2ptrace::testing::ChildProcess child({NCCL_INIT_ALL, "2"}, env);
   auto switches = [&]() -> long {  // the shim's thread's, -1 while it is not there

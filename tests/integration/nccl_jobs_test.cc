@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -662,6 +663,30 @@ std::pair<std::vector<std::vector<std::string>>, std::vector<std::vector<std::st
   return {PluginCalls(dir + "-bare.txt"), PluginCalls(dir + "-traced.txt")};
 }
 
+// The recording plugin where NCCL finds it by itself (DIR/lib/FILE on the library path, with
+// NCCL_PROFILER_PLUGIN unset), the 2-rank job with a split alone and behind the shim: what the plugin
+// saw each time, and the traced report's pairs rated by NCCL's kernel timers.
+struct FoundPlugin {
+  std::vector<std::vector<std::string>> alone, forwarded;
+  int kernel_rated = 0;
+  std::string why;  // the pairs and the traced run's stderr, for a failure's message
+};
+FoundPlugin PluginNcclFinds(const std::string& dir, const std::string& file, Env env) {
+  const std::vector<std::string> args = {"-o", "allreduce,sendrecv", "-b", "64K", "-e", "64K", "-n", "2", "-s"};
+  fs::create_directories(dir + "/lib");
+  fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/" + file);
+  for (auto [k, v] : Env{{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
+                         {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}})
+    env[k] = v;
+  FoundPlugin found;
+  RunResult traced;
+  std::tie(found.alone, found.forwarded) = AloneAndBehindTheShim(dir, args, env, &traced);
+  json j = ReportJson(dir + "/trace");
+  for (const json& p : j["pairs"]) found.kernel_rated += p["rate_basis"] == "NCCL kernel timers";
+  found.why = j["pairs"].dump() + "\n" + traced.err;
+  return found;
+}
+
 // NCCL_PROFILER_PLUGIN set by the program: p2ptrace takes its place and forwards, and the program's
 // plugin sees, call by call, what it sees alone, whatever its mask (NCCL then starts more events
 // for the shim's bits: none of them may reach it), while every pair is still timed.
@@ -697,20 +722,10 @@ TEST(NcclKernelTimers, TheProgramsOwnPluginSeesExactlyWhatItSeesAlone) {
 // Issue 36: NCCL's default plugin (libnccl-profiler.so on the library path, NCCL_PROFILER_PLUGIN
 // unset) is the program's too: forwarded exactly as one it named, never replaced.
 TEST(NcclKernelTimers, NcclsDefaultPluginIsTheProgramsToo) {
-  const std::vector<std::string> args = {"-o", "allreduce,sendrecv", "-b", "64K", "-e", "64K", "-n", "2", "-s"};
-  std::string dir = TempDir() + "/default-plugin";
-  fs::create_directories(dir + "/lib");
-  fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/libnccl-profiler.so");
-  Env env = {{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
-             {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}};
-  RunResult traced;
-  auto [alone, forwarded] = AloneAndBehindTheShim(dir, args, env, &traced);
-  ASSERT_EQ(alone.size(), 2u) << "the sim's NCCL loads libnccl-profiler.so by default";
-  EXPECT_EQ(forwarded, alone);
-  json j = ReportJson(dir + "/trace");
-  int kernel_rated = 0;
-  for (const json& p : j["pairs"]) kernel_rated += p["rate_basis"] == "NCCL kernel timers";
-  EXPECT_EQ(kernel_rated, 2) << j["pairs"].dump() << traced.err;
+  FoundPlugin found = PluginNcclFinds(TempDir() + "/default-plugin", "libnccl-profiler.so", {});
+  ASSERT_EQ(found.alone.size(), 2u) << "the sim's NCCL loads libnccl-profiler.so by default";
+  EXPECT_EQ(found.forwarded, found.alone);
+  EXPECT_EQ(found.kernel_rated, 2) << found.why;
 }
 
 // Issue 36: NCCL unloads its profiler with its last communicator and loads it again, by
@@ -1015,32 +1030,17 @@ TEST(NcclLongJobs, RecreatedCommunicatorsKeepNoMemoryPerGeneration) {
 // (libnccl-net.so, or NCCL_NET_PLUGIN's): that plugin is the program's too, forwarded exactly as one
 // it named, never hidden by the shim's name; a network plugin without one changes nothing.
 TEST(NcclKernelTimers, TheNetworkPluginsProfilerIsTheProgramsToo) {
-  const std::vector<std::string> args = {"-o", "allreduce,sendrecv", "-b", "64K", "-e", "64K", "-n", "2", "-s"};
   for (std::string net : {"libnccl-net.so", "libnccl-net-mine.so"}) {
     SCOPED_TRACE(net);
-    std::string dir = TempDir() + "/net-plugin-" + net;
-    fs::create_directories(dir + "/lib");
-    fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/" + net);
-    Env env = {{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
-               {"NCCL_NET_PLUGIN", net == "libnccl-net.so" ? std::optional<std::string>() : std::string("mine")},
-               {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}};
-    RunResult traced;
-    auto [alone, forwarded] = AloneAndBehindTheShim(dir, args, env, &traced);
-    ASSERT_EQ(alone.size(), 2u) << "the sim's NCCL 2.28.9 takes the network plugin's profiler";
-    EXPECT_EQ(forwarded, alone);
-    json j = ReportJson(dir + "/trace");
-    int kernel_rated = 0;
-    for (const json& p : j["pairs"]) kernel_rated += p["rate_basis"] == "NCCL kernel timers";
-    EXPECT_EQ(kernel_rated, 2) << j["pairs"].dump() << traced.err;
+    Env env;
+    if (net != "libnccl-net.so") env["NCCL_NET_PLUGIN"] = "mine";
+    FoundPlugin found = PluginNcclFinds(TempDir() + "/net-plugin-" + net, net, env);
+    ASSERT_EQ(found.alone.size(), 2u) << "the sim's NCCL 2.28.9 takes the network plugin's profiler";
+    EXPECT_EQ(found.forwarded, found.alone);
+    EXPECT_EQ(found.kernel_rated, 2) << found.why;
   }
   // Before 2.28.3 NCCL never looks there: nothing to forward, the shim times alone.
-  std::string dir = TempDir() + "/net-plugin-old";
-  fs::create_directories(dir + "/lib");
-  fs::create_symlink(RecordingPlugin("librecording-profiler-v5"), dir + "/lib/libnccl-net.so");
-  Env env = {{"NCCL_PROFILER_PLUGIN", std::nullopt}, {"RECORDING_PROFILER_MASK", "2"}, {"P2PTRACE_SAMPLE", "all"},
-             {"P2PSIM_NCCL_VERSION", "2.27.7"}, {"LD_LIBRARY_PATH", dir + "/lib:" + std::string(P2PTRACE_SIM_LIB_DIR)}};
-  RunResult traced;
-  auto [alone, forwarded] = AloneAndBehindTheShim(dir, args, env, &traced);
-  EXPECT_TRUE(alone.empty());
-  EXPECT_TRUE(forwarded.empty());
+  FoundPlugin old = PluginNcclFinds(TempDir() + "/net-plugin-old", "libnccl-net.so", {{"P2PSIM_NCCL_VERSION", "2.27.7"}});
+  EXPECT_TRUE(old.alone.empty());
+  EXPECT_TRUE(old.forwarded.empty());
 }
