@@ -219,8 +219,12 @@ TEST_P(FakeLibTest, SonameVersionNodeAndExportsMatchTheRealLibrary) {
     expected.insert("p2psim_stream_hang");
     expected.insert("p2psim_capture_replay");
   }
-  // The fake driver's one addition: the shared simulated state the fake runtimes reach it for.
-  if (std::string(lib.file) == "libcuda.so.1") expected.insert("p2psim_driver");
+  // The fake driver's additions: the shared simulated state the fake runtimes reach it for, and the
+  // question which kernels it runs.
+  if (std::string(lib.file) == "libcuda.so.1") {
+    expected.insert("p2psim_driver");
+    expected.insert("p2psim_kernel_runs");
+  }
   EXPECT_EQ(exported, expected);
 }
 
