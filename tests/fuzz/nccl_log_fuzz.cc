@@ -2,6 +2,7 @@
 // from the input itself, must give exactly the log a single Feed gives, and sane records.
 // Built only with clang (tests/CMakeLists.txt); `ctest -R fuzz.nccl_log` runs it for a few seconds
 // over tests/fixtures/nccl-logs.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -59,15 +60,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const p2ptrace::NcclLog whole = p2ptrace::ParseNcclLog(all);
   CheckRecords(whole);
 
-  p2ptrace::NcclLogParser split;
+  // The same splits, once as they come, once as the shim's log reader streams them: whole lines
+  // only, settled after every piece, and forgotten at a point the input chooses (its communicators
+  // gone); what it holds then is sane, and it has read every line, with the release it learnt first.
+  p2ptrace::NcclLogParser split, streamed;
   uint32_t state = Seed(all);
+  const size_t forget_at = size > 0 ? state % size : 0;
+  bool forgotten = false;
+  size_t streamed_to = 0;  // bytes given to `streamed`: up to the last '\n' seen
   for (size_t i = 0; i < all.size();) {
     state = state * 1103515245u + 12345u;
     size_t n = (state >> 16) % 4 == 0 ? 1 : 1 + (state >> 8) % 257;
     split.Feed(all.substr(i, n));
-    i += n;
+    i = std::min(i + n, all.size());
+    size_t end = all.rfind('\n', i - 1);
+    if (end != std::string_view::npos && end + 1 > streamed_to) {
+      streamed.Feed(all.substr(streamed_to, end + 1 - streamed_to));
+      streamed_to = end + 1;
+      streamed.Finish();
+    }
+    if (!forgotten && i >= forget_at) {
+      streamed.Forget();
+      forgotten = true;
+    }
   }
   split.Finish();
   Require(split.log() == whole);
+  streamed.Feed(all.substr(streamed_to));
+  streamed.Finish();
+  CheckRecords(streamed.log());
+  Require(streamed.log().lines_read == whole.lines_read && streamed.log().nccl_version == whole.nccl_version);
   return 0;
 }
