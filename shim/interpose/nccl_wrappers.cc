@@ -127,6 +127,17 @@ void AwaitAsyncInit(uint8_t api, ncclComm_t comm, uint64_t id_hash) {
   g_async_inits[g_async_count] = {comm, id_hash, api};
   __atomic_store_n(&g_async_count, g_async_count + 1, __ATOMIC_RELAXED);
 }
+// Takes `comm`'s waiting init out of the table into `*out`; false when none waits. g_comms_mu held.
+bool TakeAsyncInit(ncclComm_t comm, AsyncInit* out) {
+  for (int i = 0; i < g_async_count; ++i)
+    if (g_async_inits[i].comm == comm) {
+      *out = g_async_inits[i];
+      g_async_inits[i] = g_async_inits[g_async_count - 1];
+      __atomic_store_n(&g_async_count, g_async_count - 1, __ATOMIC_RELAXED);
+      return true;
+    }
+  return false;
+}
 
 // `entered`: the init's record written when it was entered (EnteringInit), completed in place.
 void RecordComm(uint8_t api, ncclComm_t comm, uint64_t id_hash, ncclResult_t r,
@@ -231,12 +242,7 @@ void SettleAsyncInit(ncclComm_t comm, ncclResult_t state) {
   AsyncInit settled{};
   {
     std::lock_guard<std::mutex> lock(g_comms_mu);
-    int i = 0;
-    while (i < g_async_count && g_async_inits[i].comm != comm) ++i;
-    if (i == g_async_count) return;
-    settled = g_async_inits[i];
-    g_async_inits[i] = g_async_inits[g_async_count - 1];
-    __atomic_store_n(&g_async_count, g_async_count - 1, __ATOMIC_RELAXED);
+    if (!TakeAsyncInit(comm, &settled)) return;
   }
   RecordComm(settled.api, state == ncclSuccess ? comm : nullptr, settled.id_hash, state);
   if (state == ncclSuccess) PreflightAfterNcclInit(CommDevice(state, &comm));  // where the init left it for later
@@ -284,12 +290,8 @@ void ForgetComm(ncclComm_t comm) {
     std::lock_guard<std::mutex> lock(g_comms_mu);
     if (Comms().erase(comm) == 0) return;
     g_comms_epoch.fetch_add(1, std::memory_order_acq_rel);
-    for (int i = 0; i < g_async_count; ++i)
-      if (g_async_inits[i].comm == comm) {
-        g_async_inits[i] = g_async_inits[g_async_count - 1];
-        __atomic_store_n(&g_async_count, g_async_count - 1, __ATOMIC_RELAXED);
-        break;
-      }
+    AsyncInit never_settled;
+    TakeAsyncInit(comm, &never_settled);
     none = Comms().empty();
   }
   if (none) NcclCommunicatorsGone();
