@@ -667,7 +667,7 @@ def dlsym_bench(args, tmp):
     return True
 
 
-# --- NCCL's timer work when threads share a process (--nccl-threads, issue 41) ------------------------
+# --- NCCL's timer work when threads share a process (--nccl-threads) ----------------------------------
 # examples/nccl_ring, 256 iterations of its five operations at 64 KiB, under `p2ptrace run` with the
 # default sample, as one process whose 4 threads drive 4 GPUs and as 4 processes: the operations the
 # simulated NCCL ran with KernelCh in their mask (its timer work, P2PSIM_KERNELCH_FILE) and the
@@ -743,7 +743,7 @@ def main():
                          "system calls and CUDA calls (issue 36); callgrind and strace")
     ap.add_argument("--nccl-threads", action="store_true",
                     help="instead: NCCL's timer work (operations run with KernelCh) when one process's threads drive "
-                         "several GPUs vs the same job as processes (issue 41)")
+                         "several GPUs vs the same job as processes")
     ap.add_argument("--syscalls-only", action="store_true",
                     help="with --nccl-path: 4 KiB only, system calls only (strace; no callgrind): the ctest")
     ap.add_argument("--dlsym", action="store_true",
