@@ -249,22 +249,50 @@ def short(name):
     return name.replace("p2ptrace::shim::", "")
 
 
+TIMED_KINDS = ("cross", "peer", "cross_small")  # a timed copy's verdict: timing - counting, against event2
+
+
+def needed_runs(args):
+    """The (mode, kind) runs to make: all of them, or with --budgets-only those a verdict reads (the
+    shim's own instructions come from the counting run itself; bare only where no callgrind_annotate
+    can separate them, and event2's, the timed copies' allowance)."""
+    if not args.budgets_only:
+        return {(m, k) for m in MODES for k in args.kinds}
+    runs = {("counting", k) for k in args.kinds if k in BUDGET}
+    if not args.annotate:
+        runs |= {("bare", k) for k in args.kinds if k in BUDGET}
+    if "event2" in args.kinds:
+        runs.add(("bare", "event2"))
+        runs |= {(m, k) for m in ("counting", "timing") for k in TIMED_KINDS if k in args.kinds}
+    return runs
+
+
+def cell(value, spec):
+    """A table cell: the number as `spec` formats it, or '-' where that run was not made."""
+    if value is None:
+        return "%*s" % (len(spec % 0.0), "-")
+    return spec % value
+
+
 def callgrind(args, tmp):
     ir = {}
     files = {}
+    runs = needed_runs(args)
     for mode in MODES:
         for k in args.kinds:
+            if (mode, k) not in runs:
+                continue
             for n in (N_SMALL, N_LARGE):
                 files[mode, k, n], ir[mode, k, n] = callgrind_run(args, tmp, mode, k, n)
             print("  callgrind %-8s %-6s done" % (mode, k), file=sys.stderr)
     d = N_LARGE - N_SMALL
     # All threads (the issue's measure), and the calling thread alone (thread 1: the loop's).
     threads = lambda m, k, n: sum(v for t, v in ir[m, k, n].items() if t != "timed")
-    per_call = {(m, k): (threads(m, k, N_LARGE) - threads(m, k, N_SMALL)) / d for m in MODES for k in args.kinds}
-    per_call_caller = {(m, k): (ir[m, k, N_LARGE][1] - ir[m, k, N_SMALL][1]) / d for m in MODES for k in args.kinds}
+    per_call = {(m, k): (threads(m, k, N_LARGE) - threads(m, k, N_SMALL)) / d for m, k in runs}
+    per_call_caller = {(m, k): (ir[m, k, N_LARGE][1] - ir[m, k, N_SMALL][1]) / d for m, k in runs}
     # The share of the N calls that were timed (the rest found no free event pair: skipped).
     per_call_caller.update({("timed_share", k): (ir["timing", k, N_LARGE]["timed"] - ir["timing", k, N_SMALL]["timed"]) / d
-                            for k in args.kinds})
+                            for m, k in runs if m == "timing"})
     # The shim's own instructions: its wrapper's inclusive cost minus the real function's, per call.
     # Unlike shim - bare, this leaves out any change in what the simulated runtime itself executes
     # (e.g. its string compares cost a little more or less at other heap addresses).
@@ -273,7 +301,7 @@ def callgrind(args, tmp):
         for m in ("counting", "timing"):
             for k in args.kinds:
                 api = API.get(k, "cudaMemcpyAsync")
-                if api is None:
+                if api is None or (m, k) not in runs:
                     continue
                 driver = api.startswith("cu") and not api.startswith("cuda")
                 inc = {n: self_costs(files[m, k, n][1], inclusive=True, by_object=driver) for n in (N_SMALL, N_LARGE)}
@@ -296,7 +324,8 @@ def print_callgrind(args, per_call, per_call_caller, files, own):
     print("-" * len(hdr))
     ok = True
     for k in args.kinds:
-        b, c, t = per_call["bare", k], per_call["counting", k], per_call["timing", k]
+        b, c, t = per_call.get(("bare", k)), per_call.get(("counting", k)), per_call.get(("timing", k))
+        minus = lambda x, y: None if x is None or y is None else x - y
         budget = BUDGET.get(k)
         verdict = ""
         oc, ot = own.get(("counting", k)), own.get(("timing", k))
@@ -304,12 +333,16 @@ def print_callgrind(args, per_call, per_call_caller, files, own):
             # Judged on own when measured: the shim's added instructions for the very same run of
             # the real call. shim - bare also moves with the simulated runtime's own work, which
             # varies by a few instructions between processes (heap and mapping addresses).
+            if oc is None and b is None:
+                die("no own cost for %s (callgrind_annotate named no wrapper): run without --budgets-only" % k)
             cost = oc if oc is not None else c - b
             verdict = "ok" if cost <= budget else "OVER"
             ok = ok and cost <= budget
-        print("%-11s %-38s %8.1f %9.1f %+8.1f %8s %-5s %6s %8.1f %+8.1f %6s" % (
-            k, DESCRIPTION[k], b, c, c - b, ("<=%d%s" % (budget, "*" if k == "h2d" else "")) if budget else "",
-            verdict, "%.1f" % oc if oc is not None else "", t, t - c, "%.1f" % ot if ot is not None else ""))
+        print("%-11s %-38s %s %s %s %8s %-5s %6s %s %s %6s" % (
+            k, DESCRIPTION[k], cell(b, "%8.1f"), cell(c, "%9.1f"), cell(minus(c, b), "%+8.1f"),
+            ("<=%d%s" % (budget, "*" if k == "h2d" else "")) if budget else "", verdict,
+            "%.1f" % oc if oc is not None else "", cell(t, "%8.1f"), cell(minus(t, c), "%+8.1f"),
+            "%.1f" % ot if ot is not None else ""))
     if "event2" in args.kinds:
         ev = per_call["bare", "event2"]
         print("Timed copy (P2PTRACE_SAMPLE=all) over an untimed one (counting), per call: the two event records"
@@ -321,7 +354,7 @@ def print_callgrind(args, per_call, per_call_caller, files, own):
               " no free event pair (the resolver had not caught up) and were skipped: caller and total mix both.")
         print("  %-11s %9s %9s %9s %9s %9s %7s  %s" % ("kind", "caller", "-event2", "own", "total", "resolver", "timed",
                                                       "verdict"))
-        for k in ("cross", "peer", "cross_small"):
+        for k in TIMED_KINDS:
             if k not in args.kinds:
                 continue
             total = per_call["timing", k] - per_call["counting", k]
@@ -336,6 +369,8 @@ def print_callgrind(args, per_call, per_call_caller, files, own):
     print("to the same run of the real call (the verdict; +bare also carries the simulated runtime's own variation")
     print("between processes, a few instructions either way).")
     print("* h2d is not in the issue's budgets; held to the same-device one.")
+    if args.budgets_only:
+        print("-: not measured (--budgets-only: only the runs a verdict reads).")
     print("Note: valgrind gives the program no vDSO: clock_gettime counts ~10 instructions + an uncounted "
           "system call here; natively the vDSO costs more (clock row of the wall-clock table).")
     return ok
@@ -407,8 +442,12 @@ def nccl_bench(args, tmp):
     if not os.path.exists(binary):
         die("missing %s (build: cmake --build %s --target nccl_overhead p2ptrace p2psim_libs)" % (binary, args.build_dir))
     ir, files = {}, {}
-    for kind in NCCL_KINDS:
-        for mode in ("bare", "shim"):
+    # --budgets-only: the traced runs of the judged kinds (own and plugin come from them alone; bare
+    # too where no callgrind_annotate can separate them).
+    judged = [k for k in NCCL_KINDS if not args.budgets_only or k in NCCL_BUDGET or k in NCCL_PLUGIN_BUDGET]
+    modes = ("shim",) if args.budgets_only and args.annotate else ("bare", "shim")
+    for kind in judged:
+        for mode in modes:
             for n in (N_SMALL, N_LARGE):
                 out = os.path.join(tmp, "nccl-%s-%s-%d.out" % (mode, kind, n))
                 env = nccl_env(args, mode, os.path.join(tmp, "nccl-trace-%s-%s-%d" % (mode, kind, n)), NCCL_SAMPLE[kind])
@@ -427,8 +466,8 @@ def nccl_bench(args, tmp):
     print(hdr)
     print("-" * len(hdr))
     ok = True
-    for kind in NCCL_KINDS:
-        b = (ir["bare", kind, N_LARGE] - ir["bare", kind, N_SMALL]) / d
+    for kind in judged:
+        b = (ir["bare", kind, N_LARGE] - ir["bare", kind, N_SMALL]) / d if ("bare", kind, N_LARGE) in ir else None
         s = (ir["shim", kind, N_LARGE] - ir["shim", kind, N_SMALL]) / d
         own, plugin = "", None
         if args.annotate:
@@ -446,6 +485,8 @@ def nccl_bench(args, tmp):
         budget = NCCL_BUDGET.get(kind)
         verdict = ""
         if budget is not None:
+            if not own and b is None:
+                die("no own cost for %s (callgrind_annotate named no wrapper): run without --budgets-only" % kind)
             judged = float(own) if own else s - b
             verdict = "ok" if judged <= budget else "OVER"
             ok = ok and judged <= budget
@@ -453,8 +494,8 @@ def nccl_bench(args, tmp):
         if plugin_budget is not None and plugin is not None:
             plugin_verdict = "ok" if plugin <= plugin_budget else "OVER"
             ok = ok and plugin <= plugin_budget
-        print("%-10s %-42s %8.1f %8.1f %+8.1f %8s %-5s %6s %7s %8s %-5s" % (
-            kind, NCCL_DESCRIPTION[kind], b, s, s - b, "<=%d" % budget if budget else "", verdict, own,
+        print("%-10s %-42s %s %8.1f %s %8s %-5s %6s %7s %8s %-5s" % (
+            kind, NCCL_DESCRIPTION[kind], cell(b, "%8.1f"), s, cell(None if b is None else s - b, "%+8.1f"), "<=%d" % budget if budget else "", verdict, own,
             "%.1f" % plugin if plugin else "", "<=%d" % plugin_budget if plugin_budget else "", plugin_verdict))
     print("+bare: shim - bare. own: the shim's wrapper inclusive minus the real call's, from the same run (the verdict,")
     print("as for copies; +bare when callgrind_annotate is missing).")
@@ -556,10 +597,13 @@ def nccl_path_bench(args, tmp):
     rows = []
     bare_cache = {}
     sizes = PATH_SIZES[:1] if args.syscalls_only else PATH_SIZES
+    # --syscalls-only (the ctest): the traced runs a verdict reads (events and bare are shown, not judged).
+    samples = [p for p in PATH_SAMPLES if not args.syscalls_only or p[0] != "events"]
+    modes = ("shim",) if args.syscalls_only else ("bare", "shim")
     for size, n1, n2 in sizes:
-        for label, sample in PATH_SAMPLES:
-            got = {}
-            for mode in ("bare", "shim"):
+        for label, sample in samples:
+            got = {"bare": None}
+            for mode in modes:
                 if mode == "bare" and size in bare_cache:
                     got["bare"] = bare_cache[size]
                     continue
@@ -602,8 +646,11 @@ def nccl_path_bench(args, tmp):
     print("-" * len(hdr))
     ok = True
     for size, label, b, s in rows:
-        print("%-7s %-8s %12.1f %12.1f %+9.1f | %8.2f %8.2f %6.2f | %8.2f %8.2f %6.2f" % (
-            "16 MiB" if size > 4096 else "4 KiB", label, b[0], s[0], s[0] - b[0], b[3], s[3], s[4], b[1], s[1], s[2]))
+        bare = (lambda i: None) if b is None else (lambda i: b[i])
+        print("%-7s %-8s %s %12.1f %s | %s %8.2f %6.2f | %s %8.2f %6.2f" % (
+            "16 MiB" if size > 4096 else "4 KiB", label, cell(bare(0), "%12.1f"), s[0],
+            cell(None if b is None else s[0] - b[0], "%+9.1f"), cell(bare(3), "%8.2f"), s[3], s[4],
+            cell(bare(1), "%8.2f"), s[1], s[2]))
         # events: the way without NCCL's kernel timers (P2PTRACE_NCCL_PROFILER=off, or an NCCL before
         # 2.27.3): two CUDA events per sampled call and a wake of the timing thread (a futex); shown, not judged.
         ok = ok and (label == "events" or (s[4] <= SHIM_SYSCALLS and s[2] == 0))
@@ -612,6 +659,8 @@ def nccl_path_bench(args, tmp):
     print("shim: of the calling thread's system calls / CUDA calls, those the shim made (its stack's innermost frame")
     print("outside the C/C++ runtimes). Met (events not judged): CUDA 0; system calls <= %.2f per iteration (a" % SHIM_SYSCALLS)
     print("trace chunk claimed now and then as the records grow; none on the call's path).")
+    if args.syscalls_only:
+        print("-: not measured (--syscalls-only: the traced runs the verdict reads).")
     return ok
 
 
@@ -746,6 +795,8 @@ def main():
                          "several GPUs vs the same job as processes")
     ap.add_argument("--syscalls-only", action="store_true",
                     help="with --nccl-path: 4 KiB only, system calls only (strace; no callgrind): the ctest")
+    ap.add_argument("--budgets-only", action="store_true",
+                    help="only the runs a budget's verdict reads (the ctests); other cells print as -")
     ap.add_argument("--dlsym", action="store_true",
                     help="instead: calls taken with dlsym, bare vs through libp2ptrace_audit.so (bench/dlsym_overhead), callgrind only")
     ap.add_argument("--no-thread", action="store_true",

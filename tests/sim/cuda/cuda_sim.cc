@@ -1717,7 +1717,7 @@ CUresult RunKernel(State& st, const SimFunction& f, Stream* s, void** params) {
       return CUDA_ERROR_ILLEGAL_ADDRESS;
     if (f.name == "p2ptrace_copy_words") {
       const p2psim::CopyFault* fault = p2psim::FindCopyFault(st.topo, *st.host, gpu, wa.host_gpu);
-      if (fault == nullptr || fault->fault != "sm-lost") std::memmove(a, b, bytes);
+      if (fault == nullptr || fault->fault != "sm-lost") MoveBytes(a, b, bytes);
       double gbps = wa.host_gpu == gpu ? p2psim::kDeviceLocalGbps : p2psim::DirectBandwidth(st.topo, *st.host, gpu, wa.host_gpu);
       Enqueue(st, s, static_cast<double>(bytes) / (gbps * 1e9));
       return CUDA_SUCCESS;
