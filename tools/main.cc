@@ -164,8 +164,8 @@ int main(int argc, char** argv) {
       "GPU pair or NCCL peer with a slice per timed copy or operation, arrows from each ncclSend to its ncclRecv,\n"
       "GB/s counters per pair, and a 'p2ptrace job' process holding the pair matrix and the findings.\n"
       "--prometheus FILE: per GPU pair the path class available and used, bytes, calls, measured bytes/s, a\n"
-      "fallback gauge with its cause, seconds lost, and the host's pairs without P2P (metric list: README.md,\n"
-      "\"Prometheus\").\n"
+      "fallback gauge with its cause, seconds lost, and the host's pairs without P2P (metric list:\n"
+      "docs/OPERATIONS.md, \"Prometheus\").\n"
       "--rows FILE: the schema, and the same fleet questions in DuckDB, Spark SQL and Trino: docs/ROWS.md.\n"
       "At least one of --perfetto, --prometheus and --rows. Several are written one after another\n"
       "(prometheus, rows, then perfetto); the first that fails ends the command with its error.");
@@ -254,11 +254,11 @@ int main(int argc, char** argv) {
                                        "figure may fall (default 15)")->check(CLI::Range(0.0, 100.0));
   doctor->footer(
       "--prometheus FILE: per directional GPU pair the path class available and a fallback gauge with its cause,\n"
-      "and the node's pairs without P2P (metric list and a cron/systemd recipe: README.md, \"Prometheus\").\n"
+      "and the node's pairs without P2P (metric list and a cron/systemd recipe: docs/OPERATIONS.md, \"Prometheus\").\n"
       "Exit status: 0, 1 when an error-severity cause holds, 2 when FILE cannot be written (nothing is left behind).\n"
       "With --test: 0 when every pair passes or is expected, 1 when one fails (or, with --baseline, regressed),\n"
       "2 when nothing could be tested (no CUDA runtime or GPU, GPUs in use without --allow-busy, a bad --baseline).\n"
-      "Recipes for a SLURM prolog, a Kubernetes Job and cron: README.md, \"Proving a node\".");
+      "Recipes for a SLURM prolog, a Kubernetes Job and cron: docs/OPERATIONS.md, \"Proving a node\".");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
