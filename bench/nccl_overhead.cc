@@ -1,4 +1,4 @@
-// What the shim costs per untimed NCCL call (issue 5's budget: at most 150 instructions over the
+// What the shim costs per untimed NCCL call (bench.budgets.nccl: at most 150 instructions over the
 // bare call when NCCL's log file has not grown). Linked to the toolkit's libnccl, run against the
 // simulated libnccl.so.2 (LD_LIBRARY_PATH), bare or under LD_PRELOAD=libp2ptrace.so, by
 // run_bench.py --nccl under callgrind:  nccl_overhead KIND N  — setup, 64 warm-up calls, N calls.

@@ -1,7 +1,7 @@
 // How fast `report` folds traces: events per second on one core, for big synthetic traces
 // (tools/synth: each event is a timed copy or NCCL call, i.e. two records). Two views: the whole
 // streaming path (read each file, fold it, drop it) and the fold alone over traces already read.
-// Issue 7 asks for >= 10 M events/s per core; the numbers are reported, never asserted.
+// The aim is >= 10 M events/s per core; the numbers are reported, never asserted.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 

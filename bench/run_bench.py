@@ -4,7 +4,7 @@ LD_PRELOAD=libp2ptrace.so counting only (P2PTRACE_SAMPLE=off) and timing every c
 (P2PTRACE_SAMPLE=all), then the same calls under callgrind for instruction counts.
 
   bench/run_bench.py [--build-dir build/default] [--rounds 3] [--min-time 0.3] [--no-callgrind] ...
-  bench/run_bench.py --nccl [--build-dir ...]   # NCCL calls instead (issue 5's budget), callgrind only
+  bench/run_bench.py --nccl [--build-dir ...]   # NCCL calls instead (bench.budgets.nccl), callgrind only
   bench/run_bench.py --dlsym [--build-dir ...]  # calls taken with dlsym, bare vs libp2ptrace_audit.so
 
 Wall-clock numbers: each mode runs --rounds times, interleaved (bare, counting, timing, bare, ...),
@@ -13,7 +13,7 @@ same invocation. The simulated runtime is far slower than a real cudart enqueue,
 difference (shim - bare) is the number that carries over; the ratio does not.
 
 Instructions: `shim_overhead --callgrind-loop N KIND` under valgrind --tool=callgrind for N=1000 and
-N=2000; (Ir(2000) - Ir(1000)) / 1000 is one call with startup cancelled out. Budgets (issue 4):
+N=2000; (Ir(2000) - Ir(1000)) / 1000 is one call with startup cancelled out. Budgets (bench.budgets.copies):
 an untimed cross-device copy at most 100 instructions over bare, a same-device copy at most 40, a timed
 copy no more than the two event records over the untimed one. --breakdown lists, per kind, the shim's
 per-call instructions by function (the same difference method applied to each function's self cost).
@@ -58,7 +58,7 @@ DESCRIPTION = {
 # Instructions over bare, untimed (P2PTRACE_SAMPLE=off). h2d is not in the issue: it is held to the
 # same-device budget, the other uninteresting case (marked * in the table).
 BUDGET = {"same": 40, "cross": 100, "peer": 100, "h2d": 40, "same_small": 40, "cross_small": 100,
-          "graph": 150, "graph16": 150, "cugraph": 150}  # issue 15: a launch of a captured graph, whatever its size
+          "graph": 150, "graph16": 150, "cugraph": 150}  # a launch of a captured graph, whatever its size
 # The wrapped function each kind calls (the shim's wrapper is NAME@@libcudart.so.13).
 API = {"peer": "cudaMemcpyPeerAsync", "event2": None, "graph": "cudaGraphLaunch", "graph16": "cudaGraphLaunch",
        "cugraph": "cuGraphLaunch"}
@@ -415,7 +415,7 @@ NCCL_PROGRAM = {"version": "version", "allreduce": "allreduce", "profiled": "all
 # P2PTRACE_SAMPLE per kind. Off, NCCL is not given the shim as its profiler plugin; "profiled" times
 # the first call only (the CUDA events' sample and the plugin's), so the loop's calls are sampled out.
 NCCL_SAMPLE = {"version": "off", "allreduce": "off", "profiled": "1:1000000000:1024G", "sampled": "all"}
-# issue 5: an untimed NCCL call, log file not grown (own); issue 26: the profiler plugin's callbacks
+# bench.budgets.nccl: an untimed NCCL call, log file not grown (own); the profiler plugin's callbacks
 # per sampled-out operation (the "plugin" column: their inclusive instructions, whatever NCCL does
 # around them is NCCL's cost, in +bare).
 NCCL_BUDGET = {"allreduce": 150}
@@ -506,7 +506,7 @@ def nccl_bench(args, tmp):
     return ok
 
 
-# --- The NCCL path per operation (--nccl-path, issue 36) ---------------------------------------------
+# --- The NCCL path per operation (--nccl-path) ---------------------------------------------
 # bench/nccl_overhead pair: a 2-rank allreduce (ncclGroupStart, one ncclAllReduce per rank, both in
 # the calling thread, ncclGroupEnd) per iteration, bare and under the shim, per sampling mode and size.
 # Per iteration in the steady state ((X(N2) - X(N1)) / (N2 - N1), the calling thread only):
@@ -519,7 +519,7 @@ PATH_SAMPLES = [("off", "off"), ("default", None), ("all", "all"), ("events", "a
 PATH_SIZES = [(4096, 100, 300), (16 << 20, 4, 12)]  # bytes, N1, N2
 # The shim's system calls per iteration that pass: none on the call's path; what remains is the
 # trace's growth (a new chunk claimed: fallocate, madvise, a few more, once per chunk of records, so
-# a few hundredths per iteration when every call is sampled). One per call (a stat, as before) fails.
+# a few hundredths per iteration when every call is sampled). One per call (a stat) fails.
 SHIM_SYSCALLS = 0.1
 
 
@@ -789,7 +789,7 @@ def main():
                     help="instead: NCCL calls (bench/nccl_overhead: ncclGetVersion, an untimed ncclAllReduce), callgrind only")
     ap.add_argument("--nccl-path", action="store_true",
                     help="instead: per NCCL operation, bare vs traced, per sampling mode and size: instructions, "
-                         "system calls and CUDA calls (issue 36); callgrind and strace")
+                         "system calls and CUDA calls; callgrind and strace")
     ap.add_argument("--nccl-threads", action="store_true",
                     help="instead: NCCL's timer work (operations run with KernelCh) when one process's threads drive "
                          "several GPUs vs the same job as processes")

@@ -1,4 +1,4 @@
-// `doctor --test`'s verdict on one ordered GPU pair (issue 28; DESIGN.md §7): what was measured,
+// `doctor --test`'s verdict on one ordered GPU pair (DESIGN.md §7): what was measured,
 // against what the pair's link class should give and the node's probes say. Pure: the CLI measures,
 // this judges.
 #pragma once

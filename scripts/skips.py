@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Lists every skipped test of a ctest run and fails on one the allow-list does not name (issue 29).
+"""Lists every skipped test of a ctest run and fails on one the allow-list does not name.
 
   scripts/skips.py JUNIT_XML PRESET [ALLOW_LIST]
 

@@ -166,7 +166,7 @@ NodeProbe ProbeNode(const DoctorOptions& o) {
   if (po.cuda == nullptr)
     for (ProbeStep& s : probe.steps)
       if (s.name == "CUDA") s.detail = cuda_why;
-  // No NCCL runs here: its rules are the newest release's, and the lines say so (issue 13, point 8).
+  // No NCCL runs here: its rules are the newest release's, and the lines say so.
   probe.nccl_version_note = "no NCCL loaded by doctor: the newest release's rules assumed";
   return probe;
 }

@@ -1,4 +1,4 @@
-// `p2ptrace doctor --test` (issue 28, DESIGN.md §7): prove the node before jobs run on it. Probes
+// `p2ptrace doctor --test` (DESIGN.md §7): prove the node before jobs run on it. Probes
 // and predicts as `doctor` does, then measures every ordered GPU pair (tools/pair_test.h) and judges
 // each (core/pair_verdict.h): text (a matrix as `nvidia-smi topo -m` lays it out, GB/s and verdicts,
 // then each failing pair with its causes and fix) or --json. Exit 0 when every pair passes or is

@@ -1,4 +1,4 @@
-// `doctor --test --nccl` (issue 28): what NCCL itself chooses on this node for every GPU pair, with
+// `doctor --test --nccl`: what NCCL itself chooses on this node for every GPU pair, with
 // the node's environment. One process per tested GPU, as a job runs (this CLI run again as a hidden
 // `_nccl-rank` worker), each with NCCL loaded at run time (libnccl.so.2: the CLI links none) and
 // NCCL_DEBUG=INFO into a file of its own; they form one communicator, send to and receive from every

@@ -1,4 +1,4 @@
-// `doctor --test`'s measurements (issue 28): every ordered GPU pair's peer access, copy bandwidth
+// `doctor --test`'s measurements: every ordered GPU pair's peer access, copy bandwidth
 // with peer access on (one way, and both ways at once), the same copy staged through pinned host memory, a small copy's latency and
 // the data on the destination, each copy within a time limit. The CUDA runtime is loaded at run time
 // (the CLI links none); what the test changed (peer access, memory) is put back as it was.

@@ -94,7 +94,7 @@ int Run(const RunOptions& o, const std::string& self_exe) {
   const char* preload = std::getenv("LD_PRELOAD");
   std::string new_preload = shim + (preload && *preload ? std::string(":") + preload : "");
   // The audit module next to the shim lets the shim see calls made through dlsym (ctypes, vLLM):
-  // LD_AUDIT, before the user's own auditors. Without it the job runs as before, said once.
+  // LD_AUDIT, before the user's own auditors. Without it the job runs with the shim alone, said once.
   std::string new_audit = AuditSetting(shim, std::getenv("LD_AUDIT"), std::cerr);
 
   pid_t pid = fork();

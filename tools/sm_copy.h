@@ -1,4 +1,4 @@
-// doctor --test's copy by the GPU's own cores (issue 37). NCCL's kernels move data by storing into
+// doctor --test's copy by the GPU's own cores. NCCL's kernels move data by storing into
 // the peer's memory through peer access, which the copy-engine copies of the rest of the test never
 // exercise, and a platform can carry those and silently drop the stores (nccl#2335). A kernel on
 // the source copies words into the destination; a kernel on the destination counts the words that

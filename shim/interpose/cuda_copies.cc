@@ -499,7 +499,7 @@ __attribute__((noinline)) cudaError_t SlowCopy(A... args) {
 }
 
 // A pair copy, out of line (TraceCopy jumps here with t_pending set): the common case of a pair
-// already seen through this node, untimed, in as few instructions as possible (issue 4's budget:
+// already seen through this node, untimed, in as few instructions as possible (bench.budgets.copies:
 // 100 over the bare call, the wrapper's lookups included): one word per pair says everything, the
 // counters take two atomic adds, the record is written in place after the call (no seq: only a
 // timed copy needs one). Anything else goes to SlowCopy.

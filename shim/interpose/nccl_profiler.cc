@@ -155,7 +155,7 @@ uint8_t FuncApi(const char* f) {
 // ncclDatatypeToString's words, by their last two characters ("ncclFloat32", "ncclBfloat16"; "Unknown"
 // is what it says of ncclUint8; the fp8 types end in "m3"/"m2"). It runs for every operation, sampled
 // or not: NCCL hands out the same constant string for a type each time, so the thread's last answer
-// is kept by the string's address and a repeat costs a compare (issue 26's budget).
+// is kept by the string's address and a repeat costs a compare (bench.budgets.nccl).
 size_t TypeSizeOf(const char* t) {
   if (t == nullptr) return 1;
   size_t n = std::strlen(t);
@@ -238,7 +238,7 @@ template <typename Descr>
 Op* MakeOp(Context* c, const Descr& d, uint64_t bytes, uint32_t expected);
 
 // Every P2p and Coll event of a timed communicator comes here, sampled or not: the sampled-out case
-// is kept to a few instructions and no stack frame (issue 26's budget); the rest is out of line.
+// is kept to a few instructions and no stack frame (bench.budgets.nccl); the rest is out of line.
 template <typename Descr>
 inline Op* NewOp(Context* c, const Descr& d) {
   const bool p2p = d.type == np::kP2p;

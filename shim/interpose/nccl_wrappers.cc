@@ -99,7 +99,7 @@ __attribute__((noinline, cold)) void FirstNcclCall() {
 // A communicator made inside ncclGroupStart … ncclGroupEnd (several ranks of one process, a
 // grouped ncclCommSplit) is initialised only at the outermost ncclGroupEnd: NCCL cannot say its
 // rank and size before that. Its record waits until then (more than the table holds: recorded at
-// once, as before).
+// once, with what NCCL can say then).
 struct GroupComm {
   uint8_t api;
   ncclComm_t comm;
@@ -351,7 +351,7 @@ constinit thread_local int t_group_streams __attribute__((tls_model("initial-exe
 
 // A grouped operation is queued by its call and runs (connects, waits for its peer) inside the
 // outermost ncclGroupEnd: its record stays pending until then, so that a rank stuck there is seen in
-// its sends and receives. More than the table holds: completed at their call, as before.
+// its sends and receives. More than the table holds: completed at their call.
 constexpr int kGroupOps = 256;
 constinit thread_local int t_group_ops __attribute__((tls_model("initial-exec"))) = 0;
 

@@ -162,7 +162,7 @@ if [ -x "$BUILD/bin/nccl_ring" ]; then
     "$BUILD/bin/nccl_ring"
 fi
 
-# 4b. NCCL's kernel timers (issue 26): the shim as NCCL's profiler plugin (NCCL >= 2.27.3). The ring's
+# 4b. NCCL's kernel timers: the shim as NCCL's profiler plugin (NCCL >= 2.27.3). The ring's
 #     send/recv and collectives timed on the GPU, every call (P2PTRACE_SAMPLE=all): how many NCCL_KERNEL
 #     records, and the per-peer times the report prints. An NCCL that should have loaded the shim and
 #     left no such record fails the check.
@@ -360,7 +360,7 @@ else
   say "SKIP ddp: torch not importable with CUDA"
 fi
 
-# 10. doctor --test (issue 28): every ordered GPU pair measured and judged, with NCCL's own choice
+# 10. doctor --test: every ordered GPU pair measured and judged, with NCCL's own choice
 #     where NCCL is here. One GPU: "1 GPU, no pairs to test", exit 0. More: a verdict for each of the
 #     n(n-1) pairs, exit 0 (all pass or expected) or 1 (one failed: the text says why), in seconds.
 if [ -n "$CLI" ]; then

@@ -1,4 +1,4 @@
-// libFuzzer target for what the CLI writes from hostile files (issue 12): any bytes as a trace and
+// libFuzzer target for what the CLI writes from hostile files: any bytes as a trace and
 // as an NCCL log, in a directory whose name is not UTF-8 either, go through the commands' renderers
 // in-process — report --json and text, dump --json and text, html, explain --json and text — and
 // every JSON document must parse (strictly: valid UTF-8), every text must be valid UTF-8 with no

@@ -148,7 +148,7 @@ TEST(Cli, StaticCudartIsReportedUntraced) {
   EXPECT_FALSE(std::filesystem::exists(dir));  // created by run, left empty: removed
 }
 
-// A wrapper never changes the job's status (issue 24: `p2ptrace run -- /bin/true` exited 1 because
+// A wrapper never changes the job's status (`p2ptrace run -- /bin/true` exited 1 because
 // nothing was recorded): the job's code whatever was recorded, 128+N when signal N ended it.
 TEST(Cli, RunExitsWithTheJobsStatus) {
   std::string dir = TempDir() + "/status";
@@ -269,7 +269,7 @@ TEST(NcclReport, PairsCarryTheTransportNcclPrinted) {
   EXPECT_TRUE(allreduce) << j["nccl_ops"].dump();
 }
 
-// A one-rank communicator moves nothing across a link (issue 24: an in-place one-rank allreduce showed
+// A one-rank communicator moves nothing across a link (an in-place one-rank allreduce showed
 // algbw 17185.3 GB/s): no rate in JSON or text, and the reason said.
 TEST(NcclReport, OneRankCommunicatorsGiveNoRate) {
   nlohmann::json j = NcclJob("nccl-one-rank", {}, std::string(P2PTRACE_TOPOLOGY_DIR) + "/demo-8gpu.json", "node0:1");
@@ -289,7 +289,7 @@ TEST(NcclReport, OneRankCommunicatorsGiveNoRate) {
   EXPECT_EQ(r.out.find("algbw"), r.out.find("algbw/busbw")) << r.out;  // only the heading's
 }
 
-// Cluster host names (issue 24): `gpu01.cluster.local`. NCCL names its log's host by the first label
+// Cluster host names: `gpu01.cluster.local`. NCCL names its log's host by the first label
 // (%h and the lines' prefix); traces carry the whole name. Logs, traces and identities must agree:
 // the logs are found, the host keeps its name, GPUs their index, NVLink its name, connections once.
 nlohmann::json DottedHostJob(const std::string& name, const std::vector<std::string>& hosts, const std::string& ranks) {
@@ -346,7 +346,7 @@ TEST(NcclReport, HostsSharingTheirFirstLabelDoNotMerge) {
       << j["pairs"].dump();
 }
 
-// Two ranks on one GPU (issue 24: torchrun's two ranks on one GPU): NCCL's init fails after the
+// Two ranks on one GPU (torchrun's two ranks on one GPU): NCCL's init fails after the
 // process's first CUDA calls (cudaSetDevice, streams, events: none the shim records). The capture
 // line says so and names the failed call, never "a static runtime" or "ended before any CUDA call";
 // the finding is NCCL's duplicate-gpu with its WARN line; the job's status is its own.

@@ -1,4 +1,4 @@
-// `p2ptrace doctor --test` on the simulated node (issue 28, first part): every ordered GPU pair
+// `p2ptrace doctor --test` on the simulated node: every ordered GPU pair
 // measured through the CUDA runtime loaded at run time, judged against its link class and the
 // probes; JSON fields, the exit status and what happens without a GPU or with a bad --gpus.
 #include <gtest/gtest.h>
@@ -205,7 +205,7 @@ TEST(DoctorTest, GpusInUseAreRefusedUnlessAllowed) {
   EXPECT_EQ(after["busy_checked"], true);
 }
 
-// Issue 37, point 4: without NVML nothing says who else uses the GPUs, so the test is refused as it
+// Without NVML nothing says who else uses the GPUs, so the test is refused as it
 // is for GPUs NVML shows in use; --allow-busy tests them and says what could not be checked.
 TEST(DoctorTest, WithoutNvmlTheTestIsRefusedUnlessAllowed) {
   std::string root = TempDir() + "/no-nvml-root";
@@ -234,7 +234,7 @@ TEST(DoctorTest, WithoutNvmlTheTestIsRefusedUnlessAllowed) {
   EXPECT_NE(text.out.find("note: tested with --allow-busy where NVML could not say"), std::string::npos) << text.out;
 }
 
-// Issue 37, point 4: every wait of the test is bounded by --time-limit, a CUDA call that never
+// Every wait of the test is bounded by --time-limit, a CUDA call that never
 // returns included (a free or a synchronous call stuck in the driver cannot be interrupted): the
 // test ends within the limit, the pair failed with the call named, the pairs after it untested.
 TEST(DoctorTest, ACudaCallThatNeverReturnsEndsTheTestWithinTheLimit) {

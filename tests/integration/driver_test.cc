@@ -1,4 +1,4 @@
-// The CUDA driver API (issue 15): a program that copies between GPUs through libcuda — linked
+// The CUDA driver API: a program that copies between GPUs through libcuda — linked
 // calls, cuGetProcAddress, cudaGetDriverEntryPointByVersion, dlsym on an RTLD_LOCAL libcuda — is
 // traced exactly on the simulated node, prints what it prints bare, and a runtime copy (which the
 // runtime carries out through the driver) is counted once. The real CUDA runtime never reaches the
@@ -418,7 +418,7 @@ TEST_F(DriverAltered, EachChangeIsRecordedAndReplaysStayAsRecorded) {
       << rank["trust"];
 }
 
-// The generic calls that change nodes (driver_workload.c's SetParams(), issue 29: their success
+// The generic calls that change nodes (driver_workload.c's SetParams(), their success
 // paths): each change is in the trace with its exec's graph or none, the program's output and what
 // its copies moved are the same bare and traced, and the replays keep counting the copies as they
 // were recorded (the report says they may be off).
@@ -494,7 +494,7 @@ TEST(DriverStub, ErrorsPassThroughExactly) {
 }
 
 // Memory as JAX/XLA 0.11+ and PyTorch's expandable segments and cudaMallocAsync backend make it
-// (vmm_workload.c, issue 24): the virtual memory API and pools, every driver call through dlsym on
+// (vmm_workload.c): the virtual memory API and pools, every driver call through dlsym on
 // an RTLD_LOCAL libcuda, no context peer access. The grants (cuMemSetAccess, cuMemPoolSetAccess)
 // open their pairs; what nothing grants goes through the host.
 class Vmm : public ::testing::Test {

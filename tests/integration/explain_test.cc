@@ -48,7 +48,7 @@ const json* FindPair(const json& j, int src, int dst) {
 
 std::string Made(const std::string& name) { return std::string(NCCL_MADE_FIXTURE_DIR) + "/" + name; }
 
-// Issue 24: what people paste from old clusters. Each release era's connection form, from real
+// What people paste from old clusters. Each release era's connection form, from real
 // public logs (their sidecars name the source), gives its pairs with the right class: 2.3's `Ring`
 // with cudaDev, 2.4's nvmlDev and tagged NET lines, 2.5's bus ids, 2.7's `direct shared memory`,
 // 2.16's `SHM/direct/direct`. (2.2's prefix without `NCCL`: nccl_log_test's ReleasesBeforeTwoThree….)
@@ -71,7 +71,7 @@ TEST(Explain, ConnectionFormsOfOldReleases) {
   }
 }
 
-// Issue 13 point 2: a torchrun job whose processes are each in three communicators (the world, an
+// A torchrun job whose processes are each in three communicators (the world, an
 // eager ncclCommSplit of it, a group initialized lazily), connected lazily at their first
 // collectives: every connection line is tied to a communicator, and each communicator has both
 // directions between the two GPUs.
@@ -101,7 +101,7 @@ TEST(Explain, EveryConnectionOfEveryCommunicatorIsAttributed) {
   EXPECT_NE(text.out.find("ncclCommSplit of 0x8e3c5b1f9a7d2640 (split 1), color 0"), std::string::npos) << text.out;
 }
 
-// Issue 13 point 7: the WARN lines of a full /dev/shm become a finding with its cause, the lines
+// The WARN lines of a full /dev/shm become a finding with its cause, the lines
 // as evidence and the fix; the failed return codes they explain add none of their own.
 TEST(Explain, NcclFailureLinesBecomeFindingsWithCauseEvidenceAndFix) {
   json j = ExplainJson({Made("dev-shm-full-v2.28.9.log")});
@@ -126,7 +126,7 @@ TEST(Explain, NcclFailureLinesBecomeFindingsWithCauseEvidenceAndFix) {
   EXPECT_NE(text.out.find("[shm-too-small] /dev/shm is full"), std::string::npos) << text.out;
 }
 
-// Issue 13 point 11: a paste without host:pid:tid, numbered by hand, with the user's notes after
+// A paste without host:pid:tid, numbered by hand, with the user's notes after
 // the transport: accepted, tied where its Init lines allow, the notes kept out of the transport.
 TEST(Explain, PastesAsPeoplePasteThem) {
   const std::string file = Made("pasted-numbered-with-notes.log");

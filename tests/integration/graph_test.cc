@@ -1,4 +1,4 @@
-// Issue 15 point 1 on the simulated node: copies and an NCCL allreduce captured into CUDA graphs
+// On the simulated node: copies and an NCCL allreduce captured into CUDA graphs
 // (global, thread-local and relaxed captures, a second stream joining through an event), graphs
 // instantiated twice, updated, launched many times, destroyed, and a capture invalidated
 // (tests/integration/graph_workload.cc). The report must count each captured operation exactly
@@ -34,7 +34,7 @@ Env SimEnv() {
           {"NCCL_DEBUG", std::nullopt}, {"NCCL_DEBUG_FILE", std::nullopt}, {"P2PTRACE_WARN", "off"}, {"NO_COLOR", "1"},
           // The global-mode capture held 300 ms while the watchdog beats every 20 ms (15 beats): had it
           // recorded an event on a capturing stream, the graph's node count printed would differ bare
-          // and traced (issue 27: a capture is never joined or invalidated).
+          // and traced (a capture is never joined or invalidated).
           {"GRAPH_HOLD_MS", "300"}, {"P2PTRACE_HEARTBEAT_MS", "20"}};
 }
 

@@ -1,4 +1,4 @@
-// Never hurt the job, never trust the trace directory (issue 12): each test makes the ground the
+// Never hurt the job, never trust the trace directory: each test makes the ground the
 // shim stands on hostile the way real machines do — a full disk, descriptors closed under it, FIFOs
 // and symlinks planted in a shared directory, a directory it cannot write, a runtime unloaded under
 // it — and checks that the traced program behaves byte for byte as its bare run, and that the shim
@@ -243,7 +243,7 @@ TEST(Fifos, AtTheTapFileAndTheIdentityTempNothingHangs) {
   RunResult ring = RunTimed({"sh", "-c", plant, dir, HOSTILE_WORKLOAD, "ring", "2"}, env);
   EXPECT_EQ(ring.exit_code, 0) << "124: hung\n" << ring.err;
   EXPECT_NE(ring.out.find("ring 2: first value 6"), std::string::npos) << ring.out;
-  // A process that never calls CUDA or NCCL (the tap used to be read at its exit).
+  // A process that never calls CUDA or NCCL: nothing of the tap's is read at its exit.
   RunResult trivial = RunTimed({"sh", "-c", plant, dir, HOSTILE_WORKLOAD, "untouched", dir}, env);
   EXPECT_EQ(trivial.exit_code, 0) << "124: hung\n" << trivial.err;
 }
@@ -378,8 +378,8 @@ TEST(ProfilerPlugin, AnNcclGoneWrongBreaksNothingAndWritesOnlyWhatWasMeasured) {
   RunResult r = RunTimed(Shim({HOSTILE_WORKLOAD, "profiler"}), env);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out,
-            // P2p, Coll and KernelCh go into the mask only for the sampled calls the wrappers make
-            // (issue 36): this NCCL calls the plugin without any, so its events are all taken.
+            // P2p, Coll and KernelCh go into the mask only for the sampled calls the wrappers make:
+            // this NCCL calls the plugin without any, so its events are all taken.
             "plugin p2ptrace mask 0x0\n"
             "channel 200: null\n"
             "storm: 4094 held\n"  // 4096 pending at most: the clean send left, the partial and channel 200's stay

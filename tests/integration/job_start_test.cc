@@ -1,4 +1,4 @@
-// Job-start warnings a person reads (issue 13, points 3, 8, 9): real NCCL jobs (examples/nccl_ring,
+// Job-start warnings a person reads: real NCCL jobs (examples/nccl_ring,
 // one process per rank under `p2psim launch`) and CUDA programs on simulated nodes under the shim.
 // At most one line per cause, the pairs named compactly by their physical GPUs, only the GPUs the
 // job uses, NVLink pairs never warned for their PCIe path, the NCCL that ran named, CUDA-only
@@ -202,7 +202,7 @@ TEST(JobStart, CudaOnlyProcessWithNcclLoadedIsJudgedByTheDriversRules) {
 
 namespace {
 
-// Issue 13, point 10: a process's tapped NCCL log and its trace name the same host (the simulated
+// A process's tapped NCCL log and its trace name the same host (the simulated
 // host node0 here, which the shim reads from the sysroot; the machine's own name is another).
 TEST(JobStart, TapLogAndTraceOfAProcessNameTheSameHost) {
   RunResult r = Ring("same-host", kDemo, "node0:2");

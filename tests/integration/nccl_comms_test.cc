@@ -1,9 +1,9 @@
-// Issue 13 point 2 on the simulated NCCL: a job whose processes are in six communicators (world,
+// On the simulated NCCL: a job whose processes are in six communicators (world,
 // an eager split, a lazily created group, the split destroyed and made again, two created in one
 // group; tests/integration/nccl_comms_workload.cc), lazy (2.22+) and at init
 // (NCCL_RUNTIME_CONNECT=0). `p2ptrace explain` over the per-process NCCL_DEBUG_FILE logs must tie
 // every connection line to a communicator and give each communicator both ring directions.
-// Issue 13 point 7 too: a ring job failing on a full /dev/shm is explained as shm-too-small.
+// A ring job failing on a full /dev/shm is explained as shm-too-small.
 #include <dirent.h>
 #include <gtest/gtest.h>
 

@@ -183,7 +183,7 @@ TEST(NcclConnCrash, ConnectionsLoggedBeforeSigkillAreInTheTrace) {
     }
 }
 
-// Issue 6: after the first operation, what NCCL did is compared with the job-start prediction. The
+// After the first operation, what NCCL did is compared with the job-start prediction. The
 // program sets NCCL_P2P_DISABLE=1 after its first allocation (where the check ran, predicting NVLink)
 // and before ncclCommInitAll: every ring pair turns out SHM, each warned once, with the cause and the
 // evidence that the setting came after the check; the same in the trace for the report. A run

@@ -1,4 +1,4 @@
-// NCCL jobs shaped like the ones people run (issue 13, points 4-6): nccl-tests' single-process
+// NCCL jobs shaped like the ones people run: nccl-tests' single-process
 // multi-GPU (-g), one thread per GPU (-t), alltoall, gather/scatter and send/recv in groups, a
 // split, communicators destroyed and re-created — examples/nccl_ring on the simulated node, bare and
 // under `p2ptrace run`, judged by what the program itself printed (nccl-tests' figures), by the
@@ -378,7 +378,7 @@ INSTANTIATE_TEST_SUITE_P(
         RatesCase{"p4_kernel", "node0:4", {"-o", "sendrecv,alltoallp2p", "-b", "8", "-e", "1M", "-f", "8"}, "all", true}),
     [](const ::testing::TestParamInfo<RatesCase>& i) { return std::string(i.param.name); });
 
-// ---- NCCL's kernel timers (issue 26): a speed for every pair -------------------------------------
+// ---- NCCL's kernel timers: a speed for every pair -------------------------------------
 
 // The demo's ring (8 processes): GPU0-3 and GPU4-7 on NVLink, the two hops between them (3->4, 7->0)
 // through host memory. Its grouped sends take, as a group, the time of the slow receive: with the
@@ -456,7 +456,7 @@ TEST(NcclKernelTimers, AnAlltoallRatesEveryPairItUsed) {
   EXPECT_GE(slowest_nvlink, 5 * fastest_other);
 }
 
-// Issue 37, point 3: NCCL before 2.16 printed no commId (ranks tie to their communicator only
+// NCCL before 2.16 printed no commId (ranks tie to their communicator only
 // through the traces), and before 2.13 called SHM "direct shared memory" with bus ids in brackets.
 // A traced job on such a release still has its pairs, the two host-memory hops as the fallbacks.
 TEST(NcclOldReleases, TheirLinesMakeTheJobsPairs) {
@@ -486,7 +486,7 @@ TEST(NcclOldReleases, TheirLinesMakeTheJobsPairs) {
   }
 }
 
-// Issue 37, point 1: the same allreduce-only job as a user starts it, with the default sample, under
+// The same allreduce-only job as a user starts it, with the default sample, under
 // `p2ptrace run` and under a bare LD_PRELOAD: every NCCL pair's `gbps` is the rate it carried, and
 // each hop that was not the slowest names the one that bounded it.
 TEST(NcclKernelTimers, EveryRingPairHasItsRateHoweverTheJobWasStarted) {
@@ -612,7 +612,7 @@ TEST(NcclKernelTimers, SampledPerCommunicatorAsTheCopiesAre) {
     std::vector<p2ptrace::Trace> traces = ReadDir(dir + "/trace");
     ASSERT_EQ(traces.size(), 2u);
     // NCCL's own timer work (KernelCh in an operation's mask: device timestamps, proxy work per
-    // channel) for the sampled operations only (issue 36), as the simulated NCCL counted it.
+    // channel) for the sampled operations only, as the simulated NCCL counted it.
     std::map<int, uint64_t> kernel_ch_ops;
     std::ifstream counted(dir + "/kernelch.txt");
     for (int pid = 0, n = 0; counted >> pid >> n;) kernel_ch_ops[pid] = std::max<uint64_t>(kernel_ch_ops[pid], n);
@@ -719,7 +719,7 @@ TEST(NcclKernelTimers, TheProgramsOwnPluginSeesExactlyWhatItSeesAlone) {
   }
 }
 
-// Issue 36: NCCL's default plugin (libnccl-profiler.so on the library path, NCCL_PROFILER_PLUGIN
+// NCCL's default plugin (libnccl-profiler.so on the library path, NCCL_PROFILER_PLUGIN
 // unset) is the program's too: forwarded exactly as one it named, never replaced.
 TEST(NcclKernelTimers, NcclsDefaultPluginIsTheProgramsToo) {
   FoundPlugin found = PluginNcclFinds(TempDir() + "/default-plugin", "libnccl-profiler.so", {});
@@ -728,7 +728,7 @@ TEST(NcclKernelTimers, NcclsDefaultPluginIsTheProgramsToo) {
   EXPECT_EQ(found.kernel_rated, 2) << found.why;
 }
 
-// Issue 36: NCCL unloads its profiler with its last communicator and loads it again, by
+// NCCL unloads its profiler with its last communicator and loads it again, by
 // NCCL_PROFILER_PLUGIN, for the next one: communicators destroyed and re-created keep their kernel
 // timers (and no event goes on NCCL's stream meanwhile).
 TEST(NcclKernelTimers, ContinueAfterCommunicatorsAreDestroyedAndRecreated) {
@@ -843,7 +843,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<RanksCase>& i) { return std::string(i.param.name); });
 
 // Where NCCL's kernel timers measure (the default on NCCL 2.27.3+), the shim puts no event on NCCL's
-// stream (issue 36): each collective NCCL runs as one kernel is timed by its channels on the GPU, as
+// stream: each collective NCCL runs as one kernel is timed by its channels on the GPU, as
 // nccl-tests times it, and says so; the calls NCCL runs as sends and receives (alltoall, gather,
 // scatter) are timed per pair instead.
 TEST_P(NcclJobBytes, KernelTimersTimeTheCollectivesWithoutAnEvent) {

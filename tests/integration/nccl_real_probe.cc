@@ -26,7 +26,7 @@ static void PrintEnvironment(const char* when) {
   std::printf("%s\n", line.c_str());
 }
 
-// The process's threads: the shim starts none before a communicator (issue 36), so a program that
+// The process's threads: the shim starts none before a communicator, so a program that
 // only asks NCCL its version or an id forks, unshares and execs as it would bare.
 static int Threads() {
   int n = 0;

@@ -259,7 +259,7 @@ TEST_P(NcclRelease, OutputUnchangedWrappersRecordAndLogRead) {
   EXPECT_EQ((trace->header.capture_flags & P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN) != 0,
             tap_expected && !HonoursDebugFile(version));
 
-  // NCCL's profiler plugin (issue 26): the shim offers itself (NCCL_PROFILER_PLUGIN, set before NCCL
+  // NCCL's profiler plugin: the shim offers itself (NCCL_PROFILER_PLUGIN, set before NCCL
   // reads its environment: the environment the trace recorded at the first NCCL call) to the releases
   // with GPU kernel timers, 2.27.3 on, and only where the user does not read NCCL's INFO lines (the
   // plugin's loading would be lines of their output that bare are others). No GPU here: no release
@@ -316,7 +316,7 @@ TEST_P(NcclRelease, OutputUnchangedWrappersRecordAndLogRead) {
   }
   // With nothing set, or WARN or INFO to stdout, the tap is the only way p2ptrace sees NCCL's lines:
   // every release that honours the file must have been tapped; the one that does not (2.13) must
-  // say the tap was withdrawn (issue 29: "no log captured" is no answer for any release).
+  // say the tap was withdrawn ("no log captured" is no answer for any release).
   if (debug != Debug::kUserFile) {
     if (HonoursDebugFile(version)) EXPECT_EQ(seen, "tapped") << Name(debug);
     else EXPECT_TRUE(trace->header.capture_flags & P2PTRACE_CAPTURE_NCCL_TAP_WITHDRAWN) << Name(debug) << ": " << seen;

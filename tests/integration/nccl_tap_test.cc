@@ -3,7 +3,7 @@
 //  - the log tap (DESIGN.md §4): for each NCCL_DEBUG setting, each rank's stdout carries the same
 //    NCCL lines, in the same order, as without the shim, and the report still names every pair's
 //    transport;
-//  - issue 5's scenarios: a 4-rank examples/nccl_ring job under `p2ptrace run`; every NCCL pair of the
+//  - the jobs people run: a 4-rank examples/nccl_ring job under `p2ptrace run`; every NCCL pair of the
 //    report carries exactly the transport NCCL printed and its class, and the operations their timings.
 #include <gtest/gtest.h>
 
@@ -219,7 +219,7 @@ TEST(NcclTapSubsys, TheUsersMaskStillHidesWhatItHid) {
   EXPECT_NE(r.out.find("NCCL_RUNTIME_CONNECT set by environment to 1."), std::string::npos);
 }
 
-// ---- issue 5's scenarios, through `p2ptrace run` and the report ---------------------------------
+// ---- the jobs people run, through `p2ptrace run` and the report ---------------------------------
 
 struct Scenario {
   const char* name;

@@ -1,4 +1,4 @@
-// Job-start warnings end to end (issue 6): each scenario is a topology + environment + workload run
+// Job-start warnings end to end: each scenario is a topology + environment + workload run
 // on the simulated node under the shim, with the host's /proc and /sys from `p2psim sysroot`. It
 // asserts the exact causes the trace's preflight block holds for every GPU pair, and the warning
 // lines on stderr. Plus `p2ptrace doctor` against simulated sysroots.

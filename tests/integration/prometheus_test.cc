@@ -1,4 +1,4 @@
-// `p2ptrace doctor --prometheus FILE` and `p2ptrace export DIR --prometheus FILE` (issue 16): every
+// `p2ptrace doctor --prometheus FILE` and `p2ptrace export DIR --prometheus FILE`: every
 // file passes Prometheus' own `promtool check metrics` (Debian's prometheus package), and its values
 // are what the node and the job say: parsed here, they are compared with `doctor --json` and
 // `report --json` of the same node and job, and with what the job is known to have moved. Bad input

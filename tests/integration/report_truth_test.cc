@@ -1,4 +1,4 @@
-// Issue 13: the report's labels are the node's, not a process's view of it.
+// The report's labels are the node's, not a process's view of it.
 //  - GPU identity: the same NCCL job under several CUDA_VISIBLE_DEVICES sets (which also change the
 //    rank -> GPU map) names the same physical pairs, by the index nvidia-smi shows, in the JSON, the
 //    text report, the HTML page and the Perfetto export; the JSON keeps each end's bus id and CUDA

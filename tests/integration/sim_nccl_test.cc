@@ -416,7 +416,7 @@ TEST(SimNcclApi, ShmLineFollowsTheVersion) {
   EXPECT_TRUE(job.LogsContain("NCCL INFO NCCL version 2.32.6+cuda13.0"));
 }
 
-// Older releases print what they printed then (issue 37): 2.8's and 2.14's lines name a connection's
+// Older releases print what they printed then: 2.8's and 2.14's lines name a connection's
 // ends by bus id (`0[18000]`), SHM in words before 2.13, no connection index on P2P lines before 2.14,
 // CUDA IPC (not cuMem) between processes before 2.19, and an Init line without commId before 2.16.
 TEST(SimNcclApi, OldReleasesPrintTheirOwnLineForms) {
@@ -780,7 +780,7 @@ std::vector<TimedOp> TimedOps(const Profiled& p) {
 TEST(SimNcclProfiler, EachSendAndReceiveOfAGroupIsTimedOnItsOwnPair) {
   // The demo's 8-GPU ring: NVLink within each half, SHM across (3 → 4, 7 → 0). Every rank sends to
   // r+1 and receives from r-1 in one group: the group takes as long as its SHM half, but each
-  // operation's kernel channel carries its own pair's time (issue 26).
+  // operation's kernel channel carries its own pair's time.
   Profiled p = RunProfiled("2.28.9", Plugin("librecording-profiler-v5"),
                            {{"RECORDING_PROFILER_MASK", "70"}},        // Coll | P2p | KernelCh
                            "-o sendrecv -b 16M -e 16M", "node0:8");  // 16 MiB: far past the launch time

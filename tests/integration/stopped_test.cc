@@ -1,4 +1,4 @@
-// A job that stops (issue 27): on the simulated node, a 4-rank allreduce loop whose rank 2 stops
+// A job that stops: on the simulated node, a 4-rank allreduce loop whose rank 2 stops
 // (SIGSTOP) or dies (SIGKILL) mid-loop. While it hangs, the live report and `watch` name rank 2 as
 // the one that stopped and the operation the others wait in, and the shim's P2PTRACE_HANG_S line
 // says the same on their stderr; after kill -9 of the whole job the post-mortem report still does.
@@ -123,7 +123,7 @@ TEST(Stopped, ARankThatStopsIsNamedLiveAndPostMortem) {
 }
 
 // Grouped sends and receives (a pipeline's ring) queue at their call and wait for the peer inside
-// ncclGroupEnd: a rank stuck there is in its sends and receives, not done with them (issue 36), and
+// ncclGroupEnd: a rank stuck there is in its sends and receives, not done with them, and
 // says so once, not once per operation queued behind.
 TEST(Stopped, RanksWaitingInTheirGroupsEndAreInTheirSendsAndReceives) {
   std::string dir = TempDir() + "/stop-group";
@@ -156,7 +156,7 @@ TEST(Stopped, RanksWaitingInTheirGroupsEndAreInTheirSendsAndReceives) {
   EXPECT_EQ(err.find("has not finished on the GPU"), std::string::npos) << err;
 }
 
-// Issue 37, point 2: as a user meets it, with every default (no P2PTRACE_HANG_S, no --stall, no
+// As a user meets it, with every default (no P2PTRACE_HANG_S, no --stall, no
 // warnings): rank 2 stopped or killed from outside mid-loop. `report --json`'s findings, where a
 // script looks, name it with where the others wait, live and after the whole job was killed.
 TEST(Stopped, TheFindingsNameARankStoppedOrKilledFromOutside) {

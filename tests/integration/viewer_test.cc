@@ -287,7 +287,7 @@ TEST(Report, NcclPairsFromTheTracesWhenEveryLogIsGone) {
   }
 }
 
-// Issue 37, point 3: an NCCL that printed no commId (before 2.16) and that the shim never saw init
+// An NCCL that printed no commId (before 2.16) and that the shim never saw init
 // its communicators (linked into the program): the traces cannot tie its ranks together, so the
 // processes' communicators of one size whose ranks never repeat are taken as one, as `explain`
 // takes a paste. The logs are fixture 04's (NCCL 2.7.8, four processes), one file per process.
@@ -494,7 +494,7 @@ ExportCheck CheckChromeTrace(const std::string& path) {
         EXPECT_NE(args.value("op", ""), "ncclSend") << it->second.dump();
         EXPECT_NE(args.value("op", ""), "ncclRecv") << it->second.dump();
       } else if (dur_us > 1) {
-        // An NCCL call inside a group spans its group's duration: no rate of its own (issue 13).
+        // An NCCL call inside a group spans its group's duration: no rate of its own.
         EXPECT_NE(args.value("timing", "").find("group"), std::string::npos) << it->second.dump();
       }
       open.erase(it);
@@ -913,7 +913,7 @@ TEST(Loading, RecordsPastTheCapAreCountedAndTotalsStayExact) {
 
 
 // ------------------------------------------------------------------------------------------------
-// Hostile files in the trace directory (issue 12): what another user, a crash or a full disk can
+// Hostile files in the trace directory: what another user, a crash or a full disk can
 // leave there must not hang, crash or exhaust the commands that read it.
 
 // Killed after 20 s: a command that would hang fails its test instead of stalling the suite.

@@ -12,8 +12,8 @@ namespace {
 constexpr uint64_t MiB = 1 << 20;
 
 // nccl-tests' alltoall of "size" 8 MiB on 4 ranks calls ncclAlltoAll with count = 8 MiB / 4 / 4
-// floats (one peer's block): the trace's count bytes are 2 MiB, S is the whole 8 MiB (issue 13
-// saw 52 such calls shown as 104 MiB, a quarter of 52 × 8 MiB).
+// floats (one peer's block): the trace's count bytes are 2 MiB, S is the whole 8 MiB (52 such
+// calls once showed as 104 MiB, a quarter of 52 × 8 MiB).
 TEST(NcclBw, AlltoAllIsTheWholeSendBuffer) {
   EXPECT_DOUBLE_EQ(NcclTestsSize(P2PTRACE_NCCL_AlltoAll, 2 * MiB, 4), 8.0 * MiB);
   EXPECT_DOUBLE_EQ(52 * NcclTestsSize(P2PTRACE_NCCL_AlltoAll, 2 * MiB, 4), 416.0 * MiB);

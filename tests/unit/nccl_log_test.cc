@@ -323,7 +323,7 @@ TEST(NcclLogComm, AmbiguousLazyLineGoesToTheNewestAndSaysSo) {
 }
 
 // NCCL 2.28's exact lines (init.cc ncclCommInitRankFunc, transport/p2p.cc p2pSendSetup) for the cases
-// of issue 13: every connection of every communicator of a process is tied to its communicator.
+// people meet: every connection of every communicator of a process is tied to its communicator.
 namespace comm_cases {
 
 std::string Init(const std::string& who, const std::string& comm, int rank, int nranks, int dev, const std::string& id,
@@ -670,7 +670,7 @@ TEST(NcclLogGrammar, PastedLinesWithoutTheHostPrefix) {
   EXPECT_EQ(log.lines_skipped, 1u);  // a bare ring-order line is not taken without a prefix
 }
 
-// Issue 13 point 11: pastes keep NCCL's messages behind numbers or tags of the user's, with the
+// Pastes keep NCCL's messages behind numbers or tags of the user's, with the
 // host:pid:tid gone; what they can tie (ranks, a paste's own Init lines) is tied.
 TEST(NcclLogGrammar, PastedLinesNumberedByHand) {
   const char* text =

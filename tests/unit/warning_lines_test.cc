@@ -89,7 +89,7 @@ TEST(WarningLines, OneLinePerCauseNamingThePairsCompactly) {
   EXPECT_EQ(l.find("2.30"), std::string::npos) << l;
 }
 
-// The user's own setting leads (issue 24): NCCL_SHM_DISABLE=1 sends the pairs NCCL deliberately kept
+// The user's own setting leads: NCCL_SHM_DISABLE=1 sends the pairs NCCL deliberately kept
 // on SHM to TCP sockets; the line names that setting, its fix unsets it, and NCCL's choice is "also".
 TEST(WarningLines, TheUsersOwnSettingLeads) {
   NodeProbe p = TwoIslands();

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The wheel (issue 16): built, installed into a fresh virtual environment, and used there on the
+"""The wheel: built, installed into a fresh virtual environment, and used there on the
 simulated node.
 
 1. scripts/build-wheel.py builds it (scikit-build-core, then auditwheel repair; its CMake build
