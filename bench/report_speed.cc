@@ -10,9 +10,9 @@
 #include <map>
 #include <string>
 
-#include "tools/report.h"
-#include "tools/synth.h"
-#include "tools/traces.h"
+#include "tools/cli/synth.h"
+#include "tools/report/report.h"
+#include "tools/report/traces.h"
 
 namespace {
 

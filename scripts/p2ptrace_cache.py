@@ -82,9 +82,7 @@ def ensure_venv(who, label, req, wheels, venv):
         shutil.rmtree(venv, ignore_errors=True)
         run([sys.executable, "-m", "venv", venv], f"python3 -m venv {venv} (Debian: apt-get install python3-venv)",
             who)
-        # --no-compile: byte-compiling every module of a wheel like torch's costs most of an install;
-        # Python compiles (and caches) the few a test imports on first use.
-        run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile",
+        run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "--no-index", "--no-deps",
              "--require-hashes", "--disable-pip-version-check", "--quiet", "--find-links", wheels, "-r", req],
             f"pip install of {req}", who)
         with open(stamp, "w") as f:

@@ -321,7 +321,7 @@ typedef struct p2ptrace_nccl_op_record {
   uint64_t bytes;  /* NCCL's count argument × the type's size: the whole send buffer of an allreduce,
                      broadcast, reduce or send (the receive buffer of a recv), one rank's block of an
                      allgather, reducescatter, gather or scatter, one peer's block of an alltoall
-                     (nccl-tests' sizes are n of those: tools/nccl_bw.h) */
+                     (nccl-tests' sizes are n of those: tools/report/nccl_bw.h) */
   int32_t peer;    /* send/recv peer, broadcast/reduce root; -1 otherwise */
   int32_t result;
   uint8_t api;     /* p2ptrace_nccl_api */

@@ -2,7 +2,7 @@
 
 Why a Python entry point that execs a binary kept inside the package, rather than the binary installed
 as the wheel's script: the binary must stay where the wheel put it. It finds the shim at ../lib/ from
-its own real path (/proc/self/exe, tools/run.cc), and its bundled libraries (abseil, fmt) through the
+its own real path (/proc/self/exe, tools/cli/run.cc), and its bundled libraries (abseil, fmt) through the
 RPATH auditwheel gave it, relative to it ($ORIGIN/../../p2ptrace.libs). A wheel's scripts are copied
 into the environment's bin/, away from both. exec, not a child process: the job's signals, exit status,
 terminal and stdin reach the CLI as if it had been run directly, and no Python stays behind it.

@@ -1,4 +1,4 @@
-// doctor --test's two kernels (tools/sm_copy.h) on one GPU, checked against what the copy engine
+// doctor --test's two kernels (tools/doctor/sm_copy.h) on one GPU, checked against what the copy engine
 // delivers: p2ptrace_copy_words copies the words of a buffer within the device; p2ptrace_count_differing
 // then counts none differing from the source, and exactly K once K words of the copy were overwritten
 // through cudaMemcpy. The driver compiles the PTX here: on a machine with one GPU this is the kernels'
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "tools/sm_copy.h"
+#include "tools/doctor/sm_copy.h"
 
 namespace {
 

@@ -11,7 +11,7 @@ one of four launchers (SLURM, a Kubernetes pod, Open MPI 5, torchrun), exports i
 
 Each answer is checked against what the plan says it generated, computed here from the plan (never
 read back from the rows): the set of nodes, each cause's hours against the synth model's expectation
-(copies' sizes and rates as tools/synth.cc draws them), and every (node, pair, job before, job after).
+(copies' sizes and rates as tools/cli/synth.cc draws them), and every (node, pair, job before, job after).
 It also checks the rows' scheduler fields, nulls for what nothing measured, and that the same SQL
 answers the same over Parquet written by DuckDB. Prints the generation and query times.
 
@@ -53,7 +53,7 @@ NVLINK_FLAKY = {"gpu-05", "gpu-09"}                                    # sometim
 CLASS = {"healthy": "nvlink", "pcie": "pcie_p2p", "fallback": "host_staged"}
 EVENTS = 16
 START = 1767225600
-# tools/synth.cc's model of a staged copy: 1, 2, 4 or 8 MiB, at 12 GB/s x U(0.95, 1.05); ten of a
+# tools/cli/synth.cc's model of a staged copy: 1, 2, 4 or 8 MiB, at 12 GB/s x U(0.95, 1.05); ten of a
 # rank's 16 events are copies (slots 0-3 and 7 of every 8, NCCL otherwise). A fallback pair's cost is
 # bytes x (1/achieved - 1/best), best being NVLink's catalog low figure (core/causes.cc: 20 GB/s,
 # link count unknown) when nothing on the node measured NVLink.

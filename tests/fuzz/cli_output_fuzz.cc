@@ -20,11 +20,13 @@
 
 #include "core/printable.h"
 #include "nlohmann/json.hpp"
-#include "tools/dump.h"
-#include "tools/explain.h"
-#include "tools/html.h"
-#include "tools/report.h"
-#include "tools/test_baseline.h"
+#include "tools/doctor/baseline.h"
+#include "tools/explain/explain.h"
+#include "tools/formats/dump.h"
+#include "tools/formats/html.h"
+#include "tools/formats/json.h"
+#include "tools/formats/text.h"
+#include "tools/report/report.h"
 
 namespace {
 

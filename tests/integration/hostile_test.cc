@@ -286,7 +286,7 @@ TEST(UnusableDirectory, UntracedMeansTheBareRunsOutputExactly) {
 
 // The CLI's atomic writes (rows, Prometheus): on a disk that fills while the temporary file is being
 // written, the command fails with one line, the older file keeps what it held, and no temporary
-// file is left beside it (tools/output_file.h).
+// file is left beside it (tools/common/output_file.h).
 TEST(FullDisk, AnAtomicWriteThatFailsLateKeepsTheOlderFile) {
   if (!CanMount()) GTEST_SKIP() << NoMountWhy();
   std::string base = TempDir() + "/atomic", job = base + "/job", disk = base + "/disk";

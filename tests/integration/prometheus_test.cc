@@ -20,9 +20,9 @@
 #include "nlohmann/json.hpp"
 #include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
-#include "tools/output_file.h"
-#include "tools/prometheus.h"
-#include "tools/report.h"
+#include "tools/common/output_file.h"
+#include "tools/formats/prometheus.h"
+#include "tools/report/report.h"
 
 namespace p2ptrace {
 namespace {

@@ -1,4 +1,4 @@
-// `p2ptrace export DIR --rows FILE` (tools/rows.h, docs/ROWS.md) on synthetic jobs: one row per pair
+// `p2ptrace export DIR --rows FILE` (tools/formats/rows.h, docs/ROWS.md) on synthetic jobs: one row per pair
 // and per NCCL operation with the report's figures, the job's identity on each, null where nothing
 // was measured, the file replaced whole or left alone, and stdout with '-'.
 #include <gtest/gtest.h>

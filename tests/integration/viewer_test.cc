@@ -19,13 +19,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/causes.h"
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
 #include "tests/support/subprocess.h"
-#include "core/causes.h"
-#include "tools/report.h"
-#include "tools/synth.h"
-#include "tools/traces.h"
+#include "tools/cli/synth.h"
+#include "tools/formats/json.h"
+#include "tools/formats/text.h"
+#include "tools/report/report.h"
+#include "tools/report/traces.h"
 
 namespace {
 

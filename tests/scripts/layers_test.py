@@ -1,75 +1,128 @@
 #!/usr/bin/env python3
-"""The architecture's arrows, checked on every build (DESIGN.md §3).
+"""The architecture's arrows, checked on every build, as docs/DESIGN.md §3's layout table states them.
 
-Each folder may include only the folders below it; no file includes itself through a cycle. A
-violation names the file, the line and the rule it breaks. Run: layers_test.py REPO_ROOT.
+The table has a row per folder: its name in backticks, what lives there, and the folders its files may
+include (backticked, "nothing", or "anything"). A file belongs to the longest folder of the table that
+holds it; it may include files of its own folder and of those its row lists. Fails on: a top-level
+folder, or a folder of shim/ or tools/, with no row; a row naming a folder that does not exist; an
+include that points at a folder its row does not list; a cycle of includes, file by file. Each problem
+names the file, the line and the rule. Run: layers_test.py REPO_ROOT.
 """
 import os
 import re
 import sys
 
-# Folder → the folders its files may include (itself always). Order is the architecture's:
-# include/p2ptrace → core → probe → the shim's floors → tools, the shim and the CLI apart.
-ALLOWED = {
-    "include": set(),
-    "core": {"include"},
-    "probe": {"include", "core"},
-    "shim/base": {"include", "core"},
-    "shim/record": {"include", "core", "shim/base"},
-    "shim": {"include", "core", "probe", "shim/base", "shim/record"},
-    "shim/interpose": {"include", "core", "probe", "shim/base", "shim/record", "shim"},
-    "shim/audit": {"include"},
-    "tools": {"include", "core", "probe"},
-}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)\|(.*)\|\s*$")
+SOURCES = (".h", ".cc", ".c")
+SKIP_DIRS = {"build", "dist", "__pycache__", "node_modules"}
+# Folders whose every subfolder is a unit of the architecture and so needs a row of its own.
+FLOORED = ("shim", "tools")
 
 
-def unit_of(path):
-    """The folder a file (by its path in the repository, or as an include names it) belongs to."""
-    if path.startswith(("include/p2ptrace/", "p2ptrace/")):
-        return "include"
-    parts = path.split("/")
-    if len(parts) < 2:
-        return None
-    if parts[0] == "shim" and len(parts) > 2:
-        return "shim/" + parts[1]
-    return parts[0]
+def folder(name):
+    return name.strip().strip("/")
 
 
-def resolve(root, path):
+def read_table(design):
+    """{folder: set of folders it may include, or None for anything} from §3's layout table."""
+    with open(design, encoding="utf-8") as f:
+        text = f.read()
+    start = text.find("## 3. Architecture")
+    end = text.find("\n## 4.", start)
+    if start < 0 or end < 0:
+        raise ValueError(f"{design}: no section '## 3. Architecture'")
+    rows = {}
+    for line in text[start:end].splitlines():
+        m = ROW.match(line)
+        if not m:
+            continue
+        allowed = m.group(3).strip()
+        if allowed == "anything":
+            rows[folder(m.group(1))] = None
+        elif allowed == "nothing":
+            rows[folder(m.group(1))] = set()
+        else:
+            rows[folder(m.group(1))] = {folder(x) for x in re.findall(r"`([^`]+)`", allowed)}
+    if not rows:
+        raise ValueError(f"{design}: §3 has no layout table (rows like | `folder/` | what | may include |)")
+    return rows
+
+
+def row_of(path, rows):
+    """The longest folder of the table that holds `path` (repository-relative), or None."""
+    best = None
+    for name in rows:
+        if (path == name or path.startswith(name + "/")) and (best is None or len(name) > len(best)):
+            best = name
+    return best
+
+
+def resolve(root, included):
     for base in ("", "include/"):
-        if os.path.isfile(os.path.join(root, base + path)):
-            return base + path
+        if os.path.isfile(os.path.join(root, base + included)):
+            return base + included
     return None
+
+
+def source_files(root):
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS
+                             and not d.startswith("build"))
+        for name in sorted(files):
+            if name.endswith(SOURCES):
+                yield os.path.relpath(os.path.join(dirpath, name), root)
 
 
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
-    problems, graph = [], {}
-    for top in ("include", "core", "probe", "shim", "tools"):
-        for dirpath, _, files in os.walk(os.path.join(root, top)):
-            for name in sorted(files):
-                if not name.endswith((".h", ".cc")):
+    try:
+        rows = read_table(os.path.join(root, "docs", "DESIGN.md"))
+    except (OSError, ValueError) as e:
+        print(e)
+        return 1
+    problems = []
+    for name in sorted(rows):
+        if not os.path.isdir(os.path.join(root, name)):
+            problems.append(f"DESIGN.md §3: `{name}/` has a row but no folder")
+        for other in rows[name] or ():
+            if not os.path.isdir(os.path.join(root, other)):
+                problems.append(f"DESIGN.md §3: `{name}/` may include `{other}/`, which does not exist")
+    for entry in sorted(os.listdir(root)):
+        if os.path.isdir(os.path.join(root, entry)) and not entry.startswith(".") and entry not in SKIP_DIRS \
+                and not entry.startswith("build") and not any(r == entry or r.startswith(entry + "/") for r in rows):
+            problems.append(f"{entry}/: a top-level folder with no row in DESIGN.md §3")
+    for top in FLOORED:
+        for entry in sorted(os.listdir(os.path.join(root, top))):
+            sub = f"{top}/{entry}"
+            if os.path.isdir(os.path.join(root, sub)) and sub not in rows:
+                problems.append(f"{sub}/: a folder of {top}/ with no row in DESIGN.md §3")
+
+    graph = {}
+    for rel in source_files(root):
+        unit = row_of(rel, rows)
+        if unit is None:
+            problems.append(f"{rel}: in no folder of DESIGN.md §3")
+            continue
+        edges = graph.setdefault(rel, [])
+        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
+            for lineno, line in enumerate(f, 1):
+                m = INCLUDE.match(line)
+                if not m:
                     continue
-                rel = os.path.relpath(os.path.join(dirpath, name), root)
-                unit = unit_of(rel)
-                if unit not in ALLOWED:
-                    problems.append(f"{rel}: folder {unit} has no place in the layering (add it to ALLOWED)")
+                found = resolve(root, m.group(1))
+                if found is None:
+                    continue  # a system or third-party header, or one beside the file
+                edges.append(found)
+                allowed = rows[unit]
+                target = row_of(found, rows)
+                if allowed is None or target == unit:
                     continue
-                edges = graph.setdefault(rel, [])
-                with open(os.path.join(root, rel), encoding="utf-8") as f:
-                    for lineno, line in enumerate(f, 1):
-                        m = INCLUDE.match(line)
-                        if not m:
-                            continue
-                        target = unit_of(m.group(1))
-                        if target is not None and target != unit and target in ALLOWED and target not in ALLOWED[unit]:
-                            problems.append(f"{rel}:{lineno}: {unit} includes {m.group(1)} ({target}), "
-                                            f"which is not below it")
-                        found = resolve(root, m.group(1))
-                        if found:
-                            edges.append(found)
-    # A cycle of includes, file by file.
+                if target in allowed or any(found.startswith(a + "/") for a in allowed):
+                    continue
+                problems.append(f"{rel}:{lineno}: `{unit}/` includes {m.group(1)} (`{target}/`), "
+                                f"which its row in DESIGN.md §3 does not list")
+
     state = {}
 
     def visit(node, stack):
@@ -86,15 +139,14 @@ def main():
     for node in sorted(graph):
         if node not in state:
             visit(node, [])
-    files = len(graph)
     if problems:
         print("\n".join(problems))
-        print(f"{len(problems)} layering problem(s) in {files} files")
+        print(f"{len(problems)} layering problem(s) in {len(graph)} files")
         return 1
-    if files < 50:
-        print(f"only {files} source files found under {root}: wrong root?")
+    if len(graph) < 50:
+        print(f"only {len(graph)} source files found under {root}: wrong root?")
         return 1
-    print(f"{files} files: every include points down the layers, no cycle")
+    print(f"{len(graph)} files in {len(rows)} folders: every include points where DESIGN.md §3 allows, no cycle")
     return 0
 
 

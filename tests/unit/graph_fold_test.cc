@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "p2ptrace/vocabulary.h"
-#include "tools/trace_fold.h"
+#include "tools/report/trace_fold.h"
 
 namespace p2ptrace::cli {
 namespace {

@@ -1,8 +1,8 @@
-// nccl-tests' definitions (tools/nccl_bw.h), each operation against the figures nccl-tests prints
+// nccl-tests' definitions (tools/report/nccl_bw.h), each operation against the figures nccl-tests prints
 // for the same call: its "size" column and the algbw/busbw of its GetBw, worked out by hand from
 // the test's sources (NVIDIA/nccl-tests src/<op>.cu: GetCollByteCount's counts, GetBw's baseBw and
 // factor) for a communicator of n ranks and a time t.
-#include "tools/nccl_bw.h"
+#include "tools/report/nccl_bw.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// doctor --test's SM copy kernels (tools/sm_copy.h): the PTX the driver compiles at run
+// doctor --test's SM copy kernels (tools/doctor/sm_copy.h): the PTX the driver compiles at run
 // time is compiled here by the toolkit's ptxas for each GPU generation it must run on.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "tests/support/subprocess.h"
-#include "tools/sm_copy.h"
+#include "tools/doctor/sm_copy.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
-// The stopped finding's rules (tools/stopped.h) on traces built record by record: hosts whose clocks
+// The stopped finding's rules (tools/report/stopped.h) on traces built record by record: hosts whose clocks
 // disagree, two jobs in one directory, a trace cut short, ties. Never a wrong "first" rank.
-#include "tools/stopped.h"
+#include "tools/report/stopped.h"
 
 #include <gtest/gtest.h>
 

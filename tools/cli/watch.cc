@@ -1,0 +1,71 @@
+#include "tools/cli/watch.h"
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "core/printable.h"
+#include "fmt/format.h"
+#include "tools/formats/json.h"
+#include "tools/formats/text.h"
+#include "tools/report/report.h"
+
+namespace p2ptrace::cli {
+
+int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& out, std::ostream& err) {
+  using Clock = std::chrono::steady_clock;
+  // Per communicator: the most operations any member has called, and when the watch saw it change.
+  std::map<std::string, std::pair<uint64_t, Clock::time_point>> progress;
+  std::string last_finding;
+  for (int look = 0;; ++look) {
+    StreamOptions so;
+    so.stall_seconds = options.stall_seconds;
+    absl::StatusOr<Report> rep = LoadReport(dir, err, false, so);
+    Clock::time_point now = Clock::now();
+    if (!rep.ok()) {
+      err << "p2ptrace: " << Printable(std::string(rep.status().message()), false) << "\n";
+      if (options.once || look == 0) return 2;
+    } else {
+      const StoppedFinding& st = rep->stopped;
+      size_t exited = 0, beating = 0;
+      for (const StoppedProcess& p : st.processes) {
+        exited += p.exited;
+        beating += p.beating;
+      }
+      std::vector<std::string> idle;  // communicators without progress for --stall
+      for (const StoppedComm& c : st.comms) {
+        uint64_t top = 0;
+        for (const StoppedMember& m : c.members) top = std::max(top, m.collectives + m.p2p);
+        auto [it, fresh] = progress.try_emplace(c.id, top, now);
+        if (!fresh && it->second.first != top) it->second = {top, now};
+        double still = std::chrono::duration<double>(now - it->second.second).count();
+        if (!fresh && still >= options.stall_seconds && exited < st.processes.size())
+          idle.push_back(fmt::format("{} ({:.0f} s)", c.id, still));
+      }
+      bool done = !st.processes.empty() && exited == st.processes.size();
+      if (options.json) {
+        nlohmann::json j = {{"look", look}, {"processes", st.processes.size()}, {"exited", exited},
+                            {"beating", beating}, {"no_progress", idle}, {"stopped", StoppedJson(st)}};
+        out << j.dump() << "\n";
+      } else {
+        // Through Printable: the directory, host names and log text come from files.
+        out << Printable(fmt::format("watch {}: {} process{}, {} beating, {} exited; {} communicator{}{}", dir,
+                           st.processes.size(), st.processes.size() == 1 ? "" : "es", beating, exited,
+                           st.comms.size(), st.comms.size() == 1 ? "" : "s",
+                           idle.empty() ? "" : fmt::format(", no progress: {}", fmt::join(idle, ", "))))
+            << "\n";
+        // The finding when something stopped or a communicator went quiet, once per change.
+        std::string finding = StoppedText(st);
+        if (!finding.empty() && (!idle.empty() || st.first_process >= 0) && finding != last_finding)
+          out << Printable(finding);
+        if (!finding.empty() && (!idle.empty() || st.first_process >= 0)) last_finding = finding;
+      }
+      out.flush();
+      if (done) return 0;
+    }
+    if (options.once) return 0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.interval_seconds));
+  }
+}
+
+}  // namespace p2ptrace::cli

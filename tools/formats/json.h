@@ -1,0 +1,21 @@
+// The report as JSON (`report --json`, `run --json`; DESIGN.md §7), and the parts other outputs reuse.
+#pragma once
+
+#include <ostream>
+
+#include "core/causes.h"
+#include "nlohmann/json.hpp"
+#include "tools/report/report.h"
+
+namespace p2ptrace::cli {
+
+nlohmann::json RenderJson(const Report& report);
+nlohmann::json StoppedJson(const StoppedFinding& stopped);
+// The same document written as RenderJson(report).dump(2) prints it (byte for byte, no final
+// newline), one array element at a time: memory stays one element, not the whole tree.
+void WriteJson(const Report& report, std::ostream& out);
+// Parts of the document: a cause of a pair ({"id","evidence","fix","confirm","origin"}) and "job".
+nlohmann::json CauseJson(const Cause& cause);
+nlohmann::json JobJson(const Report& report);
+
+}  // namespace p2ptrace::cli

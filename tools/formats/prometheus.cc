@@ -1,0 +1,376 @@
+#include "tools/formats/prometheus.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <ostream>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/printable.h"
+#include "core/vocabulary.h"
+#include "fmt/format.h"
+#include "tools/common/output_file.h"
+
+namespace p2ptrace::cli {
+namespace {
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+// A label value: valid UTF-8 without control characters (bytes from traces and /sys are untrusted),
+// then the text format's escapes for backslash, double quote and line feed.
+std::string LabelValue(const std::string& raw) {
+  std::string out;
+  for (char c : Printable(raw, false)) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// HELP text escapes only backslash and line feed.
+std::string HelpText(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+// The metric families of one file, in the order declared, each series once: a second sample with
+// the same labels adds to a counter's and is dropped for a gauge (it would be a duplicate series,
+// which node_exporter refuses).
+class Exposition {
+ public:
+  enum Type { kGauge, kCounter };
+  void Family(const std::string& name, Type type, std::string help) {
+    families_.push_back({name, type, std::move(help), {}, {}});
+  }
+  void Sample(const std::string& name, const Labels& labels, double value) { Add(name, labels, value, 0, false); }
+  void Count(const std::string& name, const Labels& labels, uint64_t value) { Add(name, labels, 0, value, true); }
+
+  std::string Text() const {
+    std::string out;
+    for (const Fam& f : families_) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, HelpText(f.help), f.name,
+                         f.type == kCounter ? "counter" : "gauge");
+      for (const Series& s : f.series)
+        out += fmt::format("{}{} {}\n", f.name, s.labels,
+                           s.integer ? fmt::format("{}", s.u) : fmt::format("{}", s.d));
+    }
+    return out;
+  }
+
+ private:
+  struct Series {
+    std::string labels;
+    bool integer = false;
+    uint64_t u = 0;
+    double d = 0;
+  };
+  struct Fam {
+    std::string name;
+    Type type;
+    std::string help;
+    std::vector<Series> series;
+    std::map<std::string, size_t> index;
+  };
+
+  void Add(const std::string& name, const Labels& labels, double d, uint64_t u, bool integer) {
+    if (!integer && !std::isfinite(d)) return;
+    Fam* fam = nullptr;
+    for (Fam& f : families_)
+      if (f.name == name) fam = &f;
+    if (fam == nullptr) return;
+    std::string text;
+    for (const auto& [k, v] : labels) {
+      if (v.empty()) continue;  // an empty value is the same series as no label at all
+      text += fmt::format("{}{}=\"{}\"", text.empty() ? "{" : ",", k, LabelValue(v));
+    }
+    if (!text.empty()) text += "}";
+    auto [it, fresh] = fam->index.emplace(text, fam->series.size());
+    if (fresh) {
+      fam->series.push_back(Series{text, integer, u, d});
+      return;
+    }
+    if (fam->type != kCounter) return;
+    Series& s = fam->series[it->second];
+    if (s.integer && integer) s.u += u;
+    else s.d = (s.integer ? static_cast<double>(s.u) : s.d) + (integer ? static_cast<double>(u) : d), s.integer = false;
+  }
+
+  std::vector<Fam> families_;
+};
+
+constexpr const char* kAvailable = "p2ptrace_pair_path_available_info";
+constexpr const char* kUsed = "p2ptrace_pair_path_used_info";
+constexpr const char* kBytes = "p2ptrace_pair_bytes_total";
+constexpr const char* kCalls = "p2ptrace_pair_calls_total";
+constexpr const char* kBandwidth = "p2ptrace_pair_bandwidth_bytes_per_second";
+constexpr const char* kCollBandwidth = "p2ptrace_pair_collective_bandwidth_bytes_per_second";
+constexpr const char* kFallback = "p2ptrace_pair_fallback";
+constexpr const char* kLost = "p2ptrace_pair_lost_seconds_total";
+constexpr const char* kWithoutP2p = "p2ptrace_node_pairs_without_p2p";
+constexpr const char* kGpus = "p2ptrace_node_gpus";
+
+// The HELP texts are the same whichever command writes the file: node_exporter refuses one metric
+// name with two HELP texts, and a node may hold doctor's file and a job's side by side.
+void DeclareFamilies(Exposition& x, bool job) {
+  x.Family(kAvailable, Exposition::kGauge,
+           "The path class a directional GPU pair can use (1; the class as a label): source=\"doctor\" the path "
+           "predicted for NCCL by probing the node, source=\"job\" the best class the node allowed the job "
+           "(the report's expected). No sample where it is not known.");
+  if (job) {
+    x.Family(kUsed, Exposition::kGauge,
+             "The path class a directional GPU pair's traffic took in the job (1; the class and the API, cuda "
+             "copies or nccl, as labels).");
+    x.Family(kBytes, Exposition::kCounter,
+             "Bytes the job moved over the pair, by API and path class: api=\"cuda\" its cross-device copies, "
+             "api=\"nccl\" its ncclSend calls to that peer (collectives are not split per pair).");
+    x.Family(kCalls, Exposition::kCounter,
+             "Calls the job made over the pair (CUDA cross-device copies, ncclSend calls), by API and path class.");
+    x.Family(kBandwidth, Exposition::kGauge,
+             "Measured bandwidth of the pair's timed calls in bytes per second (bytes over their measured time). "
+             "No sample where no call was timed, or where the figure is above what any link or memory moves.");
+    x.Family(kCollBandwidth, Exposition::kGauge,
+             "Bandwidth a GPU pair carried inside NCCL ring collectives in bytes per second, timed on the GPU by "
+             "NCCL's kernel timers (the bytes its ring hop carries by nccl-tests' bus bandwidth rule over the "
+             "kernels' time). A pipelined ring moves at its slowest hop's pace: bounded=\"1\" marks a pair held "
+             "back by a slower hop of its ring. No sample where no collective was timed.");
+  }
+  x.Family(kFallback, Exposition::kGauge,
+           "1 per cause when the pair takes a worse path than the node allows (the cause id as label, \"unknown\" "
+           "when none was found); 0, without a cause, when it does not.");
+  if (job)
+    x.Family(kLost, Exposition::kCounter,
+             "Seconds the job lost to the pair's fallback against the expected path's bandwidth; 0 for a pair on "
+             "its expected path; no sample where it cannot be computed (no timed calls).");
+  x.Family(kWithoutP2p, Exposition::kGauge,
+           "Directional GPU pairs of the host (both directions counted) whose available path class is not direct "
+           "P2P: source=\"doctor\" every pair of the node, source=\"job\" the pairs the job used whose available "
+           "class is known.");
+  if (!job)
+    x.Family(kGpus, Exposition::kGauge,
+             "GPUs doctor found on the host (NVML, else the PCI devices): 0 pairs without P2P on a host whose GPUs "
+             "vanished is told apart by this.");
+}
+
+std::string Index(int gpu) { return gpu >= 0 ? std::to_string(gpu) : ""; }
+
+// 1 per cause of `pair` under `name` (context explains, it does not cause: left out), or one
+// cause="unknown" when none is left.
+void CauseSamples(Exposition& x, const char* name, const Labels& pair, const std::vector<CauseHit>& causes) {
+  bool any = false;
+  for (const CauseHit& c : causes) {
+    if (c.role == "context") continue;
+    Labels l = pair;
+    l.push_back({"cause", c.id});
+    x.Sample(name, l, 1);
+    any = true;
+  }
+  if (!any) {
+    Labels l = pair;
+    l.push_back({"cause", "unknown"});
+    x.Sample(name, l, 1);
+  }
+}
+
+constexpr const char* kTestBandwidth = "p2ptrace_pair_test_bandwidth_bytes_per_second";
+constexpr const char* kTestExpected = "p2ptrace_pair_test_expected_bandwidth_bytes_per_second";
+constexpr const char* kTestLatency = "p2ptrace_pair_test_latency_seconds";
+constexpr const char* kTestVerdict = "p2ptrace_pair_test_verdict_info";
+constexpr const char* kTestFailure = "p2ptrace_pair_test_failure";
+constexpr const char* kTestDataOk = "p2ptrace_pair_test_data_ok";
+constexpr const char* kTestFailed = "p2ptrace_node_test_failed_pairs";
+constexpr const char* kTestTime = "p2ptrace_node_test_timestamp_seconds";
+
+void DeclareTestFamilies(Exposition& x) {
+  x.Family(kTestBandwidth, Exposition::kGauge,
+           "doctor --test: a directional GPU pair's measured copy bandwidth in bytes per second: "
+           "direction=\"one_way\" and \"both_ways\" (summed) with peer access on, \"staged\" through pinned host "
+           "memory; class is what the copies took. No sample where it was not measured.");
+  x.Family(kTestExpected, Exposition::kGauge,
+           "doctor --test: the low end of what the pair's class should give (the catalog's figure; the pair "
+           "passes at 80% of it). No sample where the class has no figure.");
+  x.Family(kTestLatency, Exposition::kGauge, "doctor --test: one 8-byte peer copy's time in seconds, averaged over 20.");
+  x.Family(kTestVerdict, Exposition::kGauge,
+           "doctor --test: the pair's verdict as a label (pass, fail, expected: the node rules P2P out for it, "
+           "untested: a GPU of the pair hung earlier), value 1.");
+  x.Family(kTestFailure, Exposition::kGauge, "doctor --test: 1 per cause of a failed pair (\"unknown\" when none was found).");
+  x.Family(kTestDataOk, Exposition::kGauge, "doctor --test: 1 when the destination held what was sent, 0 when it differed.");
+  x.Family(kTestFailed, Exposition::kGauge, "doctor --test: directional GPU pairs that failed.");
+  x.Family(kTestTime, Exposition::kGauge,
+           "doctor --test: when the test ran, Unix time in seconds (alert on its age: a node not tested lately).");
+}
+
+}  // namespace
+
+std::string NvidiaSmiBusId(const std::string& bus_id) {
+  std::string n = NormalizeBusId(bus_id);  // "0000:1a:00.0"
+  if (n.empty()) return bus_id;
+  std::string out = "0000" + n;
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred) {
+  Exposition x;
+  DeclareFamilies(x, false);
+  const std::string& host = probe.hostname;  // whole, as the report names hosts
+  int without = 0;
+  for (const PairPrediction& p : pred.pairs) {
+    const ProbedGpu* a = probe.Gpu(p.a);
+    const ProbedGpu* b = probe.Gpu(p.b);
+    // Both directions, as the report lists pairs: the prediction holds for either.
+    for (auto [src, dst] : {std::pair{a, b}, std::pair{b, a}}) {
+      int si = src == a ? p.a : p.b, di = src == a ? p.b : p.a;
+      Labels pair = {{"source", "doctor"}, {"host", host},
+                     {"src_gpu", Index(si)}, {"src_pci_bus_id", src ? NvidiaSmiBusId(src->bus_id) : ""},
+                     {"dst_gpu", Index(di)}, {"dst_pci_bus_id", dst ? NvidiaSmiBusId(dst->bus_id) : ""}};
+      if (p.transport != 0) {
+        Labels l = pair;
+        l.push_back({"class", std::string(TransportName(p.transport))});
+        l.push_back({"link", p.link});
+        x.Sample(kAvailable, l, 1);
+        if (!IsDirect(p.transport)) ++without;
+      }
+      if (!p.fallback) {
+        x.Sample(kFallback, pair, 0);
+        continue;
+      }
+      CauseSamples(x, kFallback, pair, p.causes);
+    }
+  }
+  x.Sample(kWithoutP2p, {{"source", "doctor"}, {"host", host}}, without);
+  x.Sample(kGpus, {{"source", "doctor"}, {"host", host}}, static_cast<double>(probe.gpus.size()));
+  return x.Text();
+}
+
+std::string PrometheusFromTest(const NodeProbe& probe, const std::vector<JudgedPair>& pairs, double unix_seconds) {
+  Exposition x;
+  DeclareTestFamilies(x);
+  const std::string& host = probe.hostname;
+  int failed = 0;
+  for (const JudgedPair& j : pairs) {
+    const PairMeasurement& m = j.measured;
+    const ProbedGpu* a = probe.Gpu(m.src);
+    const ProbedGpu* b = probe.Gpu(m.dst);
+    Labels pair = {{"source", "test"}, {"host", host},
+                   {"src_gpu", Index(m.src)}, {"src_pci_bus_id", a ? NvidiaSmiBusId(a->bus_id) : ""},
+                   {"dst_gpu", Index(m.dst)}, {"dst_pci_bus_id", b ? NvidiaSmiBusId(b->bus_id) : ""}};
+    Labels verdict = pair;
+    verdict.push_back({"verdict", j.verdict.verdict});
+    x.Sample(kTestVerdict, verdict, 1);
+    if (!m.tested) continue;
+    Labels cls = pair;
+    cls.push_back({"class", std::string(TransportName(j.verdict.transport))});
+    for (auto [direction, gbps] : {std::pair{"one_way", m.gbps}, std::pair{"both_ways", m.bidir_gbps},
+                                   std::pair{"staged", m.staged_gbps}}) {
+      if (gbps < 0) continue;
+      Labels l = direction == std::string("staged") ? pair : cls;
+      if (direction == std::string("staged")) l.push_back({"class", "host_staged"});
+      l.push_back({"direction", direction});
+      x.Sample(kTestBandwidth, l, gbps * 1e9);
+    }
+    if (j.verdict.expected.low > 0) x.Sample(kTestExpected, cls, j.verdict.expected.low * 1e9);
+    if (m.latency_us >= 0) x.Sample(kTestLatency, pair, m.latency_us * 1e-6);
+    x.Sample(kTestDataOk, pair, m.data_ok ? 1 : 0);
+    if (j.verdict.verdict != "fail") continue;
+    ++failed;
+    CauseSamples(x, kTestFailure, pair, j.verdict.causes);
+  }
+  x.Sample(kTestFailed, {{"source", "test"}, {"host", host}}, failed);
+  x.Sample(kTestTime, {{"source", "test"}, {"host", host}}, unix_seconds);
+  return x.Text();
+}
+
+std::string PrometheusFromReport(const Report& report) {
+  Exposition x;
+  DeclareFamilies(x, true);
+  // Per host, each same-host GPU pair (by bus ids): whether any entry's available class is known,
+  // and whether any is direct.
+  std::map<std::string, std::map<std::pair<std::string, std::string>, std::pair<bool, bool>>> hosts;
+  for (const PairEntry& e : report.pairs) {
+    Labels pair = {{"source", "job"},
+                   {"host", e.src.host},
+                   {"src_gpu", Index(e.src.gpu)},
+                   {"src_pci_bus_id", NvidiaSmiBusId(e.src.bus_id)},
+                   {"dst_host", e.dst.host},
+                   {"dst_gpu", Index(e.dst.gpu)},
+                   {"dst_pci_bus_id", NvidiaSmiBusId(e.dst.bus_id)},
+                   {"api", e.source}};
+    Labels used = pair;
+    used.push_back({"class", std::string(TransportName(e.transport))});
+    if (e.expected != 0) {
+      Labels l = pair;
+      l.push_back({"class", std::string(TransportName(e.expected))});
+      l.push_back({"link", e.link});
+      x.Sample(kAvailable, l, 1);
+    }
+    if (e.src.host == e.dst.host) {
+      auto& known = hosts[e.src.host][{e.src.bus_id, e.dst.bus_id}];
+      if (e.expected != 0) known.first = true;
+      if (IsDirect(e.expected)) known.second = true;
+    }
+    x.Sample(kUsed, used, 1);
+    x.Count(kBytes, used, e.bytes);
+    x.Count(kCalls, used, e.calls);
+    if (e.Gbps() > 0) x.Sample(kBandwidth, used, e.Gbps() * 1e9);  // core/rate.h: never beyond any hardware
+    if (e.CollGbps() > 0) {
+      Labels l = used;
+      l.push_back({"bounded", e.bounded_by.empty() ? "0" : "1"});
+      x.Sample(kCollBandwidth, l, e.CollGbps() * 1e9);
+    }
+    if (!e.fallback) {
+      x.Sample(kFallback, used, 0);
+      x.Sample(kLost, used, 0);
+      continue;
+    }
+    std::set<std::string> ids;
+    for (const Cause& c : e.causes) ids.insert(c.id);
+    if (ids.empty()) ids.insert("unknown");
+    for (const std::string& id : ids) {
+      Labels l = used;
+      l.push_back({"cause", id});
+      x.Sample(kFallback, l, 1);
+    }
+    if (e.lost_seconds >= 0) x.Sample(kLost, used, e.lost_seconds);
+  }
+  for (const auto& [host, pairs] : hosts) {
+    int known = 0, without = 0;
+    for (const auto& [k, v] : pairs) {
+      known += v.first;
+      without += v.first && !v.second;
+    }
+    if (known > 0) x.Sample(kWithoutP2p, {{"source", "job"}, {"host", host}}, without);
+  }
+  return x.Text();
+}
+
+int RunExportPrometheus(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty) {
+  // Before reading anything: a job of many files should not be read to find the target unwritable.
+  if (std::string why = file == "-" ? "" : OutputFileProblem(file); !why.empty()) {
+    err << "p2ptrace export: " << why << "\n";
+    return 2;
+  }
+  std::optional<Report> report = LoadReportOrSay(dir, "p2ptrace export", err, err_is_tty);
+  if (!report) return 2;
+  if (std::string why = WriteOutput(file, PrometheusFromReport(*report)); !why.empty()) {
+    err << "p2ptrace export: " << why << "\n";
+    return 2;
+  }
+  if (file == "-") return 0;
+  err << fmt::format("p2ptrace export: {} GPU pair entr{} -> {}\n", report->pairs.size(),
+                     report->pairs.size() == 1 ? "y" : "ies", Printable(file, false));
+  return 0;
+}
+
+}  // namespace p2ptrace::cli

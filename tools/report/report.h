@@ -1,0 +1,329 @@
+// The merged view of a job's traces (DESIGN.md §7 `report`): every directional GPU pair that
+// moved bytes, by which path, how fast against the link's expectation, what its fallbacks cost,
+// and why. Built by folding one trace (and one NCCL log) at a time: memory grows with pairs,
+// processes and communicators, never with events.
+// Files: trace_fold.{h,cc} folds one trace's records; report.cc merges traces, NCCL logs and
+// preflight blocks into a Report (the pairs, their classes, causes and costs); the writers of
+// tools/formats/ render it (text.cc, json.cc, html.cc, perfetto.cc, …); diff.cc reads the same Report.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/rate.h"
+#include "nlohmann/json.hpp"
+#include "tools/common/finding.h"
+#include "tools/common/text.h"
+#include "tools/report/stopped.h"
+#include "tools/report/traces.h"
+
+namespace p2ptrace::cli {
+
+struct GpuRef {
+  std::string host, bus_id;
+  // The host's own index of the GPU, as nvidia-smi shows it (from its bus id): the job-start
+  // probe's NVML index, else the PCI order of the node's GPUs; -1 when the traces cannot tell
+  // (the GPU is then named by its bus id).
+  int gpu = -1;
+  int cuda = -1;     // the CUDA ordinal its process(es) gave it; -1 unknown or not the same in all
+  std::string name;  // the GPU's model as NVML names it; "" unknown
+};
+// "GPU4", or "GPU(0000:1a:00.0)" when the host's numbering is unknown: how every output names a GPU.
+std::string GpuName(const GpuRef& gpu);
+
+struct Cause {
+  std::string id;
+  std::vector<std::string> evidence;
+  std::string fix;
+  std::string confirm;  // how to confirm it before changing anything (core/causes.h); "" when obvious
+  // "trace": derived from what the process did and NCCL printed; "preflight": predicted at job start
+  // by the shim's node probes (the trace's preflight block).
+  std::string origin = "trace";
+};
+
+// Calls and bytes with their timed subset: what a pair's copies or sends, and an NCCL operation's
+// calls, add up to. One sum for all of them (operator+=), one measured rate (core/rate.h).
+struct Traffic {
+  uint64_t calls = 0, bytes = 0, errors = 0, timed_calls = 0, timed_bytes = 0, timed_ns = 0;
+  Traffic& operator+=(const Traffic& o) {
+    calls += o.calls, bytes += o.bytes, errors += o.errors;
+    timed_calls += o.timed_calls, timed_bytes += o.timed_bytes, timed_ns += o.timed_ns;
+    return *this;
+  }
+};
+
+struct PairEntry : Traffic {
+  GpuRef src, dst;
+  std::string source = "cuda";             // "cuda": intercepted copies; "nccl": NCCL's own log lines
+  std::set<std::string> nccl_transports;   // NCCL's text after "via", verbatim
+  // Where an NCCL pair's connection lines were read: "log" (NCCL's log file in DIR, or the user's
+  // own), "trace" (the shim's P2PTRACE_RECORD_NCCL_CONN records: the log file is missing), or
+  // "log+trace"; "" for a CUDA pair.
+  std::string nccl_from;
+  int channels = 0;                        // NCCL connections seen for the pair
+  int transport = 0;  // p2ptrace_transport
+  int expected = 0;   // the best class the node allows for this pair; 0 unknown
+  // The pair's link as the job-start probe named it (`nvidia-smi topo -m`'s cell: "NV18", "PIX",
+  // "SYS"); "" unknown. It names a direct pair's class when the trace could not (NCCL's log says
+  // only "P2P").
+  std::string link;
+  bool fallback = false;
+  // How the timed calls were measured: an NCCL send timed inside ncclGroupStart … ncclGroupEnd has
+  // its group's duration (the group sent to this peer alone); `shared_calls` were timed only in
+  // groups that also sent to other peers, which gives no time of this pair's own.
+  uint64_t group_timed_calls = 0, shared_calls = 0;
+  // A CUDA pair's copies by the API that made them (cudaMemcpyPeer, cuMemcpyDtoD, …): calls, bytes,
+  // from the copy records (the totals above come from the counters).
+  std::map<std::string, std::pair<uint64_t, uint64_t>> apis;
+  uint64_t DriverCalls() const;  // of `apis`, the driver API's calls
+  // Of calls and bytes: CUDA graph replays (copies captured into a graph, once per launch).
+  uint64_t graph_calls = 0, graph_bytes = 0;
+  std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
+  std::set<int> dst_ranks;  // an NCCL pair's receiving ranks; empty for a CUDA pair
+  std::vector<Cause> causes;
+  // What the class used should deliver (core/causes.h ExpectedBandwidth); 0/0 when no figure.
+  double expected_gbps_low = 0, expected_gbps_high = 0;
+  std::string expected_basis;
+  // A fallback's cost: bytes × (1/achieved − 1/best), where best is the expected class's GB/s —
+  // measured on this pair, else on the host, else the catalog's low figure. -1: not computable.
+  double best_gbps = -1;
+  std::string best_basis;
+  double lost_seconds = -1;
+  // The timed calls' bytes over their measured time; -1 when nothing was timed or the figure is
+  // beyond any hardware (core/rate.h; RateNote says why).
+  double Gbps() const { return MeasuredGbps(timed_bytes, timed_ns); }
+  std::string RateNote() const { return WithheldRateNote(timed_bytes, timed_ns); }
+  // Of timed_calls: timed by NCCL's own kernel timers (p2ptrace as NCCL's profiler plugin): each
+  // send's channels on the GPU, alone even inside a group. When there are any, they are all the
+  // timed calls: the group timing of the pair's sends is set aside.
+  uint64_t kernel_timed_calls = 0;
+  // What the pair carried inside ring collectives, by NCCL's kernel timers: the sampled collectives
+  // whose ring ran over this pair (calls, timed_calls), the bytes each ring edge carries by
+  // nccl-tests' bus bandwidth rule (S × busbw factor, over the channels that used this edge), and
+  // the kernels' time (timed_ns). Not in the pair's calls and bytes above (those are its sends).
+  Traffic coll;
+  double CollGbps() const { return MeasuredGbps(coll.timed_bytes, coll.timed_ns); }
+  // The timing the pair's rate comes from, as RateBasis names it: its own timed calls, else its
+  // ring share in collectives (an allreduce-only job's pairs have only that). `gbps` and `seconds`
+  // in JSON, rows and the fallback costs are these.
+  const Traffic& Rated() const { return timed_calls == 0 && coll.timed_calls ? coll : *this; }
+  double RatedGbps() const { return MeasuredGbps(Rated().timed_bytes, Rated().timed_ns); }
+  // The measured time (never bytes extrapolated at a rate: a sweep's first, small calls are
+  // latency); -1 when nothing was timed.
+  double RatedSeconds() const { return Rated().timed_calls ? static_cast<double>(Rated().timed_ns) * 1e-9 : -1; }
+  // In a pipelined ring every hop carries at the pace of the slowest: the slower hop that set this
+  // pair's collective pace ("GPU3 -> GPU4 (shm)"); "" when it is the slowest or carried none.
+  std::string bounded_by;
+  // How the rate was measured: "own events" (events around each call: CUDA copies, NCCL calls
+  // outside a group), "group" (the group's duration with this pair's bytes in it), "own events and
+  // group", "NCCL kernel timers" (each send's own channels on the GPU), "collectives, NCCL kernel
+  // timers" (only the ring share above was timed); "" when not timed.
+  std::string RateBasis() const;
+};
+
+// One ring of a communicator's channel whose collectives NCCL's kernel timers measured: its hops in
+// ring order, the rate each carried, and the hop whose link class sets the ring's pace.
+struct RingSummary {
+  std::string comm;        // the communicator as NcclOpSummary::comm names it; "" when no trace said
+  std::string nccl_comm;   // NCCL's commId ("0x…"), as its log prints it
+  int channel = -1;
+  std::vector<std::string> hops;  // "GPU0 -> GPU1 (nvlink)", in ring order from the lowest rank
+  double slowest_gbps = -1, fastest_gbps = -1;  // the hops' measured collective rates
+  std::string bounded_by;  // the hop of the slowest class, when the ring mixes classes; "" when not
+  double bound_expected_low = 0, bound_expected_high = 0;  // that hop's class's expected GB/s
+};
+
+// One NCCL operation kind of one communicator, over all its ranks, by nccl-tests' definitions
+// (tools/report/nccl_bw.h): `bytes` and `timed_bytes` are the calls' sizes S (the whole buffer of an
+// allgather, reducescatter or alltoall, not NCCL's count), algbw = S / time, busbw its factor.
+struct NcclOpSummary : Traffic {
+  std::string comm;  // FNV hash of the ncclUniqueId, shared by the communicator's ranks
+  int nranks = 0;
+  std::string op;    // "ncclAllReduce", …
+  int api = 0;       // p2ptrace_nccl_api
+  uint64_t group_timed_calls = 0;  // of timed_calls: timed as their group (one duration for the group's calls of this kind)
+  uint64_t timings = 0;            // durations measured: a group's calls of one kind share one
+  // Of timed_calls: timed by NCCL's kernel timers (first channel's start to last channel's stop on
+  // the GPU), where the shim is NCCL's profiler and puts no event on NCCL's stream.
+  uint64_t kernel_timed_calls = 0;
+  uint64_t graph_calls = 0, graph_bytes = 0;  // of calls and bytes (S): CUDA graph replays
+  std::set<int> ranks;
+  // GB/s over the timed calls; -1 when untimed, on one rank (nothing crosses a link) or beyond any
+  // hardware (core/rate.h). RateNote says why a timed operation has no rate.
+  double AlgBw() const;
+  double BusBw() const;
+  std::string RateNote() const;
+};
+
+// One application call site (P2PTRACE_STACKS) over all processes: the sites of different processes
+// with the same frames are one (frames are module offsets, alike in every rank of one program).
+struct CallSiteSummary {
+  int id = 0;  // its place in Report::call_sites, from 1 (the order shown)
+  std::vector<std::string> frames;  // innermost first, as the shim wrote them; one "[not described …]" line when lost
+  uint64_t copies = 0, bytes = 0, host_staged_bytes = 0, errors = 0;  // CUDA peer copies (from their records)
+  uint64_t nccl_ops = 0, nccl_bytes = 0, nccl_errors = 0;             // NCCL operations
+  struct Pair {
+    GpuRef src, dst;
+    int transport = 0;  // p2ptrace_transport of the copies' path
+    uint64_t copies = 0, bytes = 0;
+  };
+  std::vector<Pair> pairs;               // by source, destination, transport
+  std::set<std::string> nccl_operations;  // "ncclAllReduce", …
+  std::set<int> ranks;
+  int processes = 0;
+};
+
+// One NCCL rank a process held: a process holds one per communicator it is in, several of one
+// communicator when it drives several GPUs (nccl-tests' -g, ncclCommInitAll).
+struct NcclRank {
+  std::string comm;  // the communicator's hash, as NcclOpSummary::comm
+  int rank = -1, nranks = 0, cuda_device = -1;
+  std::string bus_id;
+  int gpu = -1;  // as GpuRef::gpu
+};
+
+struct ProcessInfo {
+  // The launcher's RANK, or the process's one NCCL rank in its largest communicator when NCCL said
+  // it; -1 for a process that holds several (see `ranks`) or none.
+  int rank = -1, pid = 0;
+  // The job's ranks in this process: its ranks in its largest communicator (the world: one per
+  // GPU it drives) when NCCL said them, else the launcher's RANK; empty when neither.
+  std::vector<int> ranks;
+  std::string rank_comm;             // the communicator `ranks` are of; "" when they are the launcher's
+  std::vector<NcclRank> nccl_ranks;  // every communicator's rank it held, by communicator then rank
+  std::string host, file, state;  // state: running|exited|fatal signal N
+  std::string exe;                 // the program, as the trace names it (/proc/self/exe)
+  int fatal_signal = 0;            // the signal that reached the shim's handler; 0 when none did
+  std::vector<std::string> bus_ids;  // by CUDA ordinal
+  std::vector<int> gpus;             // the host's index of each (GpuRef::gpu), by CUDA ordinal
+  int runtime_version = 0, driver_version = 0;
+  int nccl_version = 0;  // ncclGetVersion's code from the header (22809); 0 unknown or an older file
+  uint32_t capture_flags = 0;
+  uint64_t dropped_records = 0;
+  std::string nccl_log;  // how NCCL's lines reached p2ptrace: tapped | user file | not seen: <why>
+  std::string job_id;
+  uint64_t start_realtime_ns = 0;  // wall clock at the shim's start
+  double seconds = -1;             // how long it ran, as far as the trace says; -1 unknown
+  bool nccl_used = false;  // the process created a communicator or called an NCCL operation
+  // Its first failed communicator creation, as "ncclCommInitRank returned 5 (ncclInvalidUsage)"; ""
+  // when none failed.
+  std::string nccl_init_failed;
+  bool links_from_probe = false;  // its host's job-start probe named the links (NVML answered)
+  // Calls that changed recorded graph nodes afterwards, by API name (TraceFold::graph_alterations).
+  std::map<std::string, uint64_t> graph_alterations;
+  // What the shim could see in this process ("cudart 12 intercepted, NCCL log tapped, …") and
+  // what that means for trusting an empty or partial answer.
+  std::string capture_mode, trust;
+};
+
+struct Report {
+  std::string path;
+  std::vector<ProcessInfo> processes;
+  std::vector<PairEntry> pairs;
+  std::vector<NcclOpSummary> nccl_ops;
+  // Every call site the traces describe or name, most host-staged bytes first, then most bytes.
+  std::vector<CallSiteSummary> call_sites;
+  std::vector<Finding> findings;
+  std::vector<std::string> problems;  // files skipped, one line each
+  std::vector<std::string> partial;   // files used in part, one line each
+  size_t nccl_logs = 0;               // NCCL log files read
+  // Processes whose NCCL connections came from their trace's records: no log read held a
+  // connection line they logged (the file was deleted, not copied, or never written in DIR).
+  size_t nccl_from_traces = 0;
+  std::vector<RingSummary> rings;
+  std::set<std::string> nccl_versions;  // printed in NCCL's log lines ("2.18.3+cuda12.2")
+  // Each host's job-start preflight (the shim's probes and prediction): its warning lines, once
+  // per host however many processes wrote the block.
+  struct Preflight {
+    std::string host, boot_id;
+    std::vector<std::string> warnings;
+  };
+  std::vector<Preflight> preflight;
+  double lost_seconds = 0;            // summed over the fallback pairs that could be costed
+  // A job that hung or died: who stopped first, what it was doing, who waits (tools/report/stopped.h).
+  StoppedFinding stopped;
+};
+
+// Folds traces and NCCL logs into a Report, one at a time; keeps nothing of their records.
+class ReportBuilder {
+ public:
+  explicit ReportBuilder(std::string path);
+  ~ReportBuilder();
+  void AddTrace(const Trace& trace);  // its records, then EndTrace
+  // Streaming, as ReadTrace's visitor: one trace's records, then the trace itself (header,
+  // counters, environment) once read; AbandonTrace when reading it failed half-way.
+  void AddRecord(const TraceRecord& record);
+  void EndTrace(const Trace& trace);
+  void AbandonTrace();
+  void AddNcclLog(const NcclLogFile& log);
+  // An NCCL operation or init still open this long after its call is stuck (default 60 s).
+  void SetStallSeconds(double seconds);
+  void AddProblem(std::string problem) ;      // a file that was skipped
+  void AddPartial(std::string partial);       // a file that was used in part
+  Report Finish();                            // once, after every Add
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+Report BuildReport(const std::string& path, const LoadedTraces& traces);
+
+struct StreamOptions {
+  // Called after each file with (files done, files in all); the caller decides whether to show it.
+  std::function<void(size_t, size_t)> progress;
+  // Another fold riding on the same read (export counts its events this way): each record of a
+  // trace as it is decoded, then the trace once read whole (`on_trace`), or `on_abandon` when
+  // reading it failed half-way.
+  std::function<void(const TraceRecord&)> on_record;
+  std::function<void(const Trace&)> on_trace;
+  std::function<void()> on_abandon;
+  // When the command started (LoadReport's progress shows once the whole run, not this read, has
+  // taken a second); the default: when the read starts.
+  std::chrono::steady_clock::time_point started{};
+  double stall_seconds = 60;  // ReportBuilder::SetStallSeconds
+};
+
+// "p2ptrace: reading 120 of 8192 files (1%)" on `err`, redrawn at most every 100 ms, once the run
+// has taken a second, and only when `enabled` (stderr is a terminal); the line is erased by Clear
+// (or the destructor) so that what follows starts clean.
+class ProgressLine {
+ public:
+  ProgressLine(std::ostream& err, bool enabled, std::string what = "reading",
+               std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now());
+  ~ProgressLine() { Clear(); }
+  void Update(size_t done, size_t total, const char* unit = "files");
+  void Clear();
+  std::function<void(size_t, size_t)> Callback() {
+    return [this](size_t done, size_t total) { Update(done, total); };
+  }
+
+ private:
+  std::ostream& err_;
+  bool enabled_, shown_ = false;
+  std::string what_;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+// Lists DIR (or one trace file) and folds its files one by one: only one file's records are in
+// memory at a time. Fails only when the path cannot be listed; unusable files become problems.
+absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions& options = {});
+// `report`, `html`, `diff` and `run` load this way: StreamReport, the load problems on `err`
+// (capped), progress on `err` when it is a terminal and the run takes over a second. Exit 2 with
+// one line when nothing usable remains.
+// `options`' progress is replaced by that line; its other hooks are passed on.
+absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty,
+                                  StreamOptions options = {});
+// LoadReport for a command: when nothing usable remains, the one line "WHO: why" on `err` and
+// nullopt, and the command exits 2.
+std::optional<Report> LoadReportOrSay(const std::string& path, std::string_view who, std::ostream& err,
+                                      bool err_is_tty, StreamOptions options = {});
+
+}  // namespace p2ptrace::cli
