@@ -55,7 +55,7 @@ DESCRIPTION = {
     "cugraph": "cuGraphLaunch (driver), 1 captured copy",
     "clock": "clock_gettime(MONOTONIC) (reference)",
 }
-# Instructions over bare, untimed (P2PTRACE_SAMPLE=off). h2d is not in the issue: it is held to the
+# Instructions over bare, untimed (P2PTRACE_SAMPLE=off). h2d has no budget of its own: it is held to the
 # same-device budget, the other uninteresting case (marked * in the table).
 BUDGET = {"same": 40, "cross": 100, "peer": 100, "h2d": 40, "same_small": 40, "cross_small": 100,
           "graph": 150, "graph16": 150, "cugraph": 150}  # a launch of a captured graph, whatever its size
@@ -286,7 +286,7 @@ def callgrind(args, tmp):
                 files[mode, k, n], ir[mode, k, n] = callgrind_run(args, tmp, mode, k, n)
             print("  callgrind %-8s %-6s done" % (mode, k), file=sys.stderr)
     d = N_LARGE - N_SMALL
-    # All threads (the issue's measure), and the calling thread alone (thread 1: the loop's).
+    # All threads (the +bare column), and the calling thread alone (thread 1: the loop's).
     threads = lambda m, k, n: sum(v for t, v in ir[m, k, n].items() if t != "timed")
     per_call = {(m, k): (threads(m, k, N_LARGE) - threads(m, k, N_SMALL)) / d for m, k in runs}
     per_call_caller = {(m, k): (ir[m, k, N_LARGE][1] - ir[m, k, N_SMALL][1]) / d for m, k in runs}
@@ -346,7 +346,7 @@ def print_callgrind(args, per_call, per_call_caller, files, own):
     if "event2" in args.kinds:
         ev = per_call["bare", "event2"]
         print("Timed copy (P2PTRACE_SAMPLE=all) over an untimed one (counting), per call: the two event records"
-              " cost %.1f instructions bare (event2); the issue allows a timed copy that much." % ev)
+              " cost %.1f instructions bare (event2); the budget allows a timed copy that much." % ev)
         print("  caller = the calling thread's own Ir (callgrind --separate-threads=yes, thread 1), timing - counting;"
               " own = the same from the wrapper's inclusive cost; total = all threads (+ the resolver's EventQuery,"
               " ElapsedTime, TIMING record and wake-ups).")
@@ -368,7 +368,7 @@ def print_callgrind(args, per_call, per_call_caller, files, own):
     print("+bare: shim - bare. own: the shim's wrapper inclusive minus the real call inclusive: what the shim adds")
     print("to the same run of the real call (the verdict; +bare also carries the simulated runtime's own variation")
     print("between processes, a few instructions either way).")
-    print("* h2d is not in the issue's budgets; held to the same-device one.")
+    print("* h2d has no budget of its own; held to the same-device one.")
     if args.budgets_only:
         print("-: not measured (--budgets-only: only the runs a verdict reads).")
     print("Note: valgrind gives the program no vDSO: clock_gettime counts ~10 instructions + an uncounted "
