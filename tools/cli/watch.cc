@@ -20,10 +20,9 @@ int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& 
   for (int look = 0;; ++look) {
     StreamOptions so;
     so.stall_seconds = options.stall_seconds;
-    absl::StatusOr<Report> rep = LoadReport(dir, err, false, so);
+    std::optional<Report> rep = LoadReportOrSay(dir, "p2ptrace", err, false, so);
     Clock::time_point now = Clock::now();
-    if (!rep.ok()) {
-      err << "p2ptrace: " << Printable(std::string(rep.status().message()), false) << "\n";
+    if (!rep) {
       if (options.once || look == 0) return 2;
     } else {
       const StoppedFinding& st = rep->stopped;
