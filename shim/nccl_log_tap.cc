@@ -510,9 +510,7 @@ FILE* OpenNcclTapFile(const char* path, const char* mode, FILE* (*real_fopen)(co
 
 void StartNcclLogTap(const Config& config, ConnectionObserver observe) {
   g_observe.store(observe, std::memory_order_release);
-  std::string mode = Getenv("P2PTRACE_NCCL_LOG");
-  if (mode == "off") return;
-  if (!mode.empty() && mode != "auto") Warn("P2PTRACE_NCCL_LOG=" + mode + " is not auto or off; using auto");
+  if (!config.nccl_log) return;
   // The tap is for a traced process only: when the trace directory is unusable (the warning said
   // so), NCCL keeps exactly the user's settings and prints exactly what it would have.
   // A traced parent's tap, inherited, stays only where this process traces into the same place.

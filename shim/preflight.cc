@@ -130,7 +130,7 @@ std::vector<Identity> ExchangeIdentities(const Identity& self) {
   int world = EnvInt("WORLD_SIZE", 1);
   std::vector<Identity> all = ReadIdentities();
   if (world <= 1) return all;
-  int wait_ms = EnvInt("P2PTRACE_RANK_WAIT_MS", 2000);
+  int wait_ms = TraceWriter::config().rank_wait_ms;
   for (int waited = 0; static_cast<int>(all.size()) < world && waited < wait_ms; waited += 20) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     all = ReadIdentities();
@@ -242,7 +242,7 @@ void Run(const CudaRuntime* rt, bool nccl_rules, const std::vector<int>* devices
   if (c.disabled || !TraceWriter::Ready()) return;
   probe::ProbeOptions o;
   o.sysroot = c.sysroot;
-  o.nvml_timeout_ms = EnvInt("P2PTRACE_NVML_TIMEOUT_MS", 3000);
+  o.nvml_timeout_ms = c.nvml_timeout_ms;
   probe::CudaQueries q;
   if (rt != nullptr && RuntimeAnswered(*rt)) {
     q.GetDeviceCount = reinterpret_cast<int (*)(int*)>(rt->GetDeviceCount);

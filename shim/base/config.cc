@@ -122,6 +122,19 @@ Config ReadConfig(void (*warn)(const std::string&)) {
     if (ParseU64(v, &ms) && ms <= 60000) c.heartbeat_ms = static_cast<uint32_t>(ms);
     else warn(std::string("P2PTRACE_HEARTBEAT_MS=") + v + " is not 0 (off) to 60000 milliseconds; using 1000");
   }
+  if (const char* v = Env("P2PTRACE_NCCL_LOG")) {
+    c.nccl_log = std::string(v) != "off";
+    if (c.nccl_log && std::string(v) != "auto")
+      warn(std::string("P2PTRACE_NCCL_LOG=") + v + " is not auto or off; using auto");
+  }
+  if (const char* v = Env("P2PTRACE_NCCL_PROFILER")) c.nccl_profiler = std::string(v) != "off";
+  for (auto [name, ms] : {std::pair{"P2PTRACE_RANK_WAIT_MS", &c.rank_wait_ms},
+                          std::pair{"P2PTRACE_NVML_TIMEOUT_MS", &c.nvml_timeout_ms}})
+    if (const char* v = Env(name)) {
+      uint64_t x = 0;
+      if (ParseU64(v, &x) && x <= 3600000) *ms = static_cast<int>(x);
+      else warn(std::string(name) + "=" + v + " is not 0 to 3600000 milliseconds; using " + std::to_string(*ms));
+    }
   if (const char* v = Env("P2PTRACE_SYSROOT")) c.sysroot = v;
   if (const char* v = Env("P2PTRACE_WARN")) {
     std::string w = v;

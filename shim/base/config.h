@@ -29,6 +29,11 @@ struct Config {
   double hang_seconds = 300;
   // P2PTRACE_HEARTBEAT_MS: the watchdog's period (heartbeat, completion checks); 0 no watchdog.
   uint32_t heartbeat_ms = 1000;
+  bool nccl_log = true;         // P2PTRACE_NCCL_LOG: auto (NCCL's INFO lines tapped into the trace) or off
+  bool nccl_profiler = true;    // P2PTRACE_NCCL_PROFILER=off: NCCL operations timed by CUDA events instead
+  // P2PTRACE_RANK_WAIT_MS: how long the job-start probe waits for the other ranks' identities.
+  int rank_wait_ms = 2000;
+  int nvml_timeout_ms = 3000;   // P2PTRACE_NVML_TIMEOUT_MS: how long the job-start probe waits for NVML
 };
 
 // Parses the environment. `warn` receives each warning line (without the "p2ptrace: warning: ").

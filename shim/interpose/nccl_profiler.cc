@@ -619,8 +619,7 @@ void PutShimInPlace() {
 
 void StartNcclProfiler(int nccl_version) {
   if (!TraceWriter::Ready() || !detail::g_sample.enabled || np::NewestVersion(nccl_version) < kFirstTimedVersion) return;
-  const char* off = std::getenv("P2PTRACE_NCCL_PROFILER");
-  if (off != nullptr && std::strcmp(off, "off") == 0) return;
+  if (!TraceWriter::config().nccl_profiler) return;
   if (NcclInfoShownToUser()) return;
   const char* set = ProgramsPlugin();
   std::string name = set != nullptr && *set != '\0' ? set : "";

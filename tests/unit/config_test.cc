@@ -1,5 +1,5 @@
 // The shim's settings (shim/base/config.cc): P2PTRACE_SAMPLE's and P2PTRACE_STACKS's values, the hang
-// and heartbeat settings, and one warning for a bad one.
+// and heartbeat settings, the NCCL and job-start probe settings, and one warning for a bad one.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -113,6 +113,45 @@ TEST(Config, HangSecondsAndHeartbeat) {
   EXPECT_EQ(c.heartbeat_ms, 0u);
   unsetenv("P2PTRACE_HANG_S");
   unsetenv("P2PTRACE_HEARTBEAT_MS");
+}
+
+// The NCCL tap, the profiler plugin and the job-start probe's waits are read here too, not where
+// they are used: one place, one warning for a bad value.
+TEST(Config, NcclAndProbeSettings) {
+  const char* names[] = {"P2PTRACE_NCCL_LOG", "P2PTRACE_NCCL_PROFILER", "P2PTRACE_RANK_WAIT_MS",
+                         "P2PTRACE_NVML_TIMEOUT_MS"};
+  for (const char* n : names) unsetenv(n);
+  g_warnings.clear();
+  p2ptrace::shim::Config c = p2ptrace::shim::ReadConfig(Collect);
+  EXPECT_TRUE(c.nccl_log);
+  EXPECT_TRUE(c.nccl_profiler);
+  EXPECT_EQ(c.rank_wait_ms, 2000);
+  EXPECT_EQ(c.nvml_timeout_ms, 3000);
+  EXPECT_TRUE(g_warnings.empty());
+  setenv("P2PTRACE_NCCL_LOG", "off", 1);
+  setenv("P2PTRACE_NCCL_PROFILER", "off", 1);
+  setenv("P2PTRACE_RANK_WAIT_MS", "0", 1);
+  setenv("P2PTRACE_NVML_TIMEOUT_MS", "20000", 1);
+  c = p2ptrace::shim::ReadConfig(Collect);
+  EXPECT_FALSE(c.nccl_log);
+  EXPECT_FALSE(c.nccl_profiler);
+  EXPECT_EQ(c.rank_wait_ms, 0);
+  EXPECT_EQ(c.nvml_timeout_ms, 20000);
+  EXPECT_TRUE(g_warnings.empty());
+  setenv("P2PTRACE_NCCL_LOG", "verbose", 1);
+  setenv("P2PTRACE_NCCL_PROFILER", "yes", 1);  // anything but off: on, as documented
+  setenv("P2PTRACE_RANK_WAIT_MS", "-5", 1);
+  setenv("P2PTRACE_NVML_TIMEOUT_MS", "3600001", 1);
+  c = p2ptrace::shim::ReadConfig(Collect);
+  EXPECT_TRUE(c.nccl_log);
+  EXPECT_TRUE(c.nccl_profiler);
+  EXPECT_EQ(c.rank_wait_ms, 2000);
+  EXPECT_EQ(c.nvml_timeout_ms, 3000);
+  ASSERT_EQ(g_warnings.size(), 3u);
+  EXPECT_NE(g_warnings[0].find("P2PTRACE_NCCL_LOG=verbose is not auto or off; using auto"), std::string::npos);
+  EXPECT_NE(g_warnings[1].find("P2PTRACE_RANK_WAIT_MS=-5"), std::string::npos) << g_warnings[1];
+  EXPECT_NE(g_warnings[2].find("P2PTRACE_NVML_TIMEOUT_MS=3600001"), std::string::npos) << g_warnings[2];
+  for (const char* n : names) unsetenv(n);
 }
 
 // The default trace directory is named after the job, whichever launcher started it, so that every
