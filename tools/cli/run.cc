@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -14,6 +15,7 @@
 
 #include "core/input_file.h"
 #include "fmt/format.h"
+#include "tools/cli/commands.h"
 #include "tools/formats/json.h"
 #include "tools/formats/text.h"
 #include "tools/report/report.h"
@@ -147,6 +149,46 @@ int Run(const RunOptions& o, const std::string& self_exe) {
     std::cout << RenderText(*rep, isatty(1) && std::getenv("NO_COLOR") == nullptr);
   }
   return code;
+}
+
+namespace {
+
+std::string SelfExe(const char* argv0) {
+  char buf[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : argv0;
+}
+
+}  // namespace
+
+int RunCommandLine(int argc, char** argv) {
+  RunOptions o;
+  int i = 2;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--") { ++i; break; }
+    if (a == "--help" || a == "-h") {
+      std::cout << "usage: p2ptrace run [--dir D] [--json] -- CMD …\n\n"
+                   "Runs CMD with LD_PRELOAD=libp2ptrace.so and P2PTRACE_DIR=D (default ./p2ptrace-<time>),\n"
+                   "waits for it, then prints the report of what every process recorded. Exits with CMD's\n"
+                   "status, always (128+N when a signal N ended it); when nothing could be traced (e.g. a static\n"
+                   "cudart) it says so on stderr.\n";
+      return 0;
+    }
+    if (a == "--json") o.json = true;
+    else if (a == "--dir" && i + 1 < argc) o.dir = argv[++i];
+    else if (a.rfind("--dir=", 0) == 0) o.dir = a.substr(6);
+    else {
+      std::cerr << "p2ptrace run: unexpected '" << a << "' (usage: p2ptrace run [--dir D] [--json] -- CMD …)\n";
+      return 2;
+    }
+  }
+  for (; i < argc; ++i) o.command.push_back(argv[i]);
+  if (o.command.empty()) {
+    std::cerr << "p2ptrace run: no command (usage: p2ptrace run [--dir D] [--json] -- CMD …)\n";
+    return 2;
+  }
+  return Run(o, SelfExe(argv[0]));
 }
 
 }  // namespace p2ptrace::cli

@@ -7,15 +7,18 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <ostream>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "core/nccl_log.h"
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
 #include "p2ptrace/vocabulary.h"
+#include "tools/cli/commands.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -492,5 +495,46 @@ int RunSynth(const SynthOptions& options, std::ostream& out, std::ostream& err) 
                      options.ranks == 1 ? "" : "s", options.events, options.scenario, options.seed, options.out);
   return 0;
 }
+
+namespace {
+
+class SynthCommand : public Command {
+ public:
+  void Define(CLI::App& c) override {
+    c.add_option("--ranks", o_.ranks, "ranks (one process and one GPU each)")->required();
+    c.add_option("--events", o_.events, "timed operations per rank (copies and NCCL calls)")->required();
+    c.add_option("--out", o_.out, "directory to write into (created when missing)")->required();
+    c.add_option("--hosts", o_.hosts, "hosts (default: as few as --gpus-per-host allows)");
+    c.add_option("--gpus-per-host", o_.gpus_per_host, "GPUs per host")->capture_default_str();
+    c.add_option("--seed", o_.seed, "the same seed writes the same files")->capture_default_str();
+    c.add_option("--stop-rank", o_.stop_rank, "a job that hung: this rank stopped, the others wait in "
+                 "one more allreduce (the report's stopped finding)");
+    c.add_option("--scenario", o_.scenario,
+                 "healthy (NVLink, NCCL P2P and IB GDR), pcie (PCIe P2P), fallback (peer access never enabled: "
+                 "host-staged copies; NCCL_P2P_DISABLE=1: NCCL over SHM)")
+        ->capture_default_str();
+    c.add_flag("--stacks", o_.stacks,
+               "call sites, as P2PTRACE_STACKS records them: copies, allreduce and send/recv from three program "
+               "locations");
+    c.add_option("--host-names", o_.host_names, "the hosts' names, comma-separated (default node0, …)");
+    c.add_option("--job-id", o_.job_id, "the job id the trace headers carry (default synth-SCENARIO-SEED)");
+    c.add_option("--env", o_.env, "NAME=VALUE in every rank's recorded environment (repeatable; "
+                 "{host} and {rank} are the rank's), e.g. SLURM_JOB_ID=42");
+    c.add_option("--start-time", o_.start_time, "when the job started, seconds since 1970 (UTC)")
+        ->capture_default_str();
+    c.footer(
+        "Writes one trace per rank in the real format (trace_format.h) and the NCCL log its shim would have tapped, so that\n"
+        "report, html, export and diff run on them. Ranks 0..N-1 fill hosts in order; each rank copies to the other\n"
+        "GPUs of its host and runs an NCCL ring (send to rank+1, recv from rank-1, allreduce).");
+  }
+  int Run() override { return RunSynth(o_, std::cout, std::cerr); }
+
+ private:
+  SynthOptions o_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeSynthCommand() { return std::make_unique<SynthCommand>(); }
 
 }  // namespace p2ptrace::cli

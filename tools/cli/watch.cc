@@ -1,11 +1,14 @@
 #include "tools/cli/watch.h"
 
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <thread>
 
+#include "CLI/CLI.hpp"
 #include "core/printable.h"
 #include "fmt/format.h"
+#include "tools/cli/commands.h"
 #include "tools/formats/json.h"
 #include "tools/formats/text.h"
 #include "tools/report/report.h"
@@ -66,5 +69,29 @@ int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& 
     std::this_thread::sleep_for(std::chrono::duration<double>(options.interval_seconds));
   }
 }
+
+namespace {
+
+class WatchCommand : public Command {
+ public:
+  void Define(CLI::App& c) override {
+    c.add_option("DIR", path_, "the job's trace directory (P2PTRACE_DIR)")->required();
+    c.add_option("--interval", options_.interval_seconds, "seconds between looks (default 5)")
+        ->check(CLI::Range(0.1, 3600.0));
+    c.add_option("--stall", options_.stall_seconds, "seconds without progress before a communicator is "
+                 "called stuck (default 60)")->check(CLI::Range(0.0, 604800.0));
+    c.add_flag("--once", options_.once, "look once and exit");
+    c.add_flag("--json", options_.json, "one JSON object per look");
+  }
+  int Run() override { return RunWatch(path_, options_, std::cout, std::cerr); }
+
+ private:
+  std::string path_;
+  WatchOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeWatchCommand() { return std::make_unique<WatchCommand>(); }
 
 }  // namespace p2ptrace::cli

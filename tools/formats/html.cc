@@ -497,16 +497,4 @@ std::string RenderHtml(const Report& rep) {
   return out;
 }
 
-int RunHtml(const std::string& dir, const std::string& out_file, std::ostream& err, bool err_is_tty) {
-  std::optional<Report> rep = LoadReportOrSay(dir, "p2ptrace", err, err_is_tty);
-  if (!rep) return 2;
-  std::string html = RenderHtml(*rep);
-  std::ofstream out(out_file, std::ios::binary | std::ios::trunc);
-  if (!out || !out.write(html.data(), static_cast<std::streamsize>(html.size())) || !out.flush()) {
-    err << "p2ptrace html: " << out_file << ": cannot write: " << std::strerror(errno) << "\n";
-    return 2;
-  }
-  return 0;
-}
-
 }  // namespace p2ptrace::cli

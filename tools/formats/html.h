@@ -14,7 +14,4 @@ namespace p2ptrace::cli {
 
 std::string RenderHtml(const Report& report);
 
-// The `html` command: exit 0, or 2 with one line per problem on `err`.
-int RunHtml(const std::string& dir, const std::string& out_file, std::ostream& err, bool err_is_tty);
-
 }  // namespace p2ptrace::cli

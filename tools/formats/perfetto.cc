@@ -407,40 +407,4 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
   return stats;
 }
 
-int RunExport(const std::string& dir, const std::string& out_file, const ExportOptions& options, std::ostream& err,
-              bool err_is_tty) {
-  // The report and pass 1's counts in one read of every file; records are folded, never kept.
-  ExportCounts counts;
-  StreamOptions hooks;
-  hooks.started = std::chrono::steady_clock::now();
-  hooks.on_record = [&](const TraceRecord& r) { counts.Add(r); };
-  hooks.on_trace = [&](const Trace& t) { counts.EndTrace(t); };
-  hooks.on_abandon = [&] { counts.Abandon(); };
-  std::optional<Report> report = LoadReportOrSay(dir, "p2ptrace export", err, err_is_tty, hooks);
-  if (!report) return 2;
-  std::ofstream out(out_file, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    err << "p2ptrace export: " << out_file << ": cannot write: " << std::strerror(errno) << "\n";
-    return 2;
-  }
-  ExportStats stats;
-  {
-    ProgressLine progress(err, err_is_tty, "writing the timeline of", hooks.started);
-    stats = WritePerfetto(*report, counts, options, out, err,
-                          [&](size_t done, size_t total) { progress.Update(done, total, "processes"); });
-  }
-  out.close();
-  if (!out) {
-    err << "p2ptrace export: " << out_file << ": write failed: " << std::strerror(errno) << "\n";
-    return 2;
-  }
-  size_t n = report->processes.size();
-  err << fmt::format("p2ptrace export: {} process{}, {} slices, {} flows, {} counter samples -> {}{}\n", n,
-                     n == 1 ? "" : "es", stats.slices, stats.flows, stats.counters, out_file,
-                     stats.stride > 1 ? fmt::format(" (every {}th of {} events: --max-slices)", stats.stride,
-                                                    stats.events)
-                                      : "");
-  return 0;
-}
-
 }  // namespace p2ptrace::cli

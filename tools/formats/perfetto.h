@@ -63,11 +63,6 @@ class ExportCounts {
   std::vector<uint32_t> copy_seqs_, timed_seqs_;
 };
 
-// The `export` command: loads DIR, writes OUT; exit 0, or 2 with one line per problem on `err`.
-// Memory: the report (pairs, processes), pass 1's counts, and one file's timings at a time.
-int RunExport(const std::string& dir, const std::string& out_file, const ExportOptions& options, std::ostream& err,
-              bool err_is_tty = false);
-
 // Writes the trace from the report and pass 1's counts, reading each process's file again (twice).
 ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const ExportOptions& options, std::ostream& out,
                           std::ostream& err, const std::function<void(size_t, size_t)>& progress = {});

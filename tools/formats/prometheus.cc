@@ -14,7 +14,6 @@
 #include "core/printable.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
-#include "tools/common/output_file.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -353,24 +352,6 @@ std::string PrometheusFromReport(const Report& report) {
     if (known > 0) x.Sample(kWithoutP2p, {{"source", "job"}, {"host", host}}, without);
   }
   return x.Text();
-}
-
-int RunExportPrometheus(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty) {
-  // Before reading anything: a job of many files should not be read to find the target unwritable.
-  if (std::string why = file == "-" ? "" : OutputFileProblem(file); !why.empty()) {
-    err << "p2ptrace export: " << why << "\n";
-    return 2;
-  }
-  std::optional<Report> report = LoadReportOrSay(dir, "p2ptrace export", err, err_is_tty);
-  if (!report) return 2;
-  if (std::string why = WriteOutput(file, PrometheusFromReport(*report)); !why.empty()) {
-    err << "p2ptrace export: " << why << "\n";
-    return 2;
-  }
-  if (file == "-") return 0;
-  err << fmt::format("p2ptrace export: {} GPU pair entr{} -> {}\n", report->pairs.size(),
-                     report->pairs.size() == 1 ? "y" : "ies", Printable(file, false));
-  return 0;
 }
 
 }  // namespace p2ptrace::cli

@@ -34,8 +34,4 @@ std::string PrometheusFromReport(const Report& report);
 // for any form NormalizeBusId reads; text that is no PCI address comes back as it is.
 std::string NvidiaSmiBusId(const std::string& bus_id);
 
-// `export DIR --prometheus FILE`: loads DIR as `report` does, writes FILE; exit 0, or 2 with one
-// line on `err` (DIR missing or without a usable trace, FILE not writable).
-int RunExportPrometheus(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty = false);
-
 }  // namespace p2ptrace::cli

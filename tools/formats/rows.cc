@@ -10,9 +10,7 @@
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "tools/common/json_text.h"
-#include "tools/common/output_file.h"
 #include "tools/common/version.h"
-
 
 namespace p2ptrace::cli {
 
@@ -279,30 +277,6 @@ std::vector<json> BuildRows(const Report& report, const ProcessOrigins& origins)
   for (const PairEntry& e : report.pairs) rows.push_back(PairRow(report, f, e));
   for (const NcclOpSummary& s : report.nccl_ops) rows.push_back(OpRow(report, f, s));
   return rows;
-}
-
-int RunRowsExport(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty) {
-  ProcessOrigins origins;
-  StreamOptions hooks;
-  hooks.started = std::chrono::steady_clock::now();
-  hooks.on_trace = [&](const Trace& t) {
-    ProcessOrigin& o = origins[{t.Host(), static_cast<int>(t.header.pid)}];
-    o.ids = ReadSchedulerIds(t.env);
-    o.format_major = t.header.major;
-    o.format_minor = t.header.minor;
-  };
-  std::optional<Report> report = LoadReportOrSay(dir, "p2ptrace export", err, err_is_tty, hooks);
-  if (!report) return 2;
-  std::vector<json> rows = BuildRows(*report, origins);
-  if (std::string why = WriteOutput(file, RowsText(rows)); !why.empty()) {
-    err << "p2ptrace export: " << why << "\n";
-    return 2;
-  }
-  if (file == "-") return 0;
-  err << fmt::format("p2ptrace export: {} pair row{} and {} operation row{} ({}) -> {}\n", report->pairs.size(),
-                     report->pairs.size() == 1 ? "" : "s", report->nccl_ops.size(),
-                     report->nccl_ops.size() == 1 ? "" : "s", kRowsSchema, file);
-  return 0;
 }
 
 }  // namespace p2ptrace::cli

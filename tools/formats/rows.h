@@ -42,8 +42,4 @@ std::vector<nlohmann::json> BuildTestRows(const NodeProbe& probe, const std::vec
 // NDJSON text of rows, one per line.
 std::string RowsText(const std::vector<nlohmann::json>& rows);
 
-// Loads DIR, writes FILE atomically (a temporary file beside it, renamed over it; "-": stdout);
-// exit 0, or 2 with one line on `err`.
-int RunRowsExport(const std::string& dir, const std::string& file, std::ostream& err, bool err_is_tty = false);
-
 }  // namespace p2ptrace::cli

@@ -11,7 +11,6 @@
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "tools/common/json_text.h"
-#include "tools/report/traces.h"
 
 namespace p2ptrace::cli {
 namespace {
@@ -319,24 +318,6 @@ json RenderDiffJson(const DiffResult& d) {
                                {"host_staged_bytes_after", c.host_staged_after}, {"bytes_before", c.bytes_before},
                                {"bytes_after", c.bytes_after}});
   return j;
-}
-
-int RunDiff(const std::string& a, const std::string& b, bool as_json, std::ostream& out, std::ostream& err,
-            bool err_is_tty) {
-  Report reports[2];
-  const std::string* paths[2] = {&a, &b};
-  StreamOptions options;
-  options.started = std::chrono::steady_clock::now();  // progress once both reads together take a second
-  for (int i = 0; i < 2; ++i) {
-    // Streamed as `report` reads: one file's records at a time, so two runs cost two reports' pairs.
-    std::optional<Report> rep = LoadReportOrSay(*paths[i], "p2ptrace diff", err, err_is_tty, options);
-    if (!rep) return 2;
-    reports[i] = std::move(*rep);
-  }
-  DiffResult d = DiffReports(reports[0], reports[1]);
-  if (as_json) out << JsonText(RenderDiffJson(d), 2) << "\n";
-  else out << Printable(RenderDiffText(d));  // pair names hold host names from the files
-  return d.Worse() ? 1 : 0;
 }
 
 }  // namespace p2ptrace::cli

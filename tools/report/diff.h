@@ -46,11 +46,6 @@ struct DiffResult {
 // Fraction of GB/s change that counts as a move (0.2: 20%).
 inline constexpr double kBandwidthThreshold = 0.2;
 
-// The `diff` command: exit 1 when a pair or NCCL operation got worse, 0 otherwise, 2 when either
-// run has no usable trace.
-int RunDiff(const std::string& a, const std::string& b, bool json, std::ostream& out, std::ostream& err,
-            bool err_is_tty = false);
-
 DiffResult DiffReports(const Report& a, const Report& b);
 std::string RenderDiffText(const DiffResult& diff);
 nlohmann::json RenderDiffJson(const DiffResult& diff);
