@@ -11,6 +11,8 @@
 #include <string>
 
 #include "tools/cli/synth.h"
+#include "tools/report/builder.h"
+#include "tools/report/load.h"
 #include "tools/report/report.h"
 #include "tools/report/traces.h"
 

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "core/input_file.h"
+#include "core/probe_parsers.h"
 
 namespace p2ptrace {
 namespace {
@@ -161,7 +162,9 @@ std::string Trace::Env(const std::string& name) const {
 
 std::string Trace::BusId(int device) const {
   if (device < 0 || device >= P2PTRACE_MAX_DEVICES) return "";
-  return Bounded(header.bus_id[device], sizeof header.bus_id[device]);
+  std::string written = Bounded(header.bus_id[device], sizeof header.bus_id[device]);
+  std::string bus = NormalizeBusId(written);
+  return bus.empty() ? written : bus;
 }
 
 const CallSite* Trace::FindCallSite(uint32_t id) const {

@@ -72,6 +72,8 @@ struct Trace {
   bool CutShort() const { return file_bytes < header.file_size; }
   std::string Host() const;   // header.host, NUL-terminated safely
   std::string Env(const std::string& name) const;  // a recorded variable, "" when absent
+  // The device's PCI bus id in one form ("0000:1a:00.0", NormalizeBusId), however the writer spelled
+  // it, so that every reader's keys match; as written where it is no PCI address; "" when none.
   std::string BusId(int device) const;
   const CallSite* FindCallSite(uint32_t id) const;  // null when the file does not describe it
 };

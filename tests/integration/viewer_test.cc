@@ -26,6 +26,8 @@
 #include "tools/cli/synth.h"
 #include "tools/formats/json.h"
 #include "tools/formats/text.h"
+#include "tools/report/builder.h"
+#include "tools/report/load.h"
 #include "tools/report/report.h"
 #include "tools/report/traces.h"
 

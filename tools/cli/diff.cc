@@ -11,7 +11,7 @@
 #include "tools/cli/commands.h"
 #include "tools/common/json_text.h"
 #include "tools/report/diff.h"
-#include "tools/report/report.h"
+#include "tools/report/load.h"
 
 namespace p2ptrace::cli {
 namespace {

@@ -19,7 +19,7 @@
 #include "tools/formats/perfetto.h"
 #include "tools/formats/prometheus.h"
 #include "tools/formats/rows.h"
-#include "tools/report/report.h"
+#include "tools/report/load.h"
 
 namespace p2ptrace::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "tools/cli/commands.h"
 #include "tools/formats/html.h"
-#include "tools/report/report.h"
+#include "tools/report/load.h"
 
 namespace p2ptrace::cli {
 namespace {

@@ -18,7 +18,7 @@
 #include "tools/cli/commands.h"
 #include "tools/formats/json.h"
 #include "tools/formats/text.h"
-#include "tools/report/report.h"
+#include "tools/report/load.h"
 #include "tools/report/traces.h"
 
 namespace p2ptrace::cli {

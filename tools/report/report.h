@@ -2,9 +2,12 @@
 // moved bytes, by which path, how fast against the link's expectation, what its fallbacks cost,
 // and why. Built by folding one trace (and one NCCL log) at a time: memory grows with pairs,
 // processes and communicators, never with events.
-// Files: trace_fold.{h,cc} folds one trace's records; report.cc merges traces, NCCL logs and
-// preflight blocks into a Report (the pairs, their classes, causes and costs); the writers of
-// tools/formats/ render it (text.cc, json.cc, html.cc, perfetto.cc, …); diff.cc reads the same Report.
+// This header is the model, the only one the writers of tools/formats/ include. Files: load.h reads a
+// job directory; trace_fold.h folds one trace's records; builder.h merges traces, NCCL logs and
+// preflight blocks into a Report (the CUDA pairs, causes and costs), with nccl_fold.h (NCCL's
+// communicators, pairs, operations and rings), node_predictions.h (the job-start check), gpu_index.h
+// (GPU numbering), capture.h (what each trace can be trusted for) and stopped.h (a job that hung);
+// diff.h compares two Reports.
 #pragma once
 
 #include <chrono>
@@ -251,79 +254,5 @@ struct Report {
   // A job that hung or died: who stopped first, what it was doing, who waits (tools/report/stopped.h).
   StoppedFinding stopped;
 };
-
-// Folds traces and NCCL logs into a Report, one at a time; keeps nothing of their records.
-class ReportBuilder {
- public:
-  explicit ReportBuilder(std::string path);
-  ~ReportBuilder();
-  void AddTrace(const Trace& trace);  // its records, then EndTrace
-  // Streaming, as ReadTrace's visitor: one trace's records, then the trace itself (header,
-  // counters, environment) once read; AbandonTrace when reading it failed half-way.
-  void AddRecord(const TraceRecord& record);
-  void EndTrace(const Trace& trace);
-  void AbandonTrace();
-  void AddNcclLog(const NcclLogFile& log);
-  // An NCCL operation or init still open this long after its call is stuck (default 60 s).
-  void SetStallSeconds(double seconds);
-  void AddProblem(std::string problem) ;      // a file that was skipped
-  void AddPartial(std::string partial);       // a file that was used in part
-  Report Finish();                            // once, after every Add
-
- private:
-  struct State;
-  std::unique_ptr<State> s_;
-};
-
-Report BuildReport(const std::string& path, const LoadedTraces& traces);
-
-struct StreamOptions {
-  // Called after each file with (files done, files in all); the caller decides whether to show it.
-  std::function<void(size_t, size_t)> progress;
-  // Another fold riding on the same read (export counts its events this way): each record of a
-  // trace as it is decoded, then the trace once read whole (`on_trace`), or `on_abandon` when
-  // reading it failed half-way.
-  std::function<void(const TraceRecord&)> on_record;
-  std::function<void(const Trace&)> on_trace;
-  std::function<void()> on_abandon;
-  // When the command started (LoadReport's progress shows once the whole run, not this read, has
-  // taken a second); the default: when the read starts.
-  std::chrono::steady_clock::time_point started{};
-  double stall_seconds = 60;  // ReportBuilder::SetStallSeconds
-};
-
-// "p2ptrace: reading 120 of 8192 files (1%)" on `err`, redrawn at most every 100 ms, once the run
-// has taken a second, and only when `enabled` (stderr is a terminal); the line is erased by Clear
-// (or the destructor) so that what follows starts clean.
-class ProgressLine {
- public:
-  ProgressLine(std::ostream& err, bool enabled, std::string what = "reading",
-               std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now());
-  ~ProgressLine() { Clear(); }
-  void Update(size_t done, size_t total, const char* unit = "files");
-  void Clear();
-  std::function<void(size_t, size_t)> Callback() {
-    return [this](size_t done, size_t total) { Update(done, total); };
-  }
-
- private:
-  std::ostream& err_;
-  bool enabled_, shown_ = false;
-  std::string what_;
-  std::chrono::steady_clock::time_point start_, last_;
-};
-// Lists DIR (or one trace file) and folds its files one by one: only one file's records are in
-// memory at a time. Fails only when the path cannot be listed; unusable files become problems.
-absl::StatusOr<Report> StreamReport(const std::string& path, const StreamOptions& options = {});
-// `report`, `html`, `diff` and `run` load this way: StreamReport, the load problems on `err`
-// (capped), progress on `err` when it is a terminal and the run takes over a second. Exit 2 with
-// one line when nothing usable remains.
-// `options`' progress is replaced by that line; its other hooks are passed on.
-absl::StatusOr<Report> LoadReport(const std::string& path, std::ostream& err, bool err_is_tty,
-                                  StreamOptions options = {});
-// LoadReport for a command: when nothing usable remains, the one line "WHO: why" on `err` and
-// nullopt, and the command exits 2.
-std::optional<Report> LoadReportOrSay(const std::string& path, std::string_view who, std::ostream& err,
-                                      bool err_is_tty, StreamOptions options = {});
 
 }  // namespace p2ptrace::cli
