@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Fetches libnccl.so.2 of several real NCCL releases (PyPI wheels) for tests/integration/nccl_releases_test.
+"""Fetches libnccl.so.2 of several real NCCL releases (PyPI wheels) for tests/integration/nccl/nccl_releases_test.
 
 Each release ends up as ${P2PTRACE_CACHE:-$HOME/.cache/p2ptrace}/nccl/<version>/libnccl.so.2. A release
 already there with the pinned hash is not downloaded again. The wheels come the way this machine's own

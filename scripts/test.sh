@@ -5,7 +5,7 @@
 source "$(dirname "$0")/common.sh"
 presets=("$@")
 ((${#presets[@]})) || presets=(default asan tsan fuzz)
-# Real NCCL releases for tests/integration/nccl_releases_test (cached; a missing one fails that test).
+# Real NCCL releases for tests/integration/nccl/nccl_releases_test (cached; a missing one fails that test).
 ensure_packages
 log "fetching NCCL releases"
 python3 "$ROOT/scripts/fetch-nccl-releases.py"

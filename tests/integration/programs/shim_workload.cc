@@ -1,5 +1,5 @@
 // The shim's test workload: one program linked to the real libcudart (CUDA::cudart) and never to
-// the shim, run by tests/integration/shim_test.cc with and without LD_PRELOAD=libp2ptrace.so.
+// the shim, run by tests/integration/shim/shim_test.cc with and without LD_PRELOAD=libp2ptrace.so.
 // Sub-commands (argv[1]):
 //   script               a fixed script of CUDA calls covering every function the shim wraps
 //                        (shim/interpose/cuda_functions.h) and every error path the simulated node

@@ -1,4 +1,4 @@
-// cudart 12 and 13 in one process (tests/integration/shim_test.cc): this program is linked to the
+// cudart 12 and 13 in one process (tests/integration/shim/shim_test.cc): this program is linked to the
 // real libcudart.so.13 and copies 0->1 itself; it is also linked to shim_copy_lib12, a library
 // linked to libcudart.so.12, which copies 2->3 through its own runtime. Each runtime enables its
 // own peer access, so both copies are direct.

@@ -1,7 +1,7 @@
 // On the simulated node: copies and an NCCL allreduce captured into CUDA graphs
 // (global, thread-local and relaxed captures, a second stream joining through an event), graphs
 // instantiated twice, updated, launched many times, destroyed, and a capture invalidated
-// (tests/integration/graph_workload.cc). The report must count each captured operation exactly
+// (tests/integration/programs/graph_workload.cc). The report must count each captured operation exactly
 // once per successful launch (not at capture, not once), say which part came from graph replays,
 // and the program's output must be the same with and without the shim.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// A shared library for the shim's loader tests (tests/integration/shim_test.cc), built twice:
+// A shared library for the shim's loader tests (tests/integration/shim/shim_test.cc), built twice:
 // against the real libcudart.so.13 (loaded by Python ctypes, RTLD_LOCAL) and against the simulated
 // libcudart.so.12 (loaded next to cudart 13 in one process). One function: enable peer access
 // src->dst in this library's own runtime, copy between the devices, check the bytes arrived.

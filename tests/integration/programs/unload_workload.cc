@@ -1,6 +1,6 @@
 // A program that is not linked to the CUDA runtime and uses it only through a library it opens
 // (RTLD_LOCAL, as Python's ctypes does) and closes again, N times: each dlclose unloads cudart.
-//   unload_workload LIB N     LIB: unload_copy_lib (tests/integration/unload_copy_lib.cc)
+//   unload_workload LIB N     LIB: unload_copy_lib (tests/integration/programs/unload_copy_lib.cc)
 #include <dlfcn.h>
 
 #include <cstdio>

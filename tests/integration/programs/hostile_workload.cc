@@ -1,4 +1,4 @@
-// Programs that do what real jobs do to the ground a tracer stands on (tests/integration/hostile_test.cc
+// Programs that do what real jobs do to the ground a tracer stands on (tests/integration/shim/hostile_test.cc
 // runs each bare and under the shim; what it prints and leaves behind must be the same).
 // Linked to the real libcudart and libnccl (RUNPATH); runs on the simulated node.
 //   closefds DATA      NCCL logs once (its debug file opens), then every descriptor from 3 to 1023 is

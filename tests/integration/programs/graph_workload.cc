@@ -11,7 +11,7 @@
 //   g4 (global mode):       a memset alone (nothing the shim records): launched kLaunches5 times
 // Launches: exec1 kLaunches1 times, exec2 kLaunches2 times before its update and kLaunches3 after,
 // exec3 kLaunches4 times. Outside any graph: one 0→1 copy of kCopyA and one allreduce of kCountA.
-// tests/integration/graph_test.cc holds the same constants and checks the report's totals.
+// tests/integration/shim/graph_test.cc holds the same constants and checks the report's totals.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 

@@ -1,6 +1,6 @@
 // On the simulated NCCL: a job whose processes are in six communicators (world,
 // an eager split, a lazily created group, the split destroyed and made again, two created in one
-// group; tests/integration/nccl_comms_workload.cc), lazy (2.22+) and at init
+// group; tests/integration/programs/nccl_comms_workload.cc), lazy (2.22+) and at init
 // (NCCL_RUNTIME_CONNECT=0). `p2ptrace explain` over the per-process NCCL_DEBUG_FILE logs must tie
 // every connection line to a communicator and give each communicator both ring directions.
 // A ring job failing on a full /dev/shm is explained as shm-too-small.
