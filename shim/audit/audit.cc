@@ -148,7 +148,7 @@ __attribute__((visibility("default"))) unsigned int la_objopen(struct link_map* 
   *cookie = kind;
   // Only BINDTO: a PLT binding is audited only when its caller has BINDFROM too, so a program
   // linked against these libraries binds as without the auditor; a dlsym is audited when either
-  // side asks (rtld-audit's long-standing rule, checked in tests/integration/audit_test.cc).
+  // side asks (rtld-audit's long-standing rule, checked in tests/integration/shim/audit_test.cc).
   return LA_FLG_BINDTO;
 }
 

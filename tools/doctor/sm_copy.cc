@@ -19,7 +19,7 @@ namespace p2ptrace::cli {
   "  mul.wide.u32 %rd6, %r4, %r2;\n"
 
 // PTX ISA 7.0 for sm_50: every driver since CUDA 11 compiles it for its GPU (ptxas checks it at build
-// time: tests/unit/sm_copy_test.cc).
+// time: tests/unit/tools/doctor/sm_copy_test.cc).
 const char kSmCopyPtx[] = R"(.version 7.0
 .target sm_50
 .address_size 64
