@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <set>
 
+#include "core/nccl_net.h"
 #include "p2ptrace/vocabulary.h"
 
 namespace p2ptrace {
@@ -534,8 +535,9 @@ void NcclLogParser::ParseSegment(std::string_view segment) {
 bool NcclLogParser::ParseMessage(std::string_view m, bool is_warn, const NcclLogger& logger) {
   const uint64_t line = log_.lines_read + 1;
   if (is_warn) log_.warnings.push_back({std::string(m), logger, line});
+  bool net = ParseNet(m, logger);
   if (ParseRefusal(m, logger)) return true;
-  if (is_warn) return true;
+  if (is_warn || net) return true;
   if (m.starts_with("Channel ") || m.starts_with("Ring ") || m.starts_with("CollNet ") || m.starts_with("Coll "))
     return ParseChannelLine(m, logger);
   if (m.starts_with("Trees")) return ParseTrees(m, logger);
@@ -609,6 +611,17 @@ bool NcclLogParser::ParseRefusal(std::string_view m, const NcclLogger& logger) {
   std::string_view kind = MessageRefusalKind(m);
   if (kind.empty()) return false;
   log_.refusals.push_back({std::string(kind), std::string(m), logger, log_.lines_read + 1});
+  return true;
+}
+
+bool NcclLogParser::ParseNet(std::string_view m, const NcclLogger& logger) {
+  const uint64_t line = log_.lines_read + 1;
+  std::vector<NcclNote>* to = ParseNetDevices(m) ? &log_.net_devices
+                              : ParseGdrDecision(m) ? &log_.gdr
+                              : !NetFailureKind(m).empty() ? &log_.net_failures
+                                                           : nullptr;
+  if (to == nullptr) return false;
+  to->push_back({std::string(TrimRight(m)), logger, line});
   return true;
 }
 

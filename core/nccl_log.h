@@ -161,6 +161,12 @@ struct NcclLog {
   std::vector<NcclNote> p2p_notes;  // Check P2P Type, NVLS multicast support
   std::vector<NcclNote> connected;  // Connected all rings/trees …
   std::vector<NcclNote> warnings;   // every NCCL WARN message
+  // The network's lines, kept whole and read apart by core/nccl_net.h: `NET/… : Using …` device lines
+  // (ParseNetDevices), GPUDirect RDMA decisions (ParseGdrDecision; a Disabled one is a refusal too),
+  // and the lines that say why the RDMA network is unusable (NetFailureKind).
+  std::vector<NcclNote> net_devices;
+  std::vector<NcclNote> gdr;
+  std::vector<NcclNote> net_failures;
   std::vector<NcclResultLine> results;  // failed return codes (see NcclResultLine)
   std::vector<RingOrder> rings;
   std::vector<TreeEntry> trees;
@@ -239,6 +245,7 @@ class NcclLogParser {
   bool ParseTrees(std::string_view message, const NcclLogger& logger);
   bool ParseEnv(std::string_view message, const NcclLogger& logger);
   bool ParseRefusal(std::string_view message, const NcclLogger& logger);
+  bool ParseNet(std::string_view message, const NcclLogger& logger);
   bool ParseResult(std::string_view message, const NcclLogger& logger, bool whole_line);
   void AddVersion(std::string_view version);
   void Attribute(Pending p, const NcclLogger& logger);

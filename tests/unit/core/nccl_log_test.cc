@@ -2,6 +2,7 @@
 // (the directory is listed when the test starts: adding a fixture adds a case), plus the shapes the
 // fixtures do not cover and the inputs a log tap meets (any split, CRLF, huge lines, garbage).
 #include "core/nccl_log.h"
+#include "core/nccl_net.h"
 
 #include <gtest/gtest.h>
 
@@ -209,6 +210,74 @@ void CompareSummary(const json& summary, const NcclLog& log, Mismatches* m) {
   m->Check(0, "summary: transports", summary.at("by_transport").size(), by_transport.size());
 }
 
+// The sidecar's hand-read `net` block (core/nccl_net.h): every NET connection's network, NIC, PXN
+// relay, GPUDirect RDMA and shared buffers; the devices of each `NET/… : Using` line; every GPUDirect
+// RDMA decision; the lines that say why the RDMA network is unusable. (The sidecars also list
+// plugins' own lines there, which name no such reason: those are not asked of the parser.)
+void CompareNet(const json& net, const NcclLog& log, Mismatches* m) {
+  std::map<uint64_t, const Connection*> conns;
+  for (const Connection& c : log.connections) conns[c.line] = &c;
+  for (const json& e : net.value("connections", json::array())) {
+    uint64_t l = e.at("line").get<uint64_t>();
+    auto it = conns.find(l);
+    std::optional<p2ptrace::NetPath> p = it == conns.end() ? std::nullopt : p2ptrace::ParseNetPath(it->second->transport);
+    if (!p) {
+      m->Add("line " + std::to_string(l) + ": expected a NET connection, parsed none");
+      continue;
+    }
+    m->Check(l, "network", e.at("plugin").get<std::string>(), p->network);
+    m->Check(l, "nic", e.at("nic").get<int>(), p->nic);
+    m->Check(l, "gdr", e.at("gdr").get<bool>(), p->gdr);
+    m->Check(l, "proxy_rank", IntOrNone(e, "proxy_rank"), p->proxy_rank);
+    m->Check(l, "shared", e.at("shared").get<bool>(), p->shared);
+  }
+  std::map<std::pair<uint64_t, int>, p2ptrace::NetDevice> devices;
+  for (const p2ptrace::NcclNote& n : log.net_devices) {
+    std::optional<std::vector<p2ptrace::NetDevice>> line = p2ptrace::ParseNetDevices(n.text);
+    for (const p2ptrace::NetDevice& d : *line) devices[{n.line, d.index}] = d;
+  }
+  size_t listed = 0;
+  for (const json& e : net.value("devices", json::array())) {
+    if (e.at("index").is_null()) continue;  // a plugin's own device line (aws-ofi-nccl's NIC groups)
+    ++listed;
+    uint64_t l = e.at("line").get<uint64_t>();
+    auto it = devices.find({l, e.at("index").get<int>()});
+    if (it == devices.end()) {
+      m->Add("line " + std::to_string(l) + ": expected NET device " + e.at("index").dump() + ", parsed none");
+      continue;
+    }
+    const p2ptrace::NetDevice& d = it->second;
+    m->Check(l, "device network", e.at("plugin").get<std::string>(), d.network);
+    m->Check(l, "device name", StrOrNone(e, "name"), d.name);
+    m->Check(l, "device port", IntOrNone(e, "port"), d.port);
+    m->Check(l, "device link", StrOrNone(e, "link"), d.link);
+    m->Check(l, "device interface", StrOrNone(e, "interface"), d.interface);
+    m->Check(l, "device address", StrOrNone(e, "address"), d.address);
+    if (e.contains("flags")) m->Check(l, "device flags", e.at("flags").dump(), json(d.flags).dump());
+  }
+  m->Check(0, "NET devices", listed, devices.size());
+  std::vector<const p2ptrace::NcclNote*> gdr;
+  for (const p2ptrace::NcclNote& n : log.gdr) gdr.push_back(&n);
+  PairByLine<p2ptrace::NcclNote>(net.value("gdr_lines", json::array()), gdr, "GPUDirect RDMA line", m,
+                                 [&](const json& e, const p2ptrace::NcclNote& n) {
+    uint64_t l = n.line;
+    p2ptrace::GdrDecision g = *p2ptrace::ParseGdrDecision(n.text);
+    m->Check(l, "gdr enabled", e.at("enabled").get<bool>(), g.enabled);
+    m->Check(l, "gdr gpu", StrOrNone(e, "gpu"), g.gpu);
+    if (!e.at("hca").is_null()) m->Check(l, "gdr hca", e.at("hca").get<int>(), g.hca);
+    m->Check(l, "gdr distance", IntOrNone(e, "distance"), g.distance);
+    m->Check(l, "gdr level", IntOrNone(e, "level"), g.level);
+  });
+  json failures = json::array();
+  for (const json& e : net.value("net_errors", json::array()))
+    if (!p2ptrace::NetFailureKind(e.at("text").get<std::string>()).empty()) failures.push_back(e);
+  std::vector<const p2ptrace::NcclNote*> got;
+  for (const p2ptrace::NcclNote& n : log.net_failures) got.push_back(&n);
+  PairByLine<p2ptrace::NcclNote>(failures, got, "network failure line", m, [&](const json& e, const p2ptrace::NcclNote& n) {
+    m->Check(n.line, "network failure", e.at("text").get<std::string>(), n.text);
+  });
+}
+
 class NcclLogFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NcclLogFixture, ParsesToItsSidecar) {
@@ -227,6 +296,7 @@ TEST_P(NcclLogFixture, ParsesToItsSidecar) {
   CompareVersions(sidecar, log, &m);
   CompareInitComplete(e.value("init_complete_rank_map", json::array()), log, &m);
   if (e.contains("summary")) CompareSummary(e.at("summary"), log, &m);
+  if (sidecar.contains("net")) CompareNet(sidecar.at("net"), log, &m);
   EXPECT_TRUE(m.empty()) << log_path.filename().string() << " differs from its sidecar:\n" << m.Text();
   EXPECT_EQ(log.long_lines, 0u);
 }
