@@ -14,7 +14,7 @@ namespace {
 
 // Severity: error = the job hangs, fails or loses most of its bandwidth without NCCL saying so;
 // warning = a fallback someone chose or can change; info = the machine's design, or NCCL's deliberate choice.
-constexpr std::array<CauseInfo, 47> kCauses = {{
+constexpr std::array<CauseInfo, 55> kCauses = {{
     {"env-p2p-disabled", Severity::kWarning, "NCCL_P2P_DISABLE is set: NCCL does not use P2P between any GPUs",
      "unset NCCL_P2P_DISABLE (launchers such as Accelerate set it for some GPUs); it moves every pair of a node to "
      "host memory (SHM) or the network",
@@ -103,6 +103,46 @@ constexpr std::array<CauseInfo, 47> kCauses = {{
      "no GPUDirect RDMA: network traffic is copied through host memory by NCCL's proxy (up to ~10x slower)",
      "load nvidia_peermem (or use a dmabuf-capable kernel/driver) on every node",
      "`lsmod | grep nvidia_peermem`; NCCL logs `GPU Direct RDMA Disabled for HCA` and no `/GDRDMA` in `via NET/…`"},
+    {"gdr-no-module", Severity::kWarning,
+     "no peer-memory module: the NIC cannot reach GPU memory, so NCCL stages every network byte in host memory",
+     "load nvidia-peermem on every node (`modprobe nvidia-peermem`; with the GPU Operator, driver.rdma.enabled), or "
+     "let NCCL use DMA-BUF instead (NCCL 2.13 or later, Linux 5.12 or later, the open GPU kernel modules)",
+     "`lsmod | grep -E 'nvidia_peermem|nv_peer_mem'` and `ls /sys/kernel/mm/memory_peers`; NCCL logs `GPU Direct "
+     "RDMA Disabled for HCA n '…' (no module)`"},
+    {"gdr-distance", Severity::kWarning,
+     "the GPU and its NIC are farther apart than NCCL_NET_GDR_LEVEL allows: no GPUDirect RDMA for that GPU",
+     "put each rank on a GPU whose NIC sits under the same PCIe switch (rail-aligned placement; NCCL_IB_HCA per local "
+     "rank), or, where the platform carries GPUDirect RDMA across that path, raise NCCL_NET_GDR_LEVEL (PHB, SYS) after "
+     "measuring both with nccl-tests",
+     "`nvidia-smi topo -m` (the GPU's row against the NIC's column); NCCL logs `GPU Direct RDMA Disabled for GPU … "
+     "(distance D > L)` where its NET lines are shown"},
+    {"gdr-off-unexplained", Severity::kWarning,
+     "no GPUDirect RDMA on the network connections, and the log does not say why",
+     "run `p2ptrace doctor` on the node (peer-memory module, DMA-BUF, the GPU-NIC distance); rerun with "
+     "NCCL_DEBUG_SUBSYS=INIT,NET so that NCCL prints its GPU Direct RDMA decisions",
+     "`lsmod | grep nvidia_peermem`; `nvidia-smi topo -m`"},
+    {"env-gdr-read-off", Severity::kWarning, "NCCL_NET_GDR_READ=0: sends are staged in host memory",
+     "unset NCCL_NET_GDR_READ", "the NCCL log prints `NCCL_NET_GDR_READ set by environment to 0`"},
+    {"gdr-read-off", Severity::kInfo,
+     "GPUDirect RDMA for receives only: NCCL keeps it off for sends on this GPU by default",
+     "nothing to fix by default: NCCL reads GPU memory for sends from compute capability 8.0 or with NVLink; "
+     "NCCL_NET_GDR_READ=1 turns it on, to keep only if nccl-tests shows it faster",
+     "`[send]` lines without `/GDRDMA` while `[receive]` lines have it"},
+    {"net-no-rdma-device", Severity::kWarning,
+     "no usable InfiniBand/RoCE device: NCCL's network connections run over TCP sockets",
+     "make an RDMA NIC usable to the job: `ibv_devinfo` must list it with a port in PORT_ACTIVE; in a container pass "
+     "/dev/infiniband and the rdma-core libraries; an NCCL_IB_HCA that is set must name a device that exists",
+     "`ibv_devinfo`; NCCL logs `NET/IB : No device found.` and then `NET/Socket : Using …`"},
+    {"net-no-verbs", Severity::kWarning,
+     "libibverbs is missing: NCCL cannot open InfiniBand/RoCE and its network connections run over TCP sockets",
+     "install rdma-core's libibverbs in the image the job runs in (Debian/Ubuntu: libibverbs1 and ibverbs-providers; "
+     "RHEL: rdma-core and libibverbs)",
+     "`ldconfig -p | grep libibverbs`; NCCL logs `Failed to open libibverbs.so`"},
+    {"net-socket-unexplained", Severity::kWarning,
+     "NCCL's network connections run over TCP sockets, and the log does not say why",
+     "run `p2ptrace doctor` on the node (RDMA devices, their ports, libibverbs, NCCL_IB_* settings); rerun with "
+     "NCCL_DEBUG_SUBSYS=INIT,NET so that NCCL prints why it did not use InfiniBand/RoCE",
+     "`ibv_devinfo`; NCCL logs `NET/Socket : Using …` without a `NET/IB : Using …` line"},
     {"pcie-downtrained", Severity::kWarning, "a GPU's PCIe link runs below its maximum speed or width",
      "reseat the GPU or riser, check the slot's BIOS setting (Gen/bifurcation) and the power state under load",
      "`nvidia-smi -q -d PCI` (Link Width/Generation Current vs Max) while the GPU is busy"},
