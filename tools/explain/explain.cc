@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <tuple>
 
@@ -119,6 +120,24 @@ bool SameKind(int observed, int predicted) {
   return observed == predicted;
 }
 
+// A degraded NET connection group as a finding: its host, what it lacks, the ranks, and the cause
+// the host's own lines show, or where to look when they show none.
+Finding NetFindingOf(const NetFinding& n) {
+  const CauseInfo* info = FindCause(n.cause);
+  std::string host = n.host.empty() ? "the host of the unprefixed lines" : n.host;
+  Finding f;
+  f.id = "nccl-net";
+  f.cause = n.cause;
+  f.severity = info ? std::string(SeverityName(info->severity)) : "warning";
+  f.title = fmt::format("{}: {} ({} connection line{})", host, NetShortfallText(n.shortfall), n.lines,
+                        n.lines == 1 ? "" : "s");
+  for (const auto& [src, dst] : n.pairs) f.pairs.push_back(fmt::format("rank {} -> rank {}", src, dst));
+  f.evidence = n.evidence;
+  if (!n.settled) f.evidence.push_back(fmt::format("the log does not say why: run `p2ptrace doctor` on {}", host));
+  f.fix = info ? std::string(info->fix) : "";
+  return f;
+}
+
 }  // namespace
 
 Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
@@ -142,6 +161,9 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     }
     for (const Refusal& r : log.refusals) e.refusals.push_back({f.path, r.line, r.text, r.logger, r.kind});
 
+    for (const NcclNote& n : log.net_devices)
+      if (std::optional<std::vector<NetDevice>> devices = ParseNetDevices(n.text))
+        for (NetDevice& d : *devices) e.net_devices.push_back({f.path, n.line, n.logger, std::move(d)});
     for (const EnvSetting& s : log.env)
       e.env.push_back({f.path, s.line, fmt::format("{} set by environment to {}", s.name, s.value), s.logger, ""});
   }
@@ -150,6 +172,7 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
   std::vector<NamedNcclLog> named;
   for (const ExplainFile& f : files) named.push_back({f.path, &f.log});
   e.failures = DiagnoseNcclFailures(named);
+  e.net = DiagnoseNet(named);
   for (Communicator& g : e.communicators) {
     std::sort(g.ranks.begin(), g.ranks.end(), [](const ExplainRank& a, const ExplainRank& b) {
       return std::tie(a.id.rank, a.id.host, a.id.pid) < std::tie(b.id.rank, b.id.host, b.id.pid);
@@ -176,6 +199,7 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     e.findings.push_back(std::move(f));
   }
   for (const SourceLine& r : e.refusals) {
+    if (r.kind == "no-gdr" && !e.net.empty()) continue;  // the network's findings below name the cause per host
     Finding f;
     f.id = "nccl-refusal";
     f.severity = "warning";
@@ -184,6 +208,7 @@ Explanation BuildExplanation(const std::vector<ExplainFile>& files) {
     f.fix = FixFor(f.cause);
     e.findings.push_back(std::move(f));
   }
+  for (const NetFinding& n : e.net) e.findings.push_back(NetFindingOf(n));
   return e;
 }
 

@@ -15,6 +15,8 @@
 
 #include "core/nccl_failures.h"
 #include "core/nccl_log.h"
+#include "core/nccl_net.h"
+#include "core/net_diagnosis.h"
 #include "core/predict.h"
 #include "core/topo_matrix.h"
 #include "nlohmann/json.hpp"
@@ -88,6 +90,14 @@ struct TopoExplanation {
   std::vector<Comparison> comparisons;
 };
 
+// One device of a `NET/… : Using` line (core/nccl_net.h), and who printed it where.
+struct ExplainNetDevice {
+  std::string file;
+  uint64_t line = 0;
+  NcclLogger logger;
+  NetDevice device;
+};
+
 struct ExplainOptions {
   bool json = false;
   std::vector<std::string> env;  // NAME=VALUE
@@ -104,8 +114,10 @@ struct Explanation {
   std::vector<SourceLine> refusals;
   std::vector<SourceLine> env;  // every `X set by environment to Y` line
   size_t warnings = 0;
-  size_t ambiguous = 0;
-  std::vector<NcclFailure> failures;  // NCCL's WARN lines and failed return codes, by cause (evidence names the file)  // connection lines that fit several communicators of their process equally
+  size_t ambiguous = 0;  // connection lines that fit several communicators of their process equally
+  std::vector<NcclFailure> failures;  // NCCL's WARN lines and failed return codes, by cause (evidence names the file)
+  std::vector<ExplainNetDevice> net_devices;  // the networks' devices, as each host printed them
+  std::vector<NetFinding> net;  // degraded NET connections by host, each with its cause
   std::vector<Finding> findings;
   std::optional<TopoExplanation> topo;
 };

@@ -1,4 +1,6 @@
 // `p2ptrace explain --json` (DESIGN.md §7): the explanation's model as one JSON object.
+#include <optional>
+
 #include "core/causes.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
@@ -8,6 +10,14 @@ namespace p2ptrace::cli {
 namespace {
 
 using nlohmann::json;
+
+// A NET connection's transport read apart (core/nccl_net.h); null for any other transport.
+json NetJson(const std::string& transport) {
+  std::optional<NetPath> p = ParseNetPath(transport);
+  if (!p) return nullptr;
+  return {{"network", p->network}, {"nic", p->nic}, {"proxy_rank", p->proxy_rank >= 0 ? json(p->proxy_rank) : json(nullptr)},
+          {"gdr", p->gdr}, {"gdr_over_pci", p->gdr_over_pci}, {"shared", p->shared}};
+}
 
 void AddTopoJson(const TopoExplanation& t, json& j) {
   const TopoMatrix& m = t.matrix;
@@ -83,7 +93,21 @@ json RenderExplainJson(const Explanation& e) {
          {"src_rank", c.src_rank}, {"dst_rank", num(c.dst_rank)}, {"src_dev", str(c.src_dev)},
          {"dst_dev", str(c.dst_dev)}, {"transport", c.transport}, {"class", TransportName(c.transport_class)},
          {"direction", str(c.direction)}, {"host", str(c.logger.host)}, {"pid", num(c.logger.pid)},
-         {"cuda_dev", num(c.logger.cuda_dev)}, {"file", ec.file}, {"line", c.line}});
+         {"cuda_dev", num(c.logger.cuda_dev)}, {"file", ec.file}, {"line", c.line}, {"net", NetJson(c.transport)}});
+  }
+  j["net_devices"] = json::array();
+  for (const ExplainNetDevice& d : e.net_devices)
+    j["net_devices"].push_back({{"network", d.device.network}, {"index", d.device.index}, {"name", str(d.device.name)},
+                                {"port", num(d.device.port)}, {"link", str(d.device.link)}, {"flags", d.device.flags},
+                                {"interface", str(d.device.interface)}, {"address", str(d.device.address)},
+                                {"host", str(d.logger.host)}, {"pid", num(d.logger.pid)}, {"file", d.file},
+                                {"line", d.line}});
+  j["net"] = json::array();
+  for (const NetFinding& n : e.net) {
+    json pairs = json::array();
+    for (const auto& [src, dst] : n.pairs) pairs.push_back({{"src_rank", src}, {"dst_rank", dst}});
+    j["net"].push_back({{"host", str(n.host)}, {"shortfall", NetShortfallText(n.shortfall)}, {"cause", n.cause},
+                        {"settled", n.settled}, {"lines", n.lines}, {"pairs", pairs}, {"evidence", n.evidence}});
   }
   j["pairs"] = json::array();
   for (const Communicator& g : e.communicators)
@@ -105,7 +129,7 @@ json RenderExplainJson(const Explanation& e) {
   j["findings"] = json::array();
   for (const Finding& f : e.findings)
     j["findings"].push_back({{"id", f.id}, {"severity", f.severity}, {"cause", f.cause}, {"pairs", f.pairs},
-                             {"evidence", f.evidence}, {"fix", f.fix}});
+                             {"evidence", f.evidence}, {"fix", f.fix}, {"title", str(f.title)}});
   if (e.topo) AddTopoJson(*e.topo, j);
   return j;
 }

@@ -1,6 +1,8 @@
 // `p2ptrace explain`'s text: per communicator its ranks and pairs, NCCL's reasons, failures and fixes,
 // and a topology's matrix with the predicted path of every GPU pair.
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -101,6 +103,65 @@ std::string RenderTopoText(const TopoExplanation& t) {
   return out;
 }
 
+// Per host that printed NET connection lines: the networks and NICs they name (with what the
+// host's `NET/… : Using` line says of each), how many have GPUDirect RDMA each way, the PXN relays.
+std::string NetText(const Explanation& e) {
+  struct Host {
+    std::map<std::pair<std::string, int>, std::string> nics;  // (network, nic) -> device text
+    size_t lines = 0, gdr_send = 0, sends = 0, gdr_receive = 0, receives = 0;
+    std::set<int> relays;
+  };
+  std::map<std::string, Host> hosts;
+  std::vector<std::string> order;
+  for (const ExplainConnection& ec : e.connections) {
+    std::optional<NetPath> p = ParseNetPath(ec.c.transport);
+    if (!p) continue;
+    auto [it, fresh] = hosts.try_emplace(ec.c.logger.host);
+    if (fresh) order.push_back(ec.c.logger.host);
+    Host& h = it->second;
+    h.nics.try_emplace({p->network, p->nic}, "");
+    ++h.lines;
+    bool send = ec.c.direction == "send";
+    (send ? h.sends : h.receives) += 1;
+    if (p->gdr) (send ? h.gdr_send : h.gdr_receive) += 1;
+    if (p->proxy_rank >= 0) h.relays.insert(p->proxy_rank);
+  }
+  if (hosts.empty()) return "";
+  for (const ExplainNetDevice& d : e.net_devices) {
+    auto h = hosts.find(d.logger.host);
+    if (h == hosts.end()) continue;
+    auto nic = h->second.nics.find({d.device.network, d.device.index});
+    if (nic == h->second.nics.end() || !nic->second.empty()) continue;
+    nic->second = d.device.name.empty() ? fmt::format(" ({} {})", d.device.interface, d.device.address)
+                                        : fmt::format(" ({} port {}, {})", d.device.name, d.device.port, d.device.link);
+  }
+  std::string out = "\nnetwork (NET) connections, by the host that printed them:\n";
+  for (const std::string& name : order) {
+    const Host& h = hosts[name];
+    std::string nics;
+    for (const auto& [k, text] : h.nics) nics += fmt::format("{}{} NIC {}{}", nics.empty() ? "" : ", ", k.first, k.second, text);
+    auto gdr = [](size_t with, size_t all) { return all == 0 ? std::string("-") : fmt::format("{} of {}", with, all); };
+    out += fmt::format("  {}: {}; {} line{}; GPUDirect RDMA: sends {}, receives {}", name.empty() ? "(no prefix)" : name,
+                       nics, h.lines, h.lines == 1 ? "" : "s", gdr(h.gdr_send, h.sends), gdr(h.gdr_receive, h.receives));
+    if (!h.relays.empty()) {
+      std::string relays;
+      for (int r : h.relays) relays += (relays.empty() ? "" : ", ") + std::to_string(r);
+      out += fmt::format("; PXN: sends relayed through rank{} {}", h.relays.size() == 1 ? "" : "s", relays);
+    }
+    out += "\n";
+  }
+  for (const NetFinding& n : e.net) {
+    std::string ranks;
+    for (size_t i = 0; i < n.pairs.size() && i < 4; ++i) ranks += fmt::format("{}{} -> {}", i ? ", " : "", n.pairs[i].first, n.pairs[i].second);
+    if (n.pairs.size() > 4) ranks += fmt::format(", … ({} pairs)", n.pairs.size());
+    out += fmt::format("  [{}] {}: {} (ranks {})\n", n.cause, n.host.empty() ? "(no prefix)" : n.host,
+                       NetShortfallText(n.shortfall), ranks);
+    for (const std::string& ev : n.evidence) out += fmt::format("      {}\n", ev);
+    if (!n.settled) out += fmt::format("      the log does not say why: run `p2ptrace doctor` on {}\n", n.host.empty() ? "that host" : n.host);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string RenderExplainText(const Explanation& e) {
@@ -161,6 +222,7 @@ std::string RenderExplainText(const Explanation& e) {
     out += fmt::format("\n{} connection line{} fit several communicators of {} process equally (the same rank, ranks "
                        "and GPUs): counted with the most recently created\n",
                        e.ambiguous, e.ambiguous == 1 ? "" : "s", e.ambiguous == 1 ? "its" : "their");
+  out += NetText(e);
   if (!e.refusals.empty()) {
     out += "\nwhy — NCCL's own lines that explain a fallback:\n";
     for (const SourceLine& r : e.refusals) out += fmt::format("  {}  {}{}\n", r.Where(), r.text, Who(r.logger));

@@ -230,7 +230,56 @@ TEST(Explain, TwoLogsTogether) {
   for (const json& p : j["pairs"]) communicators.insert(p["communicator"].get<std::string>());
   EXPECT_EQ(communicators, (std::set<std::string>{"nranks=8", "0xf6bfaf5466e2b71f"}));
   EXPECT_EQ(j["ranks"].size(), 4u + 2u);
-  EXPECT_TRUE(j["findings"].empty());
+  // 2.7.8's node went over TCP sockets because libibverbs was missing: its own line says so.
+  ASSERT_EQ(j["findings"].size(), 1u) << j["findings"];
+  const json& f = j["findings"][0];
+  EXPECT_EQ(f["id"], "nccl-net");
+  EXPECT_EQ(f["cause"], "net-no-verbs");
+  EXPECT_NE(f["title"].get<std::string>().find("tesla-105: TCP sockets"), std::string::npos) << f;
+  EXPECT_NE(f["evidence"][0].get<std::string>().find(":4: Failed to open libibverbs.so"), std::string::npos) << f;
+  ASSERT_EQ(j["net"].size(), 1u);
+  EXPECT_EQ(j["net"][0]["settled"], true);
+  // 2.7.8's four processes each print `NET/Socket : Using [0]eno2:192.168.1.105<0>`; 2.22.3's one
+  // process `NET/IB : Using [0]mlx5_0:1/IB` and three more HCAs.
+  ASSERT_EQ(j["net_devices"].size(), 8u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(j["net_devices"][i]["interface"], "eno2") << j["net_devices"][i];
+  for (size_t i = 4; i < 8; ++i) EXPECT_EQ(j["net_devices"][i]["name"], "mlx5_" + std::to_string(i - 4));
+}
+
+// Multi-node logs: every NET connection read apart (NIC, PXN relay, GPUDirect RDMA), and each host's
+// degraded connections with the cause its own lines show, or the plain word that they show none.
+TEST(Explain, NetConnectionsAndWhyTheyTookTheHostPath) {
+  json pxn = ExplainJson({Fixture("52-")});  // 2.27.5 RoCE, PXN through rank 8, GDR everywhere
+  size_t relayed = 0;
+  for (const json& c : pxn["connections"]) {
+    if (c["net"].is_null()) continue;
+    EXPECT_TRUE(c["net"]["gdr"].get<bool>()) << c;
+    relayed += c["net"]["proxy_rank"] == 8;
+  }
+  EXPECT_EQ(relayed, 4u);  // the sends of rank 9's channels through rank 8's NIC
+  EXPECT_TRUE(pxn["net"].empty());
+
+  json module = ExplainJson({Fixture("47-")});  // `(no module)` printed on one of the two hosts
+  ASSERT_EQ(module["net"].size(), 2u) << module["net"];
+  EXPECT_EQ(module["net"][0]["cause"], "gdr-no-module");
+  EXPECT_EQ(module["net"][1]["cause"], "gdr-off-unexplained");
+  EXPECT_EQ(module["net"][1]["settled"], false);
+  bool doctor_named = false;
+  for (const json& f : module["findings"])
+    for (const json& ev : f["evidence"])
+      doctor_named |= ev.get<std::string>() == "the log does not say why: run `p2ptrace doctor` on 6a5a91752e39";
+  EXPECT_TRUE(doctor_named) << module["findings"];
+
+  json distance = ExplainJson({Fixture("41-")});  // 2.4: `distance 3 >= 2`
+  ASSERT_FALSE(distance["net"].empty());
+  for (const json& n : distance["net"]) EXPECT_EQ(n["cause"], "gdr-distance") << n;
+  for (const json& f : distance["findings"]) EXPECT_NE(f["cause"], "no-gdr") << "the refusal line is the net finding's evidence";
+
+  RunResult text = RunProgram({P2PTRACE_CLI, "explain", Fixture("45-"), Fixture("46-")});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("[net-no-rdma-device] ip-172-31-1-93: TCP sockets instead of InfiniBand/RoCE"),
+            std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("[net-socket-unexplained] ip-172-31-12-210: TCP sockets"), std::string::npos) << text.out;
 }
 
 TEST(Explain, TextNamesPairsClassesAndRefusals) {
