@@ -73,7 +73,7 @@ std::vector<NetFinding> DiagnoseNet(const std::vector<NamedNcclLog>& logs) {
       else if (c.direction == "send" && hosts[c.logger.host].receives_with_gdr) s = NetShortfall::kNoGdrSends;
       else s = NetShortfall::kNoGdr;
       auto [it, fresh] = index.try_emplace({c.logger.host, s}, out.size());
-      if (fresh) out.push_back({c.logger.host, s, "", false, {}, {}, 0});
+      if (fresh) out.push_back({c.logger.host, c.logger.pid, s, "", false, {}, {}, 0});
       NetFinding& f = out[it->second];
       ++f.lines;
       if (std::find(f.pairs.begin(), f.pairs.end(), std::pair{c.src_rank, c.dst_rank}) == f.pairs.end())

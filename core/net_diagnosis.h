@@ -26,6 +26,7 @@ std::string_view NetShortfallText(NetShortfall s);  // "TCP sockets", "no GPUDir
 
 struct NetFinding {
   std::string host;        // as the log prints it ("" for lines without NCCL's prefix)
+  int pid = -1;            // the process of its first line
   NetShortfall shortfall = NetShortfall::kNoGdr;
   std::string cause;       // catalog id
   bool settled = false;    // the log names the cause; false: it does not (`cause` is an *-unexplained id)

@@ -43,6 +43,7 @@ struct NvLink {
 
 struct Nic {
   std::string name, parent, kind;  // kind: ib | roce | eth
+  std::string state = "ACTIVE";    // the port's state (ports/1/state): ACTIVE, DOWN, INIT
 };
 
 enum class Virtualization { kNone, kPassthrough, kVgpu };
@@ -53,6 +54,7 @@ struct Host {
   long dev_shm_mb = 0;
   long shm_device = 0;
   bool gdr = false;
+  bool libibverbs = true;  // rdma-core's libibverbs is installed where the job runs
   bool config_space_readable = false;  // probes run as root: a bridge's full PCI config space (ACS) reads
   std::vector<std::string> cpus;
   std::vector<PcieSwitch> switches;

@@ -395,6 +395,7 @@ Report ReportBuilder::Finish() {
            std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.host, y.dst.gpu, y.dst.bus_id, y.transport, y.source);
   });
   for (PairEntry& e : rep.pairs) s.predictions.ApplyTo(e);
+  s.nccl.ApplyNetCauses(rep);
   for (ProcessInfo& p : rep.processes)
     if (s.predictions.NvmlAnswered(p.host) && !p.links_from_probe) {
       p.links_from_probe = true;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/causes.h"
+#include "core/nccl_net.h"
 #include "core/probe_parsers.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
@@ -57,6 +58,7 @@ NcclFold::Conn& NcclFold::Conn::operator+=(const Conn& o) {
   channels += o.channels;
   from_log |= o.from_log;
   from_trace |= o.from_trace;
+  degraded_on.insert(o.degraded_on.begin(), o.degraded_on.end());
   return *this;
 }
 
@@ -121,7 +123,9 @@ void NcclFold::AddTraceConns(const Trace& t, const TraceFold& f, size_t process)
     AddRingHop(key, c.channel, c.conn_index, c.src_rank, c.dst_rank,
                c.direction == P2PTRACE_NCCL_CONN_RECEIVE ? "receive" : "", c.line);
     Conn& nc = tc.conns[{key, c.src_rank, c.dst_rank, c.transport_class}];
-    nc.transports.insert(Field(c.transport));
+    std::string transport = Field(c.transport);
+    if (std::optional<NetPath> p = ParseNetPath(transport); p && !p->gdr) nc.degraded_on.insert(tc.host);
+    nc.transports.insert(std::move(transport));
     ++nc.channels;
     nc.from_trace = true;
   }
@@ -263,9 +267,15 @@ void NcclFold::AddLog(const NcclLogFile& f, Report& rep) {
     nc.transports.insert(c.transport);
     ++nc.channels;
     nc.from_log = true;
+    if (std::optional<NetPath> p = ParseNetPath(c.transport); p && !p->gdr) nc.degraded_on.insert(me.host);
     logged_.insert({whole(c.logger), c.logger.pid});
   }
   for (const Refusal& r : f.log.refusals) first_refusal_.try_emplace(whole(r.logger), r);
+  for (NetFinding& n : DiagnoseNet({NamedNcclLog{f.path, &f.log}})) {
+    n.host = WholeHost(n.host, n.pid, hint);
+    auto [it, fresh] = net_causes_.try_emplace({n.host, n.shortfall}, n);
+    if (!fresh && n.settled && !it->second.settled) it->second = std::move(n);
+  }
   // One log at a time (one per process): a cause seen in several logs is one, its lines counted.
   for (NcclFailure& nf : DiagnoseNcclFailures({NamedNcclLog{f.path, &f.log}})) {
     auto same = std::find_if(causes_.begin(), causes_.end(),
@@ -286,8 +296,19 @@ void NcclFold::FinishConnections(Report& rep, const GpuIndex& gpus) {
   std::map<std::tuple<std::string, std::string, std::string, std::string, int>, PairEntry> pairs;
   // (comm key, src rank, dst rank) -> the entry of the class with the most connections
   std::map<std::tuple<std::string, int, int>, std::pair<int, PairEntry*>> by_ranks;
+  // A NET connection's sender and receiver each print their own side's GPUDirect RDMA: the pair's
+  // class is the worse of the two (its bytes are staged in host memory on that side).
+  std::map<std::tuple<std::string, int, int>, int> net_class;
   for (const auto& [k, nc] : conns_) {
     const auto& [key, src_rank, dst_rank, cls] = k;
+    if (cls != P2PTRACE_TRANSPORT_NET_GDR && cls != P2PTRACE_TRANSPORT_NET_IB) continue;
+    int& c = net_class[{key, src_rank, dst_rank}];
+    c = c == P2PTRACE_TRANSPORT_NET_IB || cls == P2PTRACE_TRANSPORT_NET_IB ? P2PTRACE_TRANSPORT_NET_IB : cls;
+  }
+  for (const auto& [k, nc] : conns_) {
+    const auto& [key, src_rank, dst_rank, printed_cls] = k;
+    auto net = net_class.find({key, src_rank, dst_rank});
+    const int cls = net != net_class.end() ? net->second : printed_cls;
     auto src = who_.find({key, src_rank});
     auto dst = who_.find({key, dst_rank});
     if (src == who_.end() || dst == who_.end()) continue;
@@ -306,6 +327,8 @@ void NcclFold::FinishConnections(Report& rep, const GpuIndex& gpus) {
     e.nccl_from = log && trace ? "log+trace" : log ? "log" : "trace";
     e.ranks.insert(src_rank);
     e.dst_ranks.insert(dst_rank);
+    if (!nc.degraded_on.empty())
+      net_degraded_[{e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}].insert(nc.degraded_on.begin(), nc.degraded_on.end());
     auto& best = by_ranks[{key, src_rank, dst_rank}];
     if (best.second == nullptr || nc.channels > best.first) best = {nc.channels, &e};
   }
@@ -527,6 +550,40 @@ std::vector<PairPath> NcclFold::StopPaths(const Report& rep, const GpuIndex& gpu
     out.push_back({id->second, src, dst, std::move(text), std::move(pair_gpus), risk});
   }
   return out;
+}
+
+void NcclFold::ApplyNetCauses(Report& rep) const {
+  for (PairEntry& e : rep.pairs) {
+    if (e.source != "nccl" || e.src.host == e.dst.host) continue;
+    bool sockets = e.transport == P2PTRACE_TRANSPORT_NET_SOCKET;
+    if (!sockets && e.transport != P2PTRACE_TRANSPORT_NET_IB) continue;
+    auto degraded = net_degraded_.find({e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id});
+    if (degraded == net_degraded_.end()) continue;
+    std::vector<const NetFinding*> found;
+    for (const std::string& host : degraded->second)
+      for (NetShortfall s : sockets ? std::vector{NetShortfall::kSockets}
+                                    : std::vector{NetShortfall::kNoGdr, NetShortfall::kNoGdrSends})
+        if (auto it = net_causes_.find({host, s}); it != net_causes_.end()) found.push_back(&it->second);
+    bool known = !e.causes.empty() || std::any_of(found.begin(), found.end(), [](const NetFinding* n) { return n->settled; });
+    for (const NetFinding* n : found) {
+      if ((!n->settled && known) ||
+          std::any_of(e.causes.begin(), e.causes.end(), [&](const Cause& c) { return c.id == n->cause; }))
+        continue;
+      const CauseInfo* info = FindCause(n->cause);
+      Cause c{n->cause, {}, info ? std::string(info->fix) : "", info ? std::string(info->confirm) : "", "trace"};
+      for (const std::string& ev : n->evidence) c.evidence.push_back(fmt::format("{}: {}", n->host, ev));
+      if (!n->settled) c.evidence.push_back(fmt::format("{}'s NCCL log does not say why: run `p2ptrace doctor` on {}", n->host, n->host));
+      e.causes.push_back(std::move(c));
+      if (info != nullptr && info->severity != Severity::kInfo) {
+        e.fallback = true;
+        if (e.expected == 0) e.expected = P2PTRACE_TRANSPORT_NET_GDR;
+      }
+    }
+    // A cause the log settled stands in for the job-start check's "unknown" (it saw only its own side).
+    if (std::any_of(found.begin(), found.end(), [](const NetFinding* n) { return n->settled; }))
+      e.causes.erase(std::remove_if(e.causes.begin(), e.causes.end(), [](const Cause& c) { return c.id == "unknown"; }),
+                     e.causes.end());
+  }
 }
 
 void NcclFold::AddFindings(Report& rep) const {

@@ -14,6 +14,7 @@
 
 #include "core/nccl_failures.h"
 #include "core/nccl_log.h"
+#include "core/net_diagnosis.h"
 #include "tools/report/gpu_index.h"
 #include "tools/report/report.h"
 #include "tools/report/trace_fold.h"
@@ -36,6 +37,10 @@ class NcclFold {
   void FinishPairs(Report& rep, const GpuIndex& gpus);
   // After the pairs' expectations are known (ReportBuilder's costs): the rings and their slowest hop.
   void FinishRings(Report& rep) const;
+  // After the job-start predictions' causes (NodePredictions::ApplyTo): each cross-host pair NCCL
+  // ran over TCP sockets or without GPUDirect RDMA takes the cause the NCCL log of the host whose
+  // side lacked it shows; the logs' "does not say why" only where no other cause is known.
+  void ApplyNetCauses(Report& rep) const;
   // Each connection as the stopped finding names an operation's pairs.
   std::vector<PairPath> StopPaths(const Report& rep, const GpuIndex& gpus) const;
   // NCCL's failures, one finding per cause, then the calls that failed.
@@ -52,6 +57,7 @@ class NcclFold {
     std::set<std::string> transports;
     int channels = 0;
     bool from_log = false, from_trace = false;
+    std::set<std::string> degraded_on;  // hosts whose side of it took sockets or lacked GPUDirect RDMA
     Conn& operator+=(const Conn& o);
   };
   using ConnKey = std::tuple<std::string, int, int, int>;  // (comm key, src rank, dst rank, class)
@@ -122,6 +128,11 @@ class NcclFold {
   // NCCL prints a host up to its first dot (gpu01 of gpu01.cluster.local); every key here holds the
   // whole name, as traces do. (printed host, pid) -> the traced processes' whole host names.
   std::map<std::pair<std::string, int>, std::vector<std::string>> traced_hosts_;
+  // Per whole host name and shortfall: the cause its NCCL logs show for its degraded NET connections
+  // (core/net_diagnosis.h), the one a log settled standing over "the log does not say".
+  std::map<std::pair<std::string, NetShortfall>, NetFinding> net_causes_;
+  // Per cross-host pair (src host, src bus, dst host, dst bus): the hosts whose side was degraded.
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, std::set<std::string>> net_degraded_;
 };
 
 }  // namespace p2ptrace::cli

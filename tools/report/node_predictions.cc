@@ -73,7 +73,9 @@ const PreflightPair* NodePredictions::PredictionFor(const PairEntry& e) const {
     }
     return nullptr;
   }
-  // Across hosts: the block of either end, its own GPU on that end.
+  // Across hosts: the block of either end, its own GPU on that end. Each end sees its own side of
+  // the path (its GPU, its NIC, its peer-memory module): the end that foresaw a fallback says why.
+  const PreflightPair* found = nullptr;
   for (const auto& [local, remote] : {std::pair{&e.src, &e.dst}, std::pair{&e.dst, &e.src}}) {
     const Host* hp = block(local->host);
     if (hp == nullptr) continue;
@@ -82,10 +84,12 @@ const PreflightPair* NodePredictions::PredictionFor(const PairEntry& e) const {
       if (a_foreign == b_foreign) continue;
       const std::string& mine = a_foreign ? p.bus_b : p.bus_a;
       const std::string& theirs = a_foreign ? p.bus_a : p.bus_b;
-      if (mine == local->bus_id && theirs == remote->bus_id && !mine.empty()) return &p;
+      if (mine != local->bus_id || theirs != remote->bus_id || mine.empty()) continue;
+      if (p.fallback) return &p;
+      if (found == nullptr) found = &p;
     }
   }
-  return nullptr;
+  return found;
 }
 
 // A direct pair's link from the node's facts: NVLink when the probe's link is NV<n>, PCIe P2P when
@@ -134,8 +138,17 @@ void NodePredictions::ApplyTo(PairEntry& e) const {
     Cause cause{c.id, c.evidence, info ? std::string(info->fix) : "see `p2ptrace doctor` on that node",
                 info ? std::string(info->confirm) : "", "preflight"};
     if (cause.evidence.empty() && info) cause.evidence.push_back(std::string(info->title));
+    // Between hosts, say whose probe saw it: each end's block speaks for its own side.
+    if (e.src.host != e.dst.host)
+      for (std::string& ev : cause.evidence) ev = BlockHost(p) + ": " + ev;
     e.causes.push_back(std::move(cause));
   }
+}
+
+std::string NodePredictions::BlockHost(const PreflightPair* p) const {
+  for (const auto& [host, h] : hosts_)
+    if (!h.pairs.empty() && p >= h.pairs.data() && p < h.pairs.data() + h.pairs.size()) return host;
+  return "";
 }
 
 bool NodePredictions::NvmlAnswered(const std::string& host) const {

@@ -37,6 +37,7 @@ class NodePredictions {
   };
   const Host* Of(const std::string& host) const;
   const PreflightPair* PredictionFor(const PairEntry& e) const;
+  std::string BlockHost(const PreflightPair* p) const;  // the host whose block holds `p`
   std::map<std::string, Host> hosts_;  // by the trace's host
 };
 

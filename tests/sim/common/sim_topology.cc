@@ -113,6 +113,7 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
   if (host.dev_shm_mb < 0) Fail(f + ".dev_shm_mb", "must not be negative");
   host.shm_device = static_cast<long>(Num(h, f, "shm_device", false, 1));
   host.gdr = Bool(h, f, "gdr", false);
+  host.libibverbs = Bool(h, f, "libibverbs", true);
   host.config_space_readable = Bool(h, f, "config_space_readable", false);
 
   std::set<std::string> ids;
@@ -203,6 +204,7 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
     n.parent = Str(nics[i], nf, "parent", false, host.cpus.front());
     if (!ids.count(n.parent)) Fail(nf + ".parent", "unknown CPU or switch \"" + n.parent + "\"");
     n.kind = OneOf(nics[i], nf, "kind", {"ib", "roce", "eth"}, "ib");
+    n.state = OneOf(nics[i], nf, "state", {"ACTIVE", "DOWN", "INIT"}, "ACTIVE");
     host.nics.push_back(n);
   }
   return host;

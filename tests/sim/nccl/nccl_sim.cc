@@ -780,9 +780,51 @@ bool P2pAllowed(Comm& c, const RankInfo& a, const RankInfo& b, const Host& host,
   return true;
 }
 
-bool HasIbNic(const Host* h) {
-  if (h == nullptr) return false;
-  return std::any_of(h->nics.begin(), h->nics.end(), [](const p2ptrace::Nic& n) { return n.kind == "ib" || n.kind == "roce"; });
+// The NICs NCCL's IB transport can use: InfiniBand or RoCE with an active port, libibverbs there to
+// open them, and NCCL_IB_DISABLE unset.
+std::vector<const p2ptrace::Nic*> IbNics(const Host* h) {
+  std::vector<const p2ptrace::Nic*> nics;
+  if (h == nullptr || !h->libibverbs || Param("NCCL_IB_DISABLE", 0) != 0) return nics;
+  for (const p2ptrace::Nic& n : h->nics)
+    if ((n.kind == "ib" || n.kind == "roce") && n.state == "ACTIVE") nics.push_back(&n);
+  return nics;
+}
+
+// ncclNetInit's lines, once per process, as the release prints them (docs/research/nccl-net-lines.md):
+// libibverbs missing (WARN before 2.11), no device, or the IB devices with each one's GPUDirect RDMA
+// (NET subsystem only: hidden by the default NCCL_DEBUG_SUBSYS); then sockets where IB is unusable.
+void ShowNetDevices() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const Host* h = TheNode().host;
+    if (h == nullptr) return;
+    const int v = VersionCode();
+    std::string oob = "eth0:10.0.0." + std::to_string(1 + (Fnv1a(h->name) % 250)) + "<0>";
+    if (Param("NCCL_IB_DISABLE", 0) == 0) {
+      if (!h->libibverbs) {
+        if (v < NCCL_VERSION(2, 11, 0)) WARN("Failed to open libibverbs.so[.1]");
+        else Info(kInit, "Failed to open libibverbs.so[.1]");
+      } else if (std::vector<const p2ptrace::Nic*> nics = IbNics(h); nics.empty()) {
+        Info(kInit | kNet, "NET/IB : No device found.");
+      } else {
+        std::string list;
+        for (size_t i = 0; i < nics.size(); ++i)
+          list += " [" + std::to_string(i) + "]" + nics[i]->name + ":1/" + (nics[i]->kind == "ib" ? "IB" : "RoCE");
+        Info(kInit | kNet, "NET/IB : Using%s ; OOB %s", list.c_str(), oob.c_str());
+        for (size_t i = 0; i < nics.size(); ++i) {
+          const char* name = nics[i]->name.c_str();
+          int hca = static_cast<int>(i);
+          if (v < NCCL_VERSION(2, 13, 0)) {
+            if (!h->gdr) Info(kNet, "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)", hca, name);
+          } else {
+            Info(kNet, "NET/IB : GPU Direct RDMA %s for HCA %d '%s'", h->gdr ? "Enabled" : "Disabled", hca, name);
+          }
+        }
+        return;
+      }
+    }
+    Info(kInit | kNet, "NET/Socket : Using [0]%s", oob.c_str());
+  });
 }
 
 Transport NetTransport(const RankInfo& a, const RankInfo& b) {
@@ -791,8 +833,8 @@ Transport NetTransport(const RankInfo& a, const RankInfo& b) {
   const Host* hb = HostOf(b);
   Transport t;
   t.kind = Transport::kNet;
-  bool ib = Param("NCCL_IB_DISABLE", 0) == 0 && HasIbNic(ha) && HasIbNic(hb);
-  bool gdr = ib && ha->gdr && hb->gdr;
+  bool ib = !IbNics(ha).empty() && !IbNics(hb).empty();
+  bool gdr = ib && ha->gdr && hb->gdr;  // both sides', for the rate; each side prints its own (NetText)
   t.text = ib ? (gdr ? "NET/IB/0/GDRDMA" : "NET/IB/0") : "NET/Socket/0";
   t.gbps = !n.ok ? 1 : ib ? (gdr ? n.topo.bandwidth.net_gdr : n.topo.bandwidth.net_ib) : n.topo.bandwidth.net_socket;
   return t;
@@ -911,6 +953,14 @@ std::string ConnectionHead(int channel, int conn_index, Transport::Kind kind, co
   return head;
 }
 
+// A NET connection as the printing rank's side has it: GPUDirect RDMA is each side's own (its GPU,
+// its NIC, its peer-memory module), so the sender's and the receiver's lines may differ.
+std::string NetText(const Transport& t, const RankInfo& me) {
+  if (t.text.rfind("NET/IB/", 0) != 0) return t.text;
+  const Host* h = HostOf(me);
+  return std::string("NET/IB/0") + (h != nullptr && h->gdr ? "/GDRDMA" : "");
+}
+
 // One direction of one (channel, connIndex) connection, printed as NCCL prints it.
 ncclResult_t ConnectSend(Comm& c, int channel, int conn_index, const RankInfo& peer) {
   Transport t = SelectTransport(c, c.me, peer);
@@ -924,7 +974,7 @@ ncclResult_t ConnectSend(Comm& c, int channel, int conn_index, const RankInfo& p
       Info(kInit | kShm, "%s via %s", head.c_str(), t.text.c_str());
       return ncclSuccess;
     case Transport::kNet:
-      Info(kInit | kNet, "%s [send] via %s%s", head.c_str(), t.text.c_str(), conn_index == 1 ? "/Shared" : "");
+      Info(kInit | kNet, "%s [send] via %s%s", head.c_str(), NetText(t, c.me).c_str(), conn_index == 1 ? "/Shared" : "");
       return ncclSuccess;
   }
   return ncclSuccess;
@@ -935,12 +985,12 @@ void ConnectRecv(Comm& c, int channel, int conn_index, const RankInfo& peer) {
   Transport t = SelectTransport(c, peer, c.me);
   if (t.kind == Transport::kNet)
     Info(kInit | kNet, "%s [receive] via %s%s", ConnectionHead(channel, conn_index, t.kind, peer, c.me).c_str(),
-         t.text.c_str(), conn_index == 1 ? "/Shared" : "");
+         NetText(t, c.me).c_str(), conn_index == 1 ? "/Shared" : "");
 }
 
 bool RingUsesGdr(Comm& c) {
   const Host* h = HostOf(c.me);
-  return h != nullptr && h->gdr && HasIbNic(h) && Param("NCCL_IB_DISABLE", 0) == 0;
+  return h != nullptr && h->gdr && !IbNics(h).empty();
 }
 
 ncclResult_t ConnectRing(Comm& c) {
@@ -1052,6 +1102,7 @@ ncclResult_t InitBegin(Comm& c, const std::string& token, int nranks, int rank) 
     return ncclSystemError;
   }
   ShowVersion(rank);
+  ShowNetDevices();
   c.dir = RootDir() + "/p2psim-nccl-" + token;
   c.comm_hash = Fnv1a(token);
   c.nranks = nranks;

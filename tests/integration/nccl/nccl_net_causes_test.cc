@@ -1,0 +1,98 @@
+// NCCL between two simulated hosts (tests/sim/topologies/two-node-ib.json), node1's network broken
+// one way at a time: no GPUDirect RDMA, no libibverbs, its port down, NCCL_IB_DISABLE. The traced
+// job's report names, on both cross-host pairs, the cause that node1's own side shows (its NCCL
+// log's lines, its job-start probe), never "unknown"; the healthy job has none.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/subprocess.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using p2ptrace::testing::Env;
+using p2ptrace::testing::RunProgram;
+using p2ptrace::testing::RunResult;
+using p2ptrace::testing::TempDir;
+
+struct Case {
+  std::string name;
+  std::string node1_change;  // JSON merged into node1's host object
+  Env env;                   // the job's environment
+  std::string transport;     // the cross-host pairs' class
+  std::string cause;         // the cause both must name ("" for none)
+};
+
+std::ostream& operator<<(std::ostream& o, const Case& c) { return o << c.name; }
+
+class NetCause : public ::testing::TestWithParam<Case> {};
+
+TEST_P(NetCause, BothCrossHostPairsNameNode1sCause) {
+  const Case& c = GetParam();
+  std::string dir = TempDir() + "/net-" + c.name;
+  fs::create_directories(dir + "/id");
+  fs::create_directories(dir + "/rendezvous");
+  json topo = json::parse(std::ifstream(std::string(P2PTRACE_TOPOLOGY_DIR) + "/two-node-ib.json"));
+  topo["hosts"][1].merge_patch(json::parse(c.node1_change));
+  std::ofstream(dir + "/topology.json") << topo.dump(1);
+  Env env = {{"P2PSIM_NCCL_TIMEOUT", "30"}, {"P2PSIM_NCCL_DIR", dir + "/rendezvous"}, {"NCCL_DEBUG", std::nullopt},
+             {"NCCL_DEBUG_FILE", std::nullopt}, {"NCCL_DEBUG_SUBSYS", std::nullopt}, {"P2PTRACE_DIR", std::nullopt},
+             {"P2PTRACE_NCCL_TAP", std::nullopt}, {"P2PTRACE_NCCL_TAP_FILE", std::nullopt},
+             {"P2PTRACE_NCCL_FORWARD", std::nullopt}, {"P2PTRACE_NCCL_LOG", std::nullopt},
+             {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"LD_PRELOAD", std::nullopt}, {"NO_COLOR", "1"}};
+  for (const auto& [k, v] : c.env) env[k] = v;
+  RunResult job = RunProgram({P2PTRACE_CLI, "run", "--dir", dir + "/trace", "--", P2PSIM, "launch", "--topology",
+                              dir + "/topology.json", "--hosts", "node0:2,node1:2", "--", NCCL_RING, dir + "/id"},
+                             env);
+  ASSERT_EQ(job.exit_code, 0) << job.out << job.err;
+  ASSERT_NE(job.out.find("all results correct"), std::string::npos) << job.out;
+  RunResult rep = RunProgram({P2PTRACE_CLI, "report", dir + "/trace", "--json"}, {{"NO_COLOR", "1"}});
+  ASSERT_EQ(rep.exit_code, 0) << rep.err;
+  json j = json::parse(rep.out);
+  std::set<std::string> cross;  // "node0->node1", "node1->node0"
+  for (const json& p : j["pairs"]) {
+    if (p["src"]["host"] == p["dst"]["host"]) continue;
+    std::string name = p["src"]["host"].get<std::string>() + "->" + p["dst"]["host"].get<std::string>();
+    cross.insert(name);
+    EXPECT_EQ(p["transport"], c.transport) << name << "\n" << p.dump(1);
+    std::set<std::string> ids;
+    for (const json& cause : p["causes"]) ids.insert(cause["id"].get<std::string>());
+    EXPECT_EQ(ids.count("unknown"), 0u) << name << "\n" << p["causes"].dump(1);
+    if (c.cause.empty()) {
+      EXPECT_TRUE(ids.empty()) << name << "\n" << p["causes"].dump(1);
+      EXPECT_FALSE(p["fallback"].get<bool>()) << name;
+      continue;
+    }
+    EXPECT_EQ(ids.count(c.cause), 1u) << name << "\n" << p["causes"].dump(1);
+    EXPECT_TRUE(p["fallback"].get<bool>()) << name;
+    EXPECT_EQ(p["expected"], "net_gdr") << name;
+    for (const json& cause : p["causes"])
+      for (const json& ev : cause["evidence"])
+        EXPECT_EQ(ev.get<std::string>().rfind("node1: ", 0), 0u) << name << ": the evidence says whose side: " << ev;
+  }
+  EXPECT_EQ(cross, (std::set<std::string>{"node0->node1", "node1->node0"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    TwoHosts, NetCause,
+    ::testing::Values(
+        Case{"healthy", "{}", {}, "net_gdr", ""},
+        // The job-start probe sees no nvidia_peermem on node1; NCCL's own line is in its NET subsystem.
+        Case{"no_gdr", R"({"gdr": false})", {}, "net_ib", "no-gdr"},
+        Case{"no_gdr_net_lines", R"({"gdr": false})", {{"NCCL_DEBUG_SUBSYS", "INIT,ENV,NET"}}, "net_ib", "no-gdr"},
+        Case{"no_gdr_module_2_12", R"({"gdr": false})",
+             {{"NCCL_DEBUG_SUBSYS", "INIT,ENV,NET"}, {"P2PSIM_NCCL_VERSION", "2.12.12"}}, "net_ib", "gdr-no-module"},
+        Case{"no_verbs", R"({"libibverbs": false})", {}, "net_socket", "net-no-verbs"},
+        Case{"port_down", R"({"nics": [{"name": "mlx5_0", "parent": "sw0", "kind": "ib", "state": "DOWN"}]})", {},
+             "net_socket", "net-no-rdma-device"}),
+    [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+}  // namespace
