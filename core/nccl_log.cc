@@ -497,6 +497,15 @@ void NcclLogParser::Forget() {
   kept.nccl_lines = log_.nccl_lines;
   kept.lines_skipped = log_.lines_skipped;
   kept.long_lines = log_.long_lines;
+  // The network's lines come once per process (ncclNetInit), not per communicator: kept, with the
+  // settings that decide the network, so that a later communicator's connections are explained.
+  kept.net_devices = std::move(log_.net_devices);
+  kept.gdr = std::move(log_.gdr);
+  kept.net_failures = std::move(log_.net_failures);
+  std::set<std::string> names;
+  for (EnvSetting& e : log_.env)
+    if ((e.name.starts_with("NCCL_IB_") || e.name.starts_with("NCCL_NET_")) && names.insert(e.name).second)
+      kept.env.push_back(std::move(e));
   log_ = std::move(kept);
   threads_.clear();
   unresolved_.clear();

@@ -49,15 +49,11 @@ const CauseHit* HeadlineCause(const PairPrediction& p) {
   return p.causes.empty() ? nullptr : &p.causes.front();
 }
 
-namespace {
-
 std::string GpuLabel(const NodeProbe& probe, int index) {
   const ProbedGpu* g = probe.Gpu(index);
   if (g && g->hostname && *g->hostname != probe.hostname) return *g->hostname + " GPU" + std::to_string(g->cuda >= 0 ? g->cuda : index);
   return "GPU" + std::to_string(index);
 }
-
-}  // namespace
 
 std::string Join(const std::vector<std::string>& v, std::string_view sep) {
   std::string out;
@@ -80,7 +76,8 @@ std::string ChangeText(const PairPrediction& p) {
 
 std::string WarningLine(std::string_view host, std::string_view gpu_a, std::string_view gpu_b, int rank_a, int rank_b,
                         const PairPrediction& p, std::string_view note) {
-  std::string line = "p2ptrace: warning: " + std::string(host) + " " + std::string(gpu_a) + " -> " + std::string(gpu_b);
+  std::string line = "p2ptrace: warning: " + (host.empty() ? "" : std::string(host) + " ") + std::string(gpu_a) + " -> " +
+                     std::string(gpu_b);
   if (rank_a >= 0 && rank_b >= 0) line += " (ranks " + std::to_string(rank_a) + "->" + std::to_string(rank_b) + ")";
   line += ": " + ChangeText(p);
   if (!note.empty()) line += " (" + std::string(note) + ")";

@@ -14,6 +14,8 @@ namespace p2ptrace {
 
 // "a; b; c": the evidence of a cause, the ids of others, as warning lines write them.
 std::string Join(const std::vector<std::string>& v, std::string_view sep);
+// How a warning names a GPU of the probe: "GPU3", or "node1 GPU0" for another host's (its own number).
+std::string GpuLabel(const NodeProbe& probe, int index);
 
 // Whether a pair deserves a warning line: it falls back, or a warning/error-severity risk holds.
 bool PairWarns(const PairPrediction& p);
@@ -33,8 +35,9 @@ std::string PairSetText(std::vector<std::pair<int, int>> pairs, size_t max_parts
 // GPU pair; groups in the order of their first pair. Or the single `p2ptrace: all N GPU pairs on
 // <host> can use NVLink/P2P` line. No trailing newlines.
 std::vector<std::string> WarningLines(const NodeProbe& probe, const Prediction& prediction);
-// One pair's line, as in WarningLines (ranks left out when either is -1), with `note` in
-// parentheses after the classes when not empty: the one format every warning of a pair uses.
+// One pair's line, as in WarningLines (ranks left out when either is -1; no host when the GPU names
+// carry theirs), with `note` in parentheses after the classes when not empty: the one format every
+// warning of a pair uses.
 std::string WarningLine(std::string_view host, std::string_view gpu_a, std::string_view gpu_b, int rank_a, int rank_b,
                         const PairPrediction& p, std::string_view note = "");
 // The cause a pair's warning names: the most specific of the ones that decided or contributed.

@@ -248,7 +248,7 @@ void EmitConnection(const NcclLog& log, const Connection& c) {
         CopyField(r.dst_dev, c.dst_dev);
         if (!CopyField(r.transport, c.transport)) r.flags |= P2PTRACE_NCCL_CONN_CUT;
       });
-  if (ConnectionObserver observe = g_observe.load(std::memory_order_acquire)) observe(c);
+  if (ConnectionObserver observe = g_observe.load(std::memory_order_acquire)) observe(c, log);
 }
 
 // A fork child: NCCL writes this process's lines to a file of its own (%p); `mu` held.

@@ -16,9 +16,9 @@ void InstallNcclLogTapHooks();
 
 // Once, at the process's first wrapped NCCL call, before it reaches NCCL (no NCCL reads its
 // environment earlier). Opens the trace: a process whose trace directory is unusable gets no tap.
-// `observe` is told every connection NCCL states, as it is recorded (the job-start check compares
-// it with its prediction).
-using ConnectionObserver = void (*)(const Connection& c);
+// `observe` is told every connection NCCL states, as it is recorded, with the process's log so far
+// (the job-start check compares it with its prediction, and reads the network's lines for why).
+using ConnectionObserver = void (*)(const Connection& c, const NcclLog& log);
 void StartNcclLogTap(const Config& config, ConnectionObserver observe);
 
 // The shim's fopen: NCCL opening this process's tap file gets it created safely, on a descriptor

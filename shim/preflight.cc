@@ -16,6 +16,7 @@
 #include <set>
 #include <thread>
 
+#include "core/net_diagnosis.h"
 #include "core/node_probe.h"
 #include "core/warning_lines.h"
 #include "core/preflight_block.h"
@@ -434,6 +435,22 @@ const ProbedGpu* GpuOfRank(const NodeProbe& p, int rank, const std::string& dev)
   return nullptr;
 }
 
+// A network connection over TCP sockets or without GPUDirect RDMA: the cause this process's own NCCL
+// lines show (libibverbs missing, no device, the GDR decision, a setting), or that they show none.
+// Its side is the only one it sees: the other host's lines are in the report.
+void NetCause(const Connection& c, const NcclLog& log, const std::string& observed, PreflightPair* q) {
+  if (c.transport_class != P2PTRACE_TRANSPORT_NET_SOCKET && c.transport_class != P2PTRACE_TRANSPORT_NET_IB) return;
+  NetShortfall want = c.transport_class == P2PTRACE_TRANSPORT_NET_SOCKET ? NetShortfall::kSockets : NetShortfall::kNoGdr;
+  for (NetFinding& n : DiagnoseNet({NamedNcclLog{"", &log}})) {
+    if (n.shortfall != want && !(want == NetShortfall::kNoGdr && n.shortfall == NetShortfall::kNoGdrSends)) continue;
+    std::vector<std::string> evidence{observed};
+    if (n.settled) evidence.insert(evidence.end(), n.evidence.begin(), n.evidence.end());
+    else evidence.push_back("this process's NCCL lines do not say why; the other host's may (`p2ptrace report` reads every host's)");
+    q->causes.push_back({n.cause, "decided", std::move(evidence)});
+    return;
+  }
+}
+
 // Pairs already compared (under g_mu). Never destroyed: exit reads the rest of NCCL's log after
 // the library's static destructors may have run.
 std::set<std::pair<int, int>>& Observed() {
@@ -443,7 +460,7 @@ std::set<std::pair<int, int>>& Observed() {
 
 }  // namespace
 
-void PreflightObserveNccl(const Connection& c) {
+void PreflightObserveNccl(const Connection& c, const NcclLog& log) {
   KeepErrno keep;
   if (c.dst_rank < 0 || c.src_rank == c.dst_rank || Family(c.transport_class) < 0) return;
   std::lock_guard<std::mutex> lock(g_mu);
@@ -500,11 +517,18 @@ void PreflightObserveNccl(const Connection& c) {
       q.causes.push_back(hit);
     }
   }
+  if (q.causes.empty()) NetCause(c, log, observed, &q);
   if (q.causes.empty()) q.causes.push_back({"unknown", "decided", {observed, "checked: the node probes and NCCL_* as the process sees them now"}});
   PairPrediction shown = q;
   shown.best = was->transport;  // the line compares with what the job start predicted
-  std::string line = WarningLine(p.hostname, "GPU" + std::to_string(q.a), "GPU" + std::to_string(q.b), c.src_rank,
-                                 c.dst_rank, shown, "observed after the first NCCL operation");
+  // Another host's GPU is named with its host ("node1 GPU0"); then so is this host's.
+  bool across = GpuLabel(p, q.a) != "GPU" + std::to_string(q.a) || GpuLabel(p, q.b) != "GPU" + std::to_string(q.b);
+  auto label = [&](int gpu) {
+    std::string l = GpuLabel(p, gpu);
+    return across && l == "GPU" + std::to_string(gpu) ? p.hostname + " " + l : l;
+  };
+  std::string line = WarningLine(across ? "" : p.hostname, label(q.a), label(q.b), c.src_rank, c.dst_rank, shown,
+                                 "observed after the first NCCL operation");
   PreflightBlock block;
   block.host = p.hostname;
   block.boot_id = p.boot_id;

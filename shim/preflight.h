@@ -33,7 +33,8 @@ void PreflightCopyRoute(const CudaRuntime& rt, int src, int dst, bool direct);
 
 // A connection NCCL logged (after an operation): when its path is worse than the job-start
 // prediction for that GPU pair, one more warning the same way — with the cause when the
-// environment NCCL now sees explains it (set after the check), else [unknown]. Once per pair.
-void PreflightObserveNccl(const Connection& c);
+// environment NCCL now sees explains it (set after the check), or, for a network connection, the
+// cause the process's own NCCL lines show (`log`: core/net_diagnosis.h), else [unknown]. Once per pair.
+void PreflightObserveNccl(const Connection& c, const NcclLog& log);
 
 }  // namespace p2ptrace::shim

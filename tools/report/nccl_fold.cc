@@ -579,9 +579,11 @@ void NcclFold::ApplyNetCauses(Report& rep) const {
         if (e.expected == 0) e.expected = P2PTRACE_TRANSPORT_NET_GDR;
       }
     }
-    // A cause the log settled stands in for the job-start check's "unknown" (it saw only its own side).
+    // A cause a log settled stands in for "unknown" and "does not say why" from elsewhere (the
+    // job-start check and the other end saw only their own side).
     if (std::any_of(found.begin(), found.end(), [](const NetFinding* n) { return n->settled; }))
-      e.causes.erase(std::remove_if(e.causes.begin(), e.causes.end(), [](const Cause& c) { return c.id == "unknown"; }),
+      e.causes.erase(std::remove_if(e.causes.begin(), e.causes.end(),
+                                    [](const Cause& c) { return c.id == "unknown" || c.id.ends_with("-unexplained"); }),
                      e.causes.end());
   }
 }

@@ -66,6 +66,8 @@ TEST_P(NetCause, BothCrossHostPairsNameNode1sCause) {
     std::set<std::string> ids;
     for (const json& cause : p["causes"]) ids.insert(cause["id"].get<std::string>());
     EXPECT_EQ(ids.count("unknown"), 0u) << name << "\n" << p["causes"].dump(1);
+    for (const std::string& id : ids)  // node1's side is explained: nobody's "does not say why" stays
+      EXPECT_FALSE(id.ends_with("-unexplained")) << name << "\n" << p["causes"].dump(1);
     if (c.cause.empty()) {
       EXPECT_TRUE(ids.empty()) << name << "\n" << p["causes"].dump(1);
       EXPECT_FALSE(p["fallback"].get<bool>()) << name;
