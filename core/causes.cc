@@ -14,7 +14,7 @@ namespace {
 
 // Severity: error = the job hangs, fails or loses most of its bandwidth without NCCL saying so;
 // warning = a fallback someone chose or can change; info = the machine's design, or NCCL's deliberate choice.
-constexpr std::array<CauseInfo, 55> kCauses = {{
+constexpr std::array<CauseInfo, 56> kCauses = {{
     {"env-p2p-disabled", Severity::kWarning, "NCCL_P2P_DISABLE is set: NCCL does not use P2P between any GPUs",
      "unset NCCL_P2P_DISABLE (launchers such as Accelerate set it for some GPUs); it moves every pair of a node to "
      "host memory (SHM) or the network",
@@ -109,6 +109,11 @@ constexpr std::array<CauseInfo, 55> kCauses = {{
      "let NCCL use DMA-BUF instead (NCCL 2.13 or later, Linux 5.12 or later, the open GPU kernel modules)",
      "`lsmod | grep -E 'nvidia_peermem|nv_peer_mem'` and `ls /sys/kernel/mm/memory_peers`; NCCL logs `GPU Direct "
      "RDMA Disabled for HCA n '…' (no module)`"},
+    {"peermem-not-registered", Severity::kWarning,
+     "nvidia_peermem is loaded but not registered with the RDMA core: NCCL before 2.23 runs without GPUDirect RDMA",
+     "load nvidia-peermem after the RDMA stack it registers with (MLNX_OFED or the inbox ib_core): "
+     "`modprobe -r nvidia-peermem && modprobe nvidia-peermem`, and read dmesg for why it did not register",
+     "`lsmod | grep nvidia_peermem` lists it while `/sys/kernel/mm/memory_peers/nv_mem` is missing"},
     {"gdr-distance", Severity::kWarning,
      "the GPU and its NIC are farther apart than NCCL_NET_GDR_LEVEL allows: no GPUDirect RDMA for that GPU",
      "put each rank on a GPU whose NIC sits under the same PCIe switch (rail-aligned placement; NCCL_IB_HCA per local "

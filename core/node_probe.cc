@@ -51,6 +51,21 @@ NodeFacts FactsFromProbe(const NodeProbe& probe) {
   f.virtualization = probe.virtualization;
   f.gdr = probe.gdr;
   f.rdma_nics = probe.rdma_nics;
+  if (!probe.nics.empty() && std::all_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return !n.state.empty(); })) {
+    f.rdma_usable = std::any_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return n.state == "ACTIVE"; });
+    for (const NodeProbe::Nic& n : probe.nics)
+      f.rdma_evidence += (f.rdma_evidence.empty() ? "" : ", ") + n.name + " port 1: " + n.state;
+  }
+  // nvidia_peermem loaded but never registered with the RDMA core: NCCL before 2.23 looks only at the
+  // registration, and so runs without GPUDirect RDMA (later releases take the module: it then fails
+  // at memory registration instead).
+  if (probe.peermem_loaded && !probe.peermem_registered &&
+      probe.nccl_version.value_or(kNewestNcclRules) < NcclVersion{2, 23, 0}) {
+    f.gdr = false;
+    f.gdr_cause = "peermem-not-registered";
+    f.gdr_evidence = "nvidia_peermem is loaded (/sys/module/nvidia_peermem) but not registered with the RDMA core "
+                     "(no /sys/kernel/mm/memory_peers/nv_mem)";
+  }
   f.communicator = probe.communicator;
   f.nccl_version = probe.nccl_version;
   f.nccl_version_note = probe.nccl_version_note;

@@ -74,6 +74,16 @@ struct NodeProbe {
   std::string virtualization_evidence;
   CpuVendor cpu_vendor = CpuVendor::kUnknown;
   std::optional<bool> rdma_nics, gdr;
+  // Each RDMA NIC (/sys/class/infiniband/<name>) with its first port's state and rate (ports/1/state
+  // "4: ACTIVE", ports/1/rate "200 Gb/sec (4X HDR)"): "" and -1 where unreadable.
+  struct Nic {
+    std::string name, state;
+    int rate_gbps = -1;
+  };
+  std::vector<Nic> nics;
+  // nvidia_peermem loaded (/sys/module/nvidia_peermem) and registered with the RDMA core's peer
+  // memory (/sys/kernel/mm/memory_peers/nv_mem): NCCL before 2.23 looks only at the latter.
+  bool peermem_loaded = false, peermem_registered = false;
   bool nvml = false, cuda = false;  // whether each answered
   std::string driver_version;
   std::map<std::string, std::string> env;  // the allow-listed variables that were set

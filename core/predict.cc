@@ -361,6 +361,11 @@ class PairPredictor {
       out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
       return;
     }
+    if (f_.rdma_usable && !*f_.rdma_usable) {  // NICs there, no port up: NCCL finds no device
+      out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
+      Add("net-no-rdma-device", other_node_ ? "decided" : "contributes", {"no active RDMA port: " + f_.rdma_evidence});
+      return;
+    }
     const std::string* gdr_level = Env(f_, "NCCL_NET_GDR_LEVEL");
     if (gdr_level && ParseNcclLevel(*gdr_level) == NcclLevel::kLOC) {
       out_.transport = P2PTRACE_TRANSPORT_NET_IB;
@@ -369,7 +374,8 @@ class PairPredictor {
     }
     if (f_.gdr && !*f_.gdr) {
       out_.transport = P2PTRACE_TRANSPORT_NET_IB;
-      Add("no-gdr", other_node_ ? "decided" : "contributes", {"no nvidia_peermem/dmabuf GPUDirect RDMA on this node"});
+      Add(f_.gdr_cause.empty() ? "no-gdr" : f_.gdr_cause, other_node_ ? "decided" : "contributes",
+          {f_.gdr_evidence.empty() ? "no nvidia_peermem/dmabuf GPUDirect RDMA on this node" : f_.gdr_evidence});
       return;
     }
     out_.transport = f_.gdr ? P2PTRACE_TRANSPORT_NET_GDR : P2PTRACE_TRANSPORT_NET_IB;

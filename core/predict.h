@@ -80,6 +80,9 @@ struct NodeFacts {
   std::optional<Virtualization> virtualization;
   std::optional<bool> gdr;             // nvidia_peermem / dmabuf GPUDirect RDMA available
   std::optional<bool> rdma_nics;       // IB/RoCE HCAs present
+  std::optional<bool> rdma_usable;     // one of them has an active port (unset: states not known)
+  std::string rdma_evidence;           // the ports' states, when none is active
+  std::string gdr_cause, gdr_evidence; // why GPUDirect RDMA is off, when the probe can tell
   std::vector<GpuFacts> gpus;          // all GPUs of the node
   std::vector<PairFacts> pairs;        // pairs that have facts; either order
   std::vector<int> communicator;       // GPUs in the communicator; empty = all

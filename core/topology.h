@@ -44,6 +44,7 @@ struct NvLink {
 struct Nic {
   std::string name, parent, kind;  // kind: ib | roce | eth
   std::string state = "ACTIVE";    // the port's state (ports/1/state): ACTIVE, DOWN, INIT
+  int rate_gbps = 0;               // the port's line rate (ports/1/rate)
 };
 
 enum class Virtualization { kNone, kPassthrough, kVgpu };
@@ -55,6 +56,7 @@ struct Host {
   long shm_device = 0;
   bool gdr = false;
   bool libibverbs = true;  // rdma-core's libibverbs is installed where the job runs
+  bool peermem_registered = true;  // with `gdr`: nvidia_peermem registered with the RDMA core's peer memory
   bool config_space_readable = false;  // probes run as root: a bridge's full PCI config space (ACS) reads
   std::vector<std::string> cpus;
   std::vector<PcieSwitch> switches;

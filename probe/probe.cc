@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -209,13 +210,33 @@ void ProbeIdentity(const Files& fs, NodeProbe* p) {
   // Network: RDMA HCAs, and GPUDirect RDMA through nvidia_peermem.
   std::vector<std::string> hcas = fs.List("/sys/class/infiniband");
   p->rdma_nics = !hcas.empty();
+  for (const std::string& h : hcas) {
+    NodeProbe::Nic n;
+    n.name = h;
+    std::string port = "/sys/class/infiniband/" + h + "/ports/1/";
+    std::string state = fs.Line(port + "state");  // "4: ACTIVE"
+    n.state = state.substr(state.find(':') == std::string::npos ? 0 : state.find(':') + 1);
+    n.state.erase(0, n.state.find_first_not_of(' '));
+    std::string rate = fs.Line(port + "rate");    // "200 Gb/sec (4X HDR)"
+    if (!rate.empty() && rate[0] >= '0' && rate[0] <= '9') n.rate_gbps = std::atoi(rate.c_str());
+    p->nics.push_back(n);
+  }
   std::string modules = fs.Read("/proc/modules", 64 * 1024).value_or("");
   bool peermem = fs.Exists("/sys/module/nvidia_peermem") || modules.find("nvidia_peermem ") != std::string::npos;
-  if (!hcas.empty()) p->gdr = peermem;
+  p->peermem_loaded = peermem;
+  p->peermem_registered = fs.Exists("/sys/kernel/mm/memory_peers/nv_mem");
+  // NCCL 2.23+ also takes the loaded module; older ones need its registration: both count as GDR.
+  if (!hcas.empty()) p->gdr = peermem || p->peermem_registered;
   std::string hca_list;
-  for (const std::string& h : hcas) hca_list += (hca_list.empty() ? "" : ",") + h;
-  Step(p, "RDMA", "/sys/class/infiniband, /sys/module/nvidia_peermem", "ok",
-       hcas.empty() ? "no RDMA HCA" : "HCAs " + hca_list + (peermem ? "; nvidia_peermem loaded" : "; nvidia_peermem not loaded"));
+  for (const NodeProbe::Nic& n : p->nics) {
+    hca_list += (hca_list.empty() ? "" : ", ") + n.name;
+    if (!n.state.empty()) hca_list += " port 1 " + n.state + (n.rate_gbps > 0 ? " " + std::to_string(n.rate_gbps) + " Gb/s" : "");
+  }
+  std::string gdr_text = peermem ? (p->peermem_registered ? "; nvidia_peermem loaded and registered"
+                                                          : "; nvidia_peermem loaded, not registered (memory_peers/nv_mem missing)")
+                                 : p->peermem_registered ? "; a peer-memory client registered as nv_mem" : "; nvidia_peermem not loaded";
+  Step(p, "RDMA", "/sys/class/infiniband, /sys/module/nvidia_peermem, /sys/kernel/mm/memory_peers", "ok",
+       hcas.empty() ? "no RDMA HCA" : "HCAs " + hca_list + gdr_text);
 }
 
 // --- sysfs PCI ----------------------------------------------------------------------------------

@@ -94,7 +94,10 @@ INSTANTIATE_TEST_SUITE_P(
              {{"NCCL_DEBUG_SUBSYS", "INIT,ENV,NET"}, {"P2PSIM_NCCL_VERSION", "2.12.12"}}, "net_ib", "gdr-no-module"},
         Case{"no_verbs", R"({"libibverbs": false})", {}, "net_socket", "net-no-verbs"},
         Case{"port_down", R"({"nics": [{"name": "mlx5_0", "parent": "sw0", "kind": "ib", "state": "DOWN"}]})", {},
-             "net_socket", "net-no-rdma-device"}),
+             "net_socket", "net-no-rdma-device"},
+        // nvidia_peermem loaded but not registered: NCCL before 2.23 looks only at the registration.
+        Case{"peermem_unregistered_2_22", R"({"peermem_registered": false})", {{"P2PSIM_NCCL_VERSION", "2.22.3"}},
+             "net_ib", "peermem-not-registered"}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 }  // namespace

@@ -114,6 +114,7 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
   host.shm_device = static_cast<long>(Num(h, f, "shm_device", false, 1));
   host.gdr = Bool(h, f, "gdr", false);
   host.libibverbs = Bool(h, f, "libibverbs", true);
+  host.peermem_registered = Bool(h, f, "peermem_registered", true);
   host.config_space_readable = Bool(h, f, "config_space_readable", false);
 
   std::set<std::string> ids;
@@ -205,6 +206,7 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
     if (!ids.count(n.parent)) Fail(nf + ".parent", "unknown CPU or switch \"" + n.parent + "\"");
     n.kind = OneOf(nics[i], nf, "kind", {"ib", "roce", "eth"}, "ib");
     n.state = OneOf(nics[i], nf, "state", {"ACTIVE", "DOWN", "INIT"}, "ACTIVE");
+    n.rate_gbps = static_cast<int>(Num(nics[i], nf, "rate_gbps", false, n.kind == "ib" ? 200 : 100));
     host.nics.push_back(n);
   }
   return host;

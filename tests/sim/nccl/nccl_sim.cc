@@ -780,6 +780,12 @@ bool P2pAllowed(Comm& c, const RankInfo& a, const RankInfo& b, const Host& host,
   return true;
 }
 
+// GPUDirect RDMA on a host's side: nvidia_peermem loaded, and, before 2.23, registered with the RDMA
+// core (NCCL looked only at /sys/kernel/mm/memory_peers/nv_mem/version then).
+bool HostGdr(const Host* h) {
+  return h != nullptr && h->gdr && (h->peermem_registered || VersionCode() >= NCCL_VERSION(2, 23, 0));
+}
+
 // The NICs NCCL's IB transport can use: InfiniBand or RoCE with an active port, libibverbs there to
 // open them, and NCCL_IB_DISABLE unset.
 std::vector<const p2ptrace::Nic*> IbNics(const Host* h) {
@@ -815,9 +821,9 @@ void ShowNetDevices() {
           const char* name = nics[i]->name.c_str();
           int hca = static_cast<int>(i);
           if (v < NCCL_VERSION(2, 13, 0)) {
-            if (!h->gdr) Info(kNet, "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)", hca, name);
+            if (!HostGdr(h)) Info(kNet, "NET/IB : GPU Direct RDMA Disabled for HCA %d '%s' (no module)", hca, name);
           } else {
-            Info(kNet, "NET/IB : GPU Direct RDMA %s for HCA %d '%s'", h->gdr ? "Enabled" : "Disabled", hca, name);
+            Info(kNet, "NET/IB : GPU Direct RDMA %s for HCA %d '%s'", HostGdr(h) ? "Enabled" : "Disabled", hca, name);
           }
         }
         return;
@@ -834,7 +840,7 @@ Transport NetTransport(const RankInfo& a, const RankInfo& b) {
   Transport t;
   t.kind = Transport::kNet;
   bool ib = !IbNics(ha).empty() && !IbNics(hb).empty();
-  bool gdr = ib && ha->gdr && hb->gdr;  // both sides', for the rate; each side prints its own (NetText)
+  bool gdr = ib && HostGdr(ha) && HostGdr(hb);  // both sides', for the rate; each side prints its own (NetText)
   t.text = ib ? (gdr ? "NET/IB/0/GDRDMA" : "NET/IB/0") : "NET/Socket/0";
   t.gbps = !n.ok ? 1 : ib ? (gdr ? n.topo.bandwidth.net_gdr : n.topo.bandwidth.net_ib) : n.topo.bandwidth.net_socket;
   return t;
@@ -958,7 +964,7 @@ std::string ConnectionHead(int channel, int conn_index, Transport::Kind kind, co
 std::string NetText(const Transport& t, const RankInfo& me) {
   if (t.text.rfind("NET/IB/", 0) != 0) return t.text;
   const Host* h = HostOf(me);
-  return std::string("NET/IB/0") + (h != nullptr && h->gdr ? "/GDRDMA" : "");
+  return std::string("NET/IB/0") + (HostGdr(h) ? "/GDRDMA" : "");
 }
 
 // One direction of one (channel, connIndex) connection, printed as NCCL prints it.
@@ -990,7 +996,7 @@ void ConnectRecv(Comm& c, int channel, int conn_index, const RankInfo& peer) {
 
 bool RingUsesGdr(Comm& c) {
   const Host* h = HostOf(c.me);
-  return h != nullptr && h->gdr && !IbNics(h).empty();
+  return HostGdr(h) && !IbNics(h).empty();
 }
 
 ncclResult_t ConnectRing(Comm& c) {

@@ -291,6 +291,11 @@ void WritePciDevice(TreeWriter& w, const Host& host, const PciDevice& d) {
     bool rdma = d.nic->kind != "eth";
     fs::path own = d.dir / (rdma ? "infiniband" : "net") / d.nic->name;
     w.Dir(own);
+    if (rdma) {  // the first port, as ibstat reads it
+      static const std::map<std::string, std::string> kState = {{"ACTIVE", "4: ACTIVE"}, {"DOWN", "1: DOWN"}, {"INIT", "2: INIT"}};
+      w.File(own / "ports/1/state", kState.at(d.nic->state) + "\n");
+      w.File(own / "ports/1/rate", std::to_string(d.nic->rate_gbps) + " Gb/sec (4X)\n");
+    }
     w.Link(fs::path("sys/class") / (rdma ? "infiniband" : "net") / d.nic->name, own);
   }
 }
@@ -431,7 +436,9 @@ bool WriteSysroot(const Host& host, const std::string& dir, std::string* error) 
   WriteIommu(w, host, devices);
   // GPUDirect RDMA: the nvidia_peermem module, as /sys/module lists a loaded one.
   w.RemoveTree("sys/module/nvidia_peermem");
+  w.RemoveTree("sys/kernel/mm/memory_peers");
   if (host.gdr) w.File("sys/module/nvidia_peermem/refcnt", "0\n");
+  if (host.gdr && host.peermem_registered) w.File("sys/kernel/mm/memory_peers/nv_mem/version", "1.3\n");
   WriteNvidiaDriver(w, host);
   WriteMachineMarkers(w, host);
   if (!w.ok()) *error = w.error();
