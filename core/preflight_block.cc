@@ -16,6 +16,7 @@ PreflightBlock MakePreflightBlock(const NodeProbe& probe, const Prediction& pred
   for (const ProbedGpu& g : probe.gpus)
     if (g.index >= 0 && g.index < 100)  // another host's GPUs are numbered from 100 (shim/preflight.cc)
       b.gpus.push_back({g.index, g.bus_id, g.name, g.cuda});
+  b.nics = probe.nics;
   for (const ProbedPair& p : probe.pairs)
     if (p.a >= 0 && p.a < 100 && p.b >= 0 && p.b < 100 && !p.link.empty()) b.links.push_back({p.a, p.b, p.link});
   for (const PairPrediction& p : prediction.pairs) {
@@ -38,6 +39,8 @@ std::string SerializePreflight(const PreflightBlock& b) {
     out += "probe\t" + OneLine(s.name) + "\t" + OneLine(s.source) + "\t" + OneLine(s.status) + "\t" + OneLine(s.detail) + "\n";
   for (const PreflightGpu& g : b.gpus)
     out += "gpu\t" + std::to_string(g.index) + "\t" + OneLine(g.bus_id) + "\t" + OneLine(g.name) + "\t" + std::to_string(g.cuda) + "\n";
+  for (const NodeProbe::Nic& n : b.nics)
+    out += "nic\t" + OneLine(n.name) + "\t" + OneLine(n.state) + "\t" + std::to_string(n.rate_gbps) + "\n";
   for (const PreflightLink& l : b.links)
     out += "link\t" + std::to_string(l.a) + "\t" + std::to_string(l.b) + "\t" + OneLine(l.link) + "\n";
   for (const PreflightPair& p : b.pairs) {
@@ -75,6 +78,7 @@ Expected<PreflightBlock> ParsePreflight(std::string_view text) {
     else if (f[0] == "boot_id" && f.size() >= 2) b.boot_id = f[1];
     else if (f[0] == "probe" && f.size() >= 5) b.steps.push_back({std::string(f[1]), std::string(f[2]), std::string(f[3]), std::string(f[4])});
     else if (f[0] == "link" && f.size() >= 4) b.links.push_back({ToInt(f[1], -1), ToInt(f[2], -1), std::string(f[3])});
+    else if (f[0] == "nic" && f.size() >= 4) b.nics.push_back({std::string(f[1]), std::string(f[2]), ToInt(f[3], -1)});
     else if (f[0] == "gpu" && f.size() >= 5) b.gpus.push_back({ToInt(f[1], -1), std::string(f[2]), std::string(f[3]), ToInt(f[4], -1)});
     else if (f[0] == "pair" && f.size() >= 12) {
       PreflightPair p;

@@ -39,6 +39,7 @@ struct PreflightBlock {
   std::vector<ProbeStep> steps;
   std::vector<PreflightLink> links;  // "link" lines
   std::vector<PreflightGpu> gpus;  // every GPU of this host the probe saw (from block format 1, "gpu" lines)
+  std::vector<NodeProbe::Nic> nics;  // its RDMA NICs with their first port's state and line rate ("nic" lines)
   std::vector<PreflightPair> pairs;
   std::vector<std::string> warnings;  // the lines printed (or that would have been)
 };

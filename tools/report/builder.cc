@@ -91,6 +91,11 @@ Cause HostStagedCause(const p2ptrace_pair_counters& c, const GpuRef& src, const 
   return cause;
 }
 
+bool IsNet(int transport) {
+  return transport == P2PTRACE_TRANSPORT_NET_GDR || transport == P2PTRACE_TRANSPORT_NET_IB ||
+         transport == P2PTRACE_TRANSPORT_NET_SOCKET;
+}
+
 }  // namespace
 
 struct ReportBuilder::State {
@@ -354,6 +359,15 @@ void ReportBuilder::State::FinishCosts() {
     } else if (auto h = measured_host.find({e.src.host, e.expected}); h != measured_host.end()) {
       e.best_gbps = h->second[h->second.size() / 2];
       e.best_basis = fmt::format("median of {}'s {} pairs", e.src.host, TransportName(e.expected));
+    } else if (NodePredictions::NicRate from = predictions.FastestNic(e.src.host), to = predictions.FastestNic(e.dst.host);
+               e.src.host != e.dst.host && IsNet(e.expected) && from.gbps > 0 && to.gbps > 0) {
+      // Between hosts the network is the bound: the slower end's line rate, not a catalog figure.
+      e.best_gbps = std::min(from.gbps, to.gbps) / 8.0;
+      auto nic = [](const std::string& host, const NodePredictions::NicRate& n) {
+        return fmt::format("{} {} {} Gb/s{}", host, n.name, n.gbps, n.state == "ACTIVE" ? "" : " (port " + n.state + ")");
+      };
+      e.best_basis = fmt::format("line rate of the NICs: {}, {} (ports/1/rate, each host's fastest active port)",
+                                 nic(e.src.host, from), nic(e.dst.host, to));
     } else if (Bandwidth best = ExpectedBandwidth(e.expected, "", 0); best.low > 0) {
       e.best_gbps = best.low;
       e.best_basis = fmt::format("catalog low figure for {}: {}", TransportName(e.expected), best.basis);

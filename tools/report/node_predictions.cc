@@ -42,6 +42,16 @@ void NodePredictions::Add(const std::string& host, const PreflightBlock& b, GpuI
   }
   for (const std::string& w : b.warnings)
     if (std::find(hp.warnings.begin(), hp.warnings.end(), w) == hp.warnings.end()) hp.warnings.push_back(w);
+  for (const NodeProbe::Nic& n : b.nics) {
+    if (n.state == "ACTIVE" && n.rate_gbps > hp.active.gbps) hp.active = {n.name, n.rate_gbps, n.state};
+    if (n.rate_gbps > hp.any.gbps) hp.any = {n.name, n.rate_gbps, n.state};
+  }
+}
+
+NodePredictions::NicRate NodePredictions::FastestNic(const std::string& host) const {
+  const Host* h = Of(host);
+  if (h == nullptr) return {};
+  return h->active.gbps > 0 ? h->active : h->any;
 }
 
 // The preflight's prediction for a report pair (either direction): by host and the two bus ids, else

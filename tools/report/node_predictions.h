@@ -24,6 +24,14 @@ class NodePredictions {
   void NameLink(PairEntry& e) const;
   // The prediction's causes, after the pair's own, where the pair took the path it foresaw.
   void ApplyTo(PairEntry& e) const;
+  // The host's fastest RDMA NIC with an active port, else its fastest NIC (a port that is down has
+  // the rate it would carry once up), as its probe read it (gbps -1: none known).
+  struct NicRate {
+    std::string name;
+    int gbps = -1;
+    std::string state;
+  };
+  NicRate FastestNic(const std::string& host) const;
   // Each host's warnings, once per host however many processes wrote the block.
   std::vector<Report::Preflight> Warnings() const;
 
@@ -34,6 +42,7 @@ class NodePredictions {
     std::map<std::pair<std::string, std::string>, std::string> links;  // (bus, bus), both orders -> "NV6"
     std::vector<PreflightPair> pairs;  // the first process's prediction of a pair stands
     std::vector<std::string> warnings;
+    NicRate active, any;
   };
   const Host* Of(const std::string& host) const;
   const PreflightPair* PredictionFor(const PairEntry& e) const;

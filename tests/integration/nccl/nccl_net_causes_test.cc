@@ -1,7 +1,8 @@
 // NCCL between two simulated hosts (tests/sim/topologies/two-node-ib.json), node1's network broken
 // one way at a time: no GPUDirect RDMA, no libibverbs, its port down, NCCL_IB_DISABLE. The traced
 // job's report names, on both cross-host pairs, the cause that node1's own side shows (its NCCL
-// log's lines, its job-start probe), never "unknown"; the healthy job has none.
+// log's lines, its job-start probe), never "unknown", and costs it against the NICs' line rate; the
+// healthy job has none.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -76,6 +77,9 @@ TEST_P(NetCause, BothCrossHostPairsNameNode1sCause) {
     EXPECT_EQ(ids.count(c.cause), 1u) << name << "\n" << p["causes"].dump(1);
     EXPECT_TRUE(p["fallback"].get<bool>()) << name;
     EXPECT_EQ(p["expected"], "net_gdr") << name;
+    // What the fallback cost is measured against the NICs' own line rate (200 Gb/s: 25 GB/s).
+    EXPECT_EQ(p["best_gbps"], 25.0) << name << "\n" << p.dump(1);
+    EXPECT_NE(p["best_basis"].get<std::string>().find("node1 mlx5_0 200 Gb/s"), std::string::npos) << p["best_basis"];
     for (const json& cause : p["causes"])
       for (const json& ev : cause["evidence"])
         EXPECT_EQ(ev.get<std::string>().rfind("node1: ", 0), 0u) << name << ": the evidence says whose side: " << ev;
