@@ -1,6 +1,7 @@
 #include "core/node_probe.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
@@ -23,7 +24,7 @@ const ProbedPair* NodeProbe::Pair(int a, int b) const {
   return nullptr;
 }
 
-std::string PathFromChains(const ProbedGpu& a, const ProbedGpu& b) {
+std::string PathBetween(const PciPlace& a, const PciPlace& b) {
   if (a.root.empty() || b.root.empty()) return "";
   if (a.root == b.root) {
     for (size_t i = 0; i < a.bridges.size(); ++i)
@@ -35,6 +36,42 @@ std::string PathFromChains(const ProbedGpu& a, const ProbedGpu& b) {
   return "SYS";
 }
 
+DmaBuf DmaBufSupport(const NodeProbe& probe) {
+  DmaBuf d;
+  int major = 0, minor = 0;
+  bool read = std::sscanf(probe.kernel_release.c_str(), "%d.%d", &major, &minor) == 2;
+  std::string linux = "Linux " + probe.kernel_release.substr(0, probe.kernel_release.find('-'));
+  if (read && (major < 5 || (major == 5 && minor < 12))) return {false, linux + " is older than 5.12"};
+  if (probe.open_kernel_module && !*probe.open_kernel_module)
+    return {false, "the NVIDIA driver is the proprietary kernel module (/proc/driver/nvidia/version), not the open one"};
+  if (!read || !probe.open_kernel_module) {
+    d.why = !read ? "the kernel's release was not read" : "the NVIDIA driver's flavour was not read";
+    return d;
+  }
+  return {true, linux + " and the open GPU kernel modules"};
+}
+
+std::vector<GpuNic> NearestNics(const NodeProbe& probe) {
+  bool any_active = std::any_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return n.state == "ACTIVE"; });
+  std::vector<GpuNic> out;
+  for (const ProbedGpu& g : probe.gpus) {
+    if (g.hostname && *g.hostname != probe.hostname) continue;  // another host's GPU, told by its rank
+    GpuNic best{.gpu = g.index};
+    std::optional<PathType> best_type;
+    for (size_t i = 0; i < probe.nics.size(); ++i) {
+      const NodeProbe::Nic& n = probe.nics[i];
+      if (any_active && n.state != "ACTIVE") continue;
+      std::string path = PathBetween(g.Place(), n.pci);
+      std::optional<PathType> type = ParsePathType(path);
+      if (!type || (best_type && *type >= *best_type)) continue;
+      best = {g.index, static_cast<int>(i), path};
+      best_type = type;
+    }
+    out.push_back(best);
+  }
+  return out;
+}
+
 std::string AcsCommand(const std::vector<std::string>& bridges) {
   if (bridges.empty()) return "sudo lspci -vvv | grep -B5 -A10 'Access Control Services'";
   std::string cmd;
@@ -43,29 +80,51 @@ std::string AcsCommand(const std::vector<std::string>& bridges) {
   return cmd;
 }
 
+namespace {
+
+// Whether NCCL's NIC can reach this node's GPU memory, as NCCL decides it: a peer-memory client
+// (nvidia_peermem registered with the RDMA core; from 2.23 the loaded module alone), or from 2.13
+// DMA-BUF unless NCCL_DMABUF_ENABLE=0. Unset where the node has no RDMA NIC.
+void GdrFacts(const NodeProbe& probe, NodeFacts* f) {
+  if (!probe.rdma_nics || !*probe.rdma_nics) return;
+  NcclVersion v = probe.nccl_version.value_or(kNewestNcclRules);
+  bool peermem = probe.peermem_registered || (probe.peermem_loaded && v >= NcclVersion{2, 23, 0});
+  DmaBuf dmabuf = DmaBufSupport(probe);
+  auto off = probe.env.find("NCCL_DMABUF_ENABLE");
+  bool dmabuf_off = off != probe.env.end() && off->second == "0";
+  bool dmabuf_used = v >= NcclVersion{2, 13, 0} && dmabuf.possible.value_or(false) && !dmabuf_off;
+  f->gdr = peermem || dmabuf_used;
+  if (*f->gdr) return;
+  std::string why_not_dmabuf = v < NcclVersion{2, 13, 0} ? "NCCL " + VersionText(v) + " predates DMA-BUF (2.13)"
+                               : dmabuf_off                ? "NCCL_DMABUF_ENABLE=0"
+                               : dmabuf.possible           ? dmabuf.why
+                                                           : "DMA-BUF not established: " + dmabuf.why;
+  if (probe.peermem_loaded) {  // loaded, never registered: NCCL before 2.23 looks only at the registration
+    f->gdr_cause = "peermem-not-registered";
+    f->gdr_evidence = "nvidia_peermem is loaded (/sys/module/nvidia_peermem) but not registered with the RDMA core "
+                      "(no /sys/kernel/mm/memory_peers/nv_mem); no DMA-BUF: " + why_not_dmabuf;
+  } else {
+    f->gdr_cause = "gdr-no-module";
+    f->gdr_evidence = "nvidia_peermem is not loaded (/sys/module/nvidia_peermem, /sys/kernel/mm/memory_peers); no DMA-BUF: " +
+                      why_not_dmabuf;
+  }
+}
+
+}  // namespace
+
 NodeFacts FactsFromProbe(const NodeProbe& probe) {
   NodeFacts f;
   f.cpu_vendor = probe.cpu_vendor;
   f.env = probe.env;
   f.iommu = probe.iommu;
   f.virtualization = probe.virtualization;
-  f.gdr = probe.gdr;
   f.rdma_nics = probe.rdma_nics;
   if (!probe.nics.empty() && std::all_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return !n.state.empty(); })) {
     f.rdma_usable = std::any_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return n.state == "ACTIVE"; });
     for (const NodeProbe::Nic& n : probe.nics)
       f.rdma_evidence += (f.rdma_evidence.empty() ? "" : ", ") + n.name + " port 1: " + n.state;
   }
-  // nvidia_peermem loaded but never registered with the RDMA core: NCCL before 2.23 looks only at the
-  // registration, and so runs without GPUDirect RDMA (later releases take the module: it then fails
-  // at memory registration instead).
-  if (probe.peermem_loaded && !probe.peermem_registered &&
-      probe.nccl_version.value_or(kNewestNcclRules) < NcclVersion{2, 23, 0}) {
-    f.gdr = false;
-    f.gdr_cause = "peermem-not-registered";
-    f.gdr_evidence = "nvidia_peermem is loaded (/sys/module/nvidia_peermem) but not registered with the RDMA core "
-                     "(no /sys/kernel/mm/memory_peers/nv_mem)";
-  }
+  GdrFacts(probe, &f);
   f.communicator = probe.communicator;
   f.nccl_version = probe.nccl_version;
   f.nccl_version_note = probe.nccl_version_note;
@@ -87,6 +146,12 @@ NodeFacts FactsFromProbe(const NodeProbe& probe) {
     gf.shm_bytes = g.shm_bytes ? g.shm_bytes : probe.shm_bytes;
     f.gpus.push_back(std::move(gf));
   }
+  for (const GpuNic& gn : NearestNics(probe))
+    for (GpuFacts& gf : f.gpus)
+      if (gf.index == gn.gpu && gn.nic >= 0) {
+        gf.nic = probe.nics[gn.nic].name;
+        gf.nic_path = ParsePathType(gn.path);
+      }
   for (const ProbedPair& p : probe.pairs) {
     PairFacts pf;
     pf.a = p.a;

@@ -27,6 +27,14 @@ struct ProbeStep {
   std::string detail;  // what it found or why it failed, one line
 };
 
+// Where a PCI device sits: its upstream bridges, nearest first, its root complex ("pci0000:00"), its
+// NUMA node; "" / -1 where unknown.
+struct PciPlace {
+  std::vector<std::string> bridges;
+  std::string root;
+  int numa_node = -1;
+};
+
 struct ProbedGpu {
   int index = -1;          // NVML index (the host's numbering), else PCI order
   int cuda = -1;           // CUDA ordinal in the probing process; -1 not visible there
@@ -37,6 +45,7 @@ struct ProbedGpu {
   std::vector<std::string> bridges;  // upstream PCI bridges, nearest first
   std::string root;                  // the root complex ("pci0000:00"); "" unknown
   std::optional<bool> mig, regkey_disabled;
+  PciPlace Place() const { return {bridges, root, numa_node}; }
   int nvml_virtualization = -1;      // nvmlGpuVirtualizationMode_t, -1 unknown
   // Compute processes on the GPU as NVML lists them (asked only when ProbeOptions::gpu_processes):
   // their pids, 0 where NVML hides it (another PID namespace); unset when not asked or not answered.
@@ -73,17 +82,26 @@ struct NodeProbe {
   std::optional<Virtualization> virtualization;
   std::string virtualization_evidence;
   CpuVendor cpu_vendor = CpuVendor::kUnknown;
-  std::optional<bool> rdma_nics, gdr;
+  std::optional<bool> rdma_nics;
   // Each RDMA NIC (/sys/class/infiniband/<name>) with its first port's state and rate (ports/1/state
   // "4: ACTIVE", ports/1/rate "200 Gb/sec (4X HDR)"): "" and -1 where unreadable.
+  // Where each sits on PCI (its `device` link): which GPU it serves best, and whether NCCL's
+  // GPUDirect RDMA distance rule lets them pair.
   struct Nic {
     std::string name, state;
     int rate_gbps = -1;
+    std::string bus_id;  // "0000:3b:00.0"; "" unknown
+    PciPlace pci;
   };
   std::vector<Nic> nics;
   // nvidia_peermem loaded (/sys/module/nvidia_peermem) and registered with the RDMA core's peer
   // memory (/sys/kernel/mm/memory_peers/nv_mem): NCCL before 2.23 looks only at the latter.
   bool peermem_loaded = false, peermem_registered = false;
+  // DMA-BUF, NCCL's other way (2.13+) for the NIC to reach GPU memory: Linux 5.12 or later and the
+  // open GPU kernel modules. The kernel's release (/proc/sys/kernel/osrelease) and the driver's
+  // flavour (/proc/driver/nvidia/version names "Open Kernel Module"); ""/unset where unread.
+  std::string kernel_release;
+  std::optional<bool> open_kernel_module;
   bool nvml = false, cuda = false;  // whether each answered
   std::string driver_version;
   std::map<std::string, std::string> env;  // the allow-listed variables that were set
@@ -100,10 +118,28 @@ struct NodeProbe {
   const ProbedPair* Pair(int a, int b) const;
 };
 
-// nvidia-smi's link label for a pair from the sysfs PCI chains (no NVML): PIX when the nearest
-// common bridge is both GPUs' parent, PXB for another common bridge, PHB for one root complex,
-// NODE for one NUMA node, else SYS.
-std::string PathFromChains(const ProbedGpu& a, const ProbedGpu& b);
+// nvidia-smi's link label between two PCI devices from their sysfs chains (no NVML): PIX when the
+// nearest common bridge is both devices' parent, PXB for another common bridge, PHB for one root
+// complex, NODE for one NUMA node, else SYS; "" when a root is unknown.
+std::string PathBetween(const PciPlace& a, const PciPlace& b);
+inline std::string PathFromChains(const ProbedGpu& a, const ProbedGpu& b) { return PathBetween(a.Place(), b.Place()); }
+
+// Whether the node can give NCCL DMA-BUF registration, and why: nullopt when the kernel's release
+// or the driver's flavour was not read.
+struct DmaBuf {
+  std::optional<bool> possible;
+  std::string why;  // "Linux 6.1.0 and the open GPU kernel modules", "Linux 5.10 is older than 5.12", …
+};
+DmaBuf DmaBufSupport(const NodeProbe& probe);
+
+// A GPU of this host and the RDMA NIC NCCL would pair it with: the nearest by PCIe among those with
+// an active port (among all when no port is known active), the first of equals as NCCL orders them.
+struct GpuNic {
+  int gpu = -1;        // ProbedGpu::index
+  int nic = -1;        // into NodeProbe::nics; -1 no NIC with a known place
+  std::string path;    // nvidia-smi's label between them ("PIX", "SYS"); "" unknown
+};
+std::vector<GpuNic> NearestNics(const NodeProbe& probe);
 
 // The predictor's facts from a probe.
 NodeFacts FactsFromProbe(const NodeProbe& probe);

@@ -15,10 +15,6 @@ namespace {
 // default is 64 MiB; NVIDIA's container guides ask for 1 GiB).
 constexpr uint64_t kMinShmBytes = 512ull << 20;
 
-std::string VersionText(const NcclVersion& v) {
-  return std::to_string(v.major) + "." + std::to_string(v.minor) + "." + std::to_string(v.patch);
-}
-
 // How bad a class is for a GPU pair (DESIGN.md §5 order), to tell a fallback.
 int Rank(int transport) {
   switch (transport) {
@@ -378,7 +374,32 @@ class PairPredictor {
           {f_.gdr_evidence.empty() ? "no nvidia_peermem/dmabuf GPUDirect RDMA on this node" : f_.gdr_evidence});
       return;
     }
+    if (std::string far = GdrTooFar(gdr_level); !far.empty()) {
+      out_.transport = P2PTRACE_TRANSPORT_NET_IB;
+      Add("gdr-distance", other_node_ ? "decided" : "contributes", {far});
+      return;
+    }
     out_.transport = f_.gdr ? P2PTRACE_TRANSPORT_NET_GDR : P2PTRACE_TRANSPORT_NET_IB;
+  }
+
+  // NCCL_NET_GDR_LEVEL against the PCIe path between a GPU of the pair and its NIC: from 2.6 GDR
+  // needs the path within the level (default PXB); 2.4-2.5 needed it closer than the level
+  // (default PHB), the same paths by default. (From 2.12 PXN may relay a far GPU's sends through an
+  // NVLink peer nearer a NIC; its receives still land without GDR, so the pair is degraded either way.)
+  // "" when GDR is allowed or the placement is not known.
+  std::string GdrTooFar(const std::string* env_level) const {
+    bool old = r_.version < NcclVersion{2, 6, 0};
+    std::optional<NcclLevel> user = env_level ? ParseNcclLevel(*env_level) : std::nullopt;
+    NcclLevel level = user ? *user : old ? NcclLevel::kPHB : NcclLevel::kPXB;
+    for (const GpuFacts* g : {ga_, gb_}) {
+      if (!g || !g->nic_path) continue;
+      NcclLevel path = LevelOfPath(*g->nic_path);
+      if (old ? path < level : path <= level) continue;
+      return Gpu(g->index) + " and its nearest RDMA NIC " + g->nic + " are " + std::string(PathTypeName(*g->nic_path)) +
+             " apart, beyond NCCL_NET_GDR_LEVEL " + std::string(NcclLevelName(level)) +
+             (user ? " (set by the environment)" : " (NCCL " + VersionText(r_.version) + "'s default)");
+    }
+    return "";
   }
 
   const NodeFacts& f_;
@@ -420,6 +441,11 @@ Rules RulesFor(const NodeFacts& f, NcclVersion v, CpuVendor vendor, bool intel_o
 }
 
 }  // namespace
+
+std::string VersionText(const NcclVersion& v) {
+  return std::to_string(v.major) + "." + std::to_string(v.minor) + "." + std::to_string(v.patch);
+}
+
 
 std::optional<NcclVersion> ParseNcclVersion(std::string_view text) {
   NcclVersion v;
@@ -544,6 +570,20 @@ NodeFacts FactsFromTopo(const TopoMatrix& links, const TopoMatrix* p2p) {
   if (p2p != nullptr)
     f.sources.push_back("nvidia-smi topo -p2p " + (p2p->p2p_mode.empty() ? std::string("(mode not stated)") : p2p->p2p_mode));
   return f;
+}
+
+PairPrediction PredictToOtherNode(const NodeFacts& facts, int gpu) {
+  NodeFacts f = facts;
+  f.cuda_copies = false;
+  for (GpuFacts& g : f.gpus)
+    if (g.index == gpu) {
+      g.hostname = g.hostname.value_or("this node");
+      g.boot_id = g.boot_id.value_or("this boot");
+    }
+  f.gpus.push_back(GpuFacts{.index = kOtherNodeGpu, .hostname = "another node", .boot_id = "another boot"});
+  f.communicator.clear();
+  NcclVersion version = f.nccl_version.value_or(kNewestNcclRules);
+  return PairPredictor(f, RulesFor(f, version, f.cpu_vendor, f.intel_pre_skylake.value_or(false)), gpu, kOtherNodeGpu).Run();
 }
 
 Prediction Predict(const NodeFacts& facts) {

@@ -27,6 +27,7 @@ struct NcclVersion {
 };
 // "2.21.5", "2.21.5+cuda12.4", "2.7.8-1", "2.18"; nullopt for anything else.
 std::optional<NcclVersion> ParseNcclVersion(std::string_view text);
+std::string VersionText(const NcclVersion& v);  // "2.21.5"
 // The rules `explain` assumes when not told: the newest NCCL's.
 inline constexpr NcclVersion kNewestNcclRules{2, 30, 7};
 
@@ -55,6 +56,10 @@ struct GpuFacts {
   std::optional<std::string> hostname, boot_id;
   std::optional<uint64_t> shm_dev;  // stat("/dev/shm").st_dev
   std::optional<uint64_t> shm_bytes;
+  // The RDMA NIC NCCL pairs this GPU with (the nearest with an active port) and the PCIe path
+  // between them, for GPUDirect RDMA's distance rule; unset where not known.
+  std::string nic;
+  std::optional<PathType> nic_path;
 };
 
 struct PairFacts {
@@ -136,5 +141,10 @@ struct Prediction {
 NodeFacts FactsFromTopo(const TopoMatrix& links, const TopoMatrix* p2p);
 
 Prediction Predict(const NodeFacts& facts);
+
+// The path NCCL would take from `gpu` to a GPU on another node (its network transport and this
+// side's causes): the pair's `b` is that remote GPU, numbered kOtherNodeGpu.
+inline constexpr int kOtherNodeGpu = 1 << 20;
+PairPrediction PredictToOtherNode(const NodeFacts& facts, int gpu);
 
 }  // namespace p2ptrace

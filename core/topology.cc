@@ -74,33 +74,50 @@ std::vector<std::string> PcieAncestors(const Host& host, std::string_view parent
   return {};
 }
 
+namespace {
+
+// Two devices' PCIe chains up to their CPUs and where they first meet (ia == ca.size(): never).
+struct Chains {
+  std::vector<std::string> ca, cb;
+  size_t ia = 0, ib = 0;
+};
+
+Chains Meet(const Host& host, std::string_view parent_a, std::string_view parent_b) {
+  Chains c{PcieAncestors(host, parent_a), PcieAncestors(host, parent_b)};
+  c.ia = c.ca.size();
+  c.ib = c.cb.size();
+  for (size_t i = 0; i < c.ca.size() && c.ia == c.ca.size(); ++i)
+    for (size_t j = 0; j < c.cb.size(); ++j)
+      if (c.ca[i] == c.cb[j]) { c.ia = i; c.ib = j; break; }
+  return c;
+}
+
+PathType TypeOf(const Host& host, const Chains& c) {
+  if (c.ia == c.ca.size()) return PathType::kSYS;
+  if (c.ia == 0 && c.ib == 0 && !host.IsCpu(c.ca[0])) return PathType::kPIX;
+  return host.IsCpu(c.ca[c.ia]) ? PathType::kPHB : PathType::kPXB;
+}
+
+}  // namespace
+
+PathType ClassifyPciePath(const Host& host, std::string_view parent_a, std::string_view parent_b) {
+  return TypeOf(host, Meet(host, parent_a, parent_b));
+}
+
 GpuPath ClassifyGpuPath(const Host& host, int a, int b) {
   GpuPath path;
   const Gpu* ga = host.FindGpu(a);
   const Gpu* gb = host.FindGpu(b);
   if (ga == nullptr || gb == nullptr) return path;
-  std::vector<std::string> ca = PcieAncestors(host, ga->parent);
-  std::vector<std::string> cb = PcieAncestors(host, gb->parent);
   // The switches between each GPU and the lowest common ancestor carry the peer traffic.
-  size_t ia = ca.size(), ib = cb.size();
-  for (size_t i = 0; i < ca.size() && ia == ca.size(); ++i)
-    for (size_t j = 0; j < cb.size(); ++j)
-      if (ca[i] == cb[j]) { ia = i; ib = j; break; }
+  Chains c = Meet(host, ga->parent, gb->parent);
   auto redirects = [&](const std::vector<std::string>& chain, size_t upto) {
     for (size_t i = 0; i < chain.size() && i <= upto; ++i)
       if (const PcieSwitch* sw = host.FindSwitch(chain[i]); sw && sw->acs_redirect) return true;
     return false;
   };
-  if (ia < ca.size()) {
-    path.acs_redirect = redirects(ca, ia) || redirects(cb, ib);
-    if (ia == 0 && ib == 0 && !host.IsCpu(ca[0])) path.type = PathType::kPIX;
-    else if (!host.IsCpu(ca[ia])) path.type = PathType::kPXB;
-    else path.type = PathType::kPHB;
-  } else {
-    path.acs_redirect = redirects(ca, ca.size()) || redirects(cb, cb.size());
-    path.type = PathType::kSYS;
-  }
-  path.pcie = path.type;
+  path.acs_redirect = redirects(c.ca, c.ia) || redirects(c.cb, c.ib);
+  path.type = path.pcie = TypeOf(host, c);
   if (const NvLink* l = host.FindNvLink(a, b); l != nullptr && l->links > 0) {
     path.type = PathType::kNVLink;
     path.nvlinks = l->links;

@@ -57,6 +57,7 @@ struct Host {
   bool gdr = false;
   bool libibverbs = true;  // rdma-core's libibverbs is installed where the job runs
   bool peermem_registered = true;  // with `gdr`: nvidia_peermem registered with the RDMA core's peer memory
+  bool dmabuf = false;  // the kernel (5.12+) and driver (open modules) give DMA-BUF: GDR without peermem from NCCL 2.13
   bool config_space_readable = false;  // probes run as root: a bridge's full PCI config space (ACS) reads
   std::vector<std::string> cpus;
   std::vector<PcieSwitch> switches;
@@ -83,6 +84,10 @@ struct GpuPath {
 // The path between two GPUs of one host, by nvidia-smi's rules: NVLink first; then the PCIe tree
 // (same parent switch → PIX; a common switch ancestor → PXB; same CPU → PHB; else SYS).
 GpuPath ClassifyGpuPath(const Host& host, int a, int b);
+
+// The PCIe path between two devices of one host (GPUs, NICs) by their parents, a switch or a CPU:
+// PIX under one switch, PXB below a common switch, PHB under one CPU, else SYS.
+PathType ClassifyPciePath(const Host& host, std::string_view parent_a, std::string_view parent_b);
 
 // The PCIe ancestors of a device, nearest first, ending with its CPU (empty if the chain breaks).
 std::vector<std::string> PcieAncestors(const Host& host, std::string_view parent);

@@ -106,6 +106,25 @@ void Step(NodeProbe* p, std::string name, std::string source, std::string status
   p->steps.push_back({std::move(name), std::move(source), std::move(status), std::move(detail)});
 }
 
+// Where a device sits from its resolved sysfs path ("/sys/devices/pci0000:00/0000:01:00.0/0000:1a:00.0"):
+// the root, then the bridges down to the device (the last part), nearest first.
+PciPlace PlaceOf(const std::string& real) {
+  std::vector<std::string> parts;
+  for (size_t s = 0, e; s < real.size(); s = e + 1) {
+    e = real.find('/', s);
+    if (e == std::string::npos) e = real.size();
+    if (e > s) parts.push_back(real.substr(s, e - s));
+  }
+  PciPlace place;
+  for (size_t i = 0; i < parts.size(); ++i)
+    if (parts[i].rfind("pci", 0) == 0 && parts[i].find(':') != std::string::npos) {
+      place.root = parts[i];
+      for (size_t j = parts.size() - 1; j > i + 1; --j) place.bridges.push_back(parts[j - 1]);
+      break;
+    }
+  return place;
+}
+
 // --- procfs / identity ----------------------------------------------------------------------------
 
 void ProbeIdentity(const Files& fs, NodeProbe* p) {
@@ -219,17 +238,26 @@ void ProbeIdentity(const Files& fs, NodeProbe* p) {
     n.state.erase(0, n.state.find_first_not_of(' '));
     std::string rate = fs.Line(port + "rate");    // "200 Gb/sec (4X HDR)"
     if (!rate.empty() && rate[0] >= '0' && rate[0] <= '9') n.rate_gbps = std::atoi(rate.c_str());
+    // device -> "/sys/devices/pci0000:00/…/0000:3b:00.0": the NIC's own PCI function.
+    std::string device = fs.Resolve("/sys/class/infiniband/" + h + "/device");
+    if (!device.empty() && device.rfind("/sys/devices/", 0) == 0) {
+      n.bus_id = NormalizeBusId(Basename(device));
+      n.pci = PlaceOf(device);
+      n.pci.numa_node = ToInt(fs.Line("/sys/class/infiniband/" + h + "/device/numa_node"), -1);
+    }
     p->nics.push_back(n);
   }
+  p->kernel_release = fs.Line("/proc/sys/kernel/osrelease");
+  if (auto version = fs.Read("/proc/driver/nvidia/version", 4096))
+    p->open_kernel_module = version->find("Open Kernel Module") != std::string::npos;
   std::string modules = fs.Read("/proc/modules", 64 * 1024).value_or("");
   bool peermem = fs.Exists("/sys/module/nvidia_peermem") || modules.find("nvidia_peermem ") != std::string::npos;
   p->peermem_loaded = peermem;
   p->peermem_registered = fs.Exists("/sys/kernel/mm/memory_peers/nv_mem");
-  // NCCL 2.23+ also takes the loaded module; older ones need its registration: both count as GDR.
-  if (!hcas.empty()) p->gdr = peermem || p->peermem_registered;
   std::string hca_list;
   for (const NodeProbe::Nic& n : p->nics) {
     hca_list += (hca_list.empty() ? "" : ", ") + n.name;
+    if (!n.bus_id.empty()) hca_list += " (" + n.bus_id + ", NUMA " + std::to_string(n.pci.numa_node) + ")";
     if (!n.state.empty()) hca_list += " port 1 " + n.state + (n.rate_gbps > 0 ? " " + std::to_string(n.rate_gbps) + " Gb/s" : "");
   }
   std::string gdr_text = peermem ? (p->peermem_registered ? "; nvidia_peermem loaded and registered"
@@ -263,20 +291,9 @@ void ProbePci(const Files& fs, NodeProbe* p) {
     g.pcie.max_gen = PcieGenFromLinkSpeed(fs.Line(dir + "/max_link_speed"));
     g.pcie.width = ToInt(fs.Line(dir + "/current_link_width"), 0);
     g.pcie.max_width = ToInt(fs.Line(dir + "/max_link_width"), 0);
-    std::string real = fs.Resolve(dir);
-    // "/sys/devices/pci0000:00/0000:01:00.0/0000:1a:00.0": the root, then bridges down to the GPU.
-    std::vector<std::string> parts;
-    for (size_t s = 0, e; s < real.size(); s = e + 1) {
-      e = real.find('/', s);
-      if (e == std::string::npos) e = real.size();
-      if (e > s) parts.push_back(real.substr(s, e - s));
-    }
-    for (size_t i = 0; i < parts.size(); ++i)
-      if (parts[i].rfind("pci", 0) == 0 && parts[i].find(':') != std::string::npos) {
-        g.root = parts[i];
-        for (size_t j = parts.size() - 1; j > i + 1; --j) g.bridges.push_back(parts[j - 1]);
-        break;
-      }
+    PciPlace place = PlaceOf(fs.Resolve(dir));
+    g.root = place.root;
+    g.bridges = place.bridges;
     std::string group = Basename(fs.Resolve(dir + "/iommu_group"));
     if (!group.empty() && fs.Exists(dir + "/iommu_group")) {
       g.iommu_group = ToInt(group, -1);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/causes.h"
+#include "core/node_network.h"
 #include "core/node_probe.h"
 #include "core/printable.h"
 #include "core/vocabulary.h"
@@ -51,15 +52,67 @@ json CauseJson(const CauseHit& c) {
           {"fix", info ? std::string(info->fix) : ""}, {"confirm", info ? std::string(info->confirm) : ""}};
 }
 
-std::string PairName(const PairPrediction& p) { return fmt::format("GPU{}-GPU{}", p.a, p.b); }
+std::string PairName(const PairPrediction& p) {
+  return p.b == kOtherNodeGpu ? fmt::format("GPU{}-another node", p.a) : fmt::format("GPU{}-GPU{}", p.a, p.b);
+}
+
+json NicJson(const NodeProbe::Nic& n) {
+  return {{"name", n.name}, {"bus_id", n.bus_id}, {"numa_node", n.pci.numa_node}, {"port_state", n.state},
+          {"rate_gbps", n.rate_gbps >= 0 ? json(n.rate_gbps) : json(nullptr)}};
+}
+
+json NetworkJson(const NodeNetwork& net) {
+  json j = {{"nics", json::array()}, {"peer_memory", net.peer_memory},
+            {"dmabuf", {{"possible", net.dmabuf.possible ? json(*net.dmabuf.possible) : json(nullptr)},
+                        {"why", net.dmabuf.why}}},
+            {"gpus", json::array()}};
+  for (const NodeProbe::Nic& n : net.nics) j["nics"].push_back(NicJson(n));
+  for (const GpuNetwork& g : net.gpus) {
+    const PairPrediction& p = g.to_other_node;
+    json causes = json::array();
+    for (const CauseHit& c : p.causes) causes.push_back(CauseJson(c));
+    j["gpus"].push_back({{"gpu", g.gpu}, {"nic", g.nic}, {"path", g.path}, {"predicted", TransportName(p.transport)},
+                         {"expected", TransportName(p.best)}, {"fallback", p.fallback}, {"causes", causes}});
+  }
+  return j;
+}
+
+// What NCCL does between nodes, as it starts from here: the NICs, GPUDirect RDMA's means, and
+// per GPU its NIC and the network path to a GPU elsewhere.
+void NetworkText(const NodeNetwork& net, std::ostream& out) {
+  out << "\nnetwork (each GPU to a GPU on another node; NCCL pairs a GPU with its nearest NIC):\n";
+  if (net.nics.empty()) out << "  no RDMA NIC (/sys/class/infiniband is empty): NCCL would use TCP sockets\n";
+  for (const NodeProbe::Nic& n : net.nics)
+    out << fmt::format("  {} {} NUMA {}  port 1 {}{}\n", n.name, n.bus_id.empty() ? "(PCI place unknown)" : n.bus_id,
+                       n.pci.numa_node, n.state.empty() ? "state unknown" : n.state,
+                       n.rate_gbps > 0 ? fmt::format(", {} Gb/s", n.rate_gbps) : "");
+  out << "  GPUDirect RDMA: " << net.peer_memory << "; DMA-BUF "
+      << (!net.dmabuf.possible ? "not known (" + net.dmabuf.why + ")"
+                               : *net.dmabuf.possible ? "possible (" + net.dmabuf.why + ")" : "not possible (" + net.dmabuf.why + ")")
+      << "\n";
+  for (const GpuNetwork& g : net.gpus) {
+    const PairPrediction& p = g.to_other_node;
+    out << fmt::format("  GPU{}  {:<8} {:<5} {:<11} expected {:<9}{}\n", g.gpu, g.nic.empty() ? "-" : g.nic,
+                       g.path.empty() ? "?" : g.path, TransportName(p.transport), TransportName(p.best),
+                       p.fallback ? "  FALLBACK" : "");
+    for (const CauseHit& c : p.causes) {
+      if (c.role == "context") continue;
+      out << fmt::format("      [{}] ({}, {})", c.id, c.role, RoleSeverity(c));
+      for (const std::string& e : c.evidence) out << " " << e << ";";
+      out << "\n";
+      if (const CauseInfo* info = FindCause(c.id)) out << "        fix: " << info->fix << "\n";
+    }
+  }
+}
 
 int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   NodeProbe probe = ProbeNode(o);
   Prediction pred = PredictNode(probe);
+  NodeNetwork net = NetworkOf(probe);
   std::vector<std::string> warnings = probe.gpus.size() >= 2 ? WarningLines(probe, pred) : std::vector<std::string>{};
   std::string host = probe.hostname.empty() ? "this machine" : probe.hostname;
   if (!o.prometheus.empty())
-    if (std::string why = WriteFileAtomically(o.prometheus, PrometheusFromDoctor(probe, pred)); !why.empty()) {
+    if (std::string why = WriteFileAtomically(o.prometheus, PrometheusFromDoctor(probe, pred, net)); !why.empty()) {
       err << "p2ptrace doctor: " << why << "\n";
       return 2;
     }
@@ -70,7 +123,11 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   };
   std::map<std::string, Agg> by_cause;
   bool error = false;
-  for (const PairPrediction& p : pred.pairs) {
+  std::vector<const PairPrediction*> judged;
+  for (const PairPrediction& p : pred.pairs) judged.push_back(&p);
+  for (const GpuNetwork& g : net.gpus) judged.push_back(&g.to_other_node);
+  for (const PairPrediction* pp : judged) {
+    const PairPrediction& p = *pp;
     if (!PairWarns(p)) continue;
     for (const CauseHit& c : p.causes) {
       if (c.role == "context") continue;
@@ -99,6 +156,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
                             {"expected", TransportName(p.best)}, {"fallback", p.fallback}, {"level", p.level},
                             {"impact", p.impact}, {"causes", causes}});
     }
+    j["network"] = NetworkJson(net);
     j["findings"] = json::array();
     for (const auto& [id, a] : by_cause) {
       const CauseInfo* info = FindCause(id);
@@ -142,6 +200,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
       }
     }
   }
+  NetworkText(net, out);
   if (!pred.assumptions.empty()) {
     out << "\nassumed:\n";
     for (const std::string& a : pred.assumptions) out << "  " << a << "\n";

@@ -182,6 +182,61 @@ void CauseSamples(Exposition& x, const char* name, const Labels& pair, const std
   }
 }
 
+constexpr const char* kNicActive = "p2ptrace_nic_port_active";
+constexpr const char* kNicRate = "p2ptrace_nic_line_rate_bytes_per_second";
+constexpr const char* kGdrMeans = "p2ptrace_node_gpudirect_rdma_means";
+constexpr const char* kGpuNetPath = "p2ptrace_gpu_network_path_info";
+constexpr const char* kGpuNetFallback = "p2ptrace_gpu_network_fallback";
+
+void DeclareNetworkFamilies(Exposition& x) {
+  x.Family(kNicActive, Exposition::kGauge,
+           "doctor: 1 when the RDMA NIC's first port is ACTIVE, 0 otherwise (the state as a label); no sample where "
+           "the state was not read. No active port: NCCL's network runs over TCP sockets.");
+  x.Family(kNicRate, Exposition::kGauge, "doctor: the RDMA NIC's first port's line rate (ports/1/rate) in bytes per second.");
+  x.Family(kGdrMeans, Exposition::kGauge,
+           "doctor: 1 per way the NIC can reach GPU memory here (means=\"peer_memory\": nvidia_peermem loaded; "
+           "means=\"dmabuf\": Linux 5.12+ with the open GPU kernel modules), 0 when absent; no sample where not known.");
+  x.Family(kGpuNetPath, Exposition::kGauge,
+           "doctor: per GPU the path class NCCL would take to a GPU on another node (1; the class, the NIC NCCL pairs "
+           "the GPU with and the PCIe path between them as labels).");
+  x.Family(kGpuNetFallback, Exposition::kGauge,
+           "doctor: 1 per cause when a GPU's network path is worse than the node's NICs allow (no GPUDirect RDMA, "
+           "sockets); 0, without a cause, when it is not.");
+}
+
+void NetworkSamples(Exposition& x, const NodeProbe& probe, const NodeNetwork& net) {
+  const std::string& host = probe.hostname;
+  for (const NodeProbe::Nic& n : net.nics) {
+    Labels l = {{"source", "doctor"}, {"host", host}, {"nic", n.name}, {"pci_bus_id", n.bus_id.empty() ? "" : NvidiaSmiBusId(n.bus_id)}};
+    if (!n.state.empty()) {
+      Labels s = l;
+      s.push_back({"state", n.state});
+      x.Sample(kNicActive, s, n.state == "ACTIVE" ? 1 : 0);
+    }
+    if (n.rate_gbps > 0) x.Sample(kNicRate, l, n.rate_gbps * 1e9 / 8);
+  }
+  if (!net.nics.empty()) {
+    x.Sample(kGdrMeans, {{"source", "doctor"}, {"host", host}, {"means", "peer_memory"}}, probe.peermem_loaded ? 1 : 0);
+    if (net.dmabuf.possible)
+      x.Sample(kGdrMeans, {{"source", "doctor"}, {"host", host}, {"means", "dmabuf"}}, *net.dmabuf.possible ? 1 : 0);
+  }
+  for (const GpuNetwork& g : net.gpus) {
+    const ProbedGpu* gpu = probe.Gpu(g.gpu);
+    Labels l = {{"source", "doctor"}, {"host", host}, {"gpu", std::to_string(g.gpu)},
+                {"pci_bus_id", gpu ? NvidiaSmiBusId(gpu->bus_id) : ""}};
+    const PairPrediction& p = g.to_other_node;
+    if (p.transport != 0) {
+      Labels c = l;
+      c.push_back({"class", std::string(TransportName(p.transport))});
+      c.push_back({"nic", g.nic});
+      c.push_back({"pcie_path", g.path});
+      x.Sample(kGpuNetPath, c, 1);
+    }
+    if (p.fallback) CauseSamples(x, kGpuNetFallback, l, p.causes);
+    else x.Sample(kGpuNetFallback, l, 0);
+  }
+}
+
 constexpr const char* kTestBandwidth = "p2ptrace_pair_test_bandwidth_bytes_per_second";
 constexpr const char* kTestExpected = "p2ptrace_pair_test_expected_bandwidth_bytes_per_second";
 constexpr const char* kTestLatency = "p2ptrace_pair_test_latency_seconds";
@@ -220,9 +275,10 @@ std::string NvidiaSmiBusId(const std::string& bus_id) {
   return out;
 }
 
-std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred) {
+std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred, const NodeNetwork& net) {
   Exposition x;
   DeclareFamilies(x, false);
+  DeclareNetworkFamilies(x);
   const std::string& host = probe.hostname;  // whole, as the report names hosts
   int without = 0;
   for (const PairPrediction& p : pred.pairs) {
@@ -250,6 +306,7 @@ std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred)
   }
   x.Sample(kWithoutP2p, {{"source", "doctor"}, {"host", host}}, without);
   x.Sample(kGpus, {{"source", "doctor"}, {"host", host}}, static_cast<double>(probe.gpus.size()));
+  NetworkSamples(x, probe, net);
   return x.Text();
 }
 

@@ -91,9 +91,23 @@ INSTANTIATE_TEST_SUITE_P(
     TwoHosts, NetCause,
     ::testing::Values(
         Case{"healthy", "{}", {}, "net_gdr", ""},
-        // The job-start probe sees no nvidia_peermem on node1; NCCL's own line is in its NET subsystem.
-        Case{"no_gdr", R"({"gdr": false})", {}, "net_ib", "no-gdr"},
-        Case{"no_gdr_net_lines", R"({"gdr": false})", {{"NCCL_DEBUG_SUBSYS", "INIT,ENV,NET"}}, "net_ib", "no-gdr"},
+        // The job-start probe sees no nvidia_peermem on node1 and a kernel too old for DMA-BUF; NCCL's
+        // own line (in its NET subsystem) says only that neither worked.
+        Case{"no_gdr", R"({"gdr": false})", {}, "net_ib", "gdr-no-module"},
+        Case{"no_gdr_net_lines", R"({"gdr": false})", {{"NCCL_DEBUG_SUBSYS", "INIT,ENV,NET"}}, "net_ib", "gdr-no-module"},
+        // No peermem, but DMA-BUF (Linux 5.12+, open modules): NCCL 2.13+ has GPUDirect RDMA; 2.12 not.
+        Case{"dmabuf", R"({"gdr": false, "dmabuf": true})", {}, "net_gdr", ""},
+        Case{"dmabuf_2_12", R"({"gdr": false, "dmabuf": true})", {{"P2PSIM_NCCL_VERSION", "2.12.12"}}, "net_ib",
+             "gdr-no-module"},
+        // node1's NIC under the CPU, its GPUs under a switch: PHB, beyond NCCL_NET_GDR_LEVEL's PXB. The
+        // job-start probe computes it; NCCL prints the distance only in its NET subsystem.
+        Case{"nic_far_from_gpus", R"({"nics": [{"name": "mlx5_0", "parent": "cpu0", "kind": "ib"}]})", {}, "net_ib",
+             "gdr-distance"},
+        Case{"nic_far_net_lines", R"({"nics": [{"name": "mlx5_0", "parent": "cpu0", "kind": "ib"}]})",
+             {{"NCCL_DEBUG_SUBSYS", "INIT,ENV,NET"}}, "net_ib", "gdr-distance"},
+        // The user's level lets the PHB path through: GPUDirect RDMA again.
+        Case{"nic_far_level_phb", R"({"nics": [{"name": "mlx5_0", "parent": "cpu0", "kind": "ib"}]})",
+             {{"NCCL_NET_GDR_LEVEL", "PHB"}}, "net_gdr", ""},
         Case{"no_gdr_module_2_12", R"({"gdr": false})",
              {{"NCCL_DEBUG_SUBSYS", "INIT,ENV,NET"}, {"P2PSIM_NCCL_VERSION", "2.12.12"}}, "net_ib", "gdr-no-module"},
         Case{"no_verbs", R"({"libibverbs": false})", {}, "net_socket", "net-no-verbs"},

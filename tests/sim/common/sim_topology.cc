@@ -115,6 +115,7 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
   host.gdr = Bool(h, f, "gdr", false);
   host.libibverbs = Bool(h, f, "libibverbs", true);
   host.peermem_registered = Bool(h, f, "peermem_registered", true);
+  host.dmabuf = Bool(h, f, "dmabuf", false);
   host.config_space_readable = Bool(h, f, "config_space_readable", false);
 
   std::set<std::string> ids;

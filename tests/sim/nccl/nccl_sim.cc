@@ -780,10 +780,14 @@ bool P2pAllowed(Comm& c, const RankInfo& a, const RankInfo& b, const Host& host,
   return true;
 }
 
-// GPUDirect RDMA on a host's side: nvidia_peermem loaded, and, before 2.23, registered with the RDMA
-// core (NCCL looked only at /sys/kernel/mm/memory_peers/nv_mem/version then).
+// GPUDirect RDMA's means on a host: nvidia_peermem loaded and, before 2.23, registered with the RDMA
+// core (NCCL looked only at /sys/kernel/mm/memory_peers/nv_mem/version then); or from 2.13 DMA-BUF
+// where the host's kernel and driver give it, unless NCCL_DMABUF_ENABLE=0.
 bool HostGdr(const Host* h) {
-  return h != nullptr && h->gdr && (h->peermem_registered || VersionCode() >= NCCL_VERSION(2, 23, 0));
+  if (h == nullptr) return false;
+  bool peermem = h->gdr && (h->peermem_registered || VersionCode() >= NCCL_VERSION(2, 23, 0));
+  bool dmabuf = h->dmabuf && VersionCode() >= NCCL_VERSION(2, 13, 0) && Param("NCCL_DMABUF_ENABLE", 1) != 0;
+  return peermem || dmabuf;
 }
 
 // The NICs NCCL's IB transport can use: InfiniBand or RoCE with an active port, libibverbs there to
@@ -794,6 +798,87 @@ std::vector<const p2ptrace::Nic*> IbNics(const Host* h) {
   for (const p2ptrace::Nic& n : h->nics)
     if ((n.kind == "ib" || n.kind == "roce") && n.state == "ACTIVE") nics.push_back(&n);
   return nics;
+}
+
+// The IB NIC NCCL pairs a GPU with: the nearest by PCIe, the first of equals (index into IbNics).
+struct NicChoice {
+  int index = -1;
+  NcclPath path = kSYS;
+};
+NicChoice NicFor(const Host* h, int gpu) {
+  NicChoice best;
+  const p2ptrace::Gpu* g = h ? h->FindGpu(gpu) : nullptr;
+  std::vector<const p2ptrace::Nic*> nics = IbNics(h);
+  for (size_t i = 0; g && i < nics.size(); ++i) {
+    NcclPath path = ToNcclPath(p2ptrace::ClassifyPciePath(*h, g->parent, nics[i]->parent));
+    if (best.index < 0 || path < best.path) best = {static_cast<int>(i), path};
+  }
+  return best;
+}
+
+// NCCL_NET_GDR_LEVEL, -1 when unset; echoed once.
+int UserGdrLevel() {
+  static int level = [] {
+    const char* s = std::getenv("NCCL_NET_GDR_LEVEL");
+    if (s == nullptr || *s == '\0') return -1;
+    int l = -1;
+    static const int kOldToNew[] = {kLOC, kPIX, kPXB, kPHB, kSYS, kSYS};
+    if (std::isdigit(static_cast<unsigned char>(*s))) {
+      l = kOldToNew[std::clamp(std::atoi(s), 0, 5)];
+    } else {
+      static const std::pair<const char*, int> kNames[] = {{"LOC", kLOC}, {"PIX", kPIX}, {"PXB", kPXB},
+                                                          {"PHB", kPHB}, {"SYS", kSYS}};
+      for (auto& [name, v] : kNames)
+        if (strcasecmp(s, name) == 0) l = v;
+    }
+    if (l >= 0) Info(kAll, "%s set by environment to %s", "NCCL_NET_GDR_LEVEL", PathName(l));
+    return l;
+  }();
+  return level;
+}
+
+// A path type as this release numbers it in its GPU Direct RDMA lines (the enum moved over the
+// releases: docs/research/nccl-net-lines.md, "Distance").
+int PrintedPath(int p, int v) {
+  // Columns: 2.4-2.5, 2.6-2.11, 2.12-2.25 (PXN inserted), 2.26 (C2C), 2.27+ (P2C).
+  int era = v < NCCL_VERSION(2, 6, 0) ? 0 : v < NCCL_VERSION(2, 12, 0) ? 1 : v < NCCL_VERSION(2, 26, 0) ? 2
+          : v < NCCL_VERSION(2, 27, 0) ? 3 : 4;
+  static const int kPix[] = {0, 3, 3, 4, 4}, kPxb[] = {1, 4, 4, 5, 5}, kPhb[] = {2, 5, 6, 7, 8}, kSys[] = {4, 6, 7, 8, 9};
+  switch (p) {
+    case kLOC: return 0;
+    case kPIX: return kPix[era];
+    case kPXB: return kPxb[era];
+    case kPHB: return kPhb[era];
+    default: return kSys[era];
+  }
+}
+
+// GPUDirect RDMA for one GPU: the host's means, and the GPU–NIC path within NCCL_NET_GDR_LEVEL
+// (2.6+: within the level, default PXB; before: closer than it, default PHB). A refusal is printed
+// once per GPU where the release prints it at INFO (to 2.28; 2.29 words it otherwise, 2.30 at TRACE).
+bool GpuGdr(const Host* h, const RankInfo& me) {
+  if (!HostGdr(h)) return false;
+  NicChoice nic = NicFor(h, me.nvml_dev);
+  if (nic.index < 0) return false;
+  const int v = VersionCode();
+  bool old = v < NCCL_VERSION(2, 6, 0);
+  int level = UserGdrLevel() >= 0 ? UserGdrLevel() : old ? kPHB : kPXB;
+  bool ok = old ? nic.path < level : nic.path <= level;
+  static std::once_flag once;
+  if (!ok && v < NCCL_VERSION(2, 29, 0) && me.pid == getpid())  // a process prints its own GPU's, not its peer's
+    std::call_once(once, [&] {
+      int d = PrintedPath(nic.path, v), l = PrintedPath(level, v);
+      if (old)
+        Info(kNet, "NET/IB : GPU Direct RDMA Disabled for GPU %d[%d] / HCA %d (distance %d >= %d)", me.cuda_dev,
+             me.nvml_dev, nic.index, d, l);
+      else if (v < NCCL_VERSION(2, 21, 0))
+        Info(kNet, "GPU Direct RDMA Disabled for GPU %lx / HCA %d (distance %d > %d)", long(me.bus_id), nic.index, d, l);
+      else if (v < NCCL_VERSION(2, 24, 0))
+        Info(kNet, "GPU Direct RDMA Disabled for GPU %lx / HCA %lx (distance %d > %d)", long(me.bus_id), long(nic.index), d, l);
+      else
+        Info(kNet, "GPU Direct RDMA Disabled for GPU %d / HCA %lx (distance %d > %d)", me.rank, long(nic.index), d, l);
+    });
+  return ok;
 }
 
 // ncclNetInit's lines, once per process, as the release prints them (docs/research/nccl-net-lines.md):
@@ -840,8 +925,8 @@ Transport NetTransport(const RankInfo& a, const RankInfo& b) {
   Transport t;
   t.kind = Transport::kNet;
   bool ib = !IbNics(ha).empty() && !IbNics(hb).empty();
-  bool gdr = ib && HostGdr(ha) && HostGdr(hb);  // both sides', for the rate; each side prints its own (NetText)
-  t.text = ib ? (gdr ? "NET/IB/0/GDRDMA" : "NET/IB/0") : "NET/Socket/0";
+  bool gdr = ib && GpuGdr(ha, a) && GpuGdr(hb, b);  // both sides', for the rate; each side prints its own (NetText)
+  t.text = ib ? "NET/IB/" : "NET/Socket/0";
   t.gbps = !n.ok ? 1 : ib ? (gdr ? n.topo.bandwidth.net_gdr : n.topo.bandwidth.net_ib) : n.topo.bandwidth.net_socket;
   return t;
 }
@@ -964,7 +1049,7 @@ std::string ConnectionHead(int channel, int conn_index, Transport::Kind kind, co
 std::string NetText(const Transport& t, const RankInfo& me) {
   if (t.text.rfind("NET/IB/", 0) != 0) return t.text;
   const Host* h = HostOf(me);
-  return std::string("NET/IB/0") + (HostGdr(h) ? "/GDRDMA" : "");
+  return "NET/IB/" + std::to_string(std::max(0, NicFor(h, me.nvml_dev).index)) + (GpuGdr(h, me) ? "/GDRDMA" : "");
 }
 
 // One direction of one (channel, connIndex) connection, printed as NCCL prints it.
@@ -995,8 +1080,7 @@ void ConnectRecv(Comm& c, int channel, int conn_index, const RankInfo& peer) {
 }
 
 bool RingUsesGdr(Comm& c) {
-  const Host* h = HostOf(c.me);
-  return HostGdr(h) && !IbNics(h).empty();
+  return GpuGdr(HostOf(c.me), c.me);
 }
 
 ncclResult_t ConnectRing(Comm& c) {

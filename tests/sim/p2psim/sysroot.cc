@@ -291,6 +291,7 @@ void WritePciDevice(TreeWriter& w, const Host& host, const PciDevice& d) {
     bool rdma = d.nic->kind != "eth";
     fs::path own = d.dir / (rdma ? "infiniband" : "net") / d.nic->name;
     w.Dir(own);
+    w.Link(own / "device", d.dir);  // the NIC's PCI function, as the kernel links it
     if (rdma) {  // the first port, as ibstat reads it
       static const std::map<std::string, std::string> kState = {{"ACTIVE", "4: ACTIVE"}, {"DOWN", "1: DOWN"}, {"INIT", "2: INIT"}};
       w.File(own / "ports/1/state", kState.at(d.nic->state) + "\n");
@@ -427,6 +428,9 @@ bool WriteSysroot(const Host& host, const std::string& dir, std::string* error) 
   w.File("proc/cmdline", host.kernel_cmdline + "\n");
   w.File("proc/sys/kernel/random/boot_id", host.boot_id + "\n");
   w.File("proc/sys/kernel/hostname", host.name + "\n");
+  // The kernel's release: DMA-BUF, GPUDirect RDMA without peermem, needs 5.12 (the driver's open modules
+  // are what proc/driver/nvidia/version names).
+  w.File("proc/sys/kernel/osrelease", host.dmabuf ? "6.1.0-26-amd64\n" : "5.10.0-28-amd64\n");
   w.File("etc/hostname", host.name + "\n");
   w.File("p2psim/dev_shm", "size_mb " + std::to_string(host.dev_shm_mb) + "\ndevice " +
                                std::to_string(host.shm_device) + "\n");

@@ -224,7 +224,15 @@ TEST(SimNccl, TwoHostsIbDisabledUseSockets) {
 TEST(SimNccl, ContainersWithSeparateShmUseNet) {
   Job job = RunRing(Topology("demo-8gpu.json"), "node0:4", {}, "P2PSIM_SHM_DEVICE=$((LOCAL_RANK + 10)) ");
   EXPECT_JOB_OK(job);
-  ExpectRing(job, 4, [](int, int) { return "NET/IB/0/GDRDMA"; });
+  // Each side prints its own GPUDirect RDMA: GPU0 and GPU1 share sw0 with mlx5_0 (PIX); GPU2 and
+  // GPU3 sit under sw1, PHB from it, beyond NCCL_NET_GDR_LEVEL's default PXB.
+  auto side = [](int gpu) { return std::string(gpu < 2 ? "NET/IB/0/GDRDMA" : "NET/IB/0"); };
+  for (int r = 0; r < 4; ++r) {
+    int next = (r + 1) % 4;
+    auto it = job.conns.find({0, r, next});
+    ASSERT_NE(it, job.conns.end()) << "no connection " << r << " -> " << next;
+    EXPECT_EQ(it->second, (std::set<std::string>{side(r), side(next)})) << r << " -> " << next;
+  }
 }
 
 // Position of the first line containing `what` in a log, npos when absent.
