@@ -34,6 +34,12 @@ std::string_view NetShortfallText(NetShortfall s) {
   return "";
 }
 
+std::string WhereToLook(const NetFinding& f) {
+  if (f.settled) return "";
+  std::string host = f.host.empty() ? "that host" : f.host;
+  return "the log does not say why: run `p2ptrace doctor` on " + host;
+}
+
 std::vector<NetFinding> DiagnoseNet(const std::vector<NamedNcclLog>& logs) {
   std::map<std::string, HostLines> hosts;
   for (const NamedNcclLog& named : logs) {

@@ -35,6 +35,10 @@ struct NetFinding {
   size_t lines = 0;        // the connection lines it holds for
 };
 
+// Where to look when the log does not name the cause ("the log of node1 does not say why: run
+// `p2ptrace doctor` on node1"); "" for a settled finding.
+std::string WhereToLook(const NetFinding& finding);
+
 // Every degraded NET connection of the logs, grouped by the host that printed it and what it lacks;
 // hosts in the order their first such line appears.
 std::vector<NetFinding> DiagnoseNet(const std::vector<NamedNcclLog>& logs);

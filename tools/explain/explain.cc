@@ -133,7 +133,7 @@ Finding NetFindingOf(const NetFinding& n) {
                         n.lines == 1 ? "" : "s");
   for (const auto& [src, dst] : n.pairs) f.pairs.push_back(fmt::format("rank {} -> rank {}", src, dst));
   f.evidence = n.evidence;
-  if (!n.settled) f.evidence.push_back(fmt::format("the log does not say why: run `p2ptrace doctor` on {}", host));
+  if (!n.settled) f.evidence.push_back(WhereToLook(n));
   f.fix = info ? std::string(info->fix) : "";
   return f;
 }

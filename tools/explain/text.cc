@@ -157,7 +157,7 @@ std::string NetText(const Explanation& e) {
     out += fmt::format("  [{}] {}: {} (ranks {})\n", n.cause, n.host.empty() ? "(no prefix)" : n.host,
                        NetShortfallText(n.shortfall), ranks);
     for (const std::string& ev : n.evidence) out += fmt::format("      {}\n", ev);
-    if (!n.settled) out += fmt::format("      the log does not say why: run `p2ptrace doctor` on {}\n", n.host.empty() ? "that host" : n.host);
+    if (!n.settled) out += fmt::format("      {}\n", WhereToLook(n));
   }
   return out;
 }

@@ -572,7 +572,7 @@ void NcclFold::ApplyNetCauses(Report& rep) const {
       const CauseInfo* info = FindCause(n->cause);
       Cause c{n->cause, {}, info ? std::string(info->fix) : "", info ? std::string(info->confirm) : "", "trace"};
       for (const std::string& ev : n->evidence) c.evidence.push_back(fmt::format("{}: {}", n->host, ev));
-      if (!n->settled) c.evidence.push_back(fmt::format("{}'s NCCL log does not say why: run `p2ptrace doctor` on {}", n->host, n->host));
+      if (!n->settled) c.evidence.push_back(n->host + ": " + WhereToLook(*n));
       e.causes.push_back(std::move(c));
       if (info != nullptr && info->severity != Severity::kInfo) {
         e.fallback = true;

@@ -206,9 +206,10 @@ std::vector<Scenario> Scenarios() {
        .workload = "two-ranks",
        .rank_env = {{}, {}},
        .hosts = {"n0", "n1"},
-       .causes = {{"0-100", {"no-gdr"}}},
+       .causes = {{"0-100", {"gdr-no-module"}}},
        .transport = {{"0-100", "net_ib"}},
-       .stderr_has = {"n0 GPU0 <-> n1 GPU0 (ranks 0<->1): net_ib instead of net_gdr [no-gdr] no nvidia_peermem"}},
+       .stderr_has = {"n0 GPU0 <-> n1 GPU0 (ranks 0<->1): net_ib instead of net_gdr [gdr-no-module] nvidia_peermem is "
+                      "not loaded"}},
       {.name = "CopyWithoutPeerAccess",
        .topology = SwitchPair(),
        .workload = "copy-no-peer",

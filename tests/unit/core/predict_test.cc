@@ -232,6 +232,64 @@ TEST(Predict, ContainersShmAndTheNetwork) {
   EXPECT_EQ(Ids(PairOf(p, 0, 1)), (std::vector<std::string>{"topology-beyond-p2p-level", "shm-too-small", "no-nvlink"}));
 }
 
+// GPUDirect RDMA's distance rule on a GPU's side of a cross-node pair: NCCL_NET_GDR_LEVEL (2.6+:
+// the path at most the level, default PXB; 2.4-2.5: closer than it, default PHB).
+TEST(Predict, GdrNeedsTheGpuNearItsNic) {
+  NodeFacts f = With(Node(2, "NV12"), "2.27.5", CpuVendor::kIntel);
+  f.gpus[0].hostname = "node0";
+  f.gpus[1].hostname = "node1";
+  f.gpus[0].boot_id = "a";
+  f.gpus[1].boot_id = "b";
+  f.rdma_nics = true;
+  f.gdr = true;
+  f.gpus[0].nic = "mlx5_0";
+  f.gpus[0].nic_path = PathType::kPXB;
+  EXPECT_EQ(Class(Predict(f), 0, 1), "net_gdr");
+  f.gpus[0].nic_path = PathType::kPHB;
+  Prediction p = Predict(f);
+  EXPECT_EQ(Class(p, 0, 1), "net_ib");
+  ASSERT_EQ(Ids(PairOf(p, 0, 1)).front(), "gdr-distance");
+  EXPECT_EQ(PairOf(p, 0, 1).causes[0].evidence[0],
+            "GPU0 and its nearest RDMA NIC mlx5_0 are PHB apart, beyond NCCL_NET_GDR_LEVEL PXB (NCCL 2.27.5's default)");
+  f.env["NCCL_NET_GDR_LEVEL"] = "NODE";  // NODE is NCCL's PHB
+  EXPECT_EQ(Class(Predict(f), 0, 1), "net_gdr");
+  f.gpus[0].nic_path = PathType::kSYS;
+  EXPECT_EQ(Class(Predict(f), 0, 1), "net_ib");
+  f.env["NCCL_NET_GDR_LEVEL"] = "SYS";
+  EXPECT_EQ(Class(Predict(f), 0, 1), "net_gdr");
+  // 2.5: the level excludes itself; the default PHB lets PXB through, not PHB.
+  f = With(f, "2.5.6", CpuVendor::kIntel);
+  f.env.clear();
+  f.gpus[0].nic_path = PathType::kPXB;
+  EXPECT_EQ(Class(Predict(f), 0, 1), "net_gdr");
+  f.gpus[0].nic_path = PathType::kPHB;
+  EXPECT_EQ(Class(Predict(f), 0, 1), "net_ib");
+  f.env["NCCL_NET_GDR_LEVEL"] = "PHB";
+  EXPECT_EQ(Class(Predict(f), 0, 1), "net_ib") << "2.5 wants the path closer than the level";
+  // No GPUDirect RDMA at all is said first; the distance only matters where it exists.
+  f.gdr = false;
+  EXPECT_EQ(Ids(PairOf(Predict(f), 0, 1)).front(), "no-gdr");
+}
+
+// doctor's question: from a GPU here to one on another node set up like this one.
+TEST(Predict, ToAnotherNodeUsesThisSidesNetwork) {
+  NodeFacts f = With(Node(2, "NV12"), "2.27.5", CpuVendor::kIntel);
+  f.rdma_nics = true;
+  f.gdr = true;
+  f.gpus[1].nic = "mlx5_0";
+  f.gpus[1].nic_path = PathType::kSYS;
+  PairPrediction near = PredictToOtherNode(f, 0);
+  EXPECT_EQ(near.b, kOtherNodeGpu);
+  EXPECT_EQ(TransportName(near.transport), "net_gdr");
+  EXPECT_FALSE(near.fallback);
+  PairPrediction far = PredictToOtherNode(f, 1);
+  EXPECT_EQ(TransportName(far.transport), "net_ib");
+  EXPECT_TRUE(far.fallback);
+  EXPECT_EQ(Ids(far).front(), "gdr-distance");
+  f.rdma_nics = false;
+  EXPECT_EQ(TransportName(PredictToOtherNode(f, 0).transport), "net_socket");
+}
+
 TEST(Predict, LinkHealthRisks) {
   NodeFacts f = With(Node(2, "NV12"), "2.27.5", CpuVendor::kIntel);
   f.pairs[0].nvlinks_present = 12;
