@@ -1,6 +1,7 @@
 #include "core/nccl_net.h"
 
 #include <charconv>
+#include <cstdlib>
 
 namespace p2ptrace {
 namespace {
@@ -146,6 +147,27 @@ std::optional<RingNetUse> ParseRingNetUse(std::string_view m) {
   int pxn = After(m, "use ring PXN "), gdr = After(m, " GDR ");
   if (pxn < 0 || gdr < 0) return std::nullopt;
   return RingNetUse{pxn != 0, gdr != 0};
+}
+
+bool IbHcaSelects(std::string_view spec, std::string_view device, int port) {
+  bool exclude = !spec.empty() && spec.front() == '^';
+  if (exclude) spec.remove_prefix(1);
+  bool exact = !spec.empty() && spec.front() == '=';
+  if (exact) spec.remove_prefix(1);
+  bool listed = false, any = false;
+  while (!spec.empty()) {
+    size_t comma = spec.find(',');
+    std::string_view entry = spec.substr(0, comma);
+    spec = comma == std::string_view::npos ? std::string_view() : spec.substr(comma + 1);
+    if (entry.empty()) continue;
+    any = true;
+    size_t colon = entry.find(':');
+    std::string_view name = entry.substr(0, colon);
+    int want_port = colon == std::string_view::npos ? -1 : std::atoi(std::string(entry.substr(colon + 1)).c_str());
+    bool name_ok = exact ? name == device : device.substr(0, name.size()) == name;
+    if (name_ok && (want_port < 0 || want_port == port)) listed = true;
+  }
+  return (any ? listed : true) != exclude;  // NCCL: an empty list matches all, so "^" alone excludes all
 }
 
 }  // namespace p2ptrace

@@ -67,4 +67,10 @@ struct RingNetUse {
 };
 std::optional<RingNetUse> ParseRingNetUse(std::string_view message);
 
+// Whether NCCL_IB_HCA's value lets NCCL use port `port` of RDMA device `device`, as NCCL reads it: a
+// comma-separated list of `name[:port]`, each a prefix of the device's name (exact with a leading
+// `=`), a missing port matching any; a leading `^` excludes what the list matches. An empty list
+// matches every device (so an unset value selects all, and `^` alone none).
+bool IbHcaSelects(std::string_view spec, std::string_view device, int port = 1);
+
 }  // namespace p2ptrace

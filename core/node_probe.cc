@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/causes.h"
+#include "core/nccl_net.h"
 #include "core/vocabulary.h"
 #include "p2ptrace/vocabulary.h"
 
@@ -51,15 +52,28 @@ DmaBuf DmaBufSupport(const NodeProbe& probe) {
   return {true, linux + " and the open GPU kernel modules"};
 }
 
-std::vector<GpuNic> NearestNics(const NodeProbe& probe) {
-  bool any_active = std::any_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return n.state == "ACTIVE"; });
+std::vector<const NodeProbe::Nic*> NcclNics(const NodeProbe& probe) {
+  auto hca = probe.env.find("NCCL_IB_HCA");
+  std::vector<const NodeProbe::Nic*> out;
+  for (const NodeProbe::Nic& n : probe.nics)
+    if (hca == probe.env.end() || IbHcaSelects(hca->second, n.name)) out.push_back(&n);
+  return out;
+}
+
+std::vector<GpuNic> NearestNics(const NodeProbe& probe, bool nccl_selected) {
+  std::vector<const NodeProbe::Nic*> nics;
+  if (nccl_selected) nics = NcclNics(probe);
+  else
+    for (const NodeProbe::Nic& n : probe.nics) nics.push_back(&n);
+  bool any_active = std::any_of(nics.begin(), nics.end(), [](const NodeProbe::Nic* n) { return n->state == "ACTIVE"; });
   std::vector<GpuNic> out;
   for (const ProbedGpu& g : probe.gpus) {
     if (g.hostname && *g.hostname != probe.hostname) continue;  // another host's GPU, told by its rank
     GpuNic best{.gpu = g.index};
     std::optional<PathType> best_type;
-    for (size_t i = 0; i < probe.nics.size(); ++i) {
-      const NodeProbe::Nic& n = probe.nics[i];
+    for (const NodeProbe::Nic* nic : nics) {
+      const NodeProbe::Nic& n = *nic;
+      size_t i = static_cast<size_t>(nic - probe.nics.data());
       if (any_active && n.state != "ACTIVE") continue;
       std::string path = PathBetween(g.Place(), n.pci);
       std::optional<PathType> type = ParsePathType(path);
@@ -119,10 +133,17 @@ NodeFacts FactsFromProbe(const NodeProbe& probe) {
   f.iommu = probe.iommu;
   f.virtualization = probe.virtualization;
   f.rdma_nics = probe.rdma_nics;
-  if (!probe.nics.empty() && std::all_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return !n.state.empty(); })) {
-    f.rdma_usable = std::any_of(probe.nics.begin(), probe.nics.end(), [](const NodeProbe::Nic& n) { return n.state == "ACTIVE"; });
-    for (const NodeProbe::Nic& n : probe.nics)
-      f.rdma_evidence += (f.rdma_evidence.empty() ? "" : ", ") + n.name + " port 1: " + n.state;
+  // NCCL's devices: the NICs NCCL_IB_HCA selects; usable when one has an active port.
+  std::vector<const NodeProbe::Nic*> selected = NcclNics(probe);
+  std::string names;
+  for (const NodeProbe::Nic& n : probe.nics) names += (names.empty() ? "" : ", ") + n.name;
+  if (!probe.nics.empty() && selected.empty()) {
+    f.rdma_usable = false;
+    f.rdma_evidence = "NCCL_IB_HCA=" + probe.env.at("NCCL_IB_HCA") + " selects none of this node's RDMA NICs (" + names + ")";
+  } else if (!selected.empty() && std::all_of(selected.begin(), selected.end(), [](const NodeProbe::Nic* n) { return !n->state.empty(); })) {
+    f.rdma_usable = std::any_of(selected.begin(), selected.end(), [](const NodeProbe::Nic* n) { return n->state == "ACTIVE"; });
+    f.rdma_evidence = "no active RDMA port:";
+    for (const NodeProbe::Nic* n : selected) f.rdma_evidence += (n == selected.front() ? " " : ", ") + n->name + " port 1: " + n->state;
   }
   GdrFacts(probe, &f);
   f.communicator = probe.communicator;

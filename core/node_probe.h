@@ -132,14 +132,19 @@ struct DmaBuf {
 };
 DmaBuf DmaBufSupport(const NodeProbe& probe);
 
-// A GPU of this host and the RDMA NIC NCCL would pair it with: the nearest by PCIe among those with
+// The RDMA NICs NCCL may use: those NCCL_IB_HCA selects (all when it is unset), in probe order.
+std::vector<const NodeProbe::Nic*> NcclNics(const NodeProbe& probe);
+
+// A GPU of this host and the RDMA NIC NCCL would pair it with: the nearest by PCIe of NcclNics with
 // an active port (among all when no port is known active), the first of equals as NCCL orders them.
 struct GpuNic {
   int gpu = -1;        // ProbedGpu::index
   int nic = -1;        // into NodeProbe::nics; -1 no NIC with a known place
   std::string path;    // nvidia-smi's label between them ("PIX", "SYS"); "" unknown
 };
-std::vector<GpuNic> NearestNics(const NodeProbe& probe);
+// `nccl_selected` false: among every RDMA NIC of the node, whatever NCCL_IB_HCA says (the NIC a GPU
+// is wired nearest, to tell a job that used another).
+std::vector<GpuNic> NearestNics(const NodeProbe& probe, bool nccl_selected = true);
 
 // The predictor's facts from a probe.
 NodeFacts FactsFromProbe(const NodeProbe& probe);

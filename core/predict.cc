@@ -359,7 +359,7 @@ class PairPredictor {
     }
     if (f_.rdma_usable && !*f_.rdma_usable) {  // NICs there, no port up: NCCL finds no device
       out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
-      Add("net-no-rdma-device", other_node_ ? "decided" : "contributes", {"no active RDMA port: " + f_.rdma_evidence});
+      Add("net-no-rdma-device", other_node_ ? "decided" : "contributes", {f_.rdma_evidence});
       return;
     }
     const std::string* gdr_level = Env(f_, "NCCL_NET_GDR_LEVEL");
@@ -395,7 +395,7 @@ class PairPredictor {
       if (!g || !g->nic_path) continue;
       NcclLevel path = LevelOfPath(*g->nic_path);
       if (old ? path < level : path <= level) continue;
-      return Gpu(g->index) + " and its nearest RDMA NIC " + g->nic + " are " + std::string(PathTypeName(*g->nic_path)) +
+      return Gpu(g->index) + " and " + g->nic + ", the RDMA NIC NCCL pairs it with, are " + std::string(PathTypeName(*g->nic_path)) +
              " apart, beyond NCCL_NET_GDR_LEVEL " + std::string(NcclLevelName(level)) +
              (user ? " (set by the environment)" : " (NCCL " + VersionText(r_.version) + "'s default)");
     }

@@ -86,7 +86,7 @@ struct NodeFacts {
   std::optional<bool> gdr;             // nvidia_peermem / dmabuf GPUDirect RDMA available
   std::optional<bool> rdma_nics;       // IB/RoCE HCAs present
   std::optional<bool> rdma_usable;     // one of them has an active port (unset: states not known)
-  std::string rdma_evidence;           // the ports' states, when none is active
+  std::string rdma_evidence;           // why none is usable (the ports' states, NCCL_IB_HCA)
   std::string gdr_cause, gdr_evidence; // why GPUDirect RDMA is off, when the probe can tell
   std::vector<GpuFacts> gpus;          // all GPUs of the node
   std::vector<PairFacts> pairs;        // pairs that have facts; either order

@@ -14,8 +14,12 @@ PreflightBlock MakePreflightBlock(const NodeProbe& probe, const Prediction& pred
   b.steps = probe.steps;
   b.warnings = warnings;
   for (const ProbedGpu& g : probe.gpus)
-    if (g.index >= 0 && g.index < 100)  // another host's GPUs are numbered from 100 (shim/preflight.cc)
-      b.gpus.push_back({g.index, g.bus_id, g.name, g.cuda});
+    if (g.index >= 0 && g.index < 100) {  // another host's GPUs are numbered from 100 (shim/preflight.cc)
+      PreflightGpu pg{g.index, g.bus_id, g.name, g.cuda};
+      for (const NodeProbe::Nic& n : probe.nics)
+        if (std::string path = PathBetween(g.Place(), n.pci); !path.empty()) pg.nic_paths.emplace_back(n.name, path);
+      b.gpus.push_back(std::move(pg));
+    }
   b.nics = probe.nics;
   for (const ProbedPair& p : probe.pairs)
     if (p.a >= 0 && p.a < 100 && p.b >= 0 && p.b < 100 && !p.link.empty()) b.links.push_back({p.a, p.b, p.link});
@@ -37,8 +41,12 @@ std::string SerializePreflight(const PreflightBlock& b) {
   out += "boot_id\t" + OneLine(b.boot_id) + "\n";
   for (const ProbeStep& s : b.steps)
     out += "probe\t" + OneLine(s.name) + "\t" + OneLine(s.source) + "\t" + OneLine(s.status) + "\t" + OneLine(s.detail) + "\n";
-  for (const PreflightGpu& g : b.gpus)
-    out += "gpu\t" + std::to_string(g.index) + "\t" + OneLine(g.bus_id) + "\t" + OneLine(g.name) + "\t" + std::to_string(g.cuda) + "\n";
+  for (const PreflightGpu& g : b.gpus) {
+    std::string paths;  // "mlx5_0=PIX,mlx5_1=SYS"
+    for (const auto& [nic, path] : g.nic_paths) paths += (paths.empty() ? "" : ",") + nic + "=" + path;
+    out += "gpu\t" + std::to_string(g.index) + "\t" + OneLine(g.bus_id) + "\t" + OneLine(g.name) + "\t" + std::to_string(g.cuda) +
+           "\t" + OneLine(paths) + "\n";
+  }
   for (const NodeProbe::Nic& n : b.nics)
     out += "nic\t" + OneLine(n.name) + "\t" + OneLine(n.state) + "\t" + std::to_string(n.rate_gbps) + "\n";
   for (const PreflightLink& l : b.links)
@@ -79,7 +87,13 @@ Expected<PreflightBlock> ParsePreflight(std::string_view text) {
     else if (f[0] == "probe" && f.size() >= 5) b.steps.push_back({std::string(f[1]), std::string(f[2]), std::string(f[3]), std::string(f[4])});
     else if (f[0] == "link" && f.size() >= 4) b.links.push_back({ToInt(f[1], -1), ToInt(f[2], -1), std::string(f[3])});
     else if (f[0] == "nic" && f.size() >= 4) b.nics.push_back({std::string(f[1]), std::string(f[2]), ToInt(f[3], -1)});
-    else if (f[0] == "gpu" && f.size() >= 5) b.gpus.push_back({ToInt(f[1], -1), std::string(f[2]), std::string(f[3]), ToInt(f[4], -1)});
+    else if (f[0] == "gpu" && f.size() >= 5) {
+      b.gpus.push_back({ToInt(f[1], -1), std::string(f[2]), std::string(f[3]), ToInt(f[4], -1)});
+      if (f.size() >= 6)
+        for (std::string_view item : Split(f[5], ','))
+          if (size_t eq = item.find('='); eq != std::string_view::npos)
+            b.gpus.back().nic_paths.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    }
     else if (f[0] == "pair" && f.size() >= 12) {
       PreflightPair p;
       p.a = ToInt(f[1], -1);

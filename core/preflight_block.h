@@ -4,6 +4,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/node_probe.h"
@@ -25,6 +26,9 @@ struct PreflightGpu {
   int index = -1;    // NVML index (PCI order when NVML did not answer)
   std::string bus_id, name;
   int cuda = -1;     // the writing process's CUDA ordinal for it; -1 not visible there
+  // nvidia-smi's label between it and each RDMA NIC of the node whose place is known (whatever
+  // NCCL_IB_HCA selects), in the node's NIC order: ("mlx5_0", "PIX"), …
+  std::vector<std::pair<std::string, std::string>> nic_paths;
 };
 
 // The link between two GPUs of the node as `nvidia-smi topo -m` names it ("NV18", "PIX", "SYS"),

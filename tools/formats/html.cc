@@ -112,6 +112,7 @@ constexpr const char* kScript = R"js(
       panel.appendChild(text('h3', p.label + ' (' + p.source + ')'));
       var line = p.transport + (p.fallback ? ' instead of ' + p.expected : '') +
                  (p.nccl_transports.length ? ' — NCCL: ' + p.nccl_transports.join(', ') : '') +
+                 (p.net ? ' — network: ' + p.net : '') +
                  ' — ' + p.rate + (p.expected_range ? ' (expected ' + p.expected_range + ')' : '') +
                  (p.lost ? ' — lost ' + p.lost : '');
       panel.appendChild(text('div', line));
@@ -276,6 +277,7 @@ std::string RenderHtml(const Report& rep) {
            {"rate", PairRate(e)}, {"causes", std::move(causes)}};
     p["expected_range"] = e.expected_gbps_high > 0 ? fmt::format("{:.0f}-{:.0f} GB/s", e.expected_gbps_low, e.expected_gbps_high) : "";
     p["lost"] = e.lost_seconds > 0 ? fmt::format("{:.3g} s", e.lost_seconds) : "";
+    p["net"] = e.NetSidesText();
     if (i) pairs_data += ',';
     pairs_data += ScriptJson(p);
   }

@@ -124,6 +124,7 @@ json PairJson(const PairEntry& e) {
   p["best_gbps"] = e.best_gbps > 0 ? json(e.best_gbps) : json(nullptr);
   p["best_basis"] = e.best_basis;
   p["lost_seconds"] = e.lost_seconds >= 0 ? json(e.lost_seconds) : json(nullptr);
+  p["net"] = NetSidesJson(e);
   p["causes"] = json::array();
   for (const Cause& c : e.causes) p["causes"].push_back(CauseJson(c));
   return p;
@@ -246,6 +247,20 @@ void PutArray(std::ostream& out, const std::vector<T>& items, F&& one) {
 }
 
 }  // namespace
+
+json NetSidesJson(const PairEntry& e) {
+  if (e.net.empty()) return nullptr;
+  json sides = json::array();
+  for (const PairEntry::NetSide& s : e.net)
+    sides.push_back({{"host", s.host}, {"network", s.network}, {"nic_index", s.nic_index},
+                     {"nic", s.nic.empty() ? json(nullptr) : json(s.nic)}, {"gdr", s.gdr},
+                     {"proxy_rank", s.proxy_rank >= 0 ? json(s.proxy_rank) : json(nullptr)},
+                     {"nic_path", s.nic_path.empty() ? json(nullptr) : json(s.nic_path)},
+                     {"nearest_nic", s.nearest_nic.empty() ? json(nullptr) : json(s.nearest_nic)},
+                     {"nearest_path", s.nearest_path.empty() ? json(nullptr) : json(s.nearest_path)},
+                     {"crosses_rails", s.CrossesRails()}});
+  return sides;
+}
 
 json CauseJson(const Cause& c) {
   return {{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}, {"confirm", c.confirm}, {"origin", c.origin}};

@@ -17,5 +17,8 @@ void WriteJson(const Report& report, std::ostream& out);
 // Parts of the document: a cause of a pair ({"id","evidence","fix","confirm","origin"}) and "job".
 nlohmann::json CauseJson(const Cause& cause);
 nlohmann::json JobJson(const Report& report);
+// A cross-host pair's NET sides ([{"host","network","nic_index","nic","gdr","proxy_rank","nic_path",
+// "nearest_nic","nearest_path","crosses_rails"}]); null for a pair without them.
+nlohmann::json NetSidesJson(const PairEntry& pair);
 
 }  // namespace p2ptrace::cli

@@ -10,6 +10,7 @@
 #include "core/vocabulary.h"
 #include "fmt/format.h"
 #include "tools/common/json_text.h"
+#include "tools/formats/json.h"
 #include "tools/common/version.h"
 
 namespace p2ptrace::cli {
@@ -139,6 +140,7 @@ json PairRow(const Report& rep, const JobFacts& f, const PairEntry& e) {
   r["fallback"] = e.fallback;
   r["link"] = OrNull(e.link);
   r["nccl_transports"] = e.nccl_transports;
+  r["net"] = NetSidesJson(e);
   r["calls"] = e.calls;
   r["bytes"] = e.bytes;
   r["errors"] = e.errors;

@@ -373,6 +373,7 @@ std::string RenderText(const Report& rep, bool color) {
                          e->nccl_transports.empty() ? ""
                          : fmt::format("{}{} ", fmt::join(e->nccl_transports, ", "), NcclFromText(*e)),
                          e->bytes ? BytesText(e->bytes) : "", RateText(*e));
+      if (!e->net.empty()) out += fmt::format("      network: {}\n", e->NetSidesText());
     }
   }
   if (cross.size() > kHostPairsShown)

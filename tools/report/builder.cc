@@ -403,7 +403,10 @@ Report ReportBuilder::Finish() {
       if (!r.bus_id.empty()) r.gpu = s.gpus.Ref(p.host, r.bus_id).gpu;
   s.nccl.FinishPairs(rep, s.gpus);
   s.FinishCallSites();
-  for (PairEntry& e : rep.pairs) s.predictions.NameLink(e);
+  for (PairEntry& e : rep.pairs) {
+    s.predictions.NameLink(e);
+    s.predictions.NameNearestNics(e);
+  }
   std::sort(rep.pairs.begin(), rep.pairs.end(), [](const PairEntry& x, const PairEntry& y) {
     return std::tie(x.src.host, x.src.gpu, x.src.bus_id, x.dst.host, x.dst.gpu, x.dst.bus_id, x.transport, x.source) <
            std::tie(y.src.host, y.src.gpu, y.src.bus_id, y.dst.host, y.dst.gpu, y.dst.bus_id, y.transport, y.source);

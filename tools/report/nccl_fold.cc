@@ -53,12 +53,32 @@ std::string Field(const char (&text)[N]) {
 
 }  // namespace
 
+void NcclFold::Conn::NoteNet(const std::string& host, const std::string& transport) {
+  std::optional<NetPath> p = ParseNetPath(transport);
+  if (!p) return;
+  if (!p->gdr) degraded_on.insert(host);
+  auto [it, fresh] = net_sides.try_emplace(host);
+  PairEntry::NetSide& side = it->second;
+  if (fresh) {
+    side.host = host;
+    side.network = p->network;
+    side.nic_index = p->nic;
+    side.gdr = p->gdr;
+  }
+  side.gdr = side.gdr && p->gdr;
+  if (side.proxy_rank < 0) side.proxy_rank = p->proxy_rank;
+}
+
 NcclFold::Conn& NcclFold::Conn::operator+=(const Conn& o) {
   transports.insert(o.transports.begin(), o.transports.end());
   channels += o.channels;
   from_log |= o.from_log;
   from_trace |= o.from_trace;
   degraded_on.insert(o.degraded_on.begin(), o.degraded_on.end());
+  for (const auto& [host, side] : o.net_sides) {
+    auto [it, fresh] = net_sides.try_emplace(host, side);
+    if (!fresh) it->second.gdr = it->second.gdr && side.gdr;
+  }
   return *this;
 }
 
@@ -124,7 +144,7 @@ void NcclFold::AddTraceConns(const Trace& t, const TraceFold& f, size_t process)
                c.direction == P2PTRACE_NCCL_CONN_RECEIVE ? "receive" : "", c.line);
     Conn& nc = tc.conns[{key, c.src_rank, c.dst_rank, c.transport_class}];
     std::string transport = Field(c.transport);
-    if (std::optional<NetPath> p = ParseNetPath(transport); p && !p->gdr) nc.degraded_on.insert(tc.host);
+    nc.NoteNet(tc.host, transport);
     nc.transports.insert(std::move(transport));
     ++nc.channels;
     nc.from_trace = true;
@@ -267,9 +287,13 @@ void NcclFold::AddLog(const NcclLogFile& f, Report& rep) {
     nc.transports.insert(c.transport);
     ++nc.channels;
     nc.from_log = true;
-    if (std::optional<NetPath> p = ParseNetPath(c.transport); p && !p->gdr) nc.degraded_on.insert(me.host);
+    nc.NoteNet(me.host, c.transport);
     logged_.insert({whole(c.logger), c.logger.pid});
   }
+  for (const NcclNote& n : f.log.net_devices)
+    if (std::optional<std::vector<NetDevice>> devices = ParseNetDevices(n.text))
+      for (const NetDevice& d : *devices)
+        if (!d.name.empty()) nic_names_.try_emplace({whole(n.logger), d.network, d.index}, d.name);
   for (const Refusal& r : f.log.refusals) first_refusal_.try_emplace(whole(r.logger), r);
   for (NetFinding& n : DiagnoseNet({NamedNcclLog{f.path, &f.log}})) {
     n.host = WholeHost(n.host, n.pid, hint);
@@ -329,6 +353,16 @@ void NcclFold::FinishConnections(Report& rep, const GpuIndex& gpus) {
     e.dst_ranks.insert(dst_rank);
     if (!nc.degraded_on.empty())
       net_degraded_[{e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}].insert(nc.degraded_on.begin(), nc.degraded_on.end());
+    for (const auto& [host, side] : nc.net_sides) {
+      auto same = std::find_if(e.net.begin(), e.net.end(), [&](const PairEntry::NetSide& s) { return s.host == host; });
+      if (same != e.net.end()) {
+        same->gdr = same->gdr && side.gdr;
+        continue;
+      }
+      PairEntry::NetSide named = side;
+      if (auto n = nic_names_.find({host, side.network, side.nic_index}); n != nic_names_.end()) named.nic = n->second;
+      e.net.insert(host == e.src.host ? e.net.begin() : e.net.end(), std::move(named));
+    }
     auto& best = by_ranks[{key, src_rank, dst_rank}];
     if (best.second == nullptr || nc.channels > best.first) best = {nc.channels, &e};
   }

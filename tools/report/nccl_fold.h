@@ -58,6 +58,9 @@ class NcclFold {
     int channels = 0;
     bool from_log = false, from_trace = false;
     std::set<std::string> degraded_on;  // hosts whose side of it took sockets or lacked GPUDirect RDMA
+    std::map<std::string, PairEntry::NetSide> net_sides;  // by the host that printed the lines
+    // A NET line's side, as `host` printed it; nothing for other transports.
+    void NoteNet(const std::string& host, const std::string& transport);
     Conn& operator+=(const Conn& o);
   };
   using ConnKey = std::tuple<std::string, int, int, int>;  // (comm key, src rank, dst rank, class)
@@ -104,6 +107,8 @@ class NcclFold {
   // (host, pid, comm pointer) -> (communicator key, rank): joins trace records to log lines.
   std::map<Place, std::pair<std::string, int>> comm_of_;
   std::map<ConnKey, Conn> conns_;
+  // Each host's network devices as its `NET/… : Using` lines list them: (host, network, index) -> name.
+  std::map<std::tuple<std::string, std::string, int>, std::string> nic_names_;
   std::map<std::string, int> process_keys_;  // ProcessCommKey -> its communicator's size (RekeyByTraces)
   std::map<std::string, Refusal> first_refusal_;  // per host: NCCL's own reason for refusing P2P
   std::vector<TraceConns> trace_conns_;

@@ -1,6 +1,7 @@
 #include "tools/report/node_predictions.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "core/causes.h"
 #include "core/node_probe.h"
@@ -21,6 +22,7 @@ void NodePredictions::Add(const std::string& host, const PreflightBlock& b, GpuI
     std::string bus = NormalizeBusId(g.bus_id);
     bus_of[g.index] = bus;
     if (!bus.empty() && g.index >= 0) gpus.AddProbed(host, bus, g);
+    if (!bus.empty() && !g.nic_paths.empty()) hp.nic_paths.try_emplace(bus, g.nic_paths);
   }
   std::vector<PreflightPair> pairs = b.pairs;
   for (PreflightPair& p : pairs) p.bus_a = NormalizeBusId(p.bus_a), p.bus_b = NormalizeBusId(p.bus_b);
@@ -45,6 +47,22 @@ void NodePredictions::Add(const std::string& host, const PreflightBlock& b, GpuI
   for (const NodeProbe::Nic& n : b.nics) {
     if (n.state == "ACTIVE" && n.rate_gbps > hp.active.gbps) hp.active = {n.name, n.rate_gbps, n.state};
     if (n.rate_gbps > hp.any.gbps) hp.any = {n.name, n.rate_gbps, n.state};
+  }
+}
+
+void NodePredictions::NameNearestNics(PairEntry& e) const {
+  for (PairEntry::NetSide& side : e.net) {
+    const Host* h = Of(side.host);
+    const std::string& bus = side.host == e.src.host ? e.src.bus_id : e.dst.bus_id;
+    if (h == nullptr) continue;
+    auto it = h->nic_paths.find(bus);
+    if (it == h->nic_paths.end()) continue;
+    std::optional<PathType> nearest;
+    for (const auto& [nic, path] : it->second) {
+      std::optional<PathType> type = ParsePathType(path);
+      if (type && (!nearest || *type < *nearest)) nearest = type, side.nearest_nic = nic, side.nearest_path = path;
+      if (nic == side.nic) side.nic_path = path;
+    }
   }
 }
 

@@ -22,6 +22,9 @@ class NodePredictions {
   bool NvmlAnswered(const std::string& host) const;
   // A direct pair's link from the node's facts (NV<n> → NVLink; a PCIe path where NVML answered → PCIe P2P).
   void NameLink(PairEntry& e) const;
+  // Each NET side of the pair gets the PCIe path from its GPU to the NIC it used and to the nearest
+  // NIC, as its host's probe found them.
+  void NameNearestNics(PairEntry& e) const;
   // The prediction's causes, after the pair's own, where the pair took the path it foresaw.
   void ApplyTo(PairEntry& e) const;
   // The host's fastest RDMA NIC with an active port, else its fastest NIC (a port that is down has
@@ -43,6 +46,7 @@ class NodePredictions {
     std::vector<PreflightPair> pairs;  // the first process's prediction of a pair stands
     std::vector<std::string> warnings;
     NicRate active, any;
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>> nic_paths;  // GPU bus -> (NIC, path)…
   };
   const Host* Of(const std::string& host) const;
   const PreflightPair* PredictionFor(const PairEntry& e) const;

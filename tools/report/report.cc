@@ -1,5 +1,8 @@
 #include "tools/report/report.h"
 
+#include <optional>
+
+#include "core/topology.h"
 #include "fmt/format.h"
 #include "tools/report/nccl_bw.h"
 
@@ -27,6 +30,24 @@ uint64_t PairEntry::DriverCalls() const {
   for (const auto& [api, calls] : apis)
     if (api.rfind("cu", 0) == 0 && api.rfind("cuda", 0) != 0) n += calls.first;
   return n;
+}
+
+bool PairEntry::NetSide::CrossesRails() const {
+  std::optional<PathType> used = ParsePathType(nic_path), nearest = ParsePathType(nearest_path);
+  return proxy_rank < 0 && used && nearest && *used > *nearest;
+}
+
+std::string PairEntry::NetSidesText() const {
+  std::string out;
+  for (const NetSide& s : net) {
+    std::string nic = !s.nic.empty() ? s.nic : fmt::format("NET/{}/{}", s.network, s.nic_index);
+    out += fmt::format("{}{} {}{}{}, {}", out.empty() ? "" : "; ", s.host, nic, s.nic_path.empty() ? "" : " (" + s.nic_path + ")",
+                       s.proxy_rank >= 0 ? fmt::format(" through rank {}'s GPU (PXN)", s.proxy_rank) : "",
+                       s.network == "Socket" ? "TCP sockets" : s.gdr ? "GPUDirect RDMA" : "no GPUDirect RDMA");
+    if (s.CrossesRails())
+      out += fmt::format(" (its GPU's nearest NIC is {}, {}: crosses rails)", s.nearest_nic, s.nearest_path);
+  }
+  return out;
 }
 
 std::string PairEntry::RateBasis() const {

@@ -92,6 +92,28 @@ struct PairEntry : Traffic {
   std::set<int> ranks;      // the source's ranks (for a CUDA pair, the process holding both GPUs)
   std::set<int> dst_ranks;  // an NCCL pair's receiving ranks; empty for a CUDA pair
   std::vector<Cause> causes;
+  // A cross-host NCCL pair's network as each side's own log printed it (the sender's and the
+  // receiver's lines may differ: each prints its own NIC and GPUDirect RDMA), the source's side
+  // first; empty for other pairs.
+  struct NetSide {
+    std::string host;
+    std::string network;      // "IB", "Socket", … as NCCL prints it
+    int nic_index = -1;       // the device's index as that network numbers it
+    std::string nic;          // its name where the host's `NET/… : Using` line gives it ("mlx5_0"); "" not given
+    bool gdr = false;         // every line of this side had GPUDirect RDMA
+    int proxy_rank = -1;      // PXN: the rank whose NIC carried this side's sends; -1 none
+    // nvidia-smi's label between this side's GPU and the NIC it used ("PIX"), and the NIC nearest that
+    // GPU with its label, as the host's job-start probe found them; "" not known. A NIC farther than
+    // the nearest crosses rails (and may lose GPUDirect RDMA to the distance rule).
+    std::string nic_path, nearest_nic, nearest_path;
+    // The NIC it used is farther from its GPU than the nearest (a PXN relay aside: that is NCCL's
+    // own way round it).
+    bool CrossesRails() const;
+  };
+  std::vector<NetSide> net;
+  // The sides in one line: "node0 mlx5_0 (PIX), GPUDirect RDMA; node1 mlx5_1 (SYS), no GPUDirect RDMA
+  // (its GPU's nearest NIC is mlx5_0, PIX: crosses rails)"; "" for a pair without NET sides.
+  std::string NetSidesText() const;
   // What the class used should deliver (core/causes.h ExpectedBandwidth); 0/0 when no figure.
   double expected_gbps_low = 0, expected_gbps_high = 0;
   std::string expected_basis;

@@ -36,28 +36,36 @@ std::ostream& operator<<(std::ostream& o, const Case& c) { return o << c.name; }
 
 class NetCause : public ::testing::TestWithParam<Case> {};
 
-TEST_P(NetCause, BothCrossHostPairsNameNode1sCause) {
-  const Case& c = GetParam();
-  std::string dir = TempDir() + "/net-" + c.name;
+// The traced ring job on two hosts of `topo`, and its report as JSON.
+json TracedReport(const std::string& name, const json& topo, const Env& extra) {
+  std::string dir = TempDir() + "/net-" + name;
   fs::create_directories(dir + "/id");
   fs::create_directories(dir + "/rendezvous");
-  json topo = json::parse(std::ifstream(std::string(P2PTRACE_TOPOLOGY_DIR) + "/two-node-ib.json"));
-  topo["hosts"][1].merge_patch(json::parse(c.node1_change));
   std::ofstream(dir + "/topology.json") << topo.dump(1);
   Env env = {{"P2PSIM_NCCL_TIMEOUT", "30"}, {"P2PSIM_NCCL_DIR", dir + "/rendezvous"}, {"NCCL_DEBUG", std::nullopt},
              {"NCCL_DEBUG_FILE", std::nullopt}, {"NCCL_DEBUG_SUBSYS", std::nullopt}, {"P2PTRACE_DIR", std::nullopt},
              {"P2PTRACE_NCCL_TAP", std::nullopt}, {"P2PTRACE_NCCL_TAP_FILE", std::nullopt},
              {"P2PTRACE_NCCL_FORWARD", std::nullopt}, {"P2PTRACE_NCCL_LOG", std::nullopt},
              {"CUDA_VISIBLE_DEVICES", std::nullopt}, {"LD_PRELOAD", std::nullopt}, {"NO_COLOR", "1"}};
-  for (const auto& [k, v] : c.env) env[k] = v;
+  for (const auto& [k, v] : extra) env[k] = v;
   RunResult job = RunProgram({P2PTRACE_CLI, "run", "--dir", dir + "/trace", "--", P2PSIM, "launch", "--topology",
                               dir + "/topology.json", "--hosts", "node0:2,node1:2", "--", NCCL_RING, dir + "/id"},
                              env);
-  ASSERT_EQ(job.exit_code, 0) << job.out << job.err;
-  ASSERT_NE(job.out.find("all results correct"), std::string::npos) << job.out;
+  EXPECT_EQ(job.exit_code, 0) << job.out << job.err;
+  EXPECT_NE(job.out.find("all results correct"), std::string::npos) << job.out;
   RunResult rep = RunProgram({P2PTRACE_CLI, "report", dir + "/trace", "--json"}, {{"NO_COLOR", "1"}});
-  ASSERT_EQ(rep.exit_code, 0) << rep.err;
-  json j = json::parse(rep.out);
+  EXPECT_EQ(rep.exit_code, 0) << rep.err;
+  return json::parse(rep.out, nullptr, false);
+}
+
+json TwoNodeTopology() { return json::parse(std::ifstream(std::string(P2PTRACE_TOPOLOGY_DIR) + "/two-node-ib.json")); }
+
+TEST_P(NetCause, BothCrossHostPairsNameNode1sCause) {
+  const Case& c = GetParam();
+  json topo = TwoNodeTopology();
+  topo["hosts"][1].merge_patch(json::parse(c.node1_change));
+  json j = TracedReport(c.name, topo, c.env);
+  ASSERT_TRUE(j.is_object());
   std::set<std::string> cross;  // "node0->node1", "node1->node0"
   for (const json& p : j["pairs"]) {
     if (p["src"]["host"] == p["dst"]["host"]) continue;
@@ -117,5 +125,71 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"peermem_unregistered_2_22", R"({"peermem_registered": false})", {{"P2PSIM_NCCL_VERSION", "2.22.3"}},
              "net_ib", "peermem-not-registered"}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+std::vector<json> CrossHostPairs(const json& report) {
+  std::vector<json> out;
+  for (const json& p : report["pairs"])
+    if (p["src"]["host"] != p["dst"]["host"]) out.push_back(p);
+  return out;
+}
+
+// Each host has a second NIC under its CPU, and the job is told to use it (NCCL_IB_HCA=mlx5_1):
+// each side's line names the NIC (from NCCL's `NET/IB : Using [0]mlx5_1:1/IB` line), its path from
+// the GPU (PHB), that it is not the GPU's nearest (mlx5_0, PIX: crosses rails), and the GPUDirect
+// RDMA it loses by the distance rule.
+TEST(NetSides, EachSidesNicAndACrossRailChoice) {
+  json topo = TwoNodeTopology();
+  for (json& h : topo["hosts"]) h["nics"].push_back({{"name", "mlx5_1"}, {"parent", "cpu0"}, {"kind", "ib"}});
+  json j = TracedReport("cross-rail", topo, {{"NCCL_IB_HCA", "=mlx5_1"}});
+  ASSERT_TRUE(j.is_object());
+  std::vector<json> pairs = CrossHostPairs(j);
+  ASSERT_EQ(pairs.size(), 2u);
+  for (const json& p : pairs) {
+    EXPECT_EQ(p["transport"], "net_ib") << p.dump(1);
+    ASSERT_EQ(p["net"].size(), 2u) << p.dump(1);
+    EXPECT_EQ(p["net"][0]["host"], p["src"]["host"]);
+    for (const json& side : p["net"]) {
+      EXPECT_EQ(side["nic"], "mlx5_1") << side;
+      EXPECT_EQ(side["nic_index"], 0) << side;
+      EXPECT_EQ(side["nic_path"], "PHB") << side;
+      EXPECT_EQ(side["nearest_nic"], "mlx5_0") << side;
+      EXPECT_EQ(side["nearest_path"], "PIX") << side;
+      EXPECT_EQ(side["crosses_rails"], true) << side;
+      EXPECT_EQ(side["gdr"], false) << side;
+    }
+    std::set<std::string> ids;
+    for (const json& cause : p["causes"]) ids.insert(cause["id"].get<std::string>());
+    EXPECT_EQ(ids, std::set<std::string>{"gdr-distance"}) << p["causes"].dump(1);
+  }
+  // Without the setting, each side uses its nearest NIC and keeps GPUDirect RDMA.
+  json healthy = TracedReport("rail-aligned", topo, {});
+  for (const json& p : CrossHostPairs(healthy)) {
+    EXPECT_EQ(p["transport"], "net_gdr") << p.dump(1);
+    for (const json& side : p["net"]) {
+      EXPECT_EQ(side["nic"], "mlx5_0") << side;
+      EXPECT_EQ(side["crosses_rails"], false) << side;
+    }
+  }
+}
+
+// An NCCL_IB_HCA that names no device: NCCL finds none and takes sockets; the job-start check
+// foresaw it and says which setting.
+TEST(NetSides, AnIbHcaThatMatchesNothingLeavesSockets) {
+  json j = TracedReport("hca-none", TwoNodeTopology(), {{"NCCL_IB_HCA", "mlx4"}});
+  ASSERT_TRUE(j.is_object());
+  std::vector<json> pairs = CrossHostPairs(j);
+  ASSERT_EQ(pairs.size(), 2u);
+  for (const json& p : pairs) {
+    EXPECT_EQ(p["transport"], "net_socket") << p.dump(1);
+    bool named = false;
+    for (const json& cause : p["causes"])
+      if (cause["id"] == "net-no-rdma-device")
+        for (const json& ev : cause["evidence"])
+          named |= ev.get<std::string>().find("NCCL_IB_HCA=mlx4 selects none of this node's RDMA NICs (mlx5_0)") !=
+                   std::string::npos;
+    EXPECT_TRUE(named) << p["causes"].dump(1);
+    EXPECT_EQ(p["net"][0]["network"], "Socket") << p.dump(1);
+  }
+}
 
 }  // namespace

@@ -41,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -790,13 +791,38 @@ bool HostGdr(const Host* h) {
   return peermem || dmabuf;
 }
 
-// The NICs NCCL's IB transport can use: InfiniBand or RoCE with an active port, libibverbs there to
-// open them, and NCCL_IB_DISABLE unset.
+// NCCL_IB_HCA as net_ib.cc applies it (utils.cc parseStringList/matchIfList): `^` excludes, `=`
+// matches names exactly (else as prefixes), `name:port` one port; an empty list matches all.
+bool IbHcaAllows(const std::string& name, int port) {
+  const char* env = std::getenv("NCCL_IB_HCA");
+  std::string spec = env ? env : "";
+  bool search_not = !spec.empty() && spec[0] == '^';
+  if (search_not) spec.erase(0, 1);
+  bool search_exact = !spec.empty() && spec[0] == '=';
+  if (search_exact) spec.erase(0, 1);
+  int entries = 0;
+  bool match = false;
+  std::stringstream list(spec);
+  for (std::string item; std::getline(list, item, ',');) {
+    if (item.empty()) continue;
+    ++entries;
+    size_t colon = item.find(':');
+    std::string prefix = item.substr(0, colon);
+    int want = colon == std::string::npos ? -1 : std::atoi(item.c_str() + colon + 1);
+    bool name_ok = search_exact ? name == prefix : name.compare(0, prefix.size(), prefix) == 0;
+    if (name_ok && (want == -1 || want == port)) match = true;
+  }
+  if (entries == 0) match = true;
+  return match != search_not;
+}
+
+// The NICs NCCL's IB transport can use: InfiniBand or RoCE with an active port that NCCL_IB_HCA
+// selects, libibverbs there to open them, and NCCL_IB_DISABLE unset.
 std::vector<const p2ptrace::Nic*> IbNics(const Host* h) {
   std::vector<const p2ptrace::Nic*> nics;
   if (h == nullptr || !h->libibverbs || Param("NCCL_IB_DISABLE", 0) != 0) return nics;
   for (const p2ptrace::Nic& n : h->nics)
-    if ((n.kind == "ib" || n.kind == "roce") && n.state == "ACTIVE") nics.push_back(&n);
+    if ((n.kind == "ib" || n.kind == "roce") && n.state == "ACTIVE" && IbHcaAllows(n.name, 1)) nics.push_back(&n);
   return nics;
 }
 

@@ -93,3 +93,26 @@ TEST(NetFailures, TheLinesThatSendNcclToSockets) {
 }
 
 }  // namespace
+
+namespace p2ptrace {
+namespace {
+
+// NCCL_IB_HCA as NCCL's matchIfList reads it.
+TEST(IbHca, PrefixExactPortsAndExclusion) {
+  EXPECT_TRUE(IbHcaSelects("", "mlx5_0"));
+  EXPECT_TRUE(IbHcaSelects("mlx5", "mlx5_10"));
+  EXPECT_FALSE(IbHcaSelects("mlx5_1", "mlx5_0"));
+  EXPECT_TRUE(IbHcaSelects("mlx5_1", "mlx5_10")) << "a prefix: mlx5_1 also selects mlx5_10";
+  EXPECT_FALSE(IbHcaSelects("=mlx5_1", "mlx5_10"));
+  EXPECT_TRUE(IbHcaSelects("=mlx5_1,mlx5_3", "mlx5_3"));
+  EXPECT_TRUE(IbHcaSelects("mlx5_0:1", "mlx5_0", 1));
+  EXPECT_FALSE(IbHcaSelects("mlx5_0:2", "mlx5_0", 1));
+  EXPECT_FALSE(IbHcaSelects("^mlx5_0", "mlx5_0"));
+  EXPECT_TRUE(IbHcaSelects("^mlx5_0", "mlx5_1"));
+  EXPECT_FALSE(IbHcaSelects("^=mlx5_1", "mlx5_1"));
+  EXPECT_TRUE(IbHcaSelects("^=mlx5_1", "mlx5_10"));
+  EXPECT_FALSE(IbHcaSelects("^", "mlx5_0")) << "an empty list matches all, so ^ alone excludes all";
+}
+
+}  // namespace
+}  // namespace p2ptrace

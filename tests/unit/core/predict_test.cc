@@ -250,7 +250,7 @@ TEST(Predict, GdrNeedsTheGpuNearItsNic) {
   EXPECT_EQ(Class(p, 0, 1), "net_ib");
   ASSERT_EQ(Ids(PairOf(p, 0, 1)).front(), "gdr-distance");
   EXPECT_EQ(PairOf(p, 0, 1).causes[0].evidence[0],
-            "GPU0 and its nearest RDMA NIC mlx5_0 are PHB apart, beyond NCCL_NET_GDR_LEVEL PXB (NCCL 2.27.5's default)");
+            "GPU0 and mlx5_0, the RDMA NIC NCCL pairs it with, are PHB apart, beyond NCCL_NET_GDR_LEVEL PXB (NCCL 2.27.5's default)");
   f.env["NCCL_NET_GDR_LEVEL"] = "NODE";  // NODE is NCCL's PHB
   EXPECT_EQ(Class(Predict(f), 0, 1), "net_gdr");
   f.gpus[0].nic_path = PathType::kSYS;
