@@ -293,7 +293,8 @@ void NcclFold::AddLog(const NcclLogFile& f, Report& rep) {
   for (const NcclNote& n : f.log.net_devices)
     if (std::optional<std::vector<NetDevice>> devices = ParseNetDevices(n.text))
       for (const NetDevice& d : *devices)
-        if (!d.name.empty()) nic_names_.try_emplace({whole(n.logger), d.network, d.index}, d.name);
+        if (std::string name = !d.name.empty() ? d.name : d.interface; !name.empty())  // a socket's interface
+          nic_names_.try_emplace({whole(n.logger), d.network, d.index}, name);
   for (const Refusal& r : f.log.refusals) first_refusal_.try_emplace(whole(r.logger), r);
   for (NetFinding& n : DiagnoseNet({NamedNcclLog{f.path, &f.log}})) {
     n.host = WholeHost(n.host, n.pid, hint);

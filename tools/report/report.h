@@ -99,7 +99,7 @@ struct PairEntry : Traffic {
     std::string host;
     std::string network;      // "IB", "Socket", … as NCCL prints it
     int nic_index = -1;       // the device's index as that network numbers it
-    std::string nic;          // its name where the host's `NET/… : Using` line gives it ("mlx5_0"); "" not given
+    std::string nic;          // its name where the host's `NET/… : Using` line gives it ("mlx5_0", a socket's "eth0"); "" not given
     bool gdr = false;         // every line of this side had GPUDirect RDMA
     int proxy_rank = -1;      // PXN: the rank whose NIC carried this side's sends; -1 none
     // nvidia-smi's label between this side's GPU and the NIC it used ("PIX"), and the NIC nearest that
