@@ -14,7 +14,7 @@ namespace {
 
 // Severity: error = the job hangs, fails or loses most of its bandwidth without NCCL saying so;
 // warning = a fallback someone chose or can change; info = the machine's design, or NCCL's deliberate choice.
-constexpr std::array<CauseInfo, 56> kCauses = {{
+constexpr std::array<CauseInfo, 57> kCauses = {{
     {"env-p2p-disabled", Severity::kWarning, "NCCL_P2P_DISABLE is set: NCCL does not use P2P between any GPUs",
      "unset NCCL_P2P_DISABLE (launchers such as Accelerate set it for some GPUs); it moves every pair of a node to "
      "host memory (SHM) or the network",
@@ -114,6 +114,13 @@ constexpr std::array<CauseInfo, 56> kCauses = {{
      "load nvidia-peermem after the RDMA stack it registers with (MLNX_OFED or the inbox ib_core): "
      "`modprobe -r nvidia-peermem && modprobe nvidia-peermem`, and read dmesg for why it did not register",
      "`lsmod | grep nvidia_peermem` lists it while `/sys/kernel/mm/memory_peers/nv_mem` is missing"},
+    {"grdma-topo-check", Severity::kWarning,
+     "the NVIDIA driver refuses a PCIe NIC's DMA-BUF mapping of this Grace Blackwell GPU's memory (its GPUDirect RDMA "
+     "PCI topology check): NCCL's network falls back to TCP sockets",
+     "load the nvidia module with NVreg_GrdmaPciTopoCheckOverride=1 (`options nvidia NVreg_GrdmaPciTopoCheckOverride=1`; "
+     "with the GPU Operator, a kernelModuleConfig ConfigMap), then restart the driver; from driver R595 the knob is gone",
+     "`grep GrdmaPciTopoCheckOverride /proc/driver/nvidia/params`; dmesg: `NVRM: dma-buf attach failed: topology not "
+     "supported for mapping type FORCE_PCIE`"},
     {"gdr-distance", Severity::kWarning,
      "the GPU and its NIC are farther apart than NCCL_NET_GDR_LEVEL allows: no GPUDirect RDMA for that GPU",
      "put each rank on a GPU whose NIC sits under the same PCIe switch (rail-aligned placement; NCCL_IB_HCA per local "

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
@@ -96,6 +97,27 @@ std::string AcsCommand(const std::vector<std::string>& bridges) {
 
 namespace {
 
+// Grace Blackwell (GB200, GB300) before driver R595: a PCIe NIC reaching GPU memory through DMA-BUF
+// (EFA, or any NIC without nvidia_peermem) needs NVreg_GrdmaPciTopoCheckOverride=1, else the driver
+// refuses the mapping ("dma-buf attach failed: topology not supported for mapping type FORCE_PCIE")
+// and NCCL falls back to sockets (NVIDIA AICR's GB200 NET preflight). From R595 the knob is gone and
+// the driver applies a PCIe topology rule of its own, which the probe cannot check: nothing is said.
+void GraceBlackwellCheck(const NodeProbe& probe, bool peermem, bool dmabuf_used, NodeFacts* f) {
+  if (peermem || !dmabuf_used || probe.regkeys.grdma_topo_check_override.value_or(0) == 1) return;
+  const ProbedGpu* grace = nullptr;
+  for (const ProbedGpu& g : probe.gpus)
+    if (!grace && (g.name.find("GB200") != std::string::npos || g.name.find("GB300") != std::string::npos)) grace = &g;
+  int driver = std::atoi(probe.driver_version.c_str());
+  if (grace == nullptr || driver >= 595) return;
+  f->net_blocker = "grdma-topo-check";
+  f->net_blocker_evidence =
+      "GPU" + std::to_string(grace->index) + " is an " + grace->name + " on driver " +
+      (probe.driver_version.empty() ? std::string("(version not read; assumed before R595)") : probe.driver_version) +
+      "; GPUDirect RDMA would come through DMA-BUF (no nvidia_peermem); /proc/driver/nvidia/params " +
+      (probe.regkeys.grdma_topo_check_override ? "has GrdmaPciTopoCheckOverride: " + std::to_string(*probe.regkeys.grdma_topo_check_override)
+                                               : std::string("does not set GrdmaPciTopoCheckOverride"));
+}
+
 // Whether NCCL's NIC can reach this node's GPU memory, as NCCL decides it: a peer-memory client
 // (nvidia_peermem registered with the RDMA core; from 2.23 the loaded module alone), or from 2.13
 // DMA-BUF unless NCCL_DMABUF_ENABLE=0. Unset where the node has no RDMA NIC.
@@ -108,6 +130,7 @@ void GdrFacts(const NodeProbe& probe, NodeFacts* f) {
   bool dmabuf_off = off != probe.env.end() && off->second == "0";
   bool dmabuf_used = v >= NcclVersion{2, 13, 0} && dmabuf.possible.value_or(false) && !dmabuf_off;
   f->gdr = peermem || dmabuf_used;
+  GraceBlackwellCheck(probe, peermem, dmabuf_used, f);
   if (*f->gdr) return;
   std::string why_not_dmabuf = v < NcclVersion{2, 13, 0} ? "NCCL " + VersionText(v) + " predates DMA-BUF (2.13)"
                                : dmabuf_off                ? "NCCL_DMABUF_ENABLE=0"

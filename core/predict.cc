@@ -357,6 +357,11 @@ class PairPredictor {
       out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
       return;
     }
+    if (!f_.net_blocker.empty()) {
+      out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
+      Add(f_.net_blocker, other_node_ ? "decided" : "contributes", {f_.net_blocker_evidence});
+      return;
+    }
     if (f_.rdma_usable && !*f_.rdma_usable) {  // NICs there, no port up: NCCL finds no device
       out_.transport = P2PTRACE_TRANSPORT_NET_SOCKET;
       Add("net-no-rdma-device", other_node_ ? "decided" : "contributes", {f_.rdma_evidence});

@@ -88,6 +88,8 @@ struct NodeFacts {
   std::optional<bool> rdma_usable;     // one of them has an active port (unset: states not known)
   std::string rdma_evidence;           // why none is usable (the ports' states, NCCL_IB_HCA)
   std::string gdr_cause, gdr_evidence; // why GPUDirect RDMA is off, when the probe can tell
+  // A driver setting that makes NCCL's RDMA network unusable here (grdma-topo-check), with its evidence.
+  std::string net_blocker, net_blocker_evidence;
   std::vector<GpuFacts> gpus;          // all GPUs of the node
   std::vector<PairFacts> pairs;        // pairs that have facts; either order
   std::vector<int> communicator;       // GPUs in the communicator; empty = all

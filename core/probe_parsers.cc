@@ -116,6 +116,11 @@ NvidiaRegkeys ParseNvidiaParams(std::string_view params) {
     }
   }
   if (any) out.evidence += std::string(out.evidence.empty() ? "" : "; ") + "RegistryDwordsPerDevice: \"" + per + "\"";
+  if (std::string v = ParamValue(params, "GrdmaPciTopoCheckOverride"); !v.empty())
+    out.grdma_topo_check_override = std::atoi(v.c_str());
+  for (std::string_view e : Split(global, ';'))
+    if (e.rfind("GrdmaPciTopoCheckOverride=", 0) == 0)
+      out.grdma_topo_check_override = static_cast<int>(std::strtol(std::string(e.substr(26)).c_str(), nullptr, 0));
   return out;
 }
 

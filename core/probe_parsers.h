@@ -25,6 +25,9 @@ struct NvidiaRegkeys {
   bool p2p_disabled_all = false;          // RegistryDwords turns PCIe P2P off for every GPU
   std::vector<std::string> p2p_disabled;  // bus ids (lower case) RegistryDwordsPerDevice turns off
   std::string evidence;                   // the setting as written, "" when none applies
+  // GrdmaPciTopoCheckOverride, its own `Name: value` line or inside RegistryDwords: on Grace
+  // Blackwell (GB200) before driver R595, 1 lets a PCIe NIC attach DMA-BUF handles of GPU memory.
+  std::optional<int> grdma_topo_check_override;
 };
 // /proc/driver/nvidia/params: RegistryDwords / RegistryDwordsPerDevice ("ForceP2P=0x0",
 // "RMForceP2PType=…", "pci=0000:1a:00.0;ForceP2P=0x0;").

@@ -3,6 +3,7 @@
 // RDMA's means NCCL takes by release.
 #include "core/node_probe.h"
 
+#include "core/vocabulary.h"
 #include "gtest/gtest.h"
 
 namespace p2ptrace {
@@ -110,6 +111,49 @@ TEST(NodeProbe, GpuDirectRdmaAsEachReleaseTakesItsMeans) {
   // No RDMA NIC: GPUDirect RDMA is not a question.
   p.rdma_nics = false;
   EXPECT_FALSE(FactsFromProbe(p).gdr.has_value());
+}
+
+}  // namespace
+}  // namespace p2ptrace
+
+namespace p2ptrace {
+namespace {
+
+// GB200 before R595: DMA-BUF through a PCIe NIC needs GrdmaPciTopoCheckOverride=1 (NVIDIA AICR's NET
+// preflight), else NCCL's network takes sockets.
+TEST(NodeProbe, GraceBlackwellWithoutTheTopologyOverrideTakesSockets) {
+  NodeProbe p = TwoSockets();
+  for (ProbedGpu& g : p.gpus) g.name = "NVIDIA GB200";
+  p.kernel_release = "6.8.0-1";
+  p.open_kernel_module = true;
+  p.driver_version = "570.133.20";
+  p.regkeys = ParseNvidiaParams("ModifyDeviceFiles: 1\nEnablePCIeGen3: 0\n");
+  EXPECT_FALSE(p.regkeys.grdma_topo_check_override.has_value());
+  NodeFacts f = FactsFromProbe(p);
+  EXPECT_EQ(f.net_blocker, "grdma-topo-check");
+  EXPECT_NE(f.net_blocker_evidence.find("GPU0 is an NVIDIA GB200 on driver 570.133.20"), std::string::npos)
+      << f.net_blocker_evidence;
+  PairPrediction to = PredictToOtherNode(f, 0);
+  EXPECT_EQ(TransportName(to.transport), "net_socket");
+  ASSERT_FALSE(to.causes.empty());
+  EXPECT_EQ(to.causes[0].id, "grdma-topo-check");
+
+  // The knob set, as its own line or in RegistryDwords: nothing to say.
+  p.regkeys = ParseNvidiaParams("GrdmaPciTopoCheckOverride: 1\n");
+  EXPECT_EQ(FactsFromProbe(p).net_blocker, "");
+  p.regkeys = ParseNvidiaParams("RegistryDwords: \"ForceP2P=0x11;GrdmaPciTopoCheckOverride=1\"\n");
+  EXPECT_EQ(p.regkeys.grdma_topo_check_override, 1);
+  EXPECT_EQ(FactsFromProbe(p).net_blocker, "");
+  // R595 dropped the knob; nvidia_peermem does not go through DMA-BUF; an H100 is no Grace Blackwell.
+  p.regkeys = {};
+  p.driver_version = "595.10";
+  EXPECT_EQ(FactsFromProbe(p).net_blocker, "");
+  p.driver_version = "570.133.20";
+  p.peermem_loaded = p.peermem_registered = true;
+  EXPECT_EQ(FactsFromProbe(p).net_blocker, "");
+  p.peermem_loaded = p.peermem_registered = false;
+  for (ProbedGpu& g : p.gpus) g.name = "NVIDIA H100 80GB HBM3";
+  EXPECT_EQ(FactsFromProbe(p).net_blocker, "");
 }
 
 }  // namespace
