@@ -42,15 +42,15 @@ DmaBuf DmaBufSupport(const NodeProbe& probe) {
   DmaBuf d;
   int major = 0, minor = 0;
   bool read = std::sscanf(probe.kernel_release.c_str(), "%d.%d", &major, &minor) == 2;
-  std::string linux = "Linux " + probe.kernel_release.substr(0, probe.kernel_release.find('-'));
-  if (read && (major < 5 || (major == 5 && minor < 12))) return {false, linux + " is older than 5.12"};
+  std::string kernel = "Linux " + probe.kernel_release.substr(0, probe.kernel_release.find('-'));
+  if (read && (major < 5 || (major == 5 && minor < 12))) return {false, kernel + " is older than 5.12"};
   if (probe.open_kernel_module && !*probe.open_kernel_module)
     return {false, "the NVIDIA driver is the proprietary kernel module (/proc/driver/nvidia/version), not the open one"};
   if (!read || !probe.open_kernel_module) {
     d.why = !read ? "the kernel's release was not read" : "the NVIDIA driver's flavour was not read";
     return d;
   }
-  return {true, linux + " and the open GPU kernel modules"};
+  return {true, kernel + " and the open GPU kernel modules"};
 }
 
 std::vector<const NodeProbe::Nic*> NcclNics(const NodeProbe& probe) {
