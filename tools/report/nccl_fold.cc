@@ -354,7 +354,8 @@ void NcclFold::FinishConnections(Report& rep, const GpuIndex& gpus) {
     e.dst_ranks.insert(dst_rank);
     if (!nc.degraded_on.empty())
       net_degraded_[{e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}].insert(nc.degraded_on.begin(), nc.degraded_on.end());
-    for (const auto& [host, side] : nc.net_sides) {
+    for (const auto& [printer, side] : nc.net_sides) {
+      const std::string& host = printer;  // a lambda cannot capture a structured binding (clang)
       auto same = std::find_if(e.net.begin(), e.net.end(), [&](const PairEntry::NetSide& s) { return s.host == host; });
       if (same != e.net.end()) {
         same->gdr = same->gdr && side.gdr;
