@@ -105,6 +105,8 @@ P2pStatus WorstStatus(const PairFacts& p) {
   return P2pStatus::kUnknown;
 }
 
+std::vector<int> CommunicatorGpus(const NodeFacts& f);
+
 class PairPredictor {
  public:
   PairPredictor(const NodeFacts& f, const Rules& r, int a, int b) : f_(f), r_(r) {
@@ -389,22 +391,42 @@ class PairPredictor {
 
   // NCCL_NET_GDR_LEVEL against the PCIe path between a GPU of the pair and its NIC: from 2.6 GDR
   // needs the path within the level (default PXB); 2.4-2.5 needed it closer than the level
-  // (default PHB), the same paths by default. (From 2.12 PXN may relay a far GPU's sends through an
-  // NVLink peer nearer a NIC; its receives still land without GDR, so the pair is degraded either way.)
-  // "" when GDR is allowed or the placement is not known.
+  // (default PHB), the same paths by default. From 2.12 (unless NCCL_PXN_DISABLE=1) a GPU farther
+  // than PXB from the NICs reaches one through an NVLink peer of its host that sits within PXB of
+  // it (PXN), and the peer's distance is the one checked, both ways (graph/paths.cc
+  // ncclTopoComputePaths, ncclTopoCheckGdr). "" when GDR is allowed or the placement is not known.
   std::string GdrTooFar(const std::string* env_level) const {
     bool old = r_.version < NcclVersion{2, 6, 0};
     std::optional<NcclLevel> user = env_level ? ParseNcclLevel(*env_level) : std::nullopt;
     NcclLevel level = user ? *user : old ? NcclLevel::kPHB : NcclLevel::kPXB;
+    auto within = [&](PathType t) { return old ? LevelOfPath(t) < level : LevelOfPath(t) <= level; };
     for (const GpuFacts* g : {ga_, gb_}) {
       if (!g || !g->nic_path) continue;
-      NcclLevel path = LevelOfPath(*g->nic_path);
-      if (old ? path < level : path <= level) continue;
+      const GpuFacts* relay = PxnRelay(*g);
+      PathType distance = relay ? *relay->nic_path : *g->nic_path;
+      if (within(distance)) continue;
       return Gpu(g->index) + " and " + g->nic + ", the RDMA NIC NCCL pairs it with, are " + std::string(PathTypeName(*g->nic_path)) +
              " apart, beyond NCCL_NET_GDR_LEVEL " + std::string(NcclLevelName(level)) +
-             (user ? " (set by the environment)" : " (NCCL " + VersionText(r_.version) + "'s default)");
+             (user ? " (set by the environment)" : " (NCCL " + VersionText(r_.version) + "'s default)") +
+             (relay ? "; through " + Gpu(relay->index) + " (PXN) it is " + std::string(PathTypeName(distance)) : "");
     }
     return "";
+  }
+
+  // The NVLink peer on g's host, in the communicator, within PXB of its NIC, that NCCL 2.12+ relays
+  // g's network traffic through when g itself is farther than PXB from the NICs; null for none.
+  const GpuFacts* PxnRelay(const GpuFacts& g) const {
+    const std::string* off = Env(f_, "NCCL_PXN_DISABLE");
+    if (r_.version < NcclVersion{2, 12, 0} || (off && ToInt(*off, 0) == 1) || !g.nic_path || *g.nic_path <= PathType::kPXB)
+      return nullptr;
+    std::vector<int> comm = CommunicatorGpus(f_);
+    for (const GpuFacts& peer : f_.gpus) {
+      if (peer.index == g.index || !peer.nic_path || *peer.nic_path > PathType::kPXB || peer.hostname != g.hostname) continue;
+      if (std::find(comm.begin(), comm.end(), peer.index) == comm.end()) continue;
+      const PairFacts* link = f_.Pair(g.index, peer.index);
+      if (link && (ParsePathType(link->link) == PathType::kNVLink || link->nvlinks_active.value_or(0) > 0)) return &peer;
+    }
+    return nullptr;
   }
 
   const NodeFacts& f_;
@@ -586,7 +608,7 @@ PairPrediction PredictToOtherNode(const NodeFacts& facts, int gpu) {
       g.boot_id = g.boot_id.value_or("this boot");
     }
   f.gpus.push_back(GpuFacts{.index = kOtherNodeGpu, .hostname = "another node", .boot_id = "another boot"});
-  f.communicator.clear();
+  if (!f.communicator.empty()) f.communicator.push_back(kOtherNodeGpu);
   NcclVersion version = f.nccl_version.value_or(kNewestNcclRules);
   return PairPredictor(f, RulesFor(f, version, f.cpu_vendor, f.intel_pre_skylake.value_or(false)), gpu, kOtherNodeGpu).Run();
 }

@@ -58,10 +58,14 @@ std::string CauseIds(const json& g) {
 }
 
 // The demo node has one NIC per CPU, under the switch of GPUs 0-1 (mlx5_0) and 4-5 (mlx5_1): GPUs
-// 2-3 and 6-7 sit under another switch, PHB from their NIC, beyond NCCL_NET_GDR_LEVEL's PXB.
+// 2-3 and 6-7 sit under another switch, PHB from their NIC, beyond NCCL_NET_GDR_LEVEL's PXB. NCCL
+// relays them through an NVLink peer near the NIC (PXN), unless NCCL_PXN_DISABLE=1.
 TEST(DoctorNetwork, EachGpusNicPathAndWhyItLosesGpuDirectRdma) {
   Node n = DemoNode("demo", "{}");
-  RunResult r = Doctor(n, {"--json", "--no-cuda"});
+  json pxn = json::parse(Doctor(n, {"--json", "--no-cuda"}).out, nullptr, false);
+  ASSERT_TRUE(pxn.is_object());
+  for (const auto& [gpu, g] : NetworkGpus(pxn)) EXPECT_EQ(g["predicted"], "net_gdr") << gpu << ": PXN relays it";
+  RunResult r = Doctor(n, {"--json", "--no-cuda"}, {{"NCCL_PXN_DISABLE", "1"}});
   json j = json::parse(r.out, nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.out << r.err;
   ASSERT_EQ(j["network"]["nics"].size(), 2u);
@@ -88,11 +92,12 @@ TEST(DoctorNetwork, EachGpusNicPathAndWhyItLosesGpuDirectRdma) {
   EXPECT_TRUE(finding) << j["findings"].dump(1);
 
   // The user's level lets PHB through.
-  json phb = json::parse(Doctor(n, {"--json", "--no-cuda"}, {{"NCCL_NET_GDR_LEVEL", "PHB"}}).out, nullptr, false);
+  json phb = json::parse(
+      Doctor(n, {"--json", "--no-cuda"}, {{"NCCL_PXN_DISABLE", "1"}, {"NCCL_NET_GDR_LEVEL", "PHB"}}).out, nullptr, false);
   EXPECT_EQ(NetworkGpus(phb)[2]["predicted"], "net_gdr");
 
   // The text says the same, a GPU per line.
-  RunResult text = Doctor(n, {"--no-cuda"});
+  RunResult text = Doctor(n, {"--no-cuda"}, {{"NCCL_PXN_DISABLE", "1"}});
   EXPECT_NE(text.out.find("GPU2  mlx5_0   PHB   net_ib      expected net_gdr    FALLBACK"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("GPU0  mlx5_0   PIX   net_gdr"), std::string::npos) << text.out;
 }
@@ -143,7 +148,8 @@ TEST(DoctorNetwork, PrometheusCarriesEachPortAndEachGpusNetworkFallback) {
   EXPECT_NE(text.find("p2ptrace_nic_line_rate_bytes_per_second{source=\"doctor\",host=\"" + n.host +
                       "\",nic=\"mlx5_0\""), std::string::npos);
   EXPECT_NE(text.find("} 25000000000\n"), std::string::npos) << "200 Gb/s is 25e9 bytes/s";
-  // mlx5_1 is down: every GPU pairs with mlx5_0, GPUs 4-7 across the CPUs (SYS).
+  // mlx5_1 is down: every GPU pairs with mlx5_0, GPUs 4-7 across the CPUs (SYS), where no NVLink peer
+  // of theirs is near it for PXN.
   EXPECT_NE(text.find("p2ptrace_gpu_network_path_info{source=\"doctor\",host=\"" + n.host +
                       "\",gpu=\"0\",pci_bus_id=\""), std::string::npos) << text;
   EXPECT_NE(text.find("class=\"net_ib\",nic=\"mlx5_0\",pcie_path=\"SYS\"} 1"), std::string::npos) << text;

@@ -172,6 +172,29 @@ TEST(NetSides, EachSidesNicAndACrossRailChoice) {
   }
 }
 
+// node1's GPU1 under a switch of its own, PHB from the NIC, NVLinked to GPU0 beside the NIC: NCCL
+// relays its sends through GPU0's rank (PXN), and GPU0's distance keeps GPUDirect RDMA both ways.
+TEST(NetSides, APxnRelayIsNamedOnItsSide) {
+  json topo = TwoNodeTopology();
+  topo["hosts"][1]["switches"].push_back({{"id", "sw1"}, {"parent", "cpu0"}});
+  topo["hosts"][1]["gpus"][1]["parent"] = "sw1";
+  json j = TracedReport("pxn", topo, {});
+  ASSERT_TRUE(j.is_object());
+  bool relayed = false;
+  for (const json& p : CrossHostPairs(j)) {
+    EXPECT_EQ(p["transport"], "net_gdr") << p.dump(1);
+    EXPECT_TRUE(p["causes"].empty()) << p["causes"].dump(1);
+    for (const json& side : p["net"])
+      if (side["host"] == "node1" && p["src"]["host"] == "node1") {
+        EXPECT_EQ(side["proxy_rank"], 2) << side;  // node1's GPU0 is rank 2
+        EXPECT_EQ(side["nic_path"], "PHB") << side;
+        EXPECT_EQ(side["crosses_rails"], false) << "a PXN relay is NCCL's own way round the distance: " << side;
+        relayed = true;
+      }
+  }
+  EXPECT_TRUE(relayed) << j["pairs"].dump(1);
+}
+
 // An NCCL_IB_HCA that names no device: NCCL finds none and takes sockets; the job-start check
 // foresaw it and says which setting.
 TEST(NetSides, AnIbHcaThatMatchesNothingLeavesSockets) {

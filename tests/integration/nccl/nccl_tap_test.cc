@@ -335,8 +335,10 @@ INSTANTIATE_TEST_SUITE_P(
         Scenario{"two_hosts_ib_disable", TwoHosts(true), "a:2,b:2", {{"NCCL_IB_DISABLE", "1"}}, "",
                  [](int a, int b) { return std::string(a / 2 == b / 2 ? "P2P/CUMEM" : "NET/Socket/0"); }},
         // Two "containers" on one machine: same boot_id, each rank its own /dev/shm device. GPUs 2-3
-        // are PHB from the NIC: NCCL_NET_GDR_LEVEL=PHB keeps GPUDirect RDMA on every side.
-        Scenario{"containers", Topology("demo-8gpu.json"), "node0:4", {{"NCCL_NET_GDR_LEVEL", "PHB"}},
+        // are PHB from the NIC: without PXN relays, NCCL_NET_GDR_LEVEL=PHB keeps GPUDirect RDMA on
+        // every side and every line the same.
+        Scenario{"containers", Topology("demo-8gpu.json"), "node0:4",
+                 {{"NCCL_NET_GDR_LEVEL", "PHB"}, {"NCCL_PXN_DISABLE", "1"}},
                  "P2PSIM_SHM_DEVICE=$((LOCAL_RANK + 10)) ",
                  [](int, int) { return std::string("NET/IB/0/GDRDMA"); }},
         Scenario{"lazy_connect", Topology("demo-8gpu.json"), "node0:4", {{"NCCL_RUNTIME_CONNECT", std::nullopt}}, "",

@@ -879,12 +879,34 @@ int PrintedPath(int p, int v) {
   }
 }
 
-// GPUDirect RDMA for one GPU: the host's means, and the GPU–NIC path within NCCL_NET_GDR_LEVEL
-// (2.6+: within the level, default PXB; before: closer than it, default PHB). A refusal is printed
-// once per GPU where the release prints it at INFO (to 2.28; 2.29 words it otherwise, 2.30 at TRACE).
-bool GpuGdr(const Host* h, const RankInfo& me) {
+// How a rank reaches the network: its nearest NIC, or from 2.12 (unless NCCL_PXN_DISABLE=1), when
+// that is farther than PXB, the NIC of a rank of its communicator on its host whose GPU is NVLinked
+// to it and within PXB of that NIC (PXN: the proxy rank carries its sends; graph/paths.cc).
+struct NetRoute {
+  NicChoice nic;
+  int proxy_rank = -1;
+};
+NetRoute RouteFor(const Comm& c, const Host* h, const RankInfo& me) {
+  NetRoute r{NicFor(h, me.nvml_dev)};
+  if (h == nullptr || VersionCode() < NCCL_VERSION(2, 12, 0) || Param("NCCL_PXN_DISABLE", 0) == 1 || r.nic.index < 0 ||
+      r.nic.path <= kPXB)
+    return r;
+  for (const RankInfo& peer : c.ranks) {
+    if (peer.rank == me.rank || HostOf(peer) != h || peer.nvml_dev == me.nvml_dev) continue;
+    const p2ptrace::NvLink* link = h->FindNvLink(me.nvml_dev, peer.nvml_dev);
+    NicChoice near = NicFor(h, peer.nvml_dev);
+    if (link != nullptr && link->links > 0 && near.index >= 0 && near.path <= kPXB) return {near, peer.rank};
+  }
+  return r;
+}
+
+// GPUDirect RDMA for one rank: the host's means, and the distance to its NIC (the PXN relay's, when
+// it goes through one) within NCCL_NET_GDR_LEVEL (2.6+: within the level, default PXB; before:
+// closer than it, default PHB). A refusal is printed once per GPU where the release prints it at
+// INFO (to 2.28; 2.29 words it otherwise, 2.30 at TRACE).
+bool GpuGdr(const Comm& c, const Host* h, const RankInfo& me) {
   if (!HostGdr(h)) return false;
-  NicChoice nic = NicFor(h, me.nvml_dev);
+  NicChoice nic = RouteFor(c, h, me).nic;
   if (nic.index < 0) return false;
   const int v = VersionCode();
   bool old = v < NCCL_VERSION(2, 6, 0);
@@ -944,14 +966,14 @@ void ShowNetDevices() {
   });
 }
 
-Transport NetTransport(const RankInfo& a, const RankInfo& b) {
+Transport NetTransport(const Comm& c, const RankInfo& a, const RankInfo& b) {
   Node& n = TheNode();
   const Host* ha = HostOf(a);
   const Host* hb = HostOf(b);
   Transport t;
   t.kind = Transport::kNet;
   bool ib = !IbNics(ha).empty() && !IbNics(hb).empty();
-  bool gdr = ib && GpuGdr(ha, a) && GpuGdr(hb, b);  // both sides', for the rate; each side prints its own (NetText)
+  bool gdr = ib && GpuGdr(c, ha, a) && GpuGdr(c, hb, b);  // both sides', for the rate; each side prints its own (NetText)
   t.text = ib ? "NET/IB/" : "NET/Socket/0";
   t.gbps = !n.ok ? 1 : ib ? (gdr ? n.topo.bandwidth.net_gdr : n.topo.bandwidth.net_ib) : n.topo.bandwidth.net_socket;
   return t;
@@ -962,7 +984,7 @@ Transport SelectTransport(Comm& c, const RankInfo& a, const RankInfo& b) {
   Node& n = TheNode();
   const Host* host = HostOf(a);
   bool same_host = a.host_hash == b.host_hash && host != nullptr && HostOf(b) == host;
-  if (!same_host || a.shm_dev != b.shm_dev) return NetTransport(a, b);
+  if (!same_host || a.shm_dev != b.shm_dev) return NetTransport(c, a, b);
   Transport t;
   bool read = false;
   if (P2pAllowed(c, a, b, *host, &read)) {
@@ -987,7 +1009,7 @@ Transport SelectTransport(Comm& c, const RankInfo& a, const RankInfo& b) {
     t.gbps = n.topo.bandwidth.shm;
     return t;
   }
-  return NetTransport(a, b);
+  return NetTransport(c, a, b);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1072,10 +1094,14 @@ std::string ConnectionHead(int channel, int conn_index, Transport::Kind kind, co
 
 // A NET connection as the printing rank's side has it: GPUDirect RDMA is each side's own (its GPU,
 // its NIC, its peer-memory module), so the sender's and the receiver's lines may differ.
-std::string NetText(const Transport& t, const RankInfo& me) {
+// A PXN send names its proxy rank: `NET/IB/0(4)/GDRDMA`; a receive never does.
+std::string NetText(const Comm& c, const Transport& t, const RankInfo& me, bool send) {
   if (t.text.rfind("NET/IB/", 0) != 0) return t.text;
   const Host* h = HostOf(me);
-  return "NET/IB/" + std::to_string(std::max(0, NicFor(h, me.nvml_dev).index)) + (GpuGdr(h, me) ? "/GDRDMA" : "");
+  NetRoute route = RouteFor(c, h, me);
+  return "NET/IB/" + std::to_string(std::max(0, route.nic.index)) +
+         (send && route.proxy_rank >= 0 ? "(" + std::to_string(route.proxy_rank) + ")" : "") +
+         (GpuGdr(c, h, me) ? "/GDRDMA" : "");
 }
 
 // One direction of one (channel, connIndex) connection, printed as NCCL prints it.
@@ -1091,7 +1117,7 @@ ncclResult_t ConnectSend(Comm& c, int channel, int conn_index, const RankInfo& p
       Info(kInit | kShm, "%s via %s", head.c_str(), t.text.c_str());
       return ncclSuccess;
     case Transport::kNet:
-      Info(kInit | kNet, "%s [send] via %s%s", head.c_str(), NetText(t, c.me).c_str(), conn_index == 1 ? "/Shared" : "");
+      Info(kInit | kNet, "%s [send] via %s%s", head.c_str(), NetText(c, t, c.me, true).c_str(), conn_index == 1 ? "/Shared" : "");
       return ncclSuccess;
   }
   return ncclSuccess;
@@ -1102,11 +1128,11 @@ void ConnectRecv(Comm& c, int channel, int conn_index, const RankInfo& peer) {
   Transport t = SelectTransport(c, peer, c.me);
   if (t.kind == Transport::kNet)
     Info(kInit | kNet, "%s [receive] via %s%s", ConnectionHead(channel, conn_index, t.kind, peer, c.me).c_str(),
-         NetText(t, c.me).c_str(), conn_index == 1 ? "/Shared" : "");
+         NetText(c, t, c.me, false).c_str(), conn_index == 1 ? "/Shared" : "");
 }
 
 bool RingUsesGdr(Comm& c) {
-  return GpuGdr(HostOf(c.me), c.me);
+  return GpuGdr(c, HostOf(c.me), c.me);
 }
 
 ncclResult_t ConnectRing(Comm& c) {
@@ -1121,7 +1147,9 @@ ncclResult_t ConnectRing(Comm& c) {
     if (ncclResult_t r = ConnectSend(c, ch, 0, next); r != ncclSuccess) return r;
   }
   c.ring_connected = true;
-  Info(kInit, "Connected all rings, use ring PXN %d GDR %d", 0, RingUsesGdr(c) ? 1 : 0);
+  bool net = SelectTransport(c, c.me, next).kind == Transport::kNet;
+  Info(kInit, "Connected all rings, use ring PXN %d GDR %d", net && RouteFor(c, HostOf(c.me), c.me).proxy_rank >= 0 ? 1 : 0,
+       RingUsesGdr(c) ? 1 : 0);
   return ncclSuccess;
 }
 

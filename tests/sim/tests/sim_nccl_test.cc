@@ -224,13 +224,25 @@ TEST(SimNccl, TwoHostsIbDisabledUseSockets) {
 TEST(SimNccl, ContainersWithSeparateShmUseNet) {
   Job job = RunRing(Topology("demo-8gpu.json"), "node0:4", {}, "P2PSIM_SHM_DEVICE=$((LOCAL_RANK + 10)) ");
   EXPECT_JOB_OK(job);
-  // Each side prints its own GPUDirect RDMA: GPU0 and GPU1 share sw0 with mlx5_0 (PIX); GPU2 and
-  // GPU3 sit under sw1, PHB from it, beyond NCCL_NET_GDR_LEVEL's default PXB.
-  auto side = [](int gpu) { return std::string(gpu < 2 ? "NET/IB/0/GDRDMA" : "NET/IB/0"); };
+  // GPU0 and GPU1 share sw0 with mlx5_0 (PIX); GPU2 and GPU3 sit under sw1, PHB from it, and reach it
+  // through GPU0 over NVLink (PXN): their sends name rank 0 as proxy, and GPU0's distance keeps
+  // GPUDirect RDMA both ways.
   for (int r = 0; r < 4; ++r) {
     int next = (r + 1) % 4;
     auto it = job.conns.find({0, r, next});
     ASSERT_NE(it, job.conns.end()) << "no connection " << r << " -> " << next;
+    std::string send = r < 2 ? "NET/IB/0/GDRDMA" : "NET/IB/0(0)/GDRDMA";
+    EXPECT_EQ(it->second, (std::set<std::string>{send, "NET/IB/0/GDRDMA"})) << r << " -> " << next;
+  }
+  // Without PXN, GPU2's and GPU3's own distance is beyond NCCL_NET_GDR_LEVEL's default PXB.
+  Job direct = RunRing(Topology("demo-8gpu.json"), "node0:4", {{"NCCL_PXN_DISABLE", "1"}},
+                       "P2PSIM_SHM_DEVICE=$((LOCAL_RANK + 10)) ");
+  EXPECT_JOB_OK(direct);
+  auto side = [](int gpu) { return std::string(gpu < 2 ? "NET/IB/0/GDRDMA" : "NET/IB/0"); };
+  for (int r = 0; r < 4; ++r) {
+    int next = (r + 1) % 4;
+    auto it = direct.conns.find({0, r, next});
+    ASSERT_NE(it, direct.conns.end()) << "no connection " << r << " -> " << next;
     EXPECT_EQ(it->second, (std::set<std::string>{side(r), side(next)})) << r << " -> " << next;
   }
 }

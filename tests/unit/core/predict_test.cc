@@ -271,6 +271,31 @@ TEST(Predict, GdrNeedsTheGpuNearItsNic) {
   EXPECT_EQ(Ids(PairOf(Predict(f), 0, 1)).front(), "no-gdr");
 }
 
+// From 2.12 a GPU far from the NICs reaches one through an NVLink peer near it (PXN): the peer's
+// distance is the one NCCL checks.
+TEST(Predict, PxnRelaysAFarGpuThroughAnNvlinkPeer) {
+  NodeFacts f = With(Node(3, "NV12"), "2.27.5", CpuVendor::kIntel);
+  f.rdma_nics = true;
+  f.gdr = true;
+  for (GpuFacts& g : f.gpus) g.hostname = "node0", g.nic = "mlx5_0";
+  f.gpus[0].nic_path = PathType::kPIX;
+  f.gpus[1].nic_path = PathType::kSYS;
+  f.gpus[2].nic_path = PathType::kSYS;
+  PairPrediction relayed = PredictToOtherNode(f, 1);
+  EXPECT_EQ(TransportName(relayed.transport), "net_gdr") << "GPU0 relays GPU1's traffic";
+  f.env["NCCL_PXN_DISABLE"] = "1";
+  PairPrediction direct = PredictToOtherNode(f, 1);
+  EXPECT_EQ(TransportName(direct.transport), "net_ib");
+  EXPECT_EQ(Ids(direct).front(), "gdr-distance");
+  f.env.clear();
+  f = With(f, "2.11.4", CpuVendor::kIntel);  // before PXN
+  EXPECT_EQ(TransportName(PredictToOtherNode(f, 1).transport), "net_ib");
+  // The relay must be in the communicator.
+  f = With(f, "2.27.5", CpuVendor::kIntel);
+  f.communicator = {1, 2};
+  EXPECT_EQ(TransportName(PredictToOtherNode(f, 1).transport), "net_ib");
+}
+
 // doctor's question: from a GPU here to one on another node set up like this one.
 TEST(Predict, ToAnotherNodeUsesThisSidesNetwork) {
   NodeFacts f = With(Node(2, "NV12"), "2.27.5", CpuVendor::kIntel);
