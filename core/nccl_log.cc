@@ -626,7 +626,7 @@ bool NcclLogParser::ParseRefusal(std::string_view m, const NcclLogger& logger) {
 bool NcclLogParser::ParseNet(std::string_view m, const NcclLogger& logger) {
   const uint64_t line = log_.lines_read + 1;
   std::vector<NcclNote>* to = ParseNetDevices(m) ? &log_.net_devices
-                              : ParseGdrDecision(m) ? &log_.gdr
+                              : ParseGdrDecision(m) || IsDmaBufAvailable(m) ? &log_.gdr
                               : !NetFailureKind(m).empty() ? &log_.net_failures
                                                            : nullptr;
   if (to == nullptr) return false;

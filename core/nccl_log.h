@@ -162,8 +162,9 @@ struct NcclLog {
   std::vector<NcclNote> connected;  // Connected all rings/trees …
   std::vector<NcclNote> warnings;   // every NCCL WARN message
   // The network's lines, kept whole and read apart by core/nccl_net.h: `NET/… : Using …` device lines
-  // (ParseNetDevices), GPUDirect RDMA decisions (ParseGdrDecision; a Disabled one is a refusal too),
-  // and the lines that say why the RDMA network is unusable (NetFailureKind).
+  // (ParseNetDevices), GPUDirect RDMA decisions (ParseGdrDecision; a Disabled one is a refusal too)
+  // with the GPU's DMA-BUF line (IsDmaBufAvailable), and the lines that say why the RDMA network is
+  // unusable (NetFailureKind).
   std::vector<NcclNote> net_devices;
   std::vector<NcclNote> gdr;
   std::vector<NcclNote> net_failures;

@@ -149,6 +149,8 @@ std::optional<RingNetUse> ParseRingNetUse(std::string_view m) {
   return RingNetUse{pxn != 0, gdr != 0};
 }
 
+bool IsDmaBufAvailable(std::string_view m) { return m.starts_with("DMA-BUF is available on GPU device "); }
+
 bool IbHcaSelects(std::string_view spec, std::string_view device, int port) {
   bool exclude = !spec.empty() && spec.front() == '^';
   if (exclude) spec.remove_prefix(1);

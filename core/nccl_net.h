@@ -55,6 +55,9 @@ struct GdrDecision {
 };
 std::optional<GdrDecision> ParseGdrDecision(std::string_view message);
 
+// `DMA-BUF is available on GPU device 0` (2.13+, INIT): the GPU's side of DMA-BUF registration works.
+bool IsDmaBufAvailable(std::string_view message);
+
 // Lines that say the RDMA network is unusable, so NCCL's NET connections take TCP sockets:
 // "net-no-ib-device" (`NET/IB : No device found.`), "net-no-verbs" (`Failed to open libibverbs.so`);
 // "" for any other message.

@@ -17,6 +17,7 @@ std::string Where(const std::string& file, uint64_t line, const std::string& tex
 struct HostLines {
   std::vector<std::string> no_device, no_verbs;  // evidence
   std::vector<std::string> gdr_distance, gdr_no_module, gdr_nic_off;
+  std::optional<std::string> gpu_dmabuf;  // `DMA-BUF is available on GPU device n`
   std::optional<std::string> ib_disabled, gdr_level_off, gdr_read_off;  // the environment line
   bool receives_with_gdr = false;
 };
@@ -50,6 +51,7 @@ std::vector<NetFinding> DiagnoseNet(const std::vector<NamedNcclLog>& logs) {
       (NetFailureKind(n.text) == "net-no-verbs" ? h.no_verbs : h.no_device).push_back(where(n));
     }
     for (const NcclNote& n : log.gdr) {
+      if (IsDmaBufAvailable(n.text) && !hosts[n.logger.host].gpu_dmabuf) hosts[n.logger.host].gpu_dmabuf = where(n);
       std::optional<GdrDecision> g = ParseGdrDecision(n.text);
       if (!g || g->enabled) continue;
       HostLines& h = hosts[n.logger.host];
@@ -111,6 +113,8 @@ std::vector<NetFinding> DiagnoseNet(const std::vector<NamedNcclLog>& logs) {
         decide("gdr-distance", h.gdr_distance);
         decide("gdr-no-module", h.gdr_no_module);
         decide("no-gdr", h.gdr_nic_off);
+        // The GPU offered DMA-BUF: the NIC's side refused it (no peer memory, no DMA-BUF there).
+        if (f.cause == "no-gdr" && h.gpu_dmabuf) f.evidence.insert(f.evidence.begin() + 1, *h.gpu_dmabuf);
         if (!f.settled) f.cause = "gdr-off-unexplained";
         break;
       case NetShortfall::kNoGdrSends:

@@ -1264,6 +1264,8 @@ ncclResult_t InitBegin(Comm& c, const std::string& token, int nranks, int rank) 
   for (const auto& g : node.host->gpus)
     if (strcasecmp(g.bus_id.c_str(), bus.c_str()) == 0) c.me.nvml_dev = g.index;
   c.me.comp_cap = CudaCompCap(c.me.cuda_dev);
+  if (node.host->dmabuf && VersionCode() >= NCCL_VERSION(2, 13, 0) && Param("NCCL_DMABUF_ENABLE", 1) != 0)
+    Info(kInit, "DMA-BUF is available on GPU device %d", c.me.cuda_dev);
   c.me.host_hash = HostHash();
   c.me.shm_dev = ShmDevice();
   std::snprintf(c.me.host, sizeof c.me.host, "%s", node.host->name.c_str());

@@ -116,6 +116,16 @@ TEST(NetDiagnosis, PerNicLinesAndGdrReadBySendsOnly) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].cause, "no-gdr");
   EXPECT_EQ(f[0].lines, 2u);
+  // The GPU's side offered DMA-BUF: its line stands beside the NIC's refusal.
+  f = DiagnoseText(
+      "c:1:1 [0] NCCL INFO DMA-BUF is available on GPU device 0\n"
+      "c:1:1 [0] NCCL INFO NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'\n"
+      "c:1:1 [0] NCCL INFO Channel 00/0 : 0[1a000] -> 1[1a000] [send] via NET/IB/0\n");
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "no-gdr");
+  ASSERT_GE(f[0].evidence.size(), 2u);
+  EXPECT_EQ(f[0].evidence[0], "made.log:2: NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'");
+  EXPECT_EQ(f[0].evidence[1], "made.log:1: DMA-BUF is available on GPU device 0");
   // Receives with GDR, sends without: GDR read is off, NCCL's default unless the user said so.
   const std::string lines =
       "d:1:1 [0] NCCL INFO Channel 00/0 : 0[1a000] -> 1[1a000] [send] via NET/IB/0\n"
