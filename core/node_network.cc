@@ -18,6 +18,7 @@ NodeNetwork NetworkOf(const NodeProbe& probe) {
     g.gpu = gn.gpu;
     if (gn.nic >= 0) g.nic = probe.nics[gn.nic].name;
     g.path = gn.path;
+    g.pxn_relay = PxnRelay(facts, gn.gpu, facts.nccl_version.value_or(kNewestNcclRules));
     g.to_other_node = PredictToOtherNode(facts, gn.gpu);
     n.gpus.push_back(std::move(g));
   }

@@ -16,6 +16,7 @@ struct GpuNetwork {
   int gpu = -1;
   std::string nic;            // the RDMA NIC NCCL pairs it with; "" none with a known place
   std::string path;           // nvidia-smi's label between them ("PIX", "SYS"); "" unknown
+  int pxn_relay = -1;         // the NVLink peer NCCL relays it through (PxnRelay); -1 none
   PairPrediction to_other_node;  // this GPU to one on another node (b is kOtherNodeGpu)
 };
 

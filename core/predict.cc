@@ -105,8 +105,6 @@ P2pStatus WorstStatus(const PairFacts& p) {
   return P2pStatus::kUnknown;
 }
 
-std::vector<int> CommunicatorGpus(const NodeFacts& f);
-
 class PairPredictor {
  public:
   PairPredictor(const NodeFacts& f, const Rules& r, int a, int b) : f_(f), r_(r) {
@@ -389,12 +387,10 @@ class PairPredictor {
     out_.transport = f_.gdr ? P2PTRACE_TRANSPORT_NET_GDR : P2PTRACE_TRANSPORT_NET_IB;
   }
 
-  // NCCL_NET_GDR_LEVEL against the PCIe path between a GPU of the pair and its NIC: from 2.6 GDR
-  // needs the path within the level (default PXB); 2.4-2.5 needed it closer than the level
-  // (default PHB), the same paths by default. From 2.12 (unless NCCL_PXN_DISABLE=1) a GPU farther
-  // than PXB from the NICs reaches one through an NVLink peer of its host that sits within PXB of
-  // it (PXN), and the peer's distance is the one checked, both ways (graph/paths.cc
-  // ncclTopoComputePaths, ncclTopoCheckGdr). "" when GDR is allowed or the placement is not known.
+  // NCCL_NET_GDR_LEVEL against the PCIe path between a GPU of the pair and its NIC (its PXN relay's,
+  // where it has one): from 2.6 GDR needs the path within the level (default PXB); 2.4-2.5 needed
+  // it closer than the level (default PHB), the same paths by default. "" when GDR is allowed or the
+  // placement is not known.
   std::string GdrTooFar(const std::string* env_level) const {
     bool old = r_.version < NcclVersion{2, 6, 0};
     std::optional<NcclLevel> user = env_level ? ParseNcclLevel(*env_level) : std::nullopt;
@@ -402,31 +398,19 @@ class PairPredictor {
     auto within = [&](PathType t) { return old ? LevelOfPath(t) < level : LevelOfPath(t) <= level; };
     for (const GpuFacts* g : {ga_, gb_}) {
       if (!g || !g->nic_path) continue;
-      const GpuFacts* relay = PxnRelay(*g);
+      const GpuFacts* relay = f_.Gpu(PxnRelay(f_, g->index, r_.version));
       PathType distance = relay ? *relay->nic_path : *g->nic_path;
       if (within(distance)) continue;
+      bool nvlinks_known = std::find(f_.sources.begin(), f_.sources.end(), "NVML") != f_.sources.end();
       return Gpu(g->index) + " and " + g->nic + ", the RDMA NIC NCCL pairs it with, are " + std::string(PathTypeName(*g->nic_path)) +
              " apart, beyond NCCL_NET_GDR_LEVEL " + std::string(NcclLevelName(level)) +
              (user ? " (set by the environment)" : " (NCCL " + VersionText(r_.version) + "'s default)") +
-             (relay ? "; through " + Gpu(relay->index) + " (PXN) it is " + std::string(PathTypeName(distance)) : "");
+             (relay ? "; through " + Gpu(relay->index) + " (PXN) it is " + std::string(PathTypeName(distance))
+              : !nvlinks_known && r_.version >= NcclVersion{2, 12, 0}
+                  ? "; NVLinks not known (NVML did not answer): an NVLink peer near a NIC would relay it (PXN) and keep GDR"
+                  : "");
     }
     return "";
-  }
-
-  // The NVLink peer on g's host, in the communicator, within PXB of its NIC, that NCCL 2.12+ relays
-  // g's network traffic through when g itself is farther than PXB from the NICs; null for none.
-  const GpuFacts* PxnRelay(const GpuFacts& g) const {
-    const std::string* off = Env(f_, "NCCL_PXN_DISABLE");
-    if (r_.version < NcclVersion{2, 12, 0} || (off && ToInt(*off, 0) == 1) || !g.nic_path || *g.nic_path <= PathType::kPXB)
-      return nullptr;
-    std::vector<int> comm = CommunicatorGpus(f_);
-    for (const GpuFacts& peer : f_.gpus) {
-      if (peer.index == g.index || !peer.nic_path || *peer.nic_path > PathType::kPXB || peer.hostname != g.hostname) continue;
-      if (std::find(comm.begin(), comm.end(), peer.index) == comm.end()) continue;
-      const PairFacts* link = f_.Pair(g.index, peer.index);
-      if (link && (ParsePathType(link->link) == PathType::kNVLink || link->nvlinks_active.value_or(0) > 0)) return &peer;
-    }
-    return nullptr;
   }
 
   const NodeFacts& f_;
@@ -597,6 +581,22 @@ NodeFacts FactsFromTopo(const TopoMatrix& links, const TopoMatrix* p2p) {
   if (p2p != nullptr)
     f.sources.push_back("nvidia-smi topo -p2p " + (p2p->p2p_mode.empty() ? std::string("(mode not stated)") : p2p->p2p_mode));
   return f;
+}
+
+int PxnRelay(const NodeFacts& f, int gpu, NcclVersion version) {
+  const GpuFacts* g = f.Gpu(gpu);
+  const std::string* off = Env(f, "NCCL_PXN_DISABLE");
+  if (g == nullptr || version < NcclVersion{2, 12, 0} || (off && ToInt(*off, 0) == 1) || !g->nic_path ||
+      *g->nic_path <= PathType::kPXB)
+    return -1;
+  std::vector<int> comm = CommunicatorGpus(f);
+  for (const GpuFacts& peer : f.gpus) {
+    if (peer.index == gpu || !peer.nic_path || *peer.nic_path > PathType::kPXB || peer.hostname != g->hostname) continue;
+    if (std::find(comm.begin(), comm.end(), peer.index) == comm.end()) continue;
+    const PairFacts* link = f.Pair(gpu, peer.index);
+    if (link && (ParsePathType(link->link) == PathType::kNVLink || link->nvlinks_active.value_or(0) > 0)) return peer.index;
+  }
+  return -1;
 }
 
 PairPrediction PredictToOtherNode(const NodeFacts& facts, int gpu) {

@@ -144,6 +144,12 @@ NodeFacts FactsFromTopo(const TopoMatrix& links, const TopoMatrix* p2p);
 
 Prediction Predict(const NodeFacts& facts);
 
+// From NCCL 2.12 (unless NCCL_PXN_DISABLE=1) a GPU farther than PXB from its NIC reaches the network
+// through an NVLink peer of its host, in the communicator, within PXB of a NIC (PXN), and that peer's
+// distance decides GPUDirect RDMA both ways (graph/paths.cc ncclTopoComputePaths, ncclTopoCheckGdr):
+// the peer's index, -1 for none.
+int PxnRelay(const NodeFacts& facts, int gpu, NcclVersion version);
+
 // The path NCCL would take from `gpu` to a GPU on another node (its network transport and this
 // side's causes): the pair's `b` is that remote GPU, numbered kOtherNodeGpu.
 inline constexpr int kOtherNodeGpu = 1 << 20;

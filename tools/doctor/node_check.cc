@@ -56,6 +56,18 @@ std::string PairName(const PairPrediction& p) {
   return p.b == kOtherNodeGpu ? fmt::format("GPU{}-another node", p.a) : fmt::format("GPU{}-GPU{}", p.a, p.b);
 }
 
+// A cause under its pair: id, role, severity and evidence, then (context aside) its fix and how to confirm it.
+void CauseText(const CauseHit& c, std::ostream& out) {
+  out << fmt::format("      [{}] ({}, {})", c.id, c.role, RoleSeverity(c));
+  for (const std::string& e : c.evidence) out << " " << e << ";";
+  out << "\n";
+  if (c.role == "context") return;
+  if (const CauseInfo* info = FindCause(c.id)) {
+    out << "        fix: " << info->fix << "\n";
+    if (!info->confirm.empty()) out << "        confirm: " << info->confirm << "\n";
+  }
+}
+
 json NicJson(const NodeProbe::Nic& n) {
   return {{"name", n.name}, {"bus_id", n.bus_id}, {"numa_node", n.pci.numa_node}, {"port_state", n.state},
           {"rate_gbps", n.rate_gbps >= 0 ? json(n.rate_gbps) : json(nullptr)}};
@@ -71,7 +83,9 @@ json NetworkJson(const NodeNetwork& net) {
     const PairPrediction& p = g.to_other_node;
     json causes = json::array();
     for (const CauseHit& c : p.causes) causes.push_back(CauseJson(c));
-    j["gpus"].push_back({{"gpu", g.gpu}, {"nic", g.nic}, {"path", g.path}, {"predicted", TransportName(p.transport)},
+    j["gpus"].push_back({{"gpu", g.gpu}, {"nic", g.nic}, {"path", g.path},
+                         {"pxn_relay", g.pxn_relay >= 0 ? json(g.pxn_relay) : json(nullptr)},
+                         {"predicted", TransportName(p.transport)},
                          {"expected", TransportName(p.best)}, {"fallback", p.fallback}, {"causes", causes}});
   }
   return j;
@@ -92,16 +106,12 @@ void NetworkText(const NodeNetwork& net, std::ostream& out) {
       << "\n";
   for (const GpuNetwork& g : net.gpus) {
     const PairPrediction& p = g.to_other_node;
-    out << fmt::format("  GPU{}  {:<8} {:<5} {:<11} expected {:<9}{}\n", g.gpu, g.nic.empty() ? "-" : g.nic,
+    out << fmt::format("  GPU{}  {:<8} {:<5} {:<11} expected {:<9}{}{}\n", g.gpu, g.nic.empty() ? "-" : g.nic,
                        g.path.empty() ? "?" : g.path, TransportName(p.transport), TransportName(p.best),
-                       p.fallback ? "  FALLBACK" : "");
-    for (const CauseHit& c : p.causes) {
-      if (c.role == "context") continue;
-      out << fmt::format("      [{}] ({}, {})", c.id, c.role, RoleSeverity(c));
-      for (const std::string& e : c.evidence) out << " " << e << ";";
-      out << "\n";
-      if (const CauseInfo* info = FindCause(c.id)) out << "        fix: " << info->fix << "\n";
-    }
+                       p.fallback ? "  FALLBACK" : "",
+                       g.pxn_relay >= 0 ? fmt::format("  through GPU{} over NVLink (PXN)", g.pxn_relay) : "");
+    for (const CauseHit& c : p.causes)
+      if (c.role != "context") CauseText(c, out);
   }
 }
 
@@ -189,16 +199,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   for (const PairPrediction& p : pred.pairs) {
     out << fmt::format("  GPU{}-GPU{}  {:<5} {:<11} expected {:<9}{}\n", p.a, p.b, p.link.empty() ? "?" : p.link,
                        TransportName(p.transport), TransportName(p.best), p.fallback ? "  FALLBACK" : "");
-    for (const CauseHit& c : p.causes) {
-      out << fmt::format("      [{}] ({}, {})", c.id, c.role, RoleSeverity(c));
-      for (const std::string& e : c.evidence) out << " " << e << ";";
-      out << "\n";
-      if (c.role == "context") continue;
-      if (const CauseInfo* info = FindCause(c.id)) {
-        out << "        fix: " << info->fix << "\n";
-        if (!info->confirm.empty()) out << "        confirm: " << info->confirm << "\n";
-      }
-    }
+    for (const CauseHit& c : p.causes) CauseText(c, out);
   }
   NetworkText(net, out);
   if (!pred.assumptions.empty()) {

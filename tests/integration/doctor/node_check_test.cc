@@ -64,7 +64,11 @@ TEST(DoctorNetwork, EachGpusNicPathAndWhyItLosesGpuDirectRdma) {
   Node n = DemoNode("demo", "{}");
   json pxn = json::parse(Doctor(n, {"--json", "--no-cuda"}).out, nullptr, false);
   ASSERT_TRUE(pxn.is_object());
-  for (const auto& [gpu, g] : NetworkGpus(pxn)) EXPECT_EQ(g["predicted"], "net_gdr") << gpu << ": PXN relays it";
+  for (const auto& [gpu, g] : NetworkGpus(pxn)) {
+    EXPECT_EQ(g["predicted"], "net_gdr") << gpu << ": PXN relays it";
+    if (gpu % 4 >= 2) EXPECT_EQ(g["pxn_relay"], gpu - gpu % 4) << gpu << ": the first NVLink peer beside the NIC";
+    else EXPECT_TRUE(g["pxn_relay"].is_null()) << gpu;
+  }
   RunResult r = Doctor(n, {"--json", "--no-cuda"}, {{"NCCL_PXN_DISABLE", "1"}});
   json j = json::parse(r.out, nullptr, false);
   ASSERT_TRUE(j.is_object()) << r.out << r.err;

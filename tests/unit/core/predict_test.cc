@@ -250,6 +250,10 @@ TEST(Predict, GdrNeedsTheGpuNearItsNic) {
   EXPECT_EQ(Class(p, 0, 1), "net_ib");
   ASSERT_EQ(Ids(PairOf(p, 0, 1)).front(), "gdr-distance");
   EXPECT_EQ(PairOf(p, 0, 1).causes[0].evidence[0],
+            "GPU0 and mlx5_0, the RDMA NIC NCCL pairs it with, are PHB apart, beyond NCCL_NET_GDR_LEVEL PXB (NCCL 2.27.5's "
+            "default); NVLinks not known (NVML did not answer): an NVLink peer near a NIC would relay it (PXN) and keep GDR");
+  f.sources.push_back("NVML");  // the NVLinks are known: none to relay through
+  EXPECT_EQ(PairOf(Predict(f), 0, 1).causes[0].evidence[0],
             "GPU0 and mlx5_0, the RDMA NIC NCCL pairs it with, are PHB apart, beyond NCCL_NET_GDR_LEVEL PXB (NCCL 2.27.5's default)");
   f.env["NCCL_NET_GDR_LEVEL"] = "NODE";  // NODE is NCCL's PHB
   EXPECT_EQ(Class(Predict(f), 0, 1), "net_gdr");
