@@ -257,7 +257,8 @@ void CompareNet(const json& net, const NcclLog& log, Mismatches* m) {
   }
   m->Check(0, "NET devices", listed, devices.size());
   std::vector<const p2ptrace::NcclNote*> gdr;
-  for (const p2ptrace::NcclNote& n : log.gdr) gdr.push_back(&n);
+  for (const p2ptrace::NcclNote& n : log.gdr)  // decisions; the GPU's DMA-BUF line is no decision
+    if (p2ptrace::ParseGdrDecision(n.text)) gdr.push_back(&n);
   PairByLine<p2ptrace::NcclNote>(net.value("gdr_lines", json::array()), gdr, "GPUDirect RDMA line", m,
                                  [&](const json& e, const p2ptrace::NcclNote& n) {
     uint64_t l = n.line;
