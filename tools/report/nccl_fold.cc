@@ -56,16 +56,14 @@ std::string Field(const char (&text)[N]) {
 void NcclFold::Conn::NoteNet(const std::string& host, const std::string& transport) {
   std::optional<NetPath> p = ParseNetPath(transport);
   if (!p) return;
-  if (!p->gdr) degraded_on.insert(host);
   auto [it, fresh] = net_sides.try_emplace(host);
   PairEntry::NetSide& side = it->second;
   if (fresh) {
     side.host = host;
     side.network = p->network;
     side.nic_index = p->nic;
-    side.gdr = p->gdr;
   }
-  side.gdr = side.gdr && p->gdr;
+  side.gdr = (fresh || side.gdr) && p->gdr;  // every line of the side
   if (side.proxy_rank < 0) side.proxy_rank = p->proxy_rank;
 }
 
@@ -74,7 +72,6 @@ NcclFold::Conn& NcclFold::Conn::operator+=(const Conn& o) {
   channels += o.channels;
   from_log |= o.from_log;
   from_trace |= o.from_trace;
-  degraded_on.insert(o.degraded_on.begin(), o.degraded_on.end());
   for (const auto& [host, side] : o.net_sides) {
     auto [it, fresh] = net_sides.try_emplace(host, side);
     if (!fresh) it->second.gdr = it->second.gdr && side.gdr;
@@ -352,10 +349,9 @@ void NcclFold::FinishConnections(Report& rep, const GpuIndex& gpus) {
     e.nccl_from = log && trace ? "log+trace" : log ? "log" : "trace";
     e.ranks.insert(src_rank);
     e.dst_ranks.insert(dst_rank);
-    if (!nc.degraded_on.empty())
-      net_degraded_[{e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}].insert(nc.degraded_on.begin(), nc.degraded_on.end());
     for (const auto& [printer, side] : nc.net_sides) {
       const std::string& host = printer;  // a lambda cannot capture a structured binding (clang)
+      if (!side.gdr) net_degraded_[{e.src.host, e.src.bus_id, e.dst.host, e.dst.bus_id}].insert(host);
       auto same = std::find_if(e.net.begin(), e.net.end(), [&](const PairEntry::NetSide& s) { return s.host == host; });
       if (same != e.net.end()) {
         same->gdr = same->gdr && side.gdr;

@@ -57,8 +57,8 @@ class NcclFold {
     std::set<std::string> transports;
     int channels = 0;
     bool from_log = false, from_trace = false;
-    std::set<std::string> degraded_on;  // hosts whose side of it took sockets or lacked GPUDirect RDMA
-    std::map<std::string, PairEntry::NetSide> net_sides;  // by the host that printed the lines
+    // By the host that printed the lines; a side without GPUDirect RDMA (or on sockets) is degraded there.
+    std::map<std::string, PairEntry::NetSide> net_sides;
     // A NET line's side, as `host` printed it; nothing for other transports.
     void NoteNet(const std::string& host, const std::string& transport);
     Conn& operator+=(const Conn& o);
