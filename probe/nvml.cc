@@ -31,6 +31,10 @@ const NvmlApi* LoadNvml() {
     sym(n->MaxGen, "nvmlDeviceGetMaxPcieLinkGeneration");
     sym(n->CurWidth, "nvmlDeviceGetCurrPcieLinkWidth");
     sym(n->MaxWidth, "nvmlDeviceGetMaxPcieLinkWidth");
+    sym(n->NvLinkErrorCounter, "nvmlDeviceGetNvLinkErrorCounter");
+    sym(n->NvLinkVersion, "nvmlDeviceGetNvLinkVersion");
+    sym(n->FieldValues, "nvmlDeviceGetFieldValues");
+    sym(n->PcieReplay, "nvmlDeviceGetPcieReplayCounter");
     sym(n->DriverVersion, "nvmlSystemGetDriverVersion");
     sym(n->GetHandleByPciBusId, "nvmlDeviceGetHandleByPciBusId_v2");
     sym(n->GetComputeProcesses, "nvmlDeviceGetComputeRunningProcesses_v3");

@@ -18,6 +18,23 @@ struct NvmlProcessInfo {  // nvmlProcessInfo_t (v2 and v3)
   unsigned int gpuInstanceId, computeInstanceId;
 };
 
+struct NvmlFieldValue {  // nvmlFieldValue_t: 40 bytes
+  unsigned int fieldId, scopeId;  // scopeId: the link, for per-link fields
+  long long timestamp, latencyUsec;
+  int valueType;   // nvmlValueType_t: 1 unsigned int, 3 unsigned long long, …
+  int nvmlReturn;  // this field's own result
+  union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+  } value;
+};
+static_assert(sizeof(NvmlFieldValue) == 40, "nvmlFieldValue_t is 40 bytes");
+
 struct NvmlApi {
   int (*Init)() = nullptr;
   int (*Shutdown)() = nullptr;
@@ -36,6 +53,12 @@ struct NvmlApi {
   int (*MaxGen)(void*, unsigned*) = nullptr;
   int (*CurWidth)(void*, unsigned*) = nullptr;
   int (*MaxWidth)(void*, unsigned*) = nullptr;
+  // Link health: per-link error counters (counter: 0 replay, 1 recovery, 2 CRC flit, 3 CRC data),
+  // the link's NVLink version, field values (NVLink 5's counters), the PCIe replay counter.
+  int (*NvLinkErrorCounter)(void*, unsigned, int, unsigned long long*) = nullptr;
+  int (*NvLinkVersion)(void*, unsigned, unsigned*) = nullptr;
+  int (*FieldValues)(void*, int, NvmlFieldValue*) = nullptr;
+  int (*PcieReplay)(void*, unsigned*) = nullptr;
   int (*DriverVersion)(char*, unsigned) = nullptr;
   int (*GetHandleByPciBusId)(const char*, void**) = nullptr;
   // nvmlDeviceGetComputeRunningProcesses_v3, else _v2 (the same record).

@@ -26,6 +26,7 @@
 #include "shim/record/process_uses.h"
 #include "shim/nccl_log_tap.h"
 #include "probe/probe.h"
+#include "shim/link_readings.h"
 #include "shim/record/text_block.h"
 #include "shim/record/trace_dir.h"
 #include "shim/record/trace_writer.h"
@@ -295,6 +296,7 @@ void Run(const CudaRuntime* rt, bool nccl_rules, const std::vector<int>* devices
       WriteStderr("p2ptrace: every pair, cause and its evidence: p2ptrace report " + c.dir);
   }
   RecordText(SerializePreflight(MakePreflightBlock(*probe, pred, lines)));
+  RecordLinkReadings(*probe);
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_probe == nullptr || nccl_rules) g_probe = probe;  // the NCCL check's probe names NCCL's ranks
   if (nccl_rules) g_nccl_prediction = new Prediction(std::move(pred));  // what NCCL's connections meet

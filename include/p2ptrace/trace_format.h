@@ -60,7 +60,7 @@ extern "C" {
 
 #define P2PTRACE_MAGIC "P2PTRACE"
 #define P2PTRACE_FORMAT_MAJOR 1
-#define P2PTRACE_FORMAT_MINOR 10
+#define P2PTRACE_FORMAT_MINOR 11
 #define P2PTRACE_MAX_DEVICES 32
 #define P2PTRACE_CHUNK_MAGIC 0x4b4e4843u /* "CHNK" */
 
@@ -342,8 +342,13 @@ typedef struct p2ptrace_nccl_op_record {
  * instruction's address (return address - 1) minus the module's load bias, so that
  * `addr2line -e MODULE OFFSET` names the line; " (SYMBOL+0xOFF)" is the nearest exported symbol,
  * demangled, left out when there is none. A site whose frames were not written (a crash in
- * between) has copies but no text: readers show its id alone. */
-enum p2ptrace_text_kind { P2PTRACE_TEXT_PREFLIGHT = 1, P2PTRACE_TEXT_CALL_SITE = 2 };
+ * between) has copies but no text: readers show its id alone.
+ * Kind 3 (minor 11) is a reading of the node's link health (core/link_health.h: every NVLink's
+ * state, speed and error counters, every PCIe port on the GPUs' way to their roots with its trained
+ * width and AER counts), as "p2ptrace-links 1" then tab-separated lines; `tag` 0 is the reading at
+ * job start, 1 the one at exit (a process that died has none). */
+enum p2ptrace_text_kind { P2PTRACE_TEXT_PREFLIGHT = 1, P2PTRACE_TEXT_CALL_SITE = 2, P2PTRACE_TEXT_LINK_HEALTH = 3 };
+enum p2ptrace_link_reading { P2PTRACE_LINKS_AT_START = 0, P2PTRACE_LINKS_AT_EXIT = 1 };
 #define P2PTRACE_TEXT_PART_BYTES 4064
 typedef struct p2ptrace_text_record {
   p2ptrace_record_header h;
