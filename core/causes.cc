@@ -14,7 +14,7 @@ namespace {
 
 // Severity: error = the job hangs, fails or loses most of its bandwidth without NCCL saying so;
 // warning = a fallback someone chose or can change; info = the machine's design, or NCCL's deliberate choice.
-constexpr std::array<CauseInfo, 57> kCauses = {{
+constexpr std::array<CauseInfo, 59> kCauses = {{
     {"env-p2p-disabled", Severity::kWarning, "NCCL_P2P_DISABLE is set: NCCL does not use P2P between any GPUs",
      "unset NCCL_P2P_DISABLE (launchers such as Accelerate set it for some GPUs); it moves every pair of a node to "
      "host memory (SHM) or the network",
@@ -158,6 +158,18 @@ constexpr std::array<CauseInfo, 57> kCauses = {{
     {"pcie-downtrained", Severity::kWarning, "a GPU's PCIe link runs below its maximum speed or width",
      "reseat the GPU or riser, check the slot's BIOS setting (Gen/bifurcation) and the power state under load",
      "`nvidia-smi -q -d PCI` (Link Width/Generation Current vs Max) while the GPU is busy"},
+    {"link-errors", Severity::kWarning,
+     "a link this pair crosses counted errors during the job (NVLink replays, recoveries or CRC errors; PCIe "
+     "replays or AER errors) and the pair ran below its class's rate: the link retries instead of failing",
+     "drain the node and run the vendor's link diagnostics; a link whose counters keep growing is reseated or its "
+     "part replaced (the RMA asks for the counters' readings with their times: `p2ptrace doctor --json`)",
+     "`nvidia-smi nvlink -e -i GPU` (NVLink) or the port's aer_dev_* files before and after `p2ptrace doctor --test` "
+     "on the pair"},
+    {"link-downtrained", Severity::kWarning,
+     "a link this pair crosses trained below what it can do (fewer PCIe lanes or a lower generation, an NVLink "
+     "down or slower than its GPU's others) and the pair ran below its class's rate",
+     "reset the GPUs or reboot; a link that trains low again is reseated (card, riser, cable) or its part replaced",
+     "`lspci -vvv -s BUS` LnkSta against LnkCap while the GPU is busy; `nvidia-smi nvlink -s`"},
     {"p2p-degraded", Severity::kWarning, "P2P runs far below what its link should carry",
      "look for ACS/IOMMU redirection, a downtrained link or a shared switch uplink; compare with "
      "p2pBandwidthLatencyTest",

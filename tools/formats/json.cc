@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
 #include "tools/common/json_text.h"
+#include "tools/common/link_json.h"
 
 namespace p2ptrace::cli {
 
@@ -125,6 +126,10 @@ json PairJson(const PairEntry& e) {
   p["best_basis"] = e.best_basis;
   p["lost_seconds"] = e.lost_seconds >= 0 ? json(e.lost_seconds) : json(nullptr);
   p["net"] = NetSidesJson(e);
+  json links = json::array();
+  for (const PairEntry::LinkCharge& l : e.link_changes)
+    links.push_back({{"host", l.host}, {"where", l.where}, {"what", l.what}, {"kind", l.kind}});
+  p["link_changes"] = links;
   p["causes"] = json::array();
   for (const Cause& c : e.causes) p["causes"].push_back(CauseJson(c));
   return p;
@@ -262,6 +267,19 @@ json NetSidesJson(const PairEntry& e) {
   return sides;
 }
 
+// A host's link health: its readings' summary, every change with the pairs it was charged to.
+json HostLinksJson(const Report::HostLinks& h) {
+  json changes = json::array();
+  for (const Report::HostLinks::Change& c : h.changes) {
+    json one = LinkChangeJson(c.change);
+    one["pairs"] = c.pairs;
+    changes.push_back(std::move(one));
+  }
+  return {{"host", h.host}, {"readings", h.readings}, {"exit_readings", h.exit_readings},
+          {"read_ms", h.read_ms >= 0 ? json(h.read_ms) : json(nullptr)}, {"changes", changes},
+          {"unsupported", h.unsupported}, {"notes", h.notes}};
+}
+
 json CauseJson(const Cause& c) {
   return {{"id", c.id}, {"evidence", c.evidence}, {"fix", c.fix}, {"confirm", c.confirm}, {"origin", c.origin}};
 }
@@ -318,6 +336,7 @@ json RenderJson(const Report& rep) {
   j["nccl_ops"] = ArrayOf(rep.nccl_ops, NcclOpJson);
   j["call_sites"] = ArrayOf(rep.call_sites, CallSiteJson);
   j["job"] = JobJson(rep);
+  j["links"] = ArrayOf(rep.links, HostLinksJson);
   j["lost_seconds"] = rep.lost_seconds;
   j["preflight"] = ArrayOf(rep.preflight, PreflightJson);
   j["rings"] = ArrayOf(rep.rings, RingJson);
@@ -339,6 +358,8 @@ void WriteJson(const Report& rep, std::ostream& out) {
   PutArray(out, rep.findings, FindingJson);
   out << ",\n  \"job\": ";
   PutNested(out, JobJson(rep), 1);
+  out << ",\n  \"links\": ";
+  PutArray(out, rep.links, HostLinksJson);
   out << ",\n  \"lost_seconds\": ";
   PutNested(out, json(rep.lost_seconds), 1);
   out << ",\n  \"nccl_ops\": ";

@@ -20,5 +20,8 @@ nlohmann::json JobJson(const Report& report);
 // A cross-host pair's NET sides ([{"host","network","nic_index","nic","gdr","proxy_rank","nic_path",
 // "nearest_nic","nearest_path","crosses_rails"}]); null for a pair without them.
 nlohmann::json NetSidesJson(const PairEntry& pair);
+// A host's link health: {"host","readings","exit_readings","read_ms","changes":[LinkChangeJson + "pairs"],
+// "unsupported","notes"}.
+nlohmann::json HostLinksJson(const Report::HostLinks& links);
 
 }  // namespace p2ptrace::cli

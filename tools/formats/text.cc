@@ -210,6 +210,26 @@ std::vector<std::string> NcclVersionGroups(const Report& rep) {
   return out;
 }
 
+// Each host's link readings: what changed on which link, the pairs that crossed it, what the node
+// does not count.
+std::string LinksText(const Report& rep) {
+  std::string out;
+  for (const Report::HostLinks& h : rep.links) {
+    out += fmt::format("\nlink health on {} ({} process{} read the links at start, {} at exit{}):\n", h.host, h.readings,
+                       h.readings == 1 ? "" : "es", h.exit_readings,
+                       h.read_ms >= 0 ? fmt::format("; the slowest reading took {:.1f} ms", h.read_ms) : "");
+    if (h.changes.empty()) out += "  no error counter moved and no link trained below what it can do\n";
+    for (const Report::HostLinks::Change& c : h.changes)
+      out += fmt::format("  {}: {}; {}\n", c.change.Where(), c.change.What(),
+                         c.pairs.empty() ? std::string("no traced pair crossed it")
+                                         : fmt::format("crossed by {}", NameList(c.pairs, 8)));
+    if (!h.unsupported.empty())
+      out += fmt::format("  not counted here (unsupported, not zero): {}\n", fmt::join(h.unsupported, "; "));
+    for (const std::string& n : h.notes) out += "  " + n + "\n";
+  }
+  return out;
+}
+
 std::string StoppedText(const StoppedFinding& st) {
   if (!st.present) return "";
   std::string out = "STOPPED: " + st.verdict + "\n";
@@ -399,8 +419,10 @@ std::string RenderText(const Report& rep, bool color) {
                        e.RatedSeconds() > 0 ? Duration(e.RatedSeconds()) : "", RateText(e), GraphText(e.graph_calls, e.graph_bytes),
                        e.errors ? fmt::format(", {} failed", e.errors) : "",
                        e.fallback && e.expected ? fmt::format("  fallback from {}", TransportName(e.expected)) : "");
+    for (const PairEntry::LinkCharge& l : e.link_changes) out += fmt::format("      link {}: {}\n", l.where, l.what);
   }
   if (shown > kPairsShown) out += fmt::format("  … {} more pairs (--json lists them all)\n", shown - kPairsShown);
+  out += LinksText(rep);
 
   if (!rep.rings.empty()) {
     out += "\nNCCL rings timed by NCCL's kernel timers (every hop of a pipelined ring carries at the pace of its slowest):\n";

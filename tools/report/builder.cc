@@ -13,6 +13,7 @@
 #include "p2ptrace/trace_format.h"
 #include "tools/report/capture.h"
 #include "tools/report/gpu_index.h"
+#include "tools/report/link_readings.h"
 #include "tools/report/nccl_fold.h"
 #include "tools/report/node_predictions.h"
 #include "tools/report/trace_fold.h"
@@ -103,6 +104,7 @@ struct ReportBuilder::State {
   GpuIndex gpus;
   NodePredictions predictions;
   NcclFold nccl;
+  LinkReadings links;
   std::map<Key, PairEntry> cuda_pairs;
   // Call sites by their frames (one text per site over all processes), their pairs by (host, src bus,
   // dst bus, transport) until the GPUs' indices are known in Finish.
@@ -211,6 +213,7 @@ void ReportBuilder::EndTrace(const Trace& t) {
     if (b.ok()) s_->predictions.Add(p.host, *b, s_->gpus);
     else s_->rep.partial.push_back(fmt::format("{}: preflight block unreadable ({})", t.path, b.error().message));
   }
+  s_->links.AddTrace(t, &s_->rep.partial);
   s_->nccl.AddTrace(t, f, p, s_->rep.processes.size());
   s_->rep.processes.push_back(std::move(p));
   s_->AddCudaPairs(t, f);
@@ -420,6 +423,7 @@ Report ReportBuilder::Finish() {
     }
   rep.preflight = s.predictions.Warnings();
   s.FinishCosts();
+  s.links.Charge(rep);
   s.nccl.FinishRings(rep);
   FinishStopped(&rep.stopped, std::move(s.stop_comms), s.nccl.StopPaths(rep, s.gpus), s.stall_seconds);
   if (rep.stopped.present) rep.findings.push_back(StoppedAsFinding(rep.stopped));

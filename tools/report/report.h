@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/link_health.h"
 #include "core/rate.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/finding.h"
@@ -147,6 +148,16 @@ struct PairEntry : Traffic {
   // In a pipelined ring every hop carries at the pace of the slowest: the slower hop that set this
   // pair's collective pace ("GPU3 -> GPU4 (shm)"); "" when it is the slowest or carried none.
   std::string bounded_by;
+  // What went wrong on the links this pair crosses while the job ran (tools/report/link_readings.h):
+  // an error counter that moved, a link trained low; shown next to the pair's rate. A pair below its
+  // class's rate with one also has the cause `link-errors` / `link-downtrained`.
+  struct LinkCharge {
+    std::string host;
+    std::string where;  // "GPU2 NVLink 3", "PCIe bridge 0000:17:00.0 (above GPU0, GPU1)"
+    std::string what;   // "replay +51200 (0 -> 51200)", "x4 of x16 (narrowed during the job)"
+    std::string kind;   // "errors" | "downtrained"
+  };
+  std::vector<LinkCharge> link_changes;
   // How the rate was measured: "own events" (events around each call: CUDA copies, NCCL calls
   // outside a group), "group" (the group's duration with this pair's bytes in it), "own events and
   // group", "NCCL kernel timers" (each send's own channels on the GPU), "collectives, NCCL kernel
@@ -272,6 +283,23 @@ struct Report {
     std::vector<std::string> warnings;
   };
   std::vector<Preflight> preflight;
+  // Each host's link health as the processes read it at start and exit (core/link_health.h): what
+  // changed and the pairs it was charged to, the counters the node does not give, how long a reading
+  // took. Hosts whose traces hold no reading are absent.
+  struct HostLinks {
+    std::string host;
+    int readings = 0, exit_readings = 0;  // the processes' start readings, and how many also read at exit
+    double read_ms = -1;                  // the slowest reading, as its reader measured it
+    struct Change {
+      LinkChange change;
+      std::vector<std::string> pairs;  // the pairs that crossed the link ("GPU2 -> GPU3"), each direction
+    };
+    std::vector<Change> changes;
+    // Counters the node did not give, by where: "NVLink, all 144 links: crc_data, crc_flit".
+    std::vector<std::string> unsupported;
+    std::vector<std::string> notes;  // what a reader could not read, once each
+  };
+  std::vector<HostLinks> links;
   double lost_seconds = 0;            // summed over the fallback pairs that could be costed
   // A job that hung or died: who stopped first, what it was doing, who waits (tools/report/stopped.h).
   StoppedFinding stopped;
