@@ -116,6 +116,7 @@ constexpr const char* kScript = R"js(
                  ' — ' + p.rate + (p.expected_range ? ' (expected ' + p.expected_range + ')' : '') +
                  (p.lost ? ' — lost ' + p.lost : '');
       panel.appendChild(text('div', line));
+      p.links.forEach(function (l) { panel.appendChild(text('div', 'link ' + l, 'cause')); });
       p.causes.forEach(function (c) {
         var d = text('div', '', 'cause');
         d.appendChild(text('code', c.id));
@@ -278,6 +279,9 @@ std::string RenderHtml(const Report& rep) {
     p["expected_range"] = e.expected_gbps_high > 0 ? fmt::format("{:.0f}-{:.0f} GB/s", e.expected_gbps_low, e.expected_gbps_high) : "";
     p["lost"] = e.lost_seconds > 0 ? fmt::format("{:.3g} s", e.lost_seconds) : "";
     p["net"] = e.NetSidesText();
+    json links = json::array();
+    for (const PairEntry::LinkCharge& l : e.link_changes) links.push_back(l.where + ": " + l.what);
+    p["links"] = std::move(links);
     if (i) pairs_data += ',';
     pairs_data += ScriptJson(p);
   }
@@ -404,6 +408,30 @@ std::string RenderHtml(const Report& rep) {
   out += "<h2>Bandwidth per pair</h2>\n<p class=\"meta\">measured GB/s (bar) against the range the path should give "
          "(grey); fallbacks first</p>\n";
   out += order.empty() ? std::string("<p>no pair was timed</p>\n") : BandwidthChart(rep, order);
+
+  // Each host's link health: what changed on which link, and the pairs that crossed it.
+  if (!rep.links.empty()) {
+    out += "<h2>Link health</h2>\n<p class=\"meta\">each process read every NVLink and PCIe port at start and at exit; "
+           "what changed is charged to the pairs whose path crosses the link</p>\n";
+    for (const Report::HostLinks& h : rep.links) {
+      out += fmt::format("<h3>{}</h3>\n<p class=\"meta\">{} start reading{}, {} at exit{}</p>\n", Escape(h.host), h.readings,
+                         h.readings == 1 ? "" : "s", h.exit_readings,
+                         h.read_ms >= 0 ? fmt::format("; the slowest took {:.1f} ms", h.read_ms) : "");
+      if (h.changes.empty()) out += "<p>no error counter moved and no link trained below what it can do</p>\n";
+      else {
+        out += "<table class=\"list\"><tr><th>link</th><th>what</th><th>pairs that crossed it</th></tr>\n";
+        for (const Report::HostLinks::Change& c : h.changes) {
+          std::string pairs;
+          for (const std::string& p : c.pairs) pairs += (pairs.empty() ? "" : ", ") + Escape(p);
+          out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", Escape(c.change.Where()), Escape(c.change.What()),
+                             pairs.empty() ? std::string("<i>no traced pair</i>") : pairs);
+        }
+        out += "</table>\n";
+      }
+      for (const std::string& u : h.unsupported) out += "<p class=\"meta\">not counted here (unsupported, not zero): " + Escape(u) + "</p>\n";
+      for (const std::string& n : h.notes) out += "<p class=\"meta\">" + Escape(n) + "</p>\n";
+    }
+  }
 
   // Fallbacks with their causes and fixes.
   out += fmt::format("<h2>Fallbacks</h2>\n");

@@ -119,6 +119,10 @@ constexpr const char* kFallback = "p2ptrace_pair_fallback";
 constexpr const char* kLost = "p2ptrace_pair_lost_seconds_total";
 constexpr const char* kWithoutP2p = "p2ptrace_node_pairs_without_p2p";
 constexpr const char* kGpus = "p2ptrace_node_gpus";
+constexpr const char* kLinkIncrease = "p2ptrace_link_error_count_increase";
+constexpr const char* kLinkErrors = "p2ptrace_link_errors_total";
+constexpr const char* kLinkDowntrained = "p2ptrace_link_downtrained";
+constexpr const char* kPairLink = "p2ptrace_pair_link_degraded";
 
 // The HELP texts are the same whichever command writes the file: node_exporter refuses one metric
 // name with two HELP texts, and a node may hold doctor's file and a job's side by side.
@@ -163,6 +167,42 @@ void DeclareFamilies(Exposition& x, bool job) {
 }
 
 std::string Index(int gpu) { return gpu >= 0 ? std::to_string(gpu) : ""; }
+
+void DeclareLinkFamilies(Exposition& x, bool job) {
+  x.Family(kLinkDowntrained, Exposition::kGauge,
+           "1 for a link trained below what it can do (a PCIe port below its maximum width or generation, an "
+           "NVLink down or slower than its GPU's others), with what it trained to as `trained`; no sample for a "
+           "link at full width.");
+  if (job) {
+    x.Family(kLinkIncrease, Exposition::kGauge,
+             "How much a link's error counter grew between the job's start and exit readings (NVLink: replay, "
+             "recovery, crc_flit, crc_data or NVLink 5's counters; PCIe: replay, aer_*). No sample for a counter "
+             "that did not move or that the node does not give.");
+    x.Family(kPairLink, Exposition::kGauge,
+             "1 per cause when a directional GPU pair ran below its class's rate while a link it crosses counted "
+             "errors (link-errors) or trained low (link-downtrained).");
+  } else {
+    x.Family(kLinkErrors, Exposition::kCounter,
+             "doctor: a link's error counter as NVML or the kernel gives it now (NVLink: replay, recovery, "
+             "crc_flit, crc_data or NVLink 5's counters; PCIe: replay, aer_*). No sample for a counter the node "
+             "does not give: unsupported is not 0.");
+  }
+}
+
+// The labels naming a link: the host, the GPU, the NVLink's number or the PCIe port's bus id.
+Labels LinkLabels(const std::string& host, bool nvlink, int gpu, int link, const std::string& bus_id) {
+  return {{"host", host}, {"gpu", Index(gpu)}, {"nvlink", nvlink ? std::to_string(link) : ""},
+          {"pci_bus_id", nvlink ? "" : NvidiaSmiBusId(bus_id)}};
+}
+
+void DowntrainedSamples(Exposition& x, const std::string& host, const std::vector<LinkChange>& changes) {
+  for (const LinkChange& c : changes)
+    if (c.kind == LinkChange::Kind::kDowntrained) {
+      Labels l = LinkLabels(host, c.nvlink, c.gpu, c.link, c.bus_id);
+      l.push_back({"trained", c.trained});
+      x.Sample(kLinkDowntrained, l, 1);
+    }
+}
 
 // 1 per cause of `pair` under `name` (context explains, it does not cause: left out), or one
 // cause="unknown" when none is left.
@@ -399,6 +439,25 @@ std::string PrometheusFromReport(const Report& report) {
       x.Sample(kFallback, l, 1);
     }
     if (e.lost_seconds >= 0) x.Sample(kLost, used, e.lost_seconds);
+  }
+  DeclareLinkFamilies(x, true);
+  for (const PairEntry& e : report.pairs)
+    for (const Cause& c : e.causes)
+      if (c.id == "link-errors" || c.id == "link-downtrained")
+        x.Sample(kPairLink, {{"source", "job"}, {"host", e.src.host}, {"src_gpu", Index(e.src.gpu)},
+                             {"src_pci_bus_id", NvidiaSmiBusId(e.src.bus_id)}, {"dst_host", e.dst.host},
+                             {"dst_gpu", Index(e.dst.gpu)}, {"dst_pci_bus_id", NvidiaSmiBusId(e.dst.bus_id)},
+                             {"class", std::string(TransportName(e.transport))}, {"cause", c.id}}, 1);
+  for (const Report::HostLinks& h : report.links) {
+    std::vector<LinkChange> changes;
+    for (const Report::HostLinks::Change& c : h.changes) {
+      changes.push_back(c.change);
+      if (c.change.kind != LinkChange::Kind::kErrors) continue;
+      Labels l = LinkLabels(h.host, c.change.nvlink, c.change.gpu, c.change.link, c.change.bus_id);
+      l.push_back({"counter", c.change.counter});
+      x.Sample(kLinkIncrease, l, static_cast<double>(c.change.after - c.change.before));
+    }
+    DowntrainedSamples(x, h.host, changes);
   }
   for (const auto& [host, pairs] : hosts) {
     int known = 0, without = 0;

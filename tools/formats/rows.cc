@@ -141,6 +141,9 @@ json PairRow(const Report& rep, const JobFacts& f, const PairEntry& e) {
   r["link"] = OrNull(e.link);
   r["nccl_transports"] = e.nccl_transports;
   r["net"] = NetSidesJson(e);
+  json links = json::array();
+  for (const PairEntry::LinkCharge& l : e.link_changes) links.push_back({{"where", l.where}, {"what", l.what}, {"kind", l.kind}});
+  r["link_changes"] = links;
   r["calls"] = e.calls;
   r["bytes"] = e.bytes;
   r["errors"] = e.errors;
