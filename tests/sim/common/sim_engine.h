@@ -33,6 +33,7 @@
 
 #include "tests/sim/common/gpu_model.h"
 #include "tests/sim/common/gpu_users.h"
+#include "tests/sim/common/sim_links.h"
 #include "tests/sim/common/sim_topology.h"
 
 // Each library uses only part of the engine.
@@ -859,6 +860,8 @@ size_t DstSpan(const Rows& r) { return r.dpitch * (r.height - 1) + r.width; }
 // memory of one side lets the other side's device at it (VMM mappings and pools: cuMemSetAccess,
 // cuMemPoolSetAccess; read for the source, read-write for the destination); else host-staged.
 // `*direct`: the copy went GPU to GPU without the host.
+// The copy is charged to the links it crosses first (sim_links.h: a fault's counters grow, and the
+// copy that fires a PCIe downtrain already runs at the narrowed rate).
 double CopySeconds(const State& st, const Where& src, const void* sp, const Where& dst, const void* dp,
                    const Rows& rows, bool* direct_copy = nullptr) {
   size_t bytes = rows.width * rows.height;
@@ -867,7 +870,8 @@ double CopySeconds(const State& st, const Where& src, const void* sp, const Wher
   if (a < 0 && b < 0) {
     gbps = st.topo.bandwidth.host_staged;
   } else if (a < 0 || b < 0) {
-    gbps = p2psim::HostDeviceBandwidth(*st.host->FindGpu(a < 0 ? b : a));
+    p2psim::ChargeTransfer(st.topo, *st.host, a, b, false, bytes);
+    gbps = p2psim::HostDeviceBandwidth(st.topo, *st.host, a < 0 ? b : a);
   } else if (a == b) {
     gbps = p2psim::kDeviceLocalGbps;
   } else {
@@ -877,10 +881,13 @@ double CopySeconds(const State& st, const Where& src, const void* sp, const Wher
                    Granted(st, dst, dp, DstSpan(rows), OrdinalOf(st, a), kAccessReadWrite);
     bool direct = ipc_direct || PeerDirect(st, a, b) || granted;
     if (direct_copy) *direct_copy = direct;
-    if (direct) {
+    p2psim::ChargeTransfer(st.topo, *st.host, a, b, direct, bytes);
+    if (direct && st.topo.link_faults.empty()) {
       auto [it, added] = st.direct_gbps.try_emplace({a, b}, 0.0);
       if (added) it->second = p2psim::DirectBandwidth(st.topo, *st.host, a, b);
       gbps = it->second;
+    } else if (direct) {  // a PCIe downtrain changes the rate while the process runs
+      gbps = p2psim::DirectBandwidth(st.topo, *st.host, a, b);
     } else {
       gbps = st.topo.bandwidth.host_staged;
     }

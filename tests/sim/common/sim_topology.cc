@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/sim/common/sim_links.h"
+
 namespace p2psim {
 namespace {
 
@@ -98,6 +100,168 @@ std::string Lower(std::string s) {
   return s;
 }
 
+bool ValidWidth(int w) { return w == 1 || w == 2 || w == 4 || w == 8 || w == 16 || w == 32; }
+
+p2ptrace::PcieLink ParsePcie(const json& p, const std::string& pf) {
+  p2ptrace::PcieLink l;
+  l.gen = Int(p, pf, "gen", false, 5);
+  l.width = Int(p, pf, "width", false, 16);
+  l.max_gen = Int(p, pf, "max_gen", false, l.gen);
+  l.max_width = Int(p, pf, "max_width", false, l.width);
+  if (l.gen < 1 || l.gen > 6) Fail(pf + ".gen", "unknown PCIe generation " + std::to_string(l.gen));
+  if (l.max_gen < 1 || l.max_gen > 6) Fail(pf + ".max_gen", "unknown PCIe generation " + std::to_string(l.max_gen));
+  for (int w : {l.width, l.max_width})
+    if (!ValidWidth(w)) Fail(pf + (w == l.width ? ".width" : ".max_width"), "unknown PCIe width " + std::to_string(w));
+  return l;
+}
+
+// A count: a non-negative integer, 0 when absent.
+uint64_t Count(const json& obj, const std::string& field, const char* key) {
+  const json* v = Member(obj, field, key);
+  if (v == nullptr) return 0;
+  if (!v->is_number_unsigned()) Fail(field + "." + key, "must be a non-negative integer");
+  return v->get<uint64_t>();
+}
+
+std::string CounterList(int from, int to) {
+  std::string list;
+  for (int i = from; i < to; ++i)
+    list += std::string(list.empty() ? "" : i + 1 == to ? " or " : ", ") + CounterName(static_cast<LinkCounter>(i));
+  return list;
+}
+
+LinkCounter CounterNamed(const std::string& name, const std::string& field) {
+  LinkCounter c;
+  if (!ParseCounterName(name, &c))
+    Fail(field, "unknown counter \"" + name + "\" (expected " + CounterList(0, kLinkCounters) + ")");
+  return c;
+}
+
+Aer ParseAer(const json& entry, const std::string& f) {
+  Aer aer;
+  if (const json* a = Member(entry, f, "aer")) {
+    std::string af = f + ".aer";
+    if (!a->is_object()) Fail(af, "must be an object");
+    aer.correctable = Count(*a, af, "correctable");
+    aer.nonfatal = Count(*a, af, "nonfatal");
+    aer.fatal = Count(*a, af, "fatal");
+  }
+  return aer;
+}
+
+std::string LinkCountText(const Host& h, int gpu) {
+  size_t n = Lanes(h, gpu).size();
+  return n == 0 ? "GPU " + std::to_string(gpu) + " has no NVLink"
+                : "GPU " + std::to_string(gpu) + " has " + std::to_string(n) + " NVLinks (0.." + std::to_string(n - 1) + ")";
+}
+
+// A GPU entry's link-health fields (its NVLinks known: they come after the GPUs).
+GpuLinks ParseGpuLinks(const json& gj, const std::string& gf, const Host& h, const p2ptrace::Gpu& g) {
+  GpuLinks out;
+  out.nvlink_version = Int(gj, gf, "nvlink_version", false, NvLinkGenerationOf(g.name));
+  if (out.nvlink_version < 1 || out.nvlink_version > 5)
+    Fail(gf + ".nvlink_version", "unknown NVLink generation " + std::to_string(out.nvlink_version) + " (1..5)");
+  const json& unsupported = Array(gj, gf, "unsupported_counters");
+  for (size_t i = 0; i < unsupported.size(); ++i) {
+    std::string uf = gf + ".unsupported_counters[" + std::to_string(i) + "]";
+    if (!unsupported[i].is_string()) Fail(uf, "must be a string");
+    out.unsupported |= 1u << static_cast<int>(CounterNamed(unsupported[i].get<std::string>(), uf));
+  }
+  if (const json* c = Member(gj, gf, "counters")) {
+    std::string cf = gf + ".counters";
+    if (!c->is_object()) Fail(cf, "must be an object");
+    for (auto it = c->begin(); it != c->end(); ++it)
+      if (it.key() != "pcie_replay" && it.key() != "nvlink")
+        Fail(cf + "." + it.key(), "unknown key (expected pcie_replay or nvlink)");
+    out.pcie_replay = Count(*c, cf, "pcie_replay");
+    const json& links = Array(*c, cf, "nvlink");
+    size_t lanes = Lanes(h, g.index).size();
+    for (size_t i = 0; i < links.size(); ++i) {
+      std::string lf = cf + ".nvlink[" + std::to_string(i) + "]";
+      int link = Int(links[i], lf, "link", true, 0);
+      if (link < 0 || size_t(link) >= lanes) Fail(lf + ".link", "no link " + std::to_string(link) + ": " + LinkCountText(h, g.index));
+      if (out.nvlink.count(link)) Fail(lf + ".link", "link " + std::to_string(link) + " is given twice");
+      std::array<uint64_t, kNvLinkCounters> values{};
+      for (auto it = links[i].begin(); it != links[i].end(); ++it) {
+        if (it.key() == "link") continue;
+        LinkCounter k = CounterNamed(it.key(), lf + "." + it.key());
+        if (k == LinkCounter::kPcieReplay) Fail(lf + ".pcie_replay", "a PCIe counter: give it as counters.pcie_replay");
+        values[static_cast<size_t>(k)] = Count(links[i], lf, it.key().c_str());
+      }
+      out.nvlink[link] = values;
+    }
+  }
+  out.aer = ParseAer(gj, gf);
+  return out;
+}
+
+void ParseHostLinks(const json& hj, const std::string& hf, const Host& h, Topology* t) {
+  const json& gpus = Array(hj, hf, "gpus");
+  for (size_t i = 0; i < gpus.size() && i < h.gpus.size(); ++i)
+    t->gpu_links[{h.name, h.gpus[i].index}] = ParseGpuLinks(gpus[i], hf + ".gpus[" + std::to_string(i) + "]", h, h.gpus[i]);
+  const json& sws = Array(hj, hf, "switches");
+  for (size_t i = 0; i < sws.size() && i < h.switches.size(); ++i) {
+    std::string sf = hf + ".switches[" + std::to_string(i) + "]";
+    SwitchLinks s;
+    s.aer = ParseAer(sws[i], sf);
+    if (const json* p = Member(sws[i], sf, "pcie")) {
+      s.has_pcie = true;
+      s.pcie = ParsePcie(*p, sf + ".pcie");
+    }
+    t->switch_links[{h.name, h.switches[i].id}] = s;
+  }
+}
+
+LinkFault ParseLinkFault(const json& j, const std::string& f, const Topology& t) {
+  LinkFault lf;
+  lf.host = Str(j, f, "host", true);
+  const Host* h = t.FindHost(lf.host);
+  if (h == nullptr) Fail(f + ".host", "unknown host \"" + lf.host + "\"");
+  lf.gpu = Int(j, f, "gpu", true, 0);
+  const p2ptrace::Gpu* g = h->FindGpu(lf.gpu);
+  if (g == nullptr) Fail(f + ".gpu", "no GPU " + std::to_string(lf.gpu) + " on host " + lf.host);
+  const GpuLinks& links = t.LinksOf(*h, lf.gpu);
+  if (Member(j, f, "nvlink")) {
+    lf.nvlink = Int(j, f, "nvlink", true, 0);
+    if (lf.nvlink < 0 || size_t(lf.nvlink) >= Lanes(*h, lf.gpu).size())
+      Fail(f + ".nvlink", "no link " + std::to_string(lf.nvlink) + ": " + LinkCountText(*h, lf.gpu));
+    for (const char* key : {"pcie_gen", "pcie_width"})
+      if (Member(j, f, key)) Fail(f + "." + key, "an NVLink storm (nvlink) cannot also be a PCIe fault; give it its own entry");
+    bool nv5 = links.nvlink_version >= 5;
+    std::string name = Str(j, f, "counter", false, nv5 ? "effective_errors" : "replay");
+    LinkCounter c = CounterNamed(name, f + ".counter");
+    if (c == LinkCounter::kPcieReplay) Fail(f + ".counter", "pcie_replay is a PCIe counter; an NVLink storm grows an NVLink one");
+    if (nv5 ? IsLegacyNvLinkCounter(c) : IsNvLinkFieldCounter(c))
+      Fail(f + ".counter", "\"" + name + "\" is not an NVLink " + std::to_string(links.nvlink_version) + " counter (GPU " +
+                               std::to_string(lf.gpu) + "'s: " + (nv5 ? CounterList(4, 9) : CounterList(0, 4)) + ")");
+    lf.counter = static_cast<int>(c);
+    lf.per_gb = Num(j, f, "per_gb", true, 0);
+    if (!(lf.per_gb > 0)) Fail(f + ".per_gb", "must be > 0");
+    lf.slowdown = Num(j, f, "slowdown", false, 1);
+    if (!(lf.slowdown > 0 && lf.slowdown <= 1)) Fail(f + ".slowdown", "must be > 0 and <= 1");
+    return lf;
+  }
+  lf.pcie_gen = Int(j, f, "pcie_gen", false, 0);
+  lf.pcie_width = Int(j, f, "pcie_width", false, 0);
+  if (Member(j, f, "pcie_gen") && (lf.pcie_gen < 1 || lf.pcie_gen > g->pcie.gen))
+    Fail(f + ".pcie_gen", "must be 1.." + std::to_string(g->pcie.gen) + " (a downtrain from GPU " + std::to_string(lf.gpu) +
+                              "'s Gen" + std::to_string(g->pcie.gen) + ")");
+  if (Member(j, f, "pcie_width") && (!ValidWidth(lf.pcie_width) || lf.pcie_width > g->pcie.width))
+    Fail(f + ".pcie_width", "must be a PCIe width up to " + std::to_string(g->pcie.width) + " (a downtrain from GPU " +
+                                std::to_string(lf.gpu) + "'s x" + std::to_string(g->pcie.width) + ")");
+  if (Member(j, f, "counter")) {
+    std::string name = Str(j, f, "counter", true);
+    if (CounterNamed(name, f + ".counter") != LinkCounter::kPcieReplay)
+      Fail(f + ".counter", "\"" + name + "\" is an NVLink counter: give the link as \"nvlink\"");
+    lf.counter = static_cast<int>(LinkCounter::kPcieReplay);
+    lf.per_gb = Num(j, f, "per_gb", true, 0);
+    if (!(lf.per_gb > 0)) Fail(f + ".per_gb", "must be > 0");
+  }
+  if (lf.counter < 0 && lf.pcie_gen == 0 && lf.pcie_width == 0)
+    Fail(f, "names no fault (expected nvlink, pcie_gen, pcie_width or counter)");
+  return lf;
+}
+
 Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::string>* bus_ids) {
   Host host;
   host.name = Str(h, f, "name", true);
@@ -167,16 +331,7 @@ Host ParseHost(const json& h, const std::string& f, std::map<std::string, std::s
     g.mig = Bool(gpus[i], gf, "mig", false);
     g.p2p_regkey_disabled = Bool(gpus[i], gf, "p2p_regkey_disabled", false);
     if (const json* p = Member(gpus[i], gf, "pcie")) {
-      std::string pf = gf + ".pcie";
-      g.pcie.gen = Int(*p, pf, "gen", false, 5);
-      g.pcie.width = Int(*p, pf, "width", false, 16);
-      g.pcie.max_gen = Int(*p, pf, "max_gen", false, g.pcie.gen);
-      g.pcie.max_width = Int(*p, pf, "max_width", false, g.pcie.width);
-      if (g.pcie.gen < 1 || g.pcie.gen > 6) Fail(pf + ".gen", "unknown PCIe generation " + std::to_string(g.pcie.gen));
-      if (g.pcie.max_gen < 1 || g.pcie.max_gen > 6) Fail(pf + ".max_gen", "unknown PCIe generation " + std::to_string(g.pcie.max_gen));
-      for (int w : {g.pcie.width, g.pcie.max_width})
-        if (w != 1 && w != 2 && w != 4 && w != 8 && w != 16 && w != 32)
-          Fail(pf + (w == g.pcie.width ? ".width" : ".max_width"), "unknown PCIe width " + std::to_string(w));
+      g.pcie = ParsePcie(*p, gf + ".pcie");
     } else {
       g.pcie = {5, 16, 5, 16};
     }
@@ -229,6 +384,17 @@ const Host* Topology::FindHost(const std::string& name) const {
   return nullptr;
 }
 
+const GpuLinks& Topology::LinksOf(const Host& host, int gpu) const {
+  static const GpuLinks kNone;
+  auto it = gpu_links.find({host.name, gpu});
+  return it == gpu_links.end() ? kNone : it->second;
+}
+
+const SwitchLinks* Topology::SwitchLinksOf(const Host& host, const std::string& id) const {
+  auto it = switch_links.find({host.name, id});
+  return it == switch_links.end() ? nullptr : &it->second;
+}
+
 bool ParseTopology(const std::string& text, const std::string& path, Topology* out, std::string* error) {
   json doc;
   try {
@@ -250,6 +416,7 @@ bool ParseTopology(const std::string& text, const std::string& path, Topology* o
       std::string hf = "hosts[" + std::to_string(i) + "]";
       Host h = ParseHost(hosts[i], hf, &bus_ids);
       if (t.FindHost(h.name)) Fail(hf + ".name", "duplicate host \"" + h.name + "\"");
+      ParseHostLinks(hosts[i], hf, h, &t);
       t.hosts.push_back(std::move(h));
     }
     if (const json* bw = Member(doc, "(top level)", "bandwidth_gbps")) {
@@ -290,6 +457,9 @@ bool ParseTopology(const std::string& text, const std::string& path, Topology* o
         Fail(f + ".fault", "\"" + o.fault + "\": expected corrupt, hang or sm-lost");
       t.copy_faults.push_back(o);
     }
+    const json& lf = Array(doc, "(top level)", "link_faults");
+    for (size_t i = 0; i < lf.size(); ++i)
+      t.link_faults.push_back(ParseLinkFault(lf[i], "link_faults[" + std::to_string(i) + "]", t));
     t.time_scale = Num(doc, "(top level)", "time_scale", false, 0);
     if (t.time_scale < 0) Fail("time_scale", "must be >= 0");
   } catch (const FieldError& e) {
@@ -338,10 +508,10 @@ double LinkRate(int gen, int width) {
 }
 }  // namespace
 
-double DirectBandwidth(const Topology& topo, const Host& host, int a, int b) {
+namespace {
+double PairBandwidth(const Topology& topo, const Host& host, int a, int b, const p2ptrace::GpuPath& path) {
   for (const PairOverride& o : topo.pair_overrides)
     if (o.host == host.name && ((o.a == a && o.b == b) || (o.a == b && o.b == a))) return o.gbps;
-  p2ptrace::GpuPath path = p2ptrace::ClassifyGpuPath(host, a, b);
   if (path.type == p2ptrace::PathType::kNVLink) {
     // A bonded set with every link down carries nothing over NVLink; the driver falls back to PCIe.
     if (path.active_links > 0) return path.active_links * topo.bandwidth.nvlink_per_link;
@@ -350,15 +520,29 @@ double DirectBandwidth(const Topology& topo, const Host& host, int a, int b) {
   // A link that trained below its maximum carries that much less (Gen5 x16 trained at Gen3: a quarter).
   double trained = 1;
   for (int g : {a, b})
-    if (const p2ptrace::Gpu* gpu = host.FindGpu(g)) {
-      const p2ptrace::PcieLink& l = gpu->pcie;
+    if (host.FindGpu(g) != nullptr) {
+      p2ptrace::PcieLink l = CurrentPcie(topo, host, g);
       if (l.max_gen > 0 && l.max_width > 0)
         trained = std::min(trained, LinkRate(l.gen, l.width) / LinkRate(l.max_gen, l.max_width));
     }
   return topo.bandwidth.pcie_p2p * trained;
 }
+}  // namespace
+
+double DirectBandwidth(const Topology& topo, const Host& host, int a, int b) {
+  p2ptrace::GpuPath path = p2ptrace::ClassifyGpuPath(host, a, b);
+  double gbps = PairBandwidth(topo, host, a, b, path);
+  if (path.type == p2ptrace::PathType::kNVLink && path.active_links > 0 && !topo.link_faults.empty())
+    gbps *= StormSlowdown(topo, host, a, b);
+  return gbps;
+}
 
 double HostDeviceBandwidth(const p2ptrace::Gpu& gpu) { return LinkRate(gpu.pcie.gen, gpu.pcie.width) * 0.85; }
+
+double HostDeviceBandwidth(const Topology& topo, const Host& host, int gpu) {
+  p2ptrace::PcieLink l = CurrentPcie(topo, host, gpu);
+  return LinkRate(l.gen, l.width) * 0.85;
+}
 
 const CopyFault* FindCopyFault(const Topology& topo, const Host& host, int a, int b) {
   for (const CopyFault& f : topo.copy_faults)

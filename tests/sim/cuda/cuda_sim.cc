@@ -1718,6 +1718,8 @@ CUresult RunKernel(State& st, const SimFunction& f, Stream* s, void** params) {
     if (f.name == "p2ptrace_copy_words") {
       const p2psim::CopyFault* fault = p2psim::FindCopyFault(st.topo, *st.host, gpu, wa.host_gpu);
       if (fault == nullptr || fault->fault != "sm-lost") MoveBytes(a, b, bytes);
+      for (const Where* w : {&wb, &wa})  // what the kernel reads from and writes to another GPU crosses their link
+        if (w->host_gpu != gpu) p2psim::ChargeTransfer(st.topo, *st.host, gpu, w->host_gpu, true, bytes);
       double gbps = wa.host_gpu == gpu ? p2psim::kDeviceLocalGbps : p2psim::DirectBandwidth(st.topo, *st.host, gpu, wa.host_gpu);
       Enqueue(st, s, static_cast<double>(bytes) / (gbps * 1e9));
       return CUDA_SUCCESS;

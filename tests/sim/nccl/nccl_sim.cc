@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "tests/sim/common/nccl_segments.h"
+#include "tests/sim/common/sim_links.h"
 #include "tests/sim/common/sim_topology.h"
 #include "tests/sim/nccl/profiler_loader.h"
 
@@ -1773,6 +1774,44 @@ ncclResult_t ConnectFor(Op& op) {
   return ncclSuccess;
 }
 
+// What this rank sends in the batch, charged to the links it crosses (sim_links.h): a ring
+// collective's bytes to the next rank (allreduce 2(n-1)/n × size, allgather and reducescatter
+// (n-1) × count, broadcast and reduce the size unless the ring ends there), a send's to its peer,
+// alltoall, gather and scatter per peer they send to. Receivers charge nothing, so a pair's bytes
+// count once. P2P crosses the pair's NVLinks or PCIe, SHM both GPUs' PCIe links, NET the sender's.
+void ChargeLinks(const std::vector<Op>& ops) {
+  Node& n = TheNode();
+  if (!n.ok || n.topo.link_faults.empty()) return;
+  for (const Op& op : ops) {
+    Comm& c = *op.comm;
+    const Host* host = HostOf(c.me);
+    if (host == nullptr || c.nranks < 2) continue;
+    double bytes = double(op.count * TypeSize(op.type)), nr = c.nranks;
+    int next = (c.rank + 1) % c.nranks, root = op.root_or_peer;
+    std::vector<std::pair<int, double>> sends;  // (peer rank, bytes)
+    switch (op.kind) {
+      case OpKind::kAllReduce: sends = {{next, bytes * 2 * (nr - 1) / nr}}; break;
+      case OpKind::kAllGather:
+      case OpKind::kReduceScatter: sends = {{next, bytes * (nr - 1)}}; break;
+      case OpKind::kBroadcast: if (next != root) sends = {{next, bytes}}; break;
+      case OpKind::kReduce: if (c.rank != root) sends = {{next, bytes}}; break;
+      case OpKind::kRecv: break;
+      default:
+        for (auto [peer, send] : P2pPeers(op))
+          if (send) sends.push_back({peer, bytes});
+    }
+    for (auto [peer, b] : sends) {
+      const RankInfo& to = c.ranks[size_t(peer)];
+      auto moved = static_cast<uint64_t>(b);
+      switch (SelectTransport(c, c.me, to).kind) {
+        case Transport::kP2p: p2psim::ChargeTransfer(n.topo, *host, c.me.nvml_dev, to.nvml_dev, true, moved); break;
+        case Transport::kShm: p2psim::ChargeTransfer(n.topo, *host, c.me.nvml_dev, to.nvml_dev, false, moved); break;
+        case Transport::kNet: p2psim::ChargeTransfer(n.topo, *host, c.me.nvml_dev, -1, false, moved); break;
+      }
+    }
+  }
+}
+
 // One kernel per stream and group: collectives run one after another, the sends and receives of a
 // group run concurrently (the slowest one counts).
 void AdvanceClocks(std::vector<Op>& ops) {
@@ -1926,6 +1965,7 @@ ncclResult_t Run(std::vector<Op>& ops) {
   if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
   for (Op& op : ops)
     if (ncclResult_t r = Complete(op); r != ncclSuccess) return Fail(ops, r);
+  ChargeLinks(ops);  // before the ranks meet: a downtrain one of them fires times every rank's operation
   if (ncclResult_t r = BarrierRound(coll_comms); r != ncclSuccess) return Fail(ops, r);
   AdvanceClocks(ops);
   static auto hang = Cuda<int (*)(cudaStream_t)>("p2psim_stream_hang");  // absent under a real runtime

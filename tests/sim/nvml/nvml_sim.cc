@@ -2,6 +2,7 @@
 // the topology file (DESIGN.md §9). NVML sees every GPU of the host, whatever CUDA_VISIBLE_DEVICES
 // says, indexed in the file's order. Types and values from NVML_API_VERSION 13 (nvml.h of the driver).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "tests/sim/common/gpu_users.h"
+#include "tests/sim/common/sim_links.h"
 #include "tests/sim/common/sim_topology.h"
 
 #define NVML_API extern "C" __attribute__((visibility("default")))
@@ -21,7 +23,26 @@ typedef struct {
   unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
   char busId[32];
 } nvmlPciInfo_t;
+typedef union {
+  double dVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  long long sllVal;
+  int siVal;
+  unsigned short usVal;
+} nvmlValue_t;
+typedef struct {
+  unsigned int fieldId;
+  unsigned int scopeId;
+  long long timestamp;
+  long long latencyUsec;
+  int valueType;
+  int nvmlReturn;
+  nvmlValue_t value;
+} nvmlFieldValue_t;
 }
+static_assert(sizeof(nvmlFieldValue_t) == 40, "nvml.h's nvmlFieldValue_t");
 
 namespace {
 
@@ -31,7 +52,8 @@ enum : int {
   NVML_ERROR_UNKNOWN = 999
 };
 enum { kCapsRead = 0, kCapsWrite = 1, kCapsNvlink = 2, kCapsAtomics = 3, kCapsPci = 4 };
-constexpr int kMaxNvLinks = 36;
+using p2psim::kMaxNvLinks;
+using p2psim::LinkCounter;
 
 struct Dev { int host_gpu; };
 
@@ -115,16 +137,7 @@ void FillPci(const p2ptrace::Gpu& g, nvmlPciInfo_t* pci) {
   pci->pciSubSystemId = 0x16c110de;
 }
 
-// The NVLink lanes of one GPU, in file order: (peer GPU, active?) per link index.
-std::vector<std::pair<int, bool>> Lanes(const p2ptrace::Host& h, int gpu) {
-  std::vector<std::pair<int, bool>> lanes;
-  for (const auto& l : h.nvlinks) {
-    if (l.a != gpu && l.b != gpu) continue;
-    int peer = l.a == gpu ? l.b : l.a;
-    for (int i = 0; i < l.links; ++i) lanes.emplace_back(peer, i < l.active);
-  }
-  return lanes;
-}
+std::vector<p2psim::Lane> Lanes(const p2ptrace::Host& h, int gpu) { return p2psim::Lanes(h, gpu); }
 
 }  // namespace
 
@@ -293,7 +306,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t dev, unsigned int li
   if (active == nullptr || link >= kMaxNvLinks) return NVML_ERROR_INVALID_ARGUMENT;
   auto lanes = Lanes(*st.host, g->index);
   if (link >= lanes.size()) return NVML_ERROR_NOT_SUPPORTED;
-  *active = lanes[link].second ? 1 : 0;
+  *active = lanes[link].active ? 1 : 0;
   return NVML_SUCCESS;
 }
 
@@ -303,7 +316,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t dev, unsi
   if (pci == nullptr || link >= kMaxNvLinks) return NVML_ERROR_INVALID_ARGUMENT;
   auto lanes = Lanes(*st.host, g->index);
   if (link >= lanes.size()) return NVML_ERROR_NOT_SUPPORTED;
-  FillPci(*st.host->FindGpu(lanes[link].first), pci);
+  FillPci(*st.host->FindGpu(lanes[link].peer), pci);
   return NVML_SUCCESS;
 }
 
@@ -361,10 +374,101 @@ NVML_API nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t dev, int* mod
     NVML_ENTER();                                                   \
     NVML_DEVICE(g, dev);                                            \
     if (value == nullptr) return NVML_ERROR_INVALID_ARGUMENT;       \
-    *value = static_cast<unsigned>(g->pcie.field);                  \
+    *value = static_cast<unsigned>(p2psim::CurrentPcie(st.topo, *st.host, g->index).field); \
     return NVML_SUCCESS;                                            \
   }
 NVML_PCIE(nvmlDeviceGetCurrPcieLinkGeneration, gen)
 NVML_PCIE(nvmlDeviceGetMaxPcieLinkGeneration, max_gen)
 NVML_PCIE(nvmlDeviceGetCurrPcieLinkWidth, width)
 NVML_PCIE(nvmlDeviceGetMaxPcieLinkWidth, max_width)
+
+// ---------------------------------------------------------------------------------------------
+// Link health (sim_links.h): NVLink generation and speed, error counters, PCIe replays.
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t dev, unsigned int link, unsigned int* version) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (version == nullptr || link >= kMaxNvLinks) return NVML_ERROR_INVALID_ARGUMENT;
+  if (link >= Lanes(*st.host, g->index).size()) return NVML_ERROR_NOT_SUPPORTED;
+  *version = p2psim::NvmlNvLinkVersion(st.topo.LinksOf(*st.host, g->index).nvlink_version);
+  return NVML_SUCCESS;
+}
+
+// nvmlNvLinkErrorCounter_t: DL_REPLAY 0, DL_RECOVERY 1, DL_CRC_FLIT 2, DL_CRC_DATA 3, DL_ECC_DATA 4.
+// NVLink 5 GPUs answer none of them (their counters are field values); ECC_DATA is not modelled.
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t dev, unsigned int link, int counter,
+                                                      unsigned long long* value) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (value == nullptr || link >= kMaxNvLinks || counter < 0 || counter > 4) return NVML_ERROR_INVALID_ARGUMENT;
+  if (link >= Lanes(*st.host, g->index).size() || counter == 4) return NVML_ERROR_NOT_SUPPORTED;
+  auto c = static_cast<LinkCounter>(counter);  // the legacy four share NVML's numbering
+  if (!p2psim::CounterServed(st.topo, *st.host, g->index, c)) return NVML_ERROR_NOT_SUPPORTED;
+  *value = p2psim::CounterValue(st.topo, *st.host, g->index, static_cast<int>(link), c);
+  return NVML_SUCCESS;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t dev, unsigned int* value) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (value == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (!p2psim::CounterServed(st.topo, *st.host, g->index, LinkCounter::kPcieReplay)) return NVML_ERROR_NOT_SUPPORTED;
+  *value = static_cast<unsigned>(p2psim::CounterValue(st.topo, *st.host, g->index, -1, LinkCounter::kPcieReplay));
+  return NVML_SUCCESS;
+}
+
+namespace {
+enum { kValueUnsignedInt = 1, kValueUnsignedLongLong = 3 };
+enum : unsigned {
+  kFiPcieReplay = 94, kFiNvLinkSpeed = 164, kFiRcvErrors = 208, kFiRecoveryFailed = 214,
+  kFiRecoveryEvents = 215, kFiEffectiveErrors = 219, kFiSymbolErrors = 221
+};
+
+// One field of nvmlDeviceGetFieldValues: the entry's nvmlReturn says whether it is served.
+int FieldValue(const NvmlState& st, const p2ptrace::Gpu& g, nvmlFieldValue_t* v) {
+  LinkCounter c;
+  switch (v->fieldId) {
+    case kFiPcieReplay:
+      if (!p2psim::CounterServed(st.topo, *st.host, g.index, LinkCounter::kPcieReplay)) return NVML_ERROR_NOT_SUPPORTED;
+      v->valueType = kValueUnsignedLongLong;
+      v->value.ullVal = p2psim::CounterValue(st.topo, *st.host, g.index, -1, LinkCounter::kPcieReplay);
+      return NVML_SUCCESS;
+    case kFiNvLinkSpeed: {
+      if (v->scopeId >= unsigned(kMaxNvLinks)) return NVML_ERROR_INVALID_ARGUMENT;
+      auto lanes = Lanes(*st.host, g.index);
+      if (v->scopeId >= lanes.size()) return NVML_ERROR_NOT_SUPPORTED;
+      v->valueType = kValueUnsignedInt;  // a link that is down runs at no speed
+      v->value.uiVal = lanes[v->scopeId].active ? p2psim::NvLinkSpeedMbps(st.topo.LinksOf(*st.host, g.index).nvlink_version) : 0;
+      return NVML_SUCCESS;
+    }
+    case kFiRcvErrors: c = LinkCounter::kRcvErrors; break;
+    case kFiRecoveryFailed: c = LinkCounter::kRecoveryFailed; break;
+    case kFiRecoveryEvents: c = LinkCounter::kRecoveryEvents; break;
+    case kFiEffectiveErrors: c = LinkCounter::kEffectiveErrors; break;
+    case kFiSymbolErrors: c = LinkCounter::kSymbolErrors; break;
+    default: return NVML_ERROR_NOT_SUPPORTED;
+  }
+  if (!p2psim::CounterServed(st.topo, *st.host, g.index, c)) return NVML_ERROR_NOT_SUPPORTED;
+  if (v->scopeId >= unsigned(kMaxNvLinks)) return NVML_ERROR_INVALID_ARGUMENT;
+  if (v->scopeId >= Lanes(*st.host, g.index).size()) return NVML_ERROR_NOT_SUPPORTED;
+  v->valueType = kValueUnsignedLongLong;
+  v->value.ullVal = p2psim::CounterValue(st.topo, *st.host, g.index, static_cast<int>(v->scopeId), c);
+  return NVML_SUCCESS;
+}
+}  // namespace
+
+NVML_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t dev, int count, nvmlFieldValue_t* values) {
+  NVML_ENTER();
+  NVML_DEVICE(g, dev);
+  if (count < 0 || (values == nullptr && count > 0)) return NVML_ERROR_INVALID_ARGUMENT;
+  long long now = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::system_clock::now().time_since_epoch()).count();
+  for (int i = 0; i < count; ++i) {
+    nvmlFieldValue_t* v = &values[i];
+    v->timestamp = now;
+    v->latencyUsec = 0;
+    v->value.ullVal = 0;
+    v->nvmlReturn = FieldValue(st, *g, v);
+  }
+  return NVML_SUCCESS;
+}

@@ -357,7 +357,7 @@ int Launch(const Topology& topo, const LaunchOptions& options) {
   for (size_t h = 0; h < options.hosts.size(); ++h) {
     const HostRanks& hr = options.hosts[h];
     std::string sysroot = run_dir + "/sysroot/" + hr.host;
-    if (!WriteSysroot(*topo.FindHost(hr.host), sysroot, &error)) {
+    if (!WriteSysroot(topo, *topo.FindHost(hr.host), sysroot, &error)) {
       std::fprintf(stderr, "p2psim: %s\n", error.c_str());
       return 1;
     }

@@ -79,7 +79,7 @@ int SysrootCommand(const std::vector<std::string>& args) {
                  HostNames(topo).c_str());
     return 2;
   }
-  if (!p2psim::WriteSysroot(*host, args[2], &error)) {
+  if (!p2psim::WriteSysroot(topo, *host, args[2], &error)) {
     std::fprintf(stderr, "p2psim: %s\n", error.c_str());
     return 1;
   }

@@ -237,6 +237,37 @@ TEST_F(P2psimTest, SysrootRewritesADirectoryWithoutLeftovers) {
   EXPECT_EQ(ReadFile(Device(root, "0000:9a:00.0") / "numa_node"), "1\n");
 }
 
+// AER totals of GPUs and switch ports in the kernel's aer_dev_* format; a switch's own link.
+TEST_F(P2psimTest, SysrootAerAndSwitchLinks) {
+  std::string topo = Write("aer.json", R"({"version": 1, "hosts": [{"name": "box",
+    "switches": [{"id": "sw0", "parent": "cpu0", "aer": {"correctable": 7, "fatal": 2}, "pcie": {"gen": 4, "width": 8, "max_gen": 5}},
+                 {"id": "sw1", "parent": "cpu0"}],
+    "gpus": [{"index": 0, "bus_id": "0000:1a:00.0", "parent": "sw0", "aer": {"nonfatal": 3}},
+             {"index": 1, "bus_id": "0000:2a:00.0", "parent": "sw1"}]}]})");
+  fs::path root = Sysroot(topo, "box");
+  fs::path gpu0 = Device(root, "0000:1a:00.0");
+  fs::path sw0 = gpu0.parent_path();
+  fs::path sw1 = Device(root, "0000:2a:00.0").parent_path();
+  const std::string kUncorrectableTypes =
+      "Undefined 0\nDLP 0\nSDES 0\nTLP 0\nFCP 0\nCmpltTO 0\nCmpltAbrt 0\nUnxCmplt 0\nRxOF 0\nMalfTLP 0\n"
+      "ECRC 0\nUnsupReq 0\nACSViol 0\nUncorrIntErr 0\nBlockedTLP 0\nAtomicOpBlocked 0\nTLPBlockedErr 0\n"
+      "PoisonTLPBlocked 0\n";
+  EXPECT_EQ(ReadFile(gpu0 / "aer_dev_correctable"),
+            "RxErr 0\nBadTLP 0\nBadDLLP 0\nRollover 0\nTimeout 0\nNonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR 0\n");
+  std::string nonfatal = kUncorrectableTypes;
+  nonfatal.replace(nonfatal.find("CmpltTO 0"), 9, "CmpltTO 3");  // the lines add up to the total
+  EXPECT_EQ(ReadFile(gpu0 / "aer_dev_nonfatal"), nonfatal + "TOTAL_ERR_NONFATAL 3\n");
+  EXPECT_EQ(ReadFile(gpu0 / "aer_dev_fatal"), kUncorrectableTypes + "TOTAL_ERR_FATAL 0\n");
+  EXPECT_NE(ReadFile(sw0 / "aer_dev_correctable").find("RxErr 7\n"), std::string::npos);
+  EXPECT_NE(ReadFile(sw0 / "aer_dev_correctable").find("\nTOTAL_ERR_COR 7\n"), std::string::npos);
+  EXPECT_NE(ReadFile(sw0 / "aer_dev_fatal").find("\nTOTAL_ERR_FATAL 2\n"), std::string::npos);
+  EXPECT_EQ(ReadFile(sw0 / "current_link_width"), "8\n");
+  EXPECT_EQ(ReadFile(sw0 / "current_link_speed"), "16.0 GT/s PCIe\n");
+  EXPECT_EQ(ReadFile(sw0 / "max_link_speed"), "32.0 GT/s PCIe\n");
+  EXPECT_EQ(ReadFile(sw1 / "current_link_width"), "16\n");  // no "pcie": the host's best, x16
+  EXPECT_NE(ReadFile(sw1 / "aer_dev_nonfatal").find("\nTOTAL_ERR_NONFATAL 0\n"), std::string::npos);
+}
+
 TEST_F(P2psimTest, SysrootBadTopologyNamesFileAndField) {
   std::string bad = Write("bad.json", R"({"version": 1, "hosts": [{"name": "n", "cpus": [{"id": "cpu0"}], "gpus": [{"index": 0, "bus_id": "zz"}]}]})");
   Result r = RunP2psim({"sysroot", bad, "n", (tmp_ / "root").string()});

@@ -18,7 +18,8 @@ const char kSysrootRules[] =
     "  PCI tree: CPU i is root bus pci0000:<i*0x40> (closer spacing past 4 CPUs); each switch is\n"
     "  one bridge directory under its parent; GPUs sit under their parent at their bus_id; switches\n"
     "  and NICs get synthetic ids 0000:bb:00.0 on the first bus after their CPU's root bus that no\n"
-    "  GPU uses. Bridges and NICs report the host's best GPU link generation, x16.\n"
+    "  GPU uses. Bridges and NICs report the host's best GPU link generation, x16 (a switch's\n"
+    "  \"pcie\" its own). GPUs and bridges have aer_dev_{correctable,nonfatal,fatal} (the file's \"aer\").\n"
     "  IOMMU: groups exist when the command line has intel_iommu=on or amd_iommu=on (iommu=pt\n"
     "  included: group type \"identity\" instead of \"DMA-FQ\"; iommu=off turns them off). A switch\n"
     "  with acs_redirect=false has no ACS: everything below it (below the topmost such switch)\n"
@@ -127,6 +128,7 @@ struct PciDevice {
   const p2ptrace::Nic* nic = nullptr;
   const p2ptrace::PcieSwitch* sw = nullptr;
   int iommu_group = -1;
+  Aer aer;
 };
 
 // Hands out synthetic function-0 addresses in domain 0000 for switches and NICs, never on a bus a
@@ -154,7 +156,7 @@ class BusAllocator {
 // The host's PCI devices, parents before children, with their sysfs directories.
 class PciPlanner {
  public:
-  explicit PciPlanner(const Host& host) : host_(host), buses_(host) {
+  PciPlanner(const Topology* topo, const Host& host) : topo_(topo), host_(host), buses_(host) {
     for (const p2ptrace::Gpu& g : host.gpus) infra_link_.max_gen = std::max(infra_link_.max_gen, g.pcie.max_gen);
     infra_link_ = {infra_link_.max_gen, 16, infra_link_.max_gen, 16};
     size_t stride = 256 / std::max<size_t>(4, host.cpus.size());
@@ -188,6 +190,10 @@ class PciPlanner {
       if (!bdf) return OutOfBuses(error);
       PciDevice d{PciDevice::Kind::kBridge, *bdf, dir / *bdf, numa, infra_link_};
       d.sw = &sw;
+      if (const SwitchLinks* l = topo_ ? topo_->SwitchLinksOf(host_, sw.id) : nullptr) {
+        d.aer = l->aer;
+        if (l->has_pcie) d.link = l->pcie;
+      }
       devices_.push_back(d);
       group_key_.push_back(GroupKey(sw.parent, d.bdf));
       if (!PlaceChildren(sw.id, d.dir, numa, first_bus, error)) return false;
@@ -196,6 +202,7 @@ class PciPlanner {
       if (g.parent != node) continue;
       PciDevice d{PciDevice::Kind::kGpu, g.bus_id, dir / g.bus_id, numa, g.pcie};
       d.gpu = &g;
+      if (topo_ != nullptr) d.aer = topo_->LinksOf(host_, g.index).aer;
       devices_.push_back(d);
       group_key_.push_back(GroupKey(g.parent, d.bdf));
     }
@@ -234,6 +241,7 @@ class PciPlanner {
     return false;
   }
 
+  const Topology* topo_;
   const Host& host_;
   BusAllocator buses_;
   p2ptrace::PcieLink infra_link_;
@@ -263,6 +271,26 @@ void WriteConfigSpace(TreeWriter& w, const Host& host, const PciDevice& d) {
   w.File(d.dir / "config", cfg);
 }
 
+// The kernel's AER statistics (drivers/pci/pcie/aer.c): a line per error type, then the total. The
+// sim has totals only; it puts each on one type that a failing link typically raises, so the lines
+// still add up to the total.
+void WriteAer(TreeWriter& w, const PciDevice& d) {
+  static const std::vector<std::string> kCorrectable = {"RxErr", "BadTLP", "BadDLLP", "Rollover", "Timeout",
+                                                        "NonFatalErr", "CorrIntErr", "HeaderOF"};
+  static const std::vector<std::string> kUncorrectable = {
+      "Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt", "UnxCmplt", "RxOF", "MalfTLP",
+      "ECRC", "UnsupReq", "ACSViol", "UncorrIntErr", "BlockedTLP", "AtomicOpBlocked", "TLPBlockedErr",
+      "PoisonTLPBlocked"};
+  auto text = [](const std::vector<std::string>& names, const std::string& counted, uint64_t n, const char* total) {
+    std::string out;
+    for (const std::string& name : names) out += name + " " + (name == counted ? std::to_string(n) : "0") + "\n";
+    return out + total + " " + std::to_string(n) + "\n";
+  };
+  w.File(d.dir / "aer_dev_correctable", text(kCorrectable, "RxErr", d.aer.correctable, "TOTAL_ERR_COR"));
+  w.File(d.dir / "aer_dev_nonfatal", text(kUncorrectable, "CmpltTO", d.aer.nonfatal, "TOTAL_ERR_NONFATAL"));
+  w.File(d.dir / "aer_dev_fatal", text(kUncorrectable, "DLP", d.aer.fatal, "TOTAL_ERR_FATAL"));
+}
+
 void WritePciDevice(TreeWriter& w, const Host& host, const PciDevice& d) {
   std::string vendor, device, cls;
   switch (d.kind) {
@@ -285,6 +313,7 @@ void WritePciDevice(TreeWriter& w, const Host& host, const PciDevice& d) {
   w.File(d.dir / "max_link_speed", LinkSpeed(d.link.max_gen) + "\n");
   w.File(d.dir / "current_link_width", std::to_string(d.link.width) + "\n");
   w.File(d.dir / "max_link_width", std::to_string(d.link.max_width) + "\n");
+  if (d.kind != PciDevice::Kind::kNic) WriteAer(w, d);
   w.Link(fs::path("sys/bus/pci/devices") / d.bdf, d.dir);
   WriteConfigSpace(w, host, d);
   if (d.nic != nullptr) {  // how NCCL finds a NIC's PCI path
@@ -405,6 +434,10 @@ void WriteMachineMarkers(TreeWriter& w, const Host& host) {
 }  // namespace
 
 bool WriteSysroot(const Host& host, const std::string& dir, std::string* error) {
+  return WriteSysroot(Topology(), host, dir, error);
+}
+
+bool WriteSysroot(const Topology& topo, const Host& host, const std::string& dir, std::string* error) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   fs::path root = ec ? fs::path() : fs::canonical(dir, ec);
@@ -417,7 +450,7 @@ bool WriteSysroot(const Host& host, const std::string& dir, std::string* error) 
     return false;
   }
   std::vector<PciDevice> devices;
-  PciPlanner planner(host);
+  PciPlanner planner(&topo, host);
   if (!planner.Plan(&devices, error)) return false;
 
   TreeWriter w(root);

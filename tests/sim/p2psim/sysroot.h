@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/topology.h"
+#include "tests/sim/common/sim_topology.h"
 
 namespace p2psim {
 
@@ -13,6 +14,8 @@ namespace p2psim {
 // topology leaves nothing stale; single files are overwritten. A tmpfs cannot live in a directory,
 // so /dev/shm is described in `dir`/p2psim/dev_shm ("size_mb N" and "device N" lines).
 // On failure returns false with a one-line `error`.
+// With the topology, each GPU's and switch's AER totals and a switch's own `pcie` link come from it.
+bool WriteSysroot(const Topology& topo, const p2ptrace::Host& host, const std::string& dir, std::string* error);
 bool WriteSysroot(const p2ptrace::Host& host, const std::string& dir, std::string* error);
 
 // The IOMMU and PCI rules WriteSysroot follows, for the usage text.

@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "tests/sim/common/sim_links.h"
 #include "tests/support/subprocess.h"
 
 namespace {
@@ -141,6 +142,34 @@ TEST(SimNccl, NvlinkBoxIsAllP2p) {
   EXPECT_TRUE(job.LogsContain("NCCL INFO NCCL version 2.28.9+cuda13.0"));
   EXPECT_TRUE(job.LogsContain("nranks 4 cudaDev 1 nvmlDev 1 busId 2a000 commId 0x"));
   EXPECT_TRUE(job.LogsContain("Connected all rings, use ring PXN 0 GDR 1"));
+}
+
+// The ring 0 → 1 → 2 → 3 → 0 on PcieHost with GPUs 0-1 NVLinked: 0 → 1 over NVLink, 2 → 3 P2P over
+// PCIe, 1 → 2 and 3 → 0 SHM. A storm on the NVLink and a downtrain of GPU 3 grow with the job's
+// bytes (read here the way the fake NVML reads them).
+TEST(SimNccl, TransfersChargeTheLinksTheyCross) {
+  std::string dir = TempDir() + "/links";
+  RunProgram({"mkdir", "-p", dir});
+  std::string topo = dir + "/topo.json";
+  WriteFile(topo, R"({"version": 1, "hosts": [)" + PcieHost("node0", R"(, "nvlinks": [{"a": 0, "b": 1, "links": 2}])") +
+                      R"(], "link_faults": [{"host": "node0", "gpu": 0, "nvlink": 1, "per_gb": 1000000},
+                                           {"host": "node0", "gpu": 3, "pcie_width": 8},
+                                           {"host": "node0", "gpu": 3, "counter": "pcie_replay", "per_gb": 1000000}]})");
+  p2psim::Topology t;
+  std::string error;
+  ASSERT_TRUE(p2psim::LoadTopology(topo, &t, &error)) << error;
+  const p2ptrace::Host& h = t.hosts[0];
+  using p2psim::LinkCounter;
+  EXPECT_EQ(p2psim::CurrentPcie(t, h, 3).width, 16);
+  Job job = RunRing(topo, "node0:4");
+  EXPECT_JOB_OK(job);
+  ExpectRing(job, 4, [](int a, int) { return a == 0 || a == 2 ? "P2P/CUMEM" : "SHM/direct/direct"; });
+  uint64_t storm = p2psim::CounterValue(t, h, 0, 1, LinkCounter::kReplay);
+  EXPECT_GT(storm, 0u);
+  EXPECT_EQ(p2psim::CounterValue(t, h, 1, 1, LinkCounter::kReplay), storm);  // GPU 1's end of the same link
+  EXPECT_EQ(p2psim::CounterValue(t, h, 0, 0, LinkCounter::kReplay), 0u);
+  EXPECT_GT(p2psim::CounterValue(t, h, 3, -1, LinkCounter::kPcieReplay), 0u);
+  EXPECT_EQ(p2psim::CurrentPcie(t, h, 3).width, 8);
 }
 
 TEST(SimNccl, P2pReadEnableAddsRead) {
