@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <map>
 
 #include "core/fields.h"
+#include "p2ptrace/vocabulary.h"
 
 namespace p2ptrace {
 
@@ -111,6 +113,12 @@ std::string GpuBus(const LinkHealth& h, int gpu) {
   return "";
 }
 
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 bool Contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 }  // namespace
@@ -208,7 +216,7 @@ std::vector<LinkChange> CompareLinkHealth(const LinkHealth& before, const LinkHe
     std::string trained;
     if (!l.up && was != nullptr && was->up) trained = "down";
     else if (l.up && usual > 0 && l.speed_mbps > 0 && l.speed_mbps < usual)
-      trained = std::to_string(l.speed_mbps) + " Mb/s of the " + std::to_string(usual) + " its other links run at";
+      trained = std::to_string(l.speed_mbps) + " MB/s of the " + std::to_string(usual) + " its other links run at";
     if (!trained.empty()) {
       LinkChange ch;
       fill(ch);
@@ -251,6 +259,25 @@ std::vector<LinkChange> CompareLinkHealth(const LinkHealth& before, const LinkHe
   return out;
 }
 
+std::optional<LinkRoute> RouteOf(int transport, std::string_view link) {
+  switch (transport) {
+    case P2PTRACE_TRANSPORT_NVLINK:
+    case P2PTRACE_TRANSPORT_NVLS: return LinkRoute::kNvLink;
+    case P2PTRACE_TRANSPORT_PCIE_P2P: return LinkRoute::kPcieP2p;
+    case P2PTRACE_TRANSPORT_P2P:
+      if (link.substr(0, 2) == "NV") return LinkRoute::kNvLink;
+      if (!link.empty()) return LinkRoute::kPcieP2p;
+      return std::nullopt;
+    case P2PTRACE_TRANSPORT_SHM:
+    case P2PTRACE_TRANSPORT_HOST_STAGED:
+    case P2PTRACE_TRANSPORT_NET_GDR:
+    case P2PTRACE_TRANSPORT_NET_IB:
+    case P2PTRACE_TRANSPORT_NET_SOCKET:
+    case P2PTRACE_TRANSPORT_COLLNET: return LinkRoute::kThroughHost;
+    default: return std::nullopt;
+  }
+}
+
 bool PairCrosses(const LinkChange& c, int a, int b, LinkRoute route, const LinkHealth& reading) {
   if (c.nvlink) {
     if (route != LinkRoute::kNvLink || (c.gpu != a && c.gpu != b)) return false;
@@ -267,6 +294,26 @@ bool PairCrosses(const LinkChange& c, int a, int b, LinkRoute route, const LinkH
   bool has_a = Contains(c.below, a), has_b = b >= 0 && Contains(c.below, b);
   if (route == LinkRoute::kPcieP2p) return has_a != has_b;  // below the pair's common bridge: one GPU's side
   return has_a || has_b;
+}
+
+std::vector<std::string> UnsupportedCounters(const LinkHealth& h) {
+  std::map<std::string, std::pair<int, int>> nvlink, pcie;  // name → (unsupported, read)
+  for (const NvLinkHealth& l : h.nvlinks)
+    for (const LinkCounter& c : l.counters) ++(c.value ? nvlink[c.name].second : nvlink[c.name].first);
+  for (const PciePortHealth& p : h.pcie)
+    for (const LinkCounter& c : p.counters) ++(c.value ? pcie[c.name].second : pcie[c.name].first);
+  std::vector<std::string> out;
+  auto list = [&out](const std::map<std::string, std::pair<int, int>>& m, const char* what, const char* unit) {
+    std::map<std::pair<int, int>, std::vector<std::string>> groups;
+    for (const auto& [name, n] : m)
+      if (n.first > 0) groups[n].push_back(name);
+    for (const auto& [n, names] : groups)
+      out.push_back(std::string(what) + ", " + (n.second == 0 ? "all " : std::to_string(n.first) + " of ") +
+                     std::to_string(n.first + n.second) + " " + unit + ": " + Joined(names));
+  };
+  list(nvlink, "NVLink", "links");
+  list(pcie, "PCIe", "ports");
+  return out;
 }
 
 std::string LinkChangeFix(const LinkChange& c) {

@@ -30,7 +30,7 @@ struct NvLinkHealth {
   bool up = false;
   std::string remote;   // the bus id at the other end (a GPU's, or an NVSwitch's); "" unknown
   int version = -1;     // NVML's nvmlNvlinkVersion_t code; -1 unknown
-  int speed_mbps = -1;  // the link's current speed (NVML field 164); -1 unknown
+  int speed_mbps = -1;  // the link's current speed in MB/s ("MBps", NVML field 164); -1 unknown
   std::vector<LinkCounter> counters;
 };
 
@@ -96,11 +96,20 @@ enum class LinkRoute {
   kThroughHost  // staged in host memory, SHM or a NIC: each GPU's whole way to its root
 };
 
+// The route of a pair's path class (p2ptrace_transport) as far as links go; `link` is nvidia-smi's
+// label of the pair ("NV6", "PIX") and tells a direct path of unknown class. Nullopt where the class
+// does not say which links it crosses (through another GPU, unknown).
+std::optional<LinkRoute> RouteOf(int transport, std::string_view link);
+
 // Whether traffic between GPUs a and b (the node's indices; b -1 for a GPU whose peer is on another
 // node) on `route` crosses the link of `change`. An NVLink whose remote is a GPU carries that pair
 // only; one to an NVSwitch carries its GPU's NVLink traffic with every peer. The GPUs' bus ids are
 // the reading's GPU ports'.
 bool PairCrosses(const LinkChange& change, int a, int b, LinkRoute route, const LinkHealth& reading);
+
+// The counters a reading did not get (unsupported, never 0), grouped by how many links or ports
+// lacked them: "NVLink, all 144 links: crc_data, crc_flit", "PCIe, 2 of 12 ports: aer_correctable".
+std::vector<std::string> UnsupportedCounters(const LinkHealth& reading);
 
 // The fix, and what a vendor asks for before an RMA, for a change's kind.
 std::string LinkChangeFix(const LinkChange& change);

@@ -23,7 +23,7 @@ constexpr int kSuccess = 0;
 // nvmlDeviceGetNvLinkErrorCounter's counters (NVLink 4 and older).
 constexpr std::pair<int, const char*> kLegacyCounters[] = {{0, "replay"}, {1, "recovery"}, {2, "crc_flit"}, {3, "crc_data"}};
 // NVLink 5's per-link field values (scopeId = the link), where the calls above say "not supported".
-constexpr unsigned kSpeedField = 164;  // NVML_FI_DEV_NVLINK_GET_SPEED, Mb/s
+constexpr unsigned kSpeedField = 164;  // NVML_FI_DEV_NVLINK_GET_SPEED, MB/s
 constexpr std::pair<unsigned, const char*> kFieldCounters[] = {
     {208, "rcv_errors"}, {214, "recovery_failed"}, {215, "recovery_events"}, {219, "effective_errors"}, {221, "symbol_errors"}};
 

@@ -5,33 +5,12 @@
 #include <tuple>
 
 #include "core/causes.h"
-#include "fmt/format.h"
 #include "core/vocabulary.h"
+#include "fmt/format.h"
 #include "p2ptrace/trace_format.h"
 
 namespace p2ptrace::cli {
 namespace {
-
-// The links a pair's class crosses; nullopt where the class does not say (an indirect path, a
-// direct path of unknown link).
-std::optional<LinkRoute> RouteOf(const PairEntry& e) {
-  switch (e.transport) {
-    case P2PTRACE_TRANSPORT_NVLINK:
-    case P2PTRACE_TRANSPORT_NVLS: return LinkRoute::kNvLink;
-    case P2PTRACE_TRANSPORT_PCIE_P2P: return LinkRoute::kPcieP2p;
-    case P2PTRACE_TRANSPORT_P2P:
-      if (e.link.rfind("NV", 0) == 0) return LinkRoute::kNvLink;
-      if (!e.link.empty()) return LinkRoute::kPcieP2p;
-      return std::nullopt;
-    case P2PTRACE_TRANSPORT_SHM:
-    case P2PTRACE_TRANSPORT_HOST_STAGED:
-    case P2PTRACE_TRANSPORT_NET_GDR:
-    case P2PTRACE_TRANSPORT_NET_IB:
-    case P2PTRACE_TRANSPORT_NET_SOCKET:
-    case P2PTRACE_TRANSPORT_COLLNET: return LinkRoute::kThroughHost;
-    default: return std::nullopt;
-  }
-}
 
 using ChangeKey = std::tuple<bool, int, int, std::string, int, std::string>;
 ChangeKey KeyOf(const LinkChange& c) {
@@ -54,28 +33,6 @@ std::vector<LinkChange> Merge(const std::vector<std::vector<LinkChange>>& per_pr
     }
   std::vector<LinkChange> out;
   for (auto& [k, c] : merged) out.push_back(std::move(c));
-  return out;
-}
-
-// "NVLink, all 144 links: crc_data, crc_flit": the counters some link or port did not give, grouped
-// by how many did not.
-std::vector<std::string> Unsupported(const LinkHealth& h) {
-  std::map<std::string, std::pair<int, int>> nvlink, pcie;  // name → (unsupported, read)
-  for (const NvLinkHealth& l : h.nvlinks)
-    for (const LinkCounter& c : l.counters) ++(c.value ? nvlink[c.name].second : nvlink[c.name].first);
-  for (const PciePortHealth& p : h.pcie)
-    for (const LinkCounter& c : p.counters) ++(c.value ? pcie[c.name].second : pcie[c.name].first);
-  std::vector<std::string> out;
-  auto list = [&out](const std::map<std::string, std::pair<int, int>>& m, const char* what, const char* unit) {
-    std::map<std::pair<int, int>, std::vector<std::string>> groups;
-    for (const auto& [name, n] : m)
-      if (n.first > 0) groups[n].push_back(name);
-    for (const auto& [n, names] : groups)
-      out.push_back(fmt::format("{}, {} {} {}: {}", what, n.second == 0 ? "all" : fmt::format("{} of", n.first),
-                                n.first + n.second, unit, fmt::join(names, ", ")));
-  };
-  list(nvlink, "NVLink", "links");
-  list(pcie, "PCIe", "ports");
   return out;
 }
 
@@ -118,7 +75,7 @@ void LinkReadings::Charge(Report& rep) const {
       per_process.push_back(CompareLinkHealth(p.start, p.exit ? *p.exit : p.start));
     }
     const LinkHealth& reading = processes.front().start;  // the links' places (remote ends, GPUs below)
-    hl.unsupported = Unsupported(reading);
+    hl.unsupported = UnsupportedCounters(reading);
     hl.notes.assign(notes.begin(), notes.end());
     if (hl.exit_readings < hl.readings)
       hl.notes.push_back(fmt::format("{} of {} processes left no exit reading (they did not exit normally): a counter that "
@@ -128,7 +85,7 @@ void LinkReadings::Charge(Report& rep) const {
       Report::HostLinks::Change ch{std::move(c), {}};
       for (PairEntry& e : rep.pairs) {
         bool src_here = e.src.host == host, dst_here = e.dst.host == host;
-        std::optional<LinkRoute> route = RouteOf(e);
+        std::optional<LinkRoute> route = RouteOf(e.transport, e.link);
         if ((!src_here && !dst_here) || !route) continue;
         // A pair with a GPU on another node crosses only this side's links.
         int a = src_here ? e.src.gpu : e.dst.gpu;
