@@ -433,7 +433,9 @@ Report ReportBuilder::Finish() {
     for (const Cause& c : e.causes) {
       Finding& f = by_cause[c.id];
       f.id = c.id;
-      if (f.severity != "warning") f.severity = e.fallback ? "warning" : "info";
+      // A link that slowed its pair is a warning though the pair kept its path.
+      bool slowed = c.id == "link-errors" || c.id == "link-downtrained";
+      if (f.severity != "warning") f.severity = e.fallback || slowed ? "warning" : "info";
       f.pairs.push_back(fmt::format("{} {} -> {}{}", e.src.host, GpuName(e.src),
                                     e.dst.host == e.src.host ? "" : e.dst.host + " ", GpuName(e.dst)));
       if (f.evidence.empty()) f.evidence = c.evidence;

@@ -104,9 +104,11 @@ void LinkReadings::Charge(Report& rep) const {
           fresh.id = id;
           fresh.fix = LinkChangeFix(ch.change);
           if (info != nullptr) fresh.confirm = std::string(info->confirm);
-          fresh.evidence.push_back(fmt::format("measured {:.1f} GB/s ({}), below the {:.0f}-{:.0f} GB/s its {} class gives",
-                                               gbps, e.RateBasis(), e.expected_gbps_low, e.expected_gbps_high,
-                                               TransportName(e.transport)));
+          std::string range = e.expected_gbps_high > e.expected_gbps_low
+                                  ? fmt::format("{:.0f}-{:.0f}", e.expected_gbps_low, e.expected_gbps_high)
+                                  : fmt::format("{:.0f}", e.expected_gbps_low);
+          fresh.evidence.push_back(fmt::format("measured {:.1f} GB/s ({}), below the {} GB/s its {} class gives", gbps,
+                                               e.RateBasis(), range, TransportName(e.transport)));
           e.causes.push_back(std::move(fresh));
           cause = e.causes.end() - 1;
         }
