@@ -17,6 +17,7 @@
 #include "tools/common/json_text.h"
 #include "tools/common/output_file.h"
 #include "tools/doctor/cuda_loader.h"
+#include "tools/doctor/link_check.h"
 #include "tools/formats/prometheus.h"
 
 namespace p2ptrace::cli {
@@ -119,10 +120,11 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   NodeProbe probe = ProbeNode(o);
   Prediction pred = PredictNode(probe);
   NodeNetwork net = NetworkOf(probe);
+  LinkCheck links = CheckLinks(probe, pred);
   std::vector<std::string> warnings = probe.gpus.size() >= 2 ? WarningLines(probe, pred) : std::vector<std::string>{};
   std::string host = probe.hostname.empty() ? "this machine" : probe.hostname;
   if (!o.prometheus.empty())
-    if (std::string why = WriteFileAtomically(o.prometheus, PrometheusFromDoctor(probe, pred, net)); !why.empty()) {
+    if (std::string why = WriteFileAtomically(o.prometheus, PrometheusFromDoctor(probe, pred, net, links.reading)); !why.empty()) {
       err << "p2ptrace doctor: " << why << "\n";
       return 2;
     }
@@ -136,6 +138,13 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
   std::vector<const PairPrediction*> judged;
   for (const PairPrediction& p : pred.pairs) judged.push_back(&p);
   for (const GpuNetwork& g : net.gpus) judged.push_back(&g.to_other_node);
+  // A link trained narrow now (a lower generation alone is what an idle GPU does: only `--test` tells).
+  for (const LinkCheck::Downtrained& d : links.downtrained) {
+    if (d.change.gen_only) continue;
+    Agg& a = by_cause["link-downtrained"];
+    a.pairs.insert(a.pairs.end(), d.pairs.begin(), d.pairs.end());
+    a.evidence.push_back(d.change.Where() + ": " + d.change.What());
+  }
   for (const PairPrediction* pp : judged) {
     const PairPrediction& p = *pp;
     if (!PairWarns(p)) continue;
@@ -167,6 +176,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
                             {"impact", p.impact}, {"causes", causes}});
     }
     j["network"] = NetworkJson(net);
+    j["links"] = LinkCheckJson(links);
     j["findings"] = json::array();
     for (const auto& [id, a] : by_cause) {
       const CauseInfo* info = FindCause(id);
@@ -202,6 +212,7 @@ int Diagnose(const DoctorOptions& o, std::ostream& out, std::ostream& err) {
     for (const CauseHit& c : p.causes) CauseText(c, out);
   }
   NetworkText(net, out);
+  LinkCheckText(links, out);
   if (!pred.assumptions.empty()) {
     out << "\nassumed:\n";
     for (const std::string& a : pred.assumptions) out << "  " << a << "\n";

@@ -315,7 +315,8 @@ std::string NvidiaSmiBusId(const std::string& bus_id) {
   return out;
 }
 
-std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred, const NodeNetwork& net) {
+std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred, const NodeNetwork& net,
+                                 const LinkHealth& links) {
   Exposition x;
   DeclareFamilies(x, false);
   DeclareNetworkFamilies(x);
@@ -347,6 +348,22 @@ std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& pred,
   x.Sample(kWithoutP2p, {{"source", "doctor"}, {"host", host}}, without);
   x.Sample(kGpus, {{"source", "doctor"}, {"host", host}}, static_cast<double>(probe.gpus.size()));
   NetworkSamples(x, probe, net);
+  DeclareLinkFamilies(x, false);
+  for (const NvLinkHealth& l : links.nvlinks)
+    for (const LinkCounter& c : l.counters)
+      if (c.value) {
+        Labels lab = LinkLabels(host, true, l.gpu, l.link, "");
+        lab.push_back({"counter", c.name});
+        x.Count(kLinkErrors, lab, *c.value);
+      }
+  for (const PciePortHealth& p : links.pcie)
+    for (const LinkCounter& c : p.counters)
+      if (c.value) {
+        Labels lab = LinkLabels(host, false, p.gpu, -1, p.bus_id);
+        lab.push_back({"counter", c.name});
+        x.Count(kLinkErrors, lab, *c.value);
+      }
+  DowntrainedSamples(x, host, CompareLinkHealth(links, links));
   return x.Text();
 }
 

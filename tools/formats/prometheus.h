@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "core/link_health.h"
 #include "core/node_network.h"
 #include "core/node_probe.h"
 #include "core/pair_verdict.h"
@@ -25,7 +26,8 @@ namespace p2ptrace::cli {
 
 // The text format for doctor's probe and prediction, with the node's side of the network (each
 // RDMA NIC's port, each GPU's NIC and the path NCCL would take to another node, with its cause).
-std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& prediction, const NodeNetwork& network);
+std::string PrometheusFromDoctor(const NodeProbe& probe, const Prediction& prediction, const NodeNetwork& network,
+                                 const LinkHealth& links);
 // The text format for `doctor --test`'s pairs (source="test"), measured at `unix_seconds`: families
 // of their own, so that its file and doctor's can sit side by side in one collector directory.
 std::string PrometheusFromTest(const NodeProbe& probe, const std::vector<JudgedPair>& pairs, double unix_seconds);
