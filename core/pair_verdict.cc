@@ -118,6 +118,30 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
   return v;
 }
 
+void ChargeLinkChanges(JudgedPair* j, const LinkHealth& before, const LinkHealth& after, const std::string& link) {
+  const PairMeasurement& m = j->measured;
+  if (!m.tested) return;
+  // Peer access on: the copies went the link's way; off, through the host.
+  std::optional<LinkRoute> route = m.can_access ? RouteOf(j->verdict.transport, link) : LinkRoute::kThroughHost;
+  if (!route) return;
+  for (LinkChange& c : CompareLinkHealth(before, after))
+    if (PairCrosses(c, m.src, m.dst, *route, after)) j->link_changes.push_back(std::move(c));
+  PairVerdict& v = j->verdict;
+  bool slow = v.verdict == "fail" && m.gbps >= 0 && v.expected.low > 0 && m.gbps < kPassFraction * v.expected.low;
+  if (!slow || j->link_changes.empty()) return;
+  std::vector<CauseHit> found;
+  for (LinkChange::Kind kind : {LinkChange::Kind::kErrors, LinkChange::Kind::kDowntrained}) {
+    CauseHit hit{kind == LinkChange::Kind::kErrors ? "link-errors" : "link-downtrained", "decided", {}};
+    for (const LinkChange& c : j->link_changes)
+      if (c.kind == kind)
+        hit.evidence.push_back(c.Where() + ": " + c.What() + (kind == LinkChange::Kind::kErrors ? " during the pair's test" : ""));
+    if (!hit.evidence.empty()) found.push_back(std::move(hit));
+  }
+  for (const CauseHit& c : v.causes)
+    if (c.id != "p2p-degraded") found.push_back(c);
+  v.causes = std::move(found);
+}
+
 std::string RegressionOf(const PairBaseline& before, const JudgedPair& now, double tolerance) {
   const PairMeasurement& m = now.measured;
   if (!m.tested) return "";

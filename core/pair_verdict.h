@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/causes.h"
+#include "core/link_health.h"
 #include "core/predict.h"
 
 namespace p2ptrace {
@@ -55,7 +56,16 @@ PairVerdict JudgePair(const PairMeasurement& m, const PairPrediction* predicted,
 struct JudgedPair {
   PairMeasurement measured;
   PairVerdict verdict;
+  // The links the pair's copies crossed that counted errors while it was tested, or that were
+  // trained low (core/link_health.h); empty when nothing changed or no reading was taken.
+  std::vector<LinkChange> link_changes;
 };
+
+// Charges to `pair` what changed on the links it crosses between `before` and `after` (the readings
+// around its test; `link` its nvidia-smi label, as the route of a direct copy). A pair that failed
+// below its class's rate names `link-errors` / `link-downtrained` first, in place of the
+// `p2p-degraded` that said no cause was found.
+void ChargeLinkChanges(JudgedPair* pair, const LinkHealth& before, const LinkHealth& after, const std::string& link);
 
 // A previous run's result for one ordered pair, from a good node of the same kind (`--baseline`).
 struct PairBaseline {

@@ -17,7 +17,9 @@
 #include "core/scheduler.h"
 #include "core/vocabulary.h"
 #include "fmt/format.h"
+#include "probe/link_health.h"
 #include "tools/common/json_text.h"
+#include "tools/common/link_json.h"
 #include "tools/common/output_file.h"
 #include "tools/doctor/baseline.h"
 #include "tools/doctor/nccl_choice.h"
@@ -42,6 +44,12 @@ std::string ProcessName(unsigned pid) {
 
 std::string Latency(double us) { return us < 0 ? "-" : fmt::format("{:.2g}", us); }
 std::string Figure(double gbps) { return gbps < 0 ? "-" : gbps >= 10 ? fmt::format("{:.0f}", gbps) : fmt::format("{:.1f}", gbps); }
+
+json LinkChangesJson(const std::vector<LinkChange>& changes) {
+  json out = json::array();
+  for (const LinkChange& c : changes) out.push_back(LinkChangeJson(c));
+  return out;
+}
 
 json PairJson(const JudgedPair& j, const std::map<PairKey, std::string>* regressions) {
   const PairMeasurement& m = j.measured;
@@ -71,6 +79,7 @@ json PairJson(const JudgedPair& j, const std::map<PairKey, std::string>* regress
               {"sm_copy", m.sm_checked ? json({{"words", m.sm_words}, {"differing", m.sm_differing}})
                           : m.sm_note.empty() ? json(nullptr)
                                               : json({{"note", m.sm_note}})},
+              {"link_changes", LinkChangesJson(j.link_changes)},
               {"timed_out", m.timed_out},
               {"error", m.error}};
   if (regressions) {
@@ -252,6 +261,12 @@ void PrintText(const DoctorOptions& o, const TestRun& run, std::ostream& out) {
       if (info) t << "    fix: " << info->fix << "\n";
     }
   }
+  // What the links did while each pair was tested (read before the first pair and after each).
+  std::vector<std::string> moved;
+  for (const JudgedPair& j : run.pairs)
+    for (const LinkChange& c : j.link_changes)
+      moved.push_back(fmt::format("GPU{} -> GPU{}: {}: {}", j.measured.src, j.measured.dst, c.Where(), c.What()));
+  if (!moved.empty()) t << "\nlinks the pairs crossed that counted errors during their test or run trained low:\n  " << some(moved, "\n  ") << "\n";
   if (run.nccl_asked) PrintNccl(run, t);
   if (run.baseline) {
     t << "\n" << fmt::format("against the baseline {} (a pair {}% or more below it, or of another class, regressed):\n",
@@ -361,7 +376,11 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
   if (sm_loaded) po.sm = &sm;
   else po.sm_note = "not checked: " + sm_why;
   for (const auto& [index, ordinal] : run.cuda_of) po.gpus.push_back({ordinal, index});
+  // The links read before the first pair and after each: what changed during a pair's test is
+  // charged to it when its copies crossed the link.
+  std::vector<LinkHealth> readings{probe::ReadLinkHealth(probe, "before the test")};
   auto progress = [&](size_t done, size_t total) {
+    readings.push_back(probe::ReadLinkHealth(probe, fmt::format("after pair {}", done)));
     if (err_is_tty) err << fmt::format("\r{}: {}/{} pairs", kWho, done, total) << (done == total ? "\n" : "") << std::flush;
   };
   auto started = std::chrono::system_clock::now();
@@ -374,7 +393,10 @@ int RunDoctorTest(const DoctorOptions& o, std::ostream& out, std::ostream& err, 
       // The generation the links are built for: a link trained below it is judged by what it should give.
       auto built = [](const ProbedGpu* g) { return g->pcie.max_gen > 0 ? g->pcie.max_gen : g->pcie.gen; };
       int gen = a && b ? std::min(built(a), built(b)) : 0;
-      run.pairs.push_back({m, JudgePair(m, pred.Pair(m.src, m.dst), gen)});
+      const PairPrediction* predicted = pred.Pair(m.src, m.dst);
+      run.pairs.push_back({m, JudgePair(m, predicted, gen), {}});
+      size_t i = run.pairs.size() - 1;
+      if (i + 1 < readings.size()) ChargeLinkChanges(&run.pairs.back(), readings[i], readings[i + 1], predicted ? predicted->link : "");
     }
     run.failed = std::count_if(run.pairs.begin(), run.pairs.end(), [](const JudgedPair& j) { return j.verdict.verdict == "fail"; });
     if (!o.baseline.empty()) {
