@@ -9,7 +9,7 @@
 # each traced run gets its report. Then what users ask first: a DDP training step bare vs traced
 # (8 alternated pairs: median ratio and each side's spread), JAX and CuPy programs bare vs traced.
 # Everything lands in $OUT (or ./device-results): summary.txt (the verdicts, read first), log.txt,
-# nvidia-smi.txt, topo.txt, bench.txt, ddp.txt, report-*.txt, doctor-test.{json,txt}, sm-copy-check.txt
+# nvidia-smi.txt, topo.txt, bench.txt, ddp.txt, report-*.txt, doctor-test.{json,txt}, doctor.json, sm-copy-check.txt
 # and traces.tar.gz.
 # Exit 0 when every comparison held, 1 when one did not, 2 when the build failed. Under 6 minutes.
 #
@@ -399,6 +399,36 @@ timeout "$RUN_LIMIT" "$BUILD/bin/sm_copy_check" 0 >"$OUT/sm-copy-check.txt" 2>&1
 rt=$?
 verdict sm_copy_check $([ "$rt" = 0 ] && grep -q '^PASS$' "$OUT/sm-copy-check.txt"; echo $?) \
   "exit $rt, $(grep -m2 -E 'copied|counted|after' "$OUT/sm-copy-check.txt" | tr '\n' ' ' | cut -c1-200)"
+
+# 12. Link health: which NVLink and PCIe counters this GPU and driver give (doctor's reading; an
+#     unsupported counter is null, never 0), and what the shim's start and exit readings cost in a
+#     traced run (peer_copy's report: links[].read_ms, the slowest of them).
+if [ -n "$CLI" ]; then
+  (cd "$WORK" && timeout "$RUN_LIMIT" env NO_COLOR=1 "$CLI" doctor --json >"$OUT/doctor.json" 2>"$OUT/doctor.err")
+  rt=$?
+  NO_COLOR=1 "$CLI" report "$TRACES/peer_copy" --json >"$OUT/report-peer_copy.json" 2>/dev/null
+  detail=$(python3 - "$OUT/doctor.json" "$OUT/report-peer_copy.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))["links"]["reading"]
+given, unsupported = set(), set()
+for port in r["nvlinks"] + r["pcie"]:
+    for name, value in port["counters"].items():
+        assert value is None or (isinstance(value, int) and value >= 0), (name, value)
+        (given if value is not None else unsupported).add(("nvlink " if "link" in port else "pcie ") + name)
+try:
+    shim = [h["read_ms"] for h in json.load(open(sys.argv[2]))["links"] if h["read_ms"] is not None]
+except Exception:
+    shim = []
+print("ok" if r["pcie"] else "BAD", f"{len(r['nvlinks'])} NVLinks, {len(r['pcie'])} PCIe ports read in {r['read_ms']:.1f} ms;",
+      f"given: {', '.join(sorted(given)) or 'none'}; unsupported: {', '.join(sorted(unsupported)) or 'none'};",
+      f"shim's slowest reading {max(shim):.1f} ms" if shim else "no shim reading")
+EOF
+)
+  case "$detail" in ok*) [ "$rt" = 0 ] || [ "$rt" = 1 ];; *) false;; esac
+  verdict link_health $? "exit $rt, ${detail#ok }"
+else
+  say "SKIP link_health: no CLI"
+fi
 
 # --- what came back --------------------------------------------------------------------------------
 for d in "$TRACES"/*; do
