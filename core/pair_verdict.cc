@@ -129,11 +129,13 @@ void ChargeLinkChanges(JudgedPair* j, const LinkHealth& before, const LinkHealth
   PairVerdict& v = j->verdict;
   bool slow = v.verdict == "fail" && m.gbps >= 0 && v.expected.low > 0 && m.gbps < kPassFraction * v.expected.low;
   if (!slow || j->link_changes.empty()) return;
+  // A GPU's own narrow link the probes already named (pcie-downtrained) is not said twice.
+  bool gpu_link_named = std::any_of(v.causes.begin(), v.causes.end(), [](const CauseHit& c) { return c.id == "pcie-downtrained"; });
   std::vector<CauseHit> found;
   for (LinkChange::Kind kind : {LinkChange::Kind::kErrors, LinkChange::Kind::kDowntrained}) {
     CauseHit hit{kind == LinkChange::Kind::kErrors ? "link-errors" : "link-downtrained", "decided", {}};
     for (const LinkChange& c : j->link_changes)
-      if (c.kind == kind)
+      if (c.kind == kind && !(kind == LinkChange::Kind::kDowntrained && gpu_link_named && !c.nvlink && c.gpu >= 0))
         hit.evidence.push_back(c.Where() + ": " + c.What() + (kind == LinkChange::Kind::kErrors ? " during the pair's test" : ""));
     if (!hit.evidence.empty()) found.push_back(std::move(hit));
   }

@@ -58,7 +58,8 @@ struct Trace {
   uint64_t file_bytes = 0;           // the file's size on disk
   uint64_t missing_chunks = 0;       // claimed chunks beyond the end of a cut-short file
   uint64_t records_not_kept = 0;     // complete records past ReadOptions::max_records
-  // Text blocks (p2ptrace_text_record), joined from their parts: kind 1 = the preflight block.
+  // Text blocks (p2ptrace_text_record), joined from their parts: kind 1 = the preflight block, 3 a
+  // link reading (P2PTRACE_TEXT_LINK_HEALTH).
   // Call-site blocks are not here but in call_sites.
   std::vector<std::pair<int, std::string>> text_blocks;
   // The call sites the file describes (P2PTRACE_STACKS), by ascending id, each once.

@@ -96,6 +96,9 @@ void LinkReadings::Charge(Report& rep) const {
         e.link_changes.push_back({host, ch.change.Where(), ch.change.What(), errors ? "errors" : "downtrained"});
         double gbps = e.RatedGbps();
         if (gbps <= 0 || e.expected_gbps_low <= 0 || gbps >= e.expected_gbps_low) continue;
+        // A GPU's own narrow link the job-start probe already named (pcie-downtrained) is not said twice.
+        bool gpu_link_named = std::any_of(e.causes.begin(), e.causes.end(), [](const Cause& x) { return x.id == "pcie-downtrained"; });
+        if (!errors && gpu_link_named && !ch.change.nvlink && ch.change.gpu >= 0) continue;
         std::string id = errors ? "link-errors" : "link-downtrained";
         auto cause = std::find_if(e.causes.begin(), e.causes.end(), [&](const Cause& x) { return x.id == id; });
         if (cause == e.causes.end()) {

@@ -218,6 +218,7 @@ TEST(NcclObserved, PathsWorseThanPredictedAreWarnedWithTheirCause) {
       auto t = p2ptrace::ReadTrace(e.path().string());
       ASSERT_TRUE(t.ok());
       for (const auto& [kind, text] : t->text_blocks) {
+        if (kind != P2PTRACE_TEXT_PREFLIGHT) continue;
         auto b = p2ptrace::ParsePreflight(text);
         ASSERT_TRUE(b.ok());
         for (const auto& pp : b->pairs)
