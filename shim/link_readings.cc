@@ -15,8 +15,11 @@ namespace p2ptrace::shim {
 namespace {
 
 std::atomic<bool> g_started{false};
-const NodeProbe* g_links_probe = nullptr;  // the GPUs and bridges to read again at exit; never freed
-pid_t g_reader_pid = 0;                    // a forked child inherits the handler, not the readings
+// The GPUs and bridges to read again at exit (never freed), and the process that read them: a forked
+// child inherits the handler, not the readings. Set before the handler is registered; exit() may
+// run on any thread.
+std::atomic<const NodeProbe*> g_links_probe{nullptr};
+std::atomic<pid_t> g_reader_pid{0};
 
 int Deadline() { return TraceWriter::config().nvml_timeout_ms; }
 
@@ -27,8 +30,9 @@ void Record(const LinkHealth& h, uint32_t tag) {
 // Runs from exit() (or the shim's unloading); a forked child's exit reads nothing (the parent's
 // NVML state is not the child's to use).
 void AtExit() {
-  if (g_links_probe == nullptr || getpid() != g_reader_pid) return;
-  Record(probe::ReadLinkHealth(*g_links_probe, "exit", Deadline()), P2PTRACE_LINKS_AT_EXIT);
+  const NodeProbe* gpus = g_links_probe.load(std::memory_order_acquire);
+  if (gpus == nullptr || getpid() != g_reader_pid.load(std::memory_order_relaxed)) return;
+  Record(probe::ReadLinkHealth(*gpus, "exit", Deadline()), P2PTRACE_LINKS_AT_EXIT);
 }
 
 }  // namespace
@@ -43,8 +47,8 @@ void RecordLinkReadings(const NodeProbe& probe) {
   kept->sysroot = probe.sysroot;
   kept->nvml = probe.nvml;
   kept->gpus = probe.gpus;
-  g_links_probe = kept;
-  g_reader_pid = getpid();
+  g_reader_pid.store(getpid(), std::memory_order_relaxed);
+  g_links_probe.store(kept, std::memory_order_release);
   std::atexit(AtExit);
 }
 
