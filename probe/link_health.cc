@@ -1,7 +1,6 @@
 #include "probe/link_health.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cstring>
@@ -27,13 +26,7 @@ constexpr unsigned kSpeedField = 164;  // NVML_FI_DEV_NVLINK_GET_SPEED, MB/s
 constexpr std::pair<unsigned, const char*> kFieldCounters[] = {
     {208, "rcv_errors"}, {214, "recovery_failed"}, {215, "recovery_events"}, {219, "effective_errors"}, {221, "symbol_errors"}};
 
-std::string BusId(const NvmlPciInfo& pci) {
-  std::string s(pci.busId, strnlen(pci.busId, sizeof pci.busId));
-  // NVML prints "00000000:18:00.0": the kernel's form has a 4-digit domain, lower case.
-  if (s.size() > 12 && s.compare(0, 4, "0000") == 0 && s.find(':') == 8) s = s.substr(4);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
+std::string BusId(const NvmlPciInfo& pci) { return NormalizeBusId(std::string_view(pci.busId, strnlen(pci.busId, sizeof pci.busId))); }
 
 struct NvmlPart {
   std::vector<NvLinkHealth> nvlinks;
