@@ -15,11 +15,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 extern char** environ;
 
