@@ -53,17 +53,6 @@ std::string IntsText(const std::vector<int>& v) {
   return out;
 }
 
-std::vector<std::string_view> Fields(std::string_view line) {
-  std::vector<std::string_view> f;
-  size_t start = 0;
-  for (size_t i = 0; i <= line.size(); ++i)
-    if (i == line.size() || line[i] == '\t') {
-      f.push_back(line.substr(start, i - start));
-      start = i + 1;
-    }
-  return f;
-}
-
 const LinkCounter* FindCounter(const std::vector<LinkCounter>& counters, std::string_view name) {
   for (const LinkCounter& c : counters)
     if (c.name == name) return &c;
@@ -145,14 +134,11 @@ std::string SerializeLinkHealth(const LinkHealth& h) {
 }
 
 Expected<LinkHealth> ParseLinkHealth(std::string_view text) {
-  constexpr std::string_view kMagic = "p2ptrace-links ";
-  if (text.substr(0, kMagic.size()) != kMagic) return Error{"not a p2ptrace link reading (no 'p2ptrace-links' line)"};
-  size_t nl = text.find('\n');
-  int version = ToInt(text.substr(kMagic.size(), nl == std::string_view::npos ? std::string_view::npos : nl - kMagic.size()), -1);
-  if (version != 1) return Error{"link reading version is not 1"};
+  Expected<std::vector<std::string_view>> records = VersionOneRecords(text, "p2ptrace-links", "link reading");
+  if (!records.ok()) return records.error();
   LinkHealth h;
-  for (std::string_view line : Split(nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1), '\n')) {
-    std::vector<std::string_view> f = Fields(line);
+  for (std::string_view line : *records) {
+    std::vector<std::string_view> f = TabFields(line);
     if (f[0] == "host" && f.size() >= 2) h.host = f[1];
     else if (f[0] == "when" && f.size() >= 2) h.when = f[1];
     else if (f[0] == "note" && f.size() >= 2) h.notes.emplace_back(f[1]);

@@ -67,21 +67,11 @@ std::string SerializePreflight(const PreflightBlock& b) {
 }
 
 Expected<PreflightBlock> ParsePreflight(std::string_view text) {
-  constexpr std::string_view kMagic = "p2ptrace-preflight ";
-  if (text.substr(0, kMagic.size()) != kMagic) return Error{"not a p2ptrace preflight block (no 'p2ptrace-preflight' line)"};
-  size_t nl = text.find('\n');
-  int version = ToInt(text.substr(kMagic.size(), nl == std::string_view::npos ? std::string_view::npos : nl - kMagic.size()), -1);
-  if (version != 1) return Error{"preflight block version is not 1"};
+  Expected<std::vector<std::string_view>> records = VersionOneRecords(text, "p2ptrace-preflight", "preflight block");
+  if (!records.ok()) return records.error();
   PreflightBlock b;
-  for (std::string_view line : Split(nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1), '\n')) {
-    std::vector<std::string_view> f;
-    size_t start = 0;
-    for (size_t i = 0; i <= line.size(); ++i)
-      if (i == line.size() || line[i] == '\t') {
-        f.push_back(line.substr(start, i - start));
-        start = i + 1;
-      }
-    if (f.empty()) continue;
+  for (std::string_view line : *records) {
+    std::vector<std::string_view> f = TabFields(line);
     if (f[0] == "host" && f.size() >= 2) b.host = f[1];
     else if (f[0] == "boot_id" && f.size() >= 2) b.boot_id = f[1];
     else if (f[0] == "probe" && f.size() >= 5) b.steps.push_back({std::string(f[1]), std::string(f[2]), std::string(f[3]), std::string(f[4])});
