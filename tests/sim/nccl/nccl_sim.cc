@@ -1902,11 +1902,14 @@ std::vector<p2psim::profiler::LaunchedBatch> LaunchEvents(std::vector<Op>& ops) 
 // anything, so the other ranks wait in that operation; "die@R:N": it posts its contribution to its
 // N-th batch and is then killed (SIGKILL), mid-collective; "hang@S-D": every operation that moves data
 // from rank S to rank D (a send/recv of that pair, a ring collective with that hop) returns, and its
-// stream's work never completes, as a kernel waiting on writes an ACS redirect lost.
+// stream's work never completes, as a kernel waiting on writes an ACS redirect lost; "late@R:MS": the
+// process holding rank R sleeps MS milliseconds of wall-clock time after each of its batches, once
+// every rank has met, so it calls each next operation late (a rank whose compute, input or host is
+// slow every step). The sleep is after the call, never before: a tracer stamps the call on entry.
 struct Fault {
-  enum Kind { kNone, kStop, kDie, kHang } kind = kNone;
+  enum Kind { kNone, kStop, kDie, kHang, kLate } kind = kNone;
   int rank = -1, peer = -1;
-  long batch = 0;
+  long batch = 0;  // stop/die: the batch; late: the milliseconds
 };
 const Fault& TheFault() {
   static const Fault f = [] {
@@ -1920,12 +1923,12 @@ const Fault& TheFault() {
       out.rank = rank;
       out.peer = peer;
     } else if (v != nullptr && std::sscanf(v, "%7[a-z]@%d:%ld", kind, &rank, &batch) == 3 && rank >= 0 && batch > 0 &&
-               (std::strcmp(kind, "stop") == 0 || std::strcmp(kind, "die") == 0)) {
-      out.kind = std::strcmp(kind, "stop") == 0 ? Fault::kStop : Fault::kDie;
+               (std::strcmp(kind, "stop") == 0 || std::strcmp(kind, "die") == 0 || std::strcmp(kind, "late") == 0)) {
+      out.kind = std::strcmp(kind, "stop") == 0 ? Fault::kStop : std::strcmp(kind, "die") == 0 ? Fault::kDie : Fault::kLate;
       out.rank = rank;
       out.batch = batch;
     } else if (v != nullptr && *v != '\0') {
-      std::fprintf(stderr, "p2psim: P2PSIM_FAULT=%s is not stop@RANK:N, die@RANK:N or hang@SRC-DST; no fault\n", v);
+      std::fprintf(stderr, "p2psim: P2PSIM_FAULT=%s is not stop@RANK:N, die@RANK:N, late@RANK:MS or hang@SRC-DST; no fault\n", v);
     }
     return out;
   }();
@@ -1938,6 +1941,16 @@ Fault::Kind FaultNow(const std::vector<Op>& ops) {
     return Fault::kNone;
   static std::atomic<long> batches{0};
   return batches.fetch_add(1) + 1 == f.batch ? f.kind : Fault::kNone;
+}
+// late@R:MS: rank R's process sleeps after every batch it is in (sends and receives included).
+void LateAfter(const std::vector<Op>& ops) {
+  const Fault& f = TheFault();
+  if (f.kind != Fault::kLate) return;
+  for (const Op& op : ops)
+    if (op.comm->rank == f.rank) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.batch));
+      return;
+    }
 }
 // Whether `op` moves data over the hung pair (hang@S-D): its work then never completes.
 bool OverHungPair(const Op& op) {
@@ -1974,6 +1987,7 @@ ncclResult_t Run(std::vector<Op>& ops) {
     if (hang != nullptr && OverHungPair(op)) hung = true, hang(op.stream);
   if (!hung)  // a kernel that never ends stops no channel
     for (const p2psim::profiler::LaunchedBatch& b : launched) p2psim::profiler::KernelsRan(b);
+  LateAfter(ops);
   return ncclSuccess;
 }
 
