@@ -19,7 +19,7 @@ int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& 
   using Clock = std::chrono::steady_clock;
   // Per communicator: the most operations any member has called, and when the watch saw it change.
   std::map<std::string, std::pair<uint64_t, Clock::time_point>> progress;
-  std::string last_finding;
+  std::string last_finding, last_slow;
   for (int look = 0;; ++look) {
     StreamOptions so;
     so.stall_seconds = options.stall_seconds;
@@ -47,7 +47,8 @@ int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& 
       bool done = !st.processes.empty() && exited == st.processes.size();
       if (options.json) {
         nlohmann::json j = {{"look", look}, {"processes", st.processes.size()}, {"exited", exited},
-                            {"beating", beating}, {"no_progress", idle}, {"stopped", StoppedJson(st)}};
+                            {"beating", beating}, {"no_progress", idle}, {"stopped", StoppedJson(st)},
+                            {"slow_rank", SlowRankJson(rep->slow_rank)}};
         out << j.dump() << "\n";
       } else {
         // Through Printable: the directory, host names and log text come from files.
@@ -61,6 +62,11 @@ int RunWatch(const std::string& dir, const WatchOptions& options, std::ostream& 
         if (!finding.empty() && (!idle.empty() || st.first_process >= 0) && finding != last_finding)
           out << Printable(finding);
         if (!finding.empty() && (!idle.empty() || st.first_process >= 0)) last_finding = finding;
+        // A job that runs slow: its late rank or slow hop, once per change of who or which pair.
+        const SlowRankFinding& sr = rep->slow_rank;
+        std::string slow = sr.present ? fmt::format("{} {} {} {}", sr.kind, sr.comm, sr.rank, sr.pair) : "";
+        if (slow != last_slow && sr.present) out << Printable("SLOW: " + sr.kind + ": " + sr.verdict) << "\n";
+        last_slow = slow;
       }
       out.flush();
       if (done) return 0;

@@ -266,6 +266,28 @@ std::string RenderHtml(const Report& rep) {
     out += "</ul>\n";
   }
 
+  // A job that runs slow: the rank every step waits for, or the hop that bounds its rings.
+  if (rep.slow_rank.present) {
+    const SlowRankFinding& sr = rep.slow_rank;
+    out += "<h2>Slow rank</h2>\n<p class=\"note\"><b>" + Escape(sr.kind + ": " + sr.verdict) + "</b></p>\n<ul>";
+    for (const std::string& e : sr.evidence) out += "<li>" + Escape(e) + "</li>";
+    if (!sr.fix.empty()) out += "<li>fix: " + Escape(sr.fix) + "</li>";
+    for (const std::string& n : sr.notes) out += "<li><i>" + Escape(n) + "</i></li>";
+    out += "</ul>\n";
+  }
+  if (!rep.slow_rank.comms.empty()) {
+    out += "<h2>Arrivals</h2>\n<table><tr><th>communicator</th><th>ranks</th><th>collectives compared</th>"
+           "<th>skew median</th><th>skew p90</th><th>last most often</th><th>clock</th></tr>\n";
+    for (const CommArrivals& c : rep.slow_rank.comms) {
+      auto top = std::max_element(c.last_by_rank.begin(), c.last_by_rank.end());
+      out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.2f} ms</td><td>{:.2f} ms</td><td>rank {} ({} times)</td>"
+                         "<td>{}</td></tr>\n",
+                         Escape(c.id), c.nranks, c.compared, c.skew_median_ms, c.skew_p90_ms, top - c.last_by_rank.begin(),
+                         top == c.last_by_rank.end() ? 0 : *top, Escape(c.clock));
+    }
+    out += "</table>\n";
+  }
+
   // Pairs for the script: what the details panel shows; each pair's JSON text in turn (a big job's
   // pairs as one JSON tree would take several times the page).
   std::string pairs_data = "{\"pairs\":[";

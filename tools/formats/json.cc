@@ -328,6 +328,26 @@ json StoppedJson(const StoppedFinding& st) {
           {"processes", procs}, {"comms", comms}};
 }
 
+json SlowRankJson(const SlowRankFinding& f) {
+  auto number = [](double v) { return v >= 0 ? json(v) : json(nullptr); };
+  auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  json comms = json::array();
+  for (const CommArrivals& c : f.comms)
+    comms.push_back({{"id", c.id}, {"nranks", c.nranks}, {"compared", c.compared}, {"mismatched", c.mismatched},
+                     {"clock", c.clock}, {"across_hosts", c.across_hosts}, {"last_by_rank", c.last_by_rank},
+                     {"skew_median_ms", number(c.skew_median_ms)}, {"skew_p90_ms", number(c.skew_p90_ms)},
+                     {"wait_rank_seconds", c.wait_rank_seconds}});
+  return {{"present", f.present}, {"kind", text(f.kind)}, {"verdict", f.verdict}, {"comm", text(f.comm)},
+          {"nranks", f.nranks}, {"rank", f.rank >= 0 ? json(f.rank) : json(nullptr)}, {"host", text(f.host)},
+          {"gpu", text(f.gpu)}, {"pid", f.pid > 0 ? json(f.pid) : json(nullptr)}, {"compared", f.compared},
+          {"last", f.last}, {"late_median_ms", number(f.late_median_ms)}, {"late_p90_ms", number(f.late_p90_ms)},
+          {"step_collectives", f.step_collectives}, {"steps", f.steps}, {"wait_per_step_ms", number(f.wait_per_step_ms)},
+          {"wait_seconds", number(f.wait_seconds)}, {"pair", text(f.pair)}, {"transport", text(f.transport)},
+          {"causes", f.causes}, {"rings", f.rings}, {"ring_gbps", number(f.ring_gbps)},
+          {"class_gbps_low", f.class_gbps_low > 0 ? json(f.class_gbps_low) : json(nullptr)}, {"evidence", f.evidence},
+          {"fix", f.fix}, {"notes", f.notes}, {"comms", comms}};
+}
+
 json RenderJson(const Report& rep) {
   json j;
   j["version"] = 1;
@@ -343,6 +363,7 @@ json RenderJson(const Report& rep) {
   j["findings"] = ArrayOf(rep.findings, FindingJson);
   j["capture"] = CaptureJson(rep);
   j["stopped"] = StoppedJson(rep.stopped);
+  j["slow_rank"] = SlowRankJson(rep.slow_rank);
   return j;
 }
 
@@ -372,6 +393,8 @@ void WriteJson(const Report& rep, std::ostream& out) {
   PutArray(out, RankRows(rep), RankJson);
   out << ",\n  \"rings\": ";
   PutArray(out, rep.rings, RingJson);
+  out << ",\n  \"slow_rank\": ";
+  PutNested(out, SlowRankJson(rep.slow_rank), 1);
   out << ",\n  \"stopped\": ";
   PutNested(out, StoppedJson(rep.stopped), 1);
   out << ",\n  \"version\": 1\n}";

@@ -11,6 +11,8 @@ namespace p2ptrace::cli {
 
 nlohmann::json RenderJson(const Report& report);
 nlohmann::json StoppedJson(const StoppedFinding& stopped);
+// The slow-rank finding with every communicator's arrivals (without the Perfetto series).
+nlohmann::json SlowRankJson(const SlowRankFinding& slow);
 // The same document written as RenderJson(report).dump(2) prints it (byte for byte, no final
 // newline), one array element at a time: memory stays one element, not the whole tree.
 void WriteJson(const Report& report, std::ostream& out);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -183,6 +184,23 @@ ExportStats WritePerfetto(const Report& report, ExportCounts& counts, const Expo
               {"evidence", f.evidence}, {"fix", f.fix}};
     w.Event(fmt::format(R"({{"ph":"i","s":"t","pid":{},"tid":{},"ts":0,"cat":"p2ptrace.meta","name":{},"args":{}}})",
                         kJobPid, tid, Quote(f.severity + " [" + f.id + "]"), JsonText(args)));
+  }
+  // Arrival skew: per collective of the slow-rank finding's communicator (else the largest
+  // compared), how far each rank called behind the first, one series per rank on one counter.
+  for (const CommArrivals& c : report.slow_rank.comms) {
+    if (c.series.empty()) continue;
+    ++tid;
+    std::string name = fmt::format("arrival lag, comm {} (ms behind the first caller)", c.id);
+    w.Metadata(kJobPid, tid, "thread_name", {{"name", name}});
+    for (const CommArrivals::Point& p : c.series) {
+      json args = json::object();
+      for (size_t r = 0; r < p.lag_ms.size() && r < c.series_ranks.size(); ++r)
+        args[fmt::format("rank {}", c.series_ranks[r])] = std::round(static_cast<double>(p.lag_ms[r]) * 1000) / 1000;  // to the µs
+      double at = static_cast<double>(static_cast<int64_t>(p.first_realtime_ns - t0)) / 1000.0;
+      w.Event(fmt::format(R"({{"ph":"C","pid":{},"tid":{},"ts":{},"name":{},"args":{}}})", kJobPid, tid, Us(at), Quote(name),
+                          JsonText(args)));
+      ++stats.counters;
+    }
   }
 
   // Pass 2, one process at a time, its file read again (twice: its communicators and timings

@@ -94,11 +94,6 @@ const char* NcclFromText(const PairEntry& e) {
   return e.nccl_from == "trace" ? " (from trace)" : e.nccl_from == "log+trace" ? " (log + trace)" : "";
 }
 
-std::string PairName(const PairEntry& e) {
-  return e.src.host == e.dst.host ? fmt::format("{} {} -> {}", e.src.host, GpuName(e.src), GpuName(e.dst))
-                                  : fmt::format("{} {} -> {} {}", e.src.host, GpuName(e.src), e.dst.host, GpuName(e.dst));
-}
-
 // "312.4 GB/s (nvlink: 20-370 expected)" — measured against what the class should deliver.
 // A latency-bound rate (a sweep's first, small calls) keeps its digits rather than show 0.0.
 std::string RateNumber(double gbps) { return gbps >= 0.1 ? fmt::format("{:.1f}", gbps) : fmt::format("{:.2g}", gbps); }
@@ -227,6 +222,22 @@ std::string LinksText(const Report& rep) {
       out += fmt::format("  not counted here (unsupported, not zero): {}\n", fmt::join(h.unsupported, "; "));
     for (const std::string& n : h.notes) out += "  " + n + "\n";
   }
+  return out;
+}
+
+std::string ArrivalsText(const SlowRankFinding& sr) {
+  if (sr.comms.empty()) return "";
+  std::string out = "\nNCCL arrivals (each collective's call on every rank, matched by communicator and number):\n";
+  constexpr size_t kShown = 8;
+  for (size_t i = 0; i < std::min(sr.comms.size(), kShown); ++i) {
+    const CommArrivals& c = sr.comms[i];
+    auto top = std::max_element(c.last_by_rank.begin(), c.last_by_rank.end());
+    out += fmt::format("  comm {} ({} ranks): {} collectives compared, skew median {:.2f} ms, p90 {:.2f} ms; last most "
+                       "often: rank {} ({} times){}\n",
+                       c.id, c.nranks, c.compared, c.skew_median_ms, c.skew_p90_ms, top - c.last_by_rank.begin(), *top,
+                       c.across_hosts ? "; on " + c.clock : "");
+  }
+  if (sr.comms.size() > kShown) out += fmt::format("  … {} more communicators (--json has each)\n", sr.comms.size() - kShown);
   return out;
 }
 
@@ -530,6 +541,7 @@ std::string RenderText(const Report& rep, bool color) {
       out += fmt::format("  … {} more call sites (--json lists them all)\n", rep.call_sites.size() - kSitesShown);
   }
 
+  out += ArrivalsText(rep.slow_rank);
   // One paragraph per finding: the pairs it explains, the evidence of the first, the fix.
   for (const Finding& f : rep.findings) {
     if (f.id == "stopped") continue;  // its STOPPED lines lead the report
@@ -542,7 +554,7 @@ std::string RenderText(const Report& rep, bool color) {
                            : std::string(first ? TransportName(first->transport) : "");
     constexpr size_t kShown = 8;
     std::vector<std::string> some(f.pairs.begin(), f.pairs.begin() + static_cast<long>(std::min(f.pairs.size(), kShown)));
-    if (!f.title.empty() && f.pairs.empty())
+    if (!f.title.empty())
       out += fmt::format("\n{} [{}] {}\n", f.severity, f.id, f.title);
     else
       out += fmt::format("\n{} [{}] {} on {} pair{}: {}{}\n", f.severity, f.id, what, f.pairs.size(),

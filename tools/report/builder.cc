@@ -425,6 +425,7 @@ Report ReportBuilder::Finish() {
   s.FinishCosts();
   s.links.Charge(rep);
   s.nccl.FinishRings(rep);
+  rep.slow_rank = FindSlowRank(s.stop_comms, rep.stopped.processes, rep);
   FinishStopped(&rep.stopped, std::move(s.stop_comms), s.nccl.StopPaths(rep, s.gpus), s.stall_seconds);
   if (rep.stopped.present) rep.findings.push_back(StoppedAsFinding(rep.stopped));
   // One finding per cause id, listing its pairs.
@@ -436,12 +437,12 @@ Report ReportBuilder::Finish() {
       // A link that slowed its pair is a warning though the pair kept its path.
       bool slowed = c.id == "link-errors" || c.id == "link-downtrained";
       if (f.severity != "warning") f.severity = e.fallback || slowed ? "warning" : "info";
-      f.pairs.push_back(fmt::format("{} {} -> {}{}", e.src.host, GpuName(e.src),
-                                    e.dst.host == e.src.host ? "" : e.dst.host + " ", GpuName(e.dst)));
+      f.pairs.push_back(PairName(e));
       if (f.evidence.empty()) f.evidence = c.evidence;
       f.fix = c.fix;
     }
   for (auto& [id, f] : by_cause) rep.findings.push_back(std::move(f));
+  if (rep.slow_rank.present) rep.findings.push_back(SlowRankAsFinding(rep.slow_rank));
   s.nccl.AddFindings(rep);
   return std::move(rep);
 }

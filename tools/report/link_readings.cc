@@ -36,7 +36,7 @@ std::vector<LinkChange> Merge(const std::vector<std::vector<LinkChange>>& per_pr
   return out;
 }
 
-std::string PairName(const PairEntry& e) {
+std::string GpuPair(const PairEntry& e) {
   return fmt::format("{} -> {}{}", GpuName(e.src), e.dst.host == e.src.host ? "" : e.dst.host + " ", GpuName(e.dst));
 }
 
@@ -91,7 +91,7 @@ void LinkReadings::Charge(Report& rep) const {
         int a = src_here ? e.src.gpu : e.dst.gpu;
         int b = src_here && dst_here ? e.dst.gpu : -1;
         if (a < 0 || !PairCrosses(ch.change, a, b, *route, reading)) continue;
-        ch.pairs.push_back(PairName(e));
+        ch.pairs.push_back(GpuPair(e));
         bool errors = ch.change.kind == LinkChange::Kind::kErrors;
         e.link_changes.push_back({host, ch.change.Where(), ch.change.What(), errors ? "errors" : "downtrained"});
         double gbps = e.RatedGbps();

@@ -515,6 +515,7 @@ void NcclFold::FinishRings(Report& rep) const {
     PairEntry* slowest = nullptr;
     for (PairEntry* e : hops) {
       r.hops.push_back(hop_name(*e));
+      r.hop_pairs.push_back(static_cast<size_t>(e - rep.pairs.data()));
       double g = e->CollGbps();
       if (g > 0 && (r.slowest_gbps < 0 || g < r.slowest_gbps)) r.slowest_gbps = g;
       r.fastest_gbps = std::max(r.fastest_gbps, g);
@@ -529,6 +530,7 @@ void NcclFold::FinishRings(Report& rep) const {
       r.bounded_by = hop_name(*slowest);
       r.bound_expected_low = slowest->expected_gbps_low;
       r.bound_expected_high = slowest->expected_gbps_high;
+      r.bound_pair = static_cast<int>(slowest - rep.pairs.data());
       for (PairEntry* e : hops)
         if (e->expected_gbps_low > slowest->expected_gbps_high && e->bounded_by.empty()) e->bounded_by = r.bounded_by;
     }

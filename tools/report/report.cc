@@ -12,6 +12,11 @@ std::string GpuName(const GpuRef& g) {
   return g.gpu >= 0 ? fmt::format("GPU{}", g.gpu) : fmt::format("GPU({})", g.bus_id.empty() ? "?" : g.bus_id);
 }
 
+std::string PairName(const PairEntry& e) {
+  return e.src.host == e.dst.host ? fmt::format("{} {} -> {}", e.src.host, GpuName(e.src), GpuName(e.dst))
+                                  : fmt::format("{} {} -> {} {}", e.src.host, GpuName(e.src), e.dst.host, GpuName(e.dst));
+}
+
 // Bytes and timed bytes are nccl-tests' sizes already (AddNcclOps): algbw = S / t.
 double NcclOpSummary::AlgBw() const { return nranks == 1 ? -1 : MeasuredGbps(timed_bytes, timed_ns); }
 

@@ -26,6 +26,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/common/finding.h"
 #include "tools/common/text.h"
+#include "tools/report/arrival.h"
 #include "tools/report/stopped.h"
 #include "tools/report/traces.h"
 
@@ -164,6 +165,8 @@ struct PairEntry : Traffic {
   // timers" (only the ring share above was timed); "" when not timed.
   std::string RateBasis() const;
 };
+// "node0 GPU3 -> GPU4", "node0 GPU1 -> node1 GPU0": how findings name a pair.
+std::string PairName(const PairEntry& pair);
 
 // One ring of a communicator's channel whose collectives NCCL's kernel timers measured: its hops in
 // ring order, the rate each carried, and the hop whose link class sets the ring's pace.
@@ -175,6 +178,8 @@ struct RingSummary {
   double slowest_gbps = -1, fastest_gbps = -1;  // the hops' measured collective rates
   std::string bounded_by;  // the hop of the slowest class, when the ring mixes classes; "" when not
   double bound_expected_low = 0, bound_expected_high = 0;  // that hop's class's expected GB/s
+  std::vector<size_t> hop_pairs;  // each hop's index in Report::pairs, as `hops`
+  int bound_pair = -1;            // `bounded_by`'s index in Report::pairs; -1 when none
 };
 
 // One NCCL operation kind of one communicator, over all its ranks, by nccl-tests' definitions
@@ -303,6 +308,9 @@ struct Report {
   double lost_seconds = 0;            // summed over the fallback pairs that could be costed
   // A job that hung or died: who stopped first, what it was doing, who waits (tools/report/stopped.h).
   StoppedFinding stopped;
+  // A job that runs slow: the rank that arrives last at most collectives, or the hop that bounds a
+  // ring (tools/report/arrival.h), with every communicator's arrivals compared.
+  SlowRankFinding slow_rank;
 };
 
 }  // namespace p2ptrace::cli

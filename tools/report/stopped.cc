@@ -78,6 +78,13 @@ std::string RankList(std::vector<int> ranks) {
   return (ranks.size() == 1 ? "rank " : "ranks ") + RankRanges(ranks);
 }
 
+// Keeps the newest `keep` of `calls`, in call order.
+void NewestCalls(std::vector<CalledCollective>* calls, size_t keep) {
+  auto earlier = [](const CalledCollective& a, const CalledCollective& b) { return a.called_ns < b.called_ns; };
+  std::sort(calls->begin(), calls->end(), earlier);
+  if (calls->size() > keep) calls->erase(calls->begin(), calls->end() - static_cast<long>(keep));
+}
+
 }  // namespace
 
 std::string StoppedOp::Text() const {
@@ -95,7 +102,11 @@ void StoppedFold::Add(const TraceRecord& r) {
     if (o->flags & P2PTRACE_NCCL_CAPTURED) return;  // a graph node: runs at launches, not numbered (as NCCL)
     Comm& c = ops_[o->comm];
     ++(IsP2p(o->api) ? c.p2p : c.collectives);
-    if (!IsP2p(o->api)) c.first_collective = std::min(c.first_collective, o->h.time_ns);
+    if (!IsP2p(o->api)) {
+      c.first_collective = std::min(c.first_collective, o->h.time_ns);
+      c.window.push_back({0, o->h.time_ns, o->bytes, o->api, o->datatype, (o->flags & P2PTRACE_NCCL_IN_GROUP) != 0});
+      if (c.window.size() >= 2 * kWindow) NewestCalls(&c.window, kWindow);
+    }
     Op op{o->h.time_ns, o->stream, o->bytes, o->result, o->peer, o->api, o->datatype};
     // The newest kKeep by time (records come chunk by chunk: not in time order across threads).
     auto later = [](const Op& a, const Op& b) { return a.time < b.time; };
@@ -135,6 +146,8 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
   p.pid = h.pid;
   p.rank = h.rank;
   p.incomplete = t.CutShort() || t.missing_chunks > 0 || h.dropped_records > 0 || t.bad_chunks > 0;
+  p.boot_id = std::string(h.boot_id, strnlen(h.boot_id, sizeof h.boot_id));
+  p.realtime_minus_monotonic_ns = static_cast<int64_t>(h.start_realtime_ns) - static_cast<int64_t>(h.start_monotonic_ns);
   uint64_t last = std::max({last_record_ns_, h.heartbeat_ns, h.end_monotonic_ns});
   p.last_sign_realtime_ns = real(last);
   p.exited = h.state == P2PTRACE_STATE_EXITED;
@@ -143,8 +156,7 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
   else if (h.state == P2PTRACE_STATE_FATAL_SIGNAL) p.life = "fatal signal " + SignalName(h.fatal_signal);
   else if (h.heartbeat_ns != 0) p.life = "no heartbeat since " + Clock(real(h.heartbeat_ns));  // FinishStopped may say "running"
   else p.life = "ended without exit (no heartbeat recorded)";
-  std::string boot(h.boot_id, strnlen(h.boot_id, sizeof h.boot_id));
-  if (!p.exited && h.state != P2PTRACE_STATE_FATAL_SIGNAL && !boot.empty() && boot == LocalBootId()) {
+  if (!p.exited && h.state != P2PTRACE_STATE_FATAL_SIGNAL && !p.boot_id.empty() && p.boot_id == LocalBootId()) {
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
@@ -174,6 +186,9 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
     m.collectives = c.collectives;
     m.p2p = c.p2p;
     if (c.first_collective != UINT64_MAX) m.first_called_realtime_ns = real(c.first_collective);
+    NewestCalls(&c.window, kWindow);
+    for (size_t i = 0; i < c.window.size(); ++i) c.window[i].seq = c.collectives - c.window.size() + 1 + i;
+    m.called = std::move(c.window);
     uint64_t coll = c.collectives, p2p = c.p2p;
     for (auto it = c.last.rbegin(); it != c.last.rend(); ++it) {  // newest first: numbers count down
       StoppedOp op;

@@ -31,6 +31,15 @@ struct StoppedOp {
   std::string Text() const;  // "ncclAllReduce #57 (16.0 MiB float32)"
 };
 
+// One collective as a rank called it, for the arrival comparison (tools/report/arrival.h).
+struct CalledCollective {
+  uint64_t seq = 0;         // its number among the communicator's collectives, as StoppedOp::seq
+  uint64_t called_ns = 0;   // when it was called: the process's CLOCK_MONOTONIC
+  uint64_t bytes = 0;
+  uint8_t api = 0, datatype = 0;  // p2ptrace_nccl_api; ncclDataType_t + 1 (0 unknown)
+  bool grouped = false;     // called inside ncclGroupStart … ncclGroupEnd (it starts at the group's end)
+};
+
 // One process's view of one communicator.
 struct StoppedMember {
   size_t process = 0;  // index into StoppedFinding::processes
@@ -40,6 +49,8 @@ struct StoppedMember {
   // When it called the communicator's first collective (wall clock, by its host): the ranks call it
   // together, right after their init returned together, so hosts' clocks are compared on it.
   uint64_t first_called_realtime_ns = 0;
+  // Its newest collectives (at most StoppedFold::kWindow), oldest first: when each was called.
+  std::vector<CalledCollective> called;
 };
 
 struct StoppedComm {
@@ -69,6 +80,10 @@ struct StoppedProcess {
   std::vector<std::string> nccl_errors;  // "ncclCommGetAsyncError: 6 (ncclRemoteError)"
   std::string pending_init;              // "ncclCommInitRank (rank 3 of 4) entered …, never returned"
   bool incomplete = false;               // trace cut short or records dropped: its counts may be low
+  // Its host's boot id, and the distance from its CLOCK_MONOTONIC to the wall clock (its start
+  // anchors): processes of one boot share a monotonic clock and are compared on it, exactly.
+  std::string boot_id;
+  int64_t realtime_minus_monotonic_ns = 0;
 };
 
 struct StoppedFinding {
@@ -86,6 +101,8 @@ struct StoppedFinding {
 // One trace's records, then the trace itself (as ReportBuilder streams them).
 class StoppedFold {
  public:
+  // The collectives each member keeps for the arrival comparison: the newest, 24 bytes each.
+  static constexpr size_t kWindow = 1024;
   void Add(const TraceRecord& r);
   StoppedProcess Finish(const Trace& t, std::map<std::string, StoppedComm>* comms, size_t process_index);
 
@@ -99,6 +116,8 @@ class StoppedFold {
     uint64_t collectives = 0, p2p = 0;
     std::vector<Op> last;  // newest by time, at most kKeep
     uint64_t first_collective = UINT64_MAX;  // the earliest collective's time
+    // Collectives, unordered, trimmed to the newest kWindow whenever they reach twice that.
+    std::vector<CalledCollective> window;
   };
   static constexpr size_t kKeep = 6;
   std::map<uint64_t, Comm> ops_;  // by ncclComm_t
