@@ -82,52 +82,56 @@ Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs)
   out.a.id = c.id;
   out.a.nranks = c.nranks;
   if (c.nranks < 2 || static_cast<int>(c.members.size()) != c.nranks) return out;
-  out.by_rank.assign(static_cast<size_t>(c.nranks), nullptr);
+  size_t n = static_cast<size_t>(c.nranks);
+  out.by_rank.assign(n, nullptr);
   for (const StoppedMember& m : c.members) {
     if (m.rank < 0 || m.rank >= c.nranks || out.by_rank[static_cast<size_t>(m.rank)] != nullptr || m.called.empty())
       return out;  // a rank twice (a communicator re-created under one id), or one that called nothing
     out.by_rank[static_cast<size_t>(m.rank)] = &m;
   }
   std::set<std::string> boots, hosts;
+  std::set<size_t> processes;
   for (const StoppedMember* m : out.by_rank) {
     boots.insert(procs[m->process].boot_id);
     hosts.insert(procs[m->process].host);
+    processes.insert(m->process);
   }
+  if (processes.size() < n) return out;  // ranks of one process call in its program's order, not when ready
   bool one_boot = boots.size() == 1 && !boots.begin()->empty();
   out.a.across_hosts = !one_boot;
   out.a.clock = one_boot ? "CLOCK_MONOTONIC of one boot" : fmt::format("the wall clocks of {} hosts", hosts.size());
-  auto at = [&](const StoppedMember& m, const CalledCollective& k) {
-    return static_cast<int64_t>(k.called_ns) + (one_boot ? 0 : procs[m.process].realtime_minus_monotonic_ns);
-  };
+  // The numbers every rank's window holds.
   uint64_t lo = 0, hi = UINT64_MAX;
   for (const StoppedMember* m : out.by_rank) {
-    lo = std::max(lo, m->called.front().seq);
-    hi = std::min(hi, m->called.back().seq);
+    lo = std::max(lo, m->first_called);
+    hi = std::min(hi, m->first_called + m->called.size() - 1);
   }
-  size_t n = static_cast<size_t>(c.nranks);
-  out.a.last_by_rank.assign(n, 0);
-  std::vector<std::vector<double>> margins(n);
-  std::vector<double> skews;
   std::vector<int64_t> t(n);
-  struct Row {
-    std::vector<int64_t> t;
-    int last;
-  };
-  std::vector<Row> rows;
-  for (uint64_t seq = lo; seq <= hi && lo <= hi; ++seq) {
-    const CalledCollective& k0 = out.by_rank[0]->called[seq - out.by_rank[0]->called.front().seq];
+  // Collective `seq` on every rank into t (wall clock across hosts); false where the ranks disagree
+  // on what it is. Twice over the numbers (the counts, then the late rank's figures): nothing per
+  // collective and rank is kept but the Perfetto series.
+  auto times = [&](uint64_t seq) {
+    const StoppedMember& m0 = *out.by_rank[0];
+    const CalledCollective& k0 = m0.called[seq - m0.first_called];
     bool same = true;
     for (size_t r = 0; r < n; ++r) {
       const StoppedMember& m = *out.by_rank[r];
-      const CalledCollective& k = m.called[seq - m.called.front().seq];
+      const CalledCollective& k = m.called[seq - m.first_called];
       same = same && k.api == k0.api && k.bytes == k0.bytes && k.datatype == k0.datatype;
-      t[r] = at(m, k);
+      t[r] = static_cast<int64_t>(k.called_ns) + (one_boot ? 0 : procs[m.process].realtime_minus_monotonic_ns);
     }
-    if (!same) {
+    return same;
+  };
+  auto last_of = [&] { return static_cast<size_t>(std::max_element(t.begin(), t.end()) - t.begin()); };
+  out.a.last_by_rank.assign(n, 0);
+  std::vector<std::vector<double>> margins(n);
+  std::vector<double> skews;
+  for (uint64_t seq = lo; lo <= hi && seq <= hi; ++seq) {
+    if (!times(seq)) {
       ++out.a.mismatched;
       continue;
     }
-    size_t last = static_cast<size_t>(std::max_element(t.begin(), t.end()) - t.begin());
+    size_t last = last_of();
     int64_t first = *std::min_element(t.begin(), t.end()), second = INT64_MIN;
     for (size_t r = 0; r < n; ++r)
       if (r != last) second = std::max(second, t[r]);
@@ -135,33 +139,44 @@ Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs)
     margins[last].push_back(static_cast<double>(t[last] - second) * 1e-6);
     skews.push_back(static_cast<double>(t[last] - first) * 1e-6);
     for (size_t r = 0; r < n; ++r) out.a.wait_rank_seconds += static_cast<double>(t[last] - t[r]) * 1e-9;
-    rows.push_back({t, static_cast<int>(last)});
-    out.sig.emplace_back(k0.api, k0.bytes, k0.datatype);
   }
-  out.a.compared = rows.size();
+  out.a.compared = skews.size();
   out.a.skew_median_ms = Quantile(skews, 0.5);
   out.a.skew_p90_ms = Quantile(skews, 0.9);
-  if (rows.empty()) return out;
+  if (skews.empty()) return out;
   out.late = static_cast<int>(std::max_element(out.a.last_by_rank.begin(), out.a.last_by_rank.end()) -
                               out.a.last_by_rank.begin());
   size_t L = static_cast<size_t>(out.late);
+  // The arrival lags for Perfetto: every rank's when few, else the first others and the late rank.
+  for (size_t r = 0; r < std::min(n, kSeriesRanks); ++r) out.a.series_ranks.push_back(static_cast<int>(r));
+  if (L >= kSeriesRanks) out.a.series_ranks.back() = out.late;
+  int64_t to_real = one_boot ? procs[out.by_rank[0]->process].realtime_minus_monotonic_ns : 0;
   std::vector<double> others;
-  for (const Row& row : rows) {
+  for (uint64_t seq = lo; seq <= hi; ++seq) {
+    if (!times(seq)) continue;
     others.clear();
     for (size_t r = 0; r < n; ++r)
-      if (r != L) others.push_back(static_cast<double>(row.t[r]));
-    double median_other = Quantile(others, 0.5);
-    out.late_ms.push_back((static_cast<double>(row.t[L]) - median_other) * 1e-6);
-    if (row.last == out.late)
-      for (size_t r = 0; r < n; ++r) out.wait_ns += static_cast<double>(row.t[L] - row.t[r]);
+      if (r != L) others.push_back(static_cast<double>(t[r]));
+    out.late_ms.push_back((static_cast<double>(t[L]) - Quantile(others, 0.5)) * 1e-6);
+    if (last_of() == L)
+      for (size_t r = 0; r < n; ++r) out.wait_ns += static_cast<double>(t[L] - t[r]);
+    int64_t first = *std::min_element(t.begin(), t.end());
+    CommArrivals::Point p;
+    p.first_realtime_ns = static_cast<uint64_t>(first + to_real);
+    for (int r : out.a.series_ranks)
+      p.lag_ms.push_back(static_cast<float>(static_cast<double>(t[static_cast<size_t>(r)] - first) * 1e-6));
+    out.a.series.push_back(std::move(p));
+    const CalledCollective& k = out.by_rank[0]->called[seq - out.by_rank[0]->first_called];
+    out.sig.emplace_back(k.api, k.bytes, k.datatype);
   }
   uint64_t k = out.a.last_by_rank[L];
-  out.chance = ChanceAtLeast(rows.size(), k, 1.0 / static_cast<double>(n));
+  size_t compared = skews.size();
+  out.chance = ChanceAtLeast(compared, k, 1.0 / static_cast<double>(n));
   out.margin_median_ms = Quantile(margins[L], 0.5);
-  double share = static_cast<double>(k) / static_cast<double>(rows.size());
+  double share = static_cast<double>(k) / static_cast<double>(compared);
   double floor = out.a.across_hosts ? kHostsFloorMs : kMinMarginMs;
-  if (rows.size() < kMinCompared) {
-    out.why_not = fmt::format("{} collectives compared, fewer than {}", rows.size(), kMinCompared);
+  if (compared < kMinCompared) {
+    out.why_not = fmt::format("{} collectives compared, fewer than {}", compared, kMinCompared);
   } else if (share < kMinShare || out.chance > kMaxChance) {
     out.why_not = fmt::format("rank {} called last in {:.0f}% of them, not clearly more than chance", out.late, 100 * share);
   } else if (out.margin_median_ms < floor) {
@@ -170,16 +185,6 @@ Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs)
                               out.a.across_hosts ? ": the hosts' clocks are not trusted closer" : "");
   } else {
     out.qualifies = true;
-  }
-  // The arrival lags for Perfetto: every rank's when few, else the first others and the late rank.
-  for (size_t r = 0; r < std::min(n, kSeriesRanks); ++r) out.a.series_ranks.push_back(static_cast<int>(r));
-  if (L >= kSeriesRanks) out.a.series_ranks.back() = out.late;
-  for (const Row& row : rows) {
-    CommArrivals::Point p;
-    int64_t first = *std::min_element(row.t.begin(), row.t.end());
-    p.first_realtime_ns = static_cast<uint64_t>(first + (one_boot ? procs[out.by_rank[0]->process].realtime_minus_monotonic_ns : 0));
-    for (int r : out.a.series_ranks) p.lag_ms.push_back(static_cast<float>(static_cast<double>(row.t[static_cast<size_t>(r)] - first) * 1e-6));
-    out.a.series.push_back(std::move(p));
   }
   return out;
 }
@@ -271,7 +276,7 @@ bool HostMemory(int transport) {
   return transport == P2PTRACE_TRANSPORT_SHM || transport == P2PTRACE_TRANSPORT_HOST_STAGED;
 }
 
-bool DescribeSlowHop(const Report& rep, SlowRankFinding* f) {
+bool DescribeSlowHop(const Report& rep, bool on_time, SlowRankFinding* f) {
   std::map<size_t, HopCandidate> hops;
   for (const RingSummary& r : rep.rings) {
     int bound = r.bound_pair;
@@ -311,7 +316,8 @@ bool DescribeSlowHop(const Report& rep, SlowRankFinding* f) {
   std::string why = allowed ? fmt::format("through host memory ({}) where the node allows {}", f->transport,
                                           TransportName(e.expected))
                             : fmt::format("over {}", f->transport);
-  f->verdict = fmt::format("every rank arrives on time, but {} ring{} of communicator {} run{} at the pace of {} ({}){}", h.rings,
+  f->verdict = fmt::format("{}{} ring{} of communicator {} run{} at the pace of {} ({}){}",
+                           on_time ? "every rank arrives on time, but " : "", h.rings,
                            h.rings == 1 ? "" : "s", f->comm.empty() ? "?" : f->comm, h.rings == 1 ? "s" : "",
                            f->pair, why, f->causes.empty() ? "" : fmt::format(": {}", fmt::join(f->causes, ", ")));
   f->evidence.push_back(fmt::format("the ring{} carried {} (the slowest hop's rate in collectives, NCCL's kernel timers); {}",
@@ -343,11 +349,11 @@ SlowRankFinding FindSlowRank(const std::map<std::string, StoppedComm>& comms, co
     if (it->qualifies && (late == all.end() || it->wait_ns > late->wait_ns)) late = it;
   if (late != all.end()) {
     SlowRankFinding hop;
-    bool slow_hop = DescribeSlowHop(rep, &hop);
+    bool slow_hop = DescribeSlowHop(rep, false, &hop);
     DescribeLate(rep, *late, processes, slow_hop, &f);
     if (slow_hop) f.notes.push_back("also: " + hop.verdict);
   } else {
-    DescribeSlowHop(rep, &f);
+    DescribeSlowHop(rep, true, &f);
     late = std::max_element(all.begin(), all.end(), [](const Compared& a, const Compared& b) {
       return std::tie(a.a.nranks, a.a.compared) < std::tie(b.a.nranks, b.a.compared);
     });

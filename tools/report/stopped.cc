@@ -104,7 +104,7 @@ void StoppedFold::Add(const TraceRecord& r) {
     ++(IsP2p(o->api) ? c.p2p : c.collectives);
     if (!IsP2p(o->api)) {
       c.first_collective = std::min(c.first_collective, o->h.time_ns);
-      c.window.push_back({0, o->h.time_ns, o->bytes, o->api, o->datatype, (o->flags & P2PTRACE_NCCL_IN_GROUP) != 0});
+      c.window.push_back({o->h.time_ns, o->bytes, o->api, o->datatype});
       if (c.window.size() >= 2 * kWindow) NewestCalls(&c.window, kWindow);
     }
     Op op{o->h.time_ns, o->stream, o->bytes, o->result, o->peer, o->api, o->datatype};
@@ -187,7 +187,7 @@ StoppedProcess StoppedFold::Finish(const Trace& t, std::map<std::string, Stopped
     m.p2p = c.p2p;
     if (c.first_collective != UINT64_MAX) m.first_called_realtime_ns = real(c.first_collective);
     NewestCalls(&c.window, kWindow);
-    for (size_t i = 0; i < c.window.size(); ++i) c.window[i].seq = c.collectives - c.window.size() + 1 + i;
+    m.first_called = c.collectives - c.window.size() + 1;
     m.called = std::move(c.window);
     uint64_t coll = c.collectives, p2p = c.p2p;
     for (auto it = c.last.rbegin(); it != c.last.rend(); ++it) {  // newest first: numbers count down

@@ -33,11 +33,9 @@ struct StoppedOp {
 
 // One collective as a rank called it, for the arrival comparison (tools/report/arrival.h).
 struct CalledCollective {
-  uint64_t seq = 0;         // its number among the communicator's collectives, as StoppedOp::seq
   uint64_t called_ns = 0;   // when it was called: the process's CLOCK_MONOTONIC
   uint64_t bytes = 0;
   uint8_t api = 0, datatype = 0;  // p2ptrace_nccl_api; ncclDataType_t + 1 (0 unknown)
-  bool grouped = false;     // called inside ncclGroupStart … ncclGroupEnd (it starts at the group's end)
 };
 
 // One process's view of one communicator.
@@ -49,8 +47,10 @@ struct StoppedMember {
   // When it called the communicator's first collective (wall clock, by its host): the ranks call it
   // together, right after their init returned together, so hosts' clocks are compared on it.
   uint64_t first_called_realtime_ns = 0;
-  // Its newest collectives (at most StoppedFold::kWindow), oldest first: when each was called.
+  // Its newest collectives (at most StoppedFold::kWindow), oldest first: when each was called; the
+  // first is number `first_called`, the others follow without a gap.
   std::vector<CalledCollective> called;
+  uint64_t first_called = 0;
 };
 
 struct StoppedComm {

@@ -442,6 +442,7 @@ TEST(Synth, BadOptionsGiveOneLineAndExit2) {
 
 struct ExportCheck {
   size_t slices = 0, flows = 0, counters = 0;
+  size_t arrival_counters = 0;  // the job process's "arrival lag" samples: one per collective compared
   std::map<int64_t, std::string> process_names;
   std::set<std::pair<int64_t, int64_t>> named_threads;
   json job_events = json::array();  // instant events of the metadata process
@@ -506,7 +507,7 @@ ExportCheck CheckChromeTrace(const std::string& path) {
     } else if (ph == "C") {
       EXPECT_TRUE(e["args"].is_object() && !e["args"].empty());
       for (const auto& [k, v] : e["args"].items()) EXPECT_TRUE(v.is_number()) << e.dump();
-      ++c.counters;
+      ++(e["name"].get<std::string>().rfind("arrival lag", 0) == 0 ? c.arrival_counters : c.counters);
     } else if (ph == "i") {
       EXPECT_EQ(e["s"], "t");
       c.job_events.push_back(e);
@@ -539,6 +540,7 @@ TEST(Export, SynthJobFollowsTheTraceEventRules) {
   EXPECT_EQ(c.slices, 8u * 64);  // every event of every rank is timed
   EXPECT_EQ(c.flows, 8u * 8);    // every ncclSend (one in 8 events) meets its ncclRecv
   EXPECT_EQ(c.counters, 2 * c.slices);
+  EXPECT_EQ(c.arrival_counters, 8u);      // each of the 8 collectives every rank called
   EXPECT_EQ(c.process_names.size(), 9u);  // 8 ranks and the job
   EXPECT_EQ(c.process_names[4], "rank 3 · node0 GPU3 (pid 10003)");
   bool matrix = false, cause = false;
