@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -334,11 +335,11 @@ bool DescribeSlowHop(const Report& rep, bool on_time, SlowRankFinding* f) {
 
 }  // namespace
 
-SlowRankFinding FindSlowRank(const std::map<std::string, StoppedComm>& comms, const std::vector<StoppedProcess>& processes,
+SlowRankFinding FindSlowRank(const std::vector<StoppedComm>& comms, const std::vector<StoppedProcess>& processes,
                              const Report& rep) {
   SlowRankFinding f;
   std::vector<Compared> all;
-  for (const auto& [key, c] : comms) {
+  for (const StoppedComm& c : comms) {
     Compared k = Compare(c, processes);
     if (k.a.compared > 0) all.push_back(std::move(k));
   }

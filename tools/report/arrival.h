@@ -9,7 +9,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -75,8 +74,9 @@ struct SlowRankFinding {
   std::vector<CommArrivals> comms;  // every communicator compared, the finding's first
 };
 
-// After the rings (NcclFold::FinishRings) and before the stopped finding takes `comms`.
-SlowRankFinding FindSlowRank(const std::map<std::string, StoppedComm>& comms, const std::vector<StoppedProcess>& processes,
+// After the rings (NcclFold::FinishRings) and the stopped finding (FinishStopped: its communicators,
+// its processes with their hosts' clocks corrected).
+SlowRankFinding FindSlowRank(const std::vector<StoppedComm>& comms, const std::vector<StoppedProcess>& processes,
                              const Report& report);
 
 // The same, as one of the report's findings: id "slow-rank", its kind as the cause.

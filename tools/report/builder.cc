@@ -425,8 +425,8 @@ Report ReportBuilder::Finish() {
   s.FinishCosts();
   s.links.Charge(rep);
   s.nccl.FinishRings(rep);
-  rep.slow_rank = FindSlowRank(s.stop_comms, rep.stopped.processes, rep);
   FinishStopped(&rep.stopped, std::move(s.stop_comms), s.nccl.StopPaths(rep, s.gpus), s.stall_seconds);
+  rep.slow_rank = FindSlowRank(rep.stopped.comms, rep.stopped.processes, rep);
   if (rep.stopped.present) rep.findings.push_back(StoppedAsFinding(rep.stopped));
   // One finding per cause id, listing its pairs.
   std::map<std::string, Finding> by_cause;

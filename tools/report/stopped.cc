@@ -319,6 +319,7 @@ void CorrectHostClocks(StoppedFinding* f) {
       StoppedProcess& p = f->processes[i];
       if (p.host != host) continue;
       p.last_sign_realtime_ns -= shift;
+      p.realtime_minus_monotonic_ns -= shift;
       for (StoppedComm& c : f->comms)
         for (StoppedMember& m : c.members)
           if (m.process == i)

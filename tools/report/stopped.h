@@ -81,7 +81,8 @@ struct StoppedProcess {
   std::string pending_init;              // "ncclCommInitRank (rank 3 of 4) entered …, never returned"
   bool incomplete = false;               // trace cut short or records dropped: its counts may be low
   // Its host's boot id, and the distance from its CLOCK_MONOTONIC to the wall clock (its start
-  // anchors): processes of one boot share a monotonic clock and are compared on it, exactly.
+  // anchors, corrected with its host's clock): processes of one boot share a monotonic clock and are
+  // compared on it, exactly.
   std::string boot_id;
   int64_t realtime_minus_monotonic_ns = 0;
 };

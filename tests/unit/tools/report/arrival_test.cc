@@ -23,14 +23,14 @@ constexpr uint64_t kMs = 1000000ull;
 // A communicator of `nranks` ranks, one process each, that called `n` collectives 100 ms apart;
 // `late(seq, rank)` is how many ms after the beat that rank called collective seq; `bytes(seq)` its size.
 struct Job {
-  std::map<std::string, StoppedComm> comms;
+  std::vector<StoppedComm> comms;
   std::vector<StoppedProcess> procs;
 };
 Job Make(int nranks, uint64_t n, const std::function<double(uint64_t, int)>& late,
          const std::function<uint64_t(uint64_t)>& bytes = [](uint64_t) { return 4096; },
          const std::vector<std::string>& boots = {}) {
   Job j;
-  StoppedComm& c = j.comms["job/12345678"];
+  StoppedComm& c = j.comms.emplace_back();
   c.id = "12345678";
   c.nranks = nranks;
   for (int r = 0; r < nranks; ++r) {
@@ -118,6 +118,27 @@ TEST(SlowRank, AcrossHostsOnlyWhatTheWallClocksCanTell) {
   EXPECT_NE(f.evidence[2].find("the wall clocks of 2 hosts"), std::string::npos) << f.evidence[2];
 }
 
+TEST(SlowRank, AHostClockSecondsOffIsCorrectedAsTheStoppedFindingCorrectsIt) {
+  // Rank 3's host reads 5 s ahead: by the raw clocks it would be 5 s late to every collective.
+  Job j = Make(4, 50, [](uint64_t s, int r) { return static_cast<int>(s % 4) == r ? 0.2 : 0.0; },
+               [](uint64_t) { return 4096; }, {"a", "a", "b", "c"});
+  j.procs[3].realtime_minus_monotonic_ns += 5000 * static_cast<int64_t>(kMs);
+  for (StoppedMember& m : j.comms[0].members)
+    m.first_called_realtime_ns = static_cast<uint64_t>(static_cast<int64_t>(m.called[0].called_ns) +
+                                                       j.procs[m.process].realtime_minus_monotonic_ns);
+  SlowRankFinding raw = FindSlowRank(j.comms, j.procs, Report{});
+  ASSERT_TRUE(raw.present);
+  EXPECT_EQ(raw.rank, 3);
+  StoppedFinding st;
+  st.processes = j.procs;
+  std::map<std::string, StoppedComm> by_key{{"job/12345678", j.comms[0]}};
+  FinishStopped(&st, by_key, {}, 60);
+  ASSERT_FALSE(st.notes.empty());
+  EXPECT_NE(st.notes[0].find("hc's clock reads 5.0 s ahead"), std::string::npos) << st.notes[0];
+  SlowRankFinding f = FindSlowRank(st.comms, st.processes, Report{});
+  EXPECT_FALSE(f.present) << f.verdict;
+}
+
 TEST(SlowRank, AStepIsTheSequenceThatRepeats) {
   // Three buckets a step (1, 2, 3 MiB); rank 1 is 12 ms late to the first of each step, 2 ms to the others.
   Job j = Make(4, 90, [](uint64_t s, int r) { return r == 1 ? (s % 3 == 1 ? 12.0 : 2.0) : r == 0 ? 0.5 : 0.0; },
@@ -138,7 +159,7 @@ TEST(SlowRank, AStepIsTheSequenceThatRepeats) {
 TEST(SlowRank, OnlyCollectivesEveryRankHasAndAgreesOn) {
   Job j = Make(4, 100, [](uint64_t, int r) { return r == 3 ? 5.0 : 0.0; });
   // Rank 0 kept only its newest 60 (a window), rank 2 called #50 with another size.
-  auto& m = j.comms.begin()->second.members;
+  auto& m = j.comms[0].members;
   m[0].called.erase(m[0].called.begin(), m[0].called.begin() + 40);
   m[0].first_called = 41;
   m[2].called[49].bytes = 1;
@@ -151,14 +172,14 @@ TEST(SlowRank, OnlyCollectivesEveryRankHasAndAgreesOn) {
 
 TEST(SlowRank, ACommunicatorWithARankTwiceMissingOrInOneProcessIsNotCompared) {
   Job j = Make(4, 100, [](uint64_t, int r) { return r == 3 ? 5.0 : 0.0; });
-  j.comms.begin()->second.members[1].rank = 0;
+  j.comms[0].members[1].rank = 0;
   EXPECT_TRUE(FindSlowRank(j.comms, j.procs, Report{}).comms.empty());
   j = Make(4, 100, [](uint64_t, int r) { return r == 3 ? 5.0 : 0.0; });
-  j.comms.begin()->second.members.pop_back();
+  j.comms[0].members.pop_back();
   EXPECT_TRUE(FindSlowRank(j.comms, j.procs, Report{}).comms.empty());
   // One process driving every rank (ncclCommInitAll) calls them in its program's order.
   j = Make(4, 100, [](uint64_t, int r) { return r == 3 ? 5.0 : 0.0; });
-  for (StoppedMember& m : j.comms.begin()->second.members) m.process = 0;
+  for (StoppedMember& m : j.comms[0].members) m.process = 0;
   EXPECT_TRUE(FindSlowRank(j.comms, j.procs, Report{}).comms.empty());
 }
 
