@@ -12,16 +12,14 @@ import sys
 import torch
 import torch.distributed as dist
 
+import worker
+
 N = 1 << 16  # float32 elements: 256 KiB
 REPLAYS = int(os.environ.get("GRAPH_REPLAYS", "5"))
 
 
 def main():
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
-    dist.init_process_group("nccl", device_id=dev)
+    rank, world, local, dev = worker.start()
 
     x = torch.full((N,), float(rank + 1)).to(dev)
     dist.all_reduce(x)  # eager: also warms NCCL up before the capture, as graph users must

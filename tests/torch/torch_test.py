@@ -9,7 +9,7 @@ stdout is the bare one followed by the report), the program's own checks, and th
 class, calls and bytes, and every NCCL operation's calls and bytes per communicator.
 
 Usage: torch_test.py --p2psim BIN --p2ptrace BIN --tag 2.10 CASE
-CASE: copies | copies-visible | train-lazy | train-eager-visible | graph | raise
+CASE: copies | copies-visible | train-lazy | train-eager-visible | graph | raise | late
 The environment comes from scripts/fetch-torch.py (run by scripts/test.sh); a missing one fails.
 """
 import argparse
@@ -264,7 +264,28 @@ def raise_(case):
           world[0]["waits"])
 
 
+def late(case):
+    """Rank 2 sleeps 20 ms before each step's all_reduce: the report names it the late rank, about
+    20 ms late, the other three waiting for it every step; the program's output is the bare run's."""
+    command = [case.python, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
+               "--master-port", str(free_port()), os.path.join(HERE, "late.py")]
+    report, lines = case.both(command, {"LATE_RANK": "2", "LATE_MS": "20", "LATE_STEPS": "30"}, sort_lines=True)
+    done = [l for l in lines if re.search(r"rank \d/4: 30 steps", l)]
+    check(len(done) == WORLD and all(l.endswith(" ok") for l in done), f"ranks' results {done}")
+    s = report["slow_rank"]
+    print(f"slow_rank: {s['kind']}: {s['verdict']}\n  " + "\n  ".join(s["evidence"] + s["notes"]))
+    check(s["present"] and s["kind"] == "late-rank", f"no late rank: {json.dumps(s)[:2000]}")
+    check(s["rank"] == 2 and s["nranks"] == WORLD, f"late rank {s['rank']} of {s['nranks']}: {s['verdict']}")
+    check(s["last"] >= 0.9 * s["compared"] and s["compared"] >= 30, f"last in {s['last']} of {s['compared']}")
+    check(18 <= s["late_median_ms"] <= 80, f"{s['late_median_ms']} ms late, want about 20")
+    check(s["step_collectives"] == 1 and 3 * 18 <= s["wait_per_step_ms"] <= 3 * 80,
+          f"step {s['step_collectives']}, others wait {s['wait_per_step_ms']} ms per step")
+    found = [f for f in report["findings"] if f["id"] == "slow-rank"]
+    check(len(found) == 1 and found[0]["ranks"] == [2] and found[0]["cause"] == "late-rank", f"findings {found}")
+
+
 CASES = {
+    "late": late,
     "raise": raise_,
     "copies": lambda c: copies(c, ""),
     "copies-visible": lambda c: copies(c, "5,4,7,2"),

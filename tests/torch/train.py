@@ -12,6 +12,8 @@ import sys
 import torch
 import torch.distributed as dist
 
+import worker
+
 N = 1 << 18          # float32 elements of the collectives' tensors: 1 MiB
 CHUNK = 1 << 12      # all_to_all_single: elements to each peer (16 KiB)
 RING = 1 << 14       # batch_isend_irecv: elements to the next rank (64 KiB)
@@ -22,12 +24,8 @@ def host(value, n=N):
 
 
 def main():
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local)
-    dev = torch.device("cuda", local)
     eager = os.environ.get("TRAIN_INIT") == "eager"
-    dist.init_process_group("nccl", device_id=dev if eager else None)
+    rank, world, local, dev = worker.start(eager)
     ok = {}
 
     x = host(rank + 1).to(dev)
