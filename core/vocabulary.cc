@@ -1,6 +1,7 @@
 #include "core/vocabulary.h"
 
 #include <array>
+#include <iterator>
 
 namespace p2ptrace {
 namespace {
@@ -73,6 +74,12 @@ constexpr std::array<std::string_view, P2PTRACE_NCCL_COUNT_> kNcclApis = {
 
 std::string_view NcclApiName(int api) {
   return api >= 0 && api < static_cast<int>(kNcclApis.size()) ? kNcclApis[api] : "unknown";
+}
+
+std::string_view NcclTypeName(int t) {
+  static constexpr std::string_view kNames[] = {"int8",    "uint8",   "int32",   "uint32",   "int64",      "uint64",
+                                                "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
+  return t >= 0 && t < static_cast<int>(std::size(kNames)) ? kNames[t] : "";
 }
 
 std::string_view TransportName(int t) {

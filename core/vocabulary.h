@@ -25,6 +25,8 @@ inline bool IsDriverApi(int api) {
 }
 // "ncclAllReduce", "ncclCommInitRank", …; "unknown" for values it does not know.
 std::string_view NcclApiName(int api);
+// "float32", "bfloat16", … for an ncclDataType_t; "" for values it does not know.
+std::string_view NcclTypeName(int datatype);
 // The NCCL calls that create a communicator (p2ptrace_nccl_api).
 inline bool IsNcclCommCreation(int api) { return api >= P2PTRACE_NCCL_CommInitRank && api <= P2PTRACE_NCCL_CommSplit; }
 

@@ -46,10 +46,10 @@ double ChanceAtLeast(uint64_t n, uint64_t k, double p) {
 
 std::string Ms(double ms) { return ms >= 10 ? fmt::format("{:.0f} ms", ms) : fmt::format("{:.1f} ms", ms); }
 
+// " float32" for a record's datatype (ncclDataType_t + 1); "" when not known.
 std::string TypeSuffix(int datatype) {
-  static constexpr const char* kNames[] = {"int8",  "uint8",   "int32",   "uint32",   "int64",      "uint64",
-                                           "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
-  return datatype > 0 && datatype <= static_cast<int>(std::size(kNames)) ? std::string(" ") + kNames[datatype - 1] : "";
+  std::string_view name = NcclTypeName(datatype - 1);
+  return name.empty() ? "" : " " + std::string(name);
 }
 
 // The smallest period of the sequence (each collective's operation and size) that repeats in at

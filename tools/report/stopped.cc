@@ -21,13 +21,6 @@ namespace {
 
 bool IsP2p(int api) { return api == P2PTRACE_NCCL_Send || api == P2PTRACE_NCCL_Recv; }
 
-std::string_view TypeName(int t) {
-  static constexpr std::string_view kNames[] = {"int8",    "uint8",   "int32",   "uint32",     "int64",
-                                                "uint64",  "float16", "float32", "float64",    "bfloat16",
-                                                "float8e4m3", "float8e5m2"};
-  return t >= 0 && t < static_cast<int>(std::size(kNames)) ? kNames[t] : "";
-}
-
 // Wall-clock time of day, UTC, to the millisecond: when each rank was last seen is compared by eye.
 std::string Clock(uint64_t realtime_ns) {
   if (realtime_ns == 0) return "?";
@@ -90,7 +83,7 @@ void NewestCalls(std::vector<CalledCollective>* calls, size_t keep) {
 std::string StoppedOp::Text() const {
   std::string what = fmt::format("{} #{}", NcclApiName(api), seq);
   std::string size = BytesText(bytes);
-  if (!TypeName(datatype).empty()) size += " " + std::string(TypeName(datatype));
+  if (!NcclTypeName(datatype).empty()) size += " " + std::string(NcclTypeName(datatype));
   if (p2p) size += fmt::format(" {} rank {}", api == P2PTRACE_NCCL_Send ? "to" : "from", peer);
   else if (peer >= 0) size += fmt::format(", root {}", peer);
   return fmt::format("{} ({})", what, size);
@@ -227,7 +220,7 @@ const StoppedOp* Newest(const StoppedMember& m) { return m.last.empty() ? nullpt
 
 std::string Signature(const StoppedOp& op) {
   return fmt::format("{} ({}{}{})", NcclApiName(op.api), BytesText(op.bytes),
-                     TypeName(op.datatype).empty() ? "" : " " + std::string(TypeName(op.datatype)),
+                     NcclTypeName(op.datatype).empty() ? "" : " " + std::string(NcclTypeName(op.datatype)),
                      op.peer >= 0 ? fmt::format(", root {}", op.peer) : "");
 }
 
