@@ -987,9 +987,10 @@ TEST(NcclKernelTimers, ThreadsOfOneProcessTimeTheSampleOnly) {
   auto [threads, thread_calls] = timer_ops("threads", "node0:1", threaded, "8:64:16M");
   EXPECT_EQ(thread_calls, calls);
   EXPECT_GT(processes, 0u);
-  // The sample (per communicator: its first 8 operations, then 1 in 64), and at most a stray or two
-  // called in another thread's window.
-  EXPECT_LE(threads, processes + processes / 50) << "timer work beyond the sample, threads vs processes";
+  // The sample (per communicator: its first 8 operations, then 1 in 64), and a few strays called in
+  // another thread's window (up to 3 of 126 seen under ASan's slower threads; timing every other
+  // thread's calls gave 171).
+  EXPECT_LE(threads, processes + processes / 20) << "timer work beyond the sample, threads vs processes";
   auto [all, all_calls] = timer_ops("all", "node0:1", {"-t", "8", "-o", "allreduce", "-n", "300", "-b", "4K", "-e", "4K"}, "all");
   EXPECT_EQ(all, all_calls) << "every call sampled: every one timed";
 }

@@ -126,7 +126,7 @@ TEST(NcclSlowRank, EachFaultIsNamedWithItsClassAndPairInAtLeast95PercentOfRunsAn
       if (Named(*c, Report(dir), &got)) ++named;
       else misses += "\n  run " + std::to_string(run) + ": " + got;
     }
-    std::cout << c->name << ": named in " << named << " of " << kRuns << " runs\n";
+    std::cout << c->name << (c == &kHealthy ? ": no finding in " : ": named in ") << named << " of " << kRuns << " runs\n";
     if (c == &kHealthy) EXPECT_EQ(named, kRuns) << "a healthy run had a slow-rank finding:" << misses;
     else EXPECT_GE(named * 100, kRuns * 95) << c->name << ": named in " << named << " of " << kRuns << misses;
   }
