@@ -460,7 +460,7 @@ std::string PrometheusFromReport(const Report& report) {
   DeclareLinkFamilies(x, true);
   for (const PairEntry& e : report.pairs)
     for (const Cause& c : e.causes)
-      if (c.id == "link-errors" || c.id == "link-downtrained")
+      if (c.SlowedByLink())
         x.Sample(kPairLink, {{"source", "job"}, {"host", e.src.host}, {"src_gpu", Index(e.src.gpu)},
                              {"src_pci_bus_id", NvidiaSmiBusId(e.src.bus_id)}, {"dst_host", e.dst.host},
                              {"dst_gpu", Index(e.dst.gpu)}, {"dst_pci_bus_id", NvidiaSmiBusId(e.dst.bus_id)},

@@ -66,7 +66,6 @@ int StepLength(const std::vector<std::tuple<int, uint64_t, int>>& sig) {
 // One communicator compared: the arrivals, and the candidate late rank's figures.
 struct Compared {
   CommArrivals a;
-  const StoppedComm* comm = nullptr;
   std::vector<const StoppedMember*> by_rank;
   int late = -1;  // the rank last most often
   double chance = 1, margin_median_ms = -1;
@@ -79,7 +78,6 @@ struct Compared {
 
 Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs) {
   Compared out;
-  out.comm = &c;
   out.a.id = c.id;
   out.a.nranks = c.nranks;
   if (c.nranks < 2 || static_cast<int>(c.members.size()) != c.nranks) return out;
@@ -190,18 +188,14 @@ Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs)
   return out;
 }
 
-// The process holding rank `rank` of communicator `id`: its host, GPU and pid.
-void NameRank(const Report& rep, const StoppedComm& c, int rank, const std::vector<StoppedProcess>& procs,
-              SlowRankFinding* f) {
-  for (const StoppedMember& m : c.members) {
-    if (m.rank != rank) continue;
-    const StoppedProcess& sp = procs[m.process];
-    f->host = sp.host;
-    f->pid = sp.pid;
-    if (m.process < rep.processes.size())
-      for (const NcclRank& r : rep.processes[m.process].nccl_ranks)
-        if (r.comm.rfind(c.id, 0) == 0 && r.rank == rank && r.gpu >= 0) f->gpu = fmt::format("GPU{}", r.gpu);
-  }
+// The process holding the late rank: its host, GPU and pid.
+void NameRank(const Report& rep, const Compared& c, const std::vector<StoppedProcess>& procs, SlowRankFinding* f) {
+  const StoppedMember& m = *c.by_rank[static_cast<size_t>(c.late)];
+  f->host = procs[m.process].host;
+  f->pid = procs[m.process].pid;
+  if (m.process < rep.processes.size())
+    for (const NcclRank& r : rep.processes[m.process].nccl_ranks)
+      if (r.comm.rfind(c.a.id, 0) == 0 && r.rank == c.late && r.gpu >= 0) f->gpu = fmt::format("GPU{}", r.gpu);
 }
 
 void DescribeLate(const Report& rep, const Compared& c, const std::vector<StoppedProcess>& procs, bool slow_hop,
@@ -211,7 +205,7 @@ void DescribeLate(const Report& rep, const Compared& c, const std::vector<Stoppe
   f->comm = c.a.id;
   f->nranks = c.a.nranks;
   f->rank = c.late;
-  NameRank(rep, *c.comm, c.late, procs, f);
+  NameRank(rep, c, procs, f);
   f->compared = c.a.compared;
   f->last = c.a.last_by_rank[static_cast<size_t>(c.late)];
   f->late_median_ms = Quantile(c.late_ms, 0.5);
@@ -265,12 +259,11 @@ struct HopCandidate {
   int rings = 0;
   double ring_gbps = -1;
   std::string comm;
-  std::vector<std::string> how;
+  std::string how;  // why the first ring that named it is bounded by it
 };
 
 bool LinkCaused(const PairEntry& e) {
-  return std::any_of(e.causes.begin(), e.causes.end(),
-                     [](const Cause& c) { return c.id == "link-errors" || c.id == "link-downtrained"; });
+  return std::any_of(e.causes.begin(), e.causes.end(), [](const Cause& c) { return c.SlowedByLink(); });
 }
 
 bool HostMemory(int transport) {
@@ -281,20 +274,20 @@ bool DescribeSlowHop(const Report& rep, bool on_time, SlowRankFinding* f) {
   std::map<size_t, HopCandidate> hops;
   for (const RingSummary& r : rep.rings) {
     int bound = r.bound_pair;
-    std::string how;
-    if (bound >= 0) {
-      how = fmt::format("its class gives {:.0f}-{:.0f} GB/s, below the others'", r.bound_expected_low, r.bound_expected_high);
-    } else {
-      for (size_t i : r.hop_pairs)
-        if (i < rep.pairs.size() && LinkCaused(rep.pairs[i]) && bound < 0) bound = static_cast<int>(i);
-      if (bound >= 0) how = "a link it crosses degraded while the job ran";
+    std::string how = fmt::format("its class gives {:.0f}-{:.0f} GB/s, below the others'", r.bound_expected_low,
+                                  r.bound_expected_high);
+    if (bound < 0) {  // one class: the hop whose link degraded
+      auto degraded = std::find_if(r.hop_pairs.begin(), r.hop_pairs.end(),
+                                   [&](size_t i) { return i < rep.pairs.size() && LinkCaused(rep.pairs[i]); });
+      if (degraded == r.hop_pairs.end()) continue;
+      bound = static_cast<int>(*degraded);
+      how = "a link it crosses degraded while the job ran";
     }
-    if (bound < 0) continue;
     HopCandidate& h = hops[static_cast<size_t>(bound)];
     ++h.rings;
     if (r.slowest_gbps > 0 && (h.ring_gbps < 0 || r.slowest_gbps < h.ring_gbps)) h.ring_gbps = r.slowest_gbps;
     if (h.comm.empty()) h.comm = r.comm.substr(0, 8);
-    if (h.how.empty()) h.how.push_back(how);
+    if (h.how.empty()) h.how = how;
   }
   if (hops.empty()) return false;
   auto best = std::max_element(hops.begin(), hops.end(),
@@ -323,7 +316,7 @@ bool DescribeSlowHop(const Report& rep, bool on_time, SlowRankFinding* f) {
                            f->pair, why, f->causes.empty() ? "" : fmt::format(": {}", fmt::join(f->causes, ", ")));
   f->evidence.push_back(fmt::format("the ring{} carried {} (the slowest hop's rate in collectives, NCCL's kernel timers); {}",
                                     h.rings == 1 ? "" : "s", h.ring_gbps > 0 ? fmt::format("{:.1f} GB/s", h.ring_gbps) : "an unmeasured rate",
-                                    h.how.front()));
+                                    h.how));
   for (const Cause& c : e.causes)
     for (size_t i = 0; i < std::min<size_t>(c.evidence.size(), 2); ++i) f->evidence.push_back(c.id + ": " + c.evidence[i]);
   if (!LinkCaused(e))  // else its cause's evidence already names them

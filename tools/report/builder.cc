@@ -434,9 +434,7 @@ Report ReportBuilder::Finish() {
     for (const Cause& c : e.causes) {
       Finding& f = by_cause[c.id];
       f.id = c.id;
-      // A link that slowed its pair is a warning though the pair kept its path.
-      bool slowed = c.id == "link-errors" || c.id == "link-downtrained";
-      if (f.severity != "warning") f.severity = e.fallback || slowed ? "warning" : "info";
+      if (f.severity != "warning") f.severity = e.fallback || c.SlowedByLink() ? "warning" : "info";
       f.pairs.push_back(PairName(e));
       if (f.evidence.empty()) f.evidence = c.evidence;
       f.fix = c.fix;

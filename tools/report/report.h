@@ -52,6 +52,9 @@ struct Cause {
   // "trace": derived from what the process did and NCCL printed; "preflight": predicted at job start
   // by the shim's node probes (the trace's preflight block).
   std::string origin = "trace";
+  // A link that degraded while the job ran slowed the pair (link-errors, link-downtrained: a
+  // warning though the pair kept its path).
+  bool SlowedByLink() const { return id == "link-errors" || id == "link-downtrained"; }
 };
 
 // Calls and bytes with their timed subset: what a pair's copies or sends, and an NCCL operation's
