@@ -347,7 +347,9 @@ SlowRankFinding FindSlowRank(const std::vector<StoppedComm>& comms, const std::v
     DescribeLate(rep, *late, processes, slow_hop, &f);
     if (slow_hop) f.notes.push_back("also: " + hop.verdict);
   } else {
-    DescribeSlowHop(rep, true, &f);
+    // "On time" only where enough collectives were compared to say so.
+    bool judged = std::any_of(all.begin(), all.end(), [](const Compared& k) { return k.a.compared >= kMinCompared; });
+    DescribeSlowHop(rep, judged, &f);
     late = std::max_element(all.begin(), all.end(), [](const Compared& a, const Compared& b) {
       return std::tie(a.a.nranks, a.a.compared) < std::tie(b.a.nranks, b.a.compared);
     });

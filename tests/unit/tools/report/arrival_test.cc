@@ -221,6 +221,11 @@ TEST(SlowRank, ARingBoundedByAHostStagedPairWhereP2pIsAllowed) {
   EXPECT_EQ(f.comm, "12345678");
   EXPECT_EQ(f.causes, std::vector<std::string>{"env-p2p-disabled"});
   EXPECT_EQ(f.fix, "unset NCCL_P2P_DISABLE");
+  EXPECT_EQ(f.verdict.rfind("every rank arrives on time, but 2 rings", 0), 0u) << f.verdict;
+  // Too few collectives compared to say the ranks were on time: the hop alone.
+  Job few = Make(4, 5, [](uint64_t, int) { return 0.0; });
+  f = FindSlowRank(few.comms, few.procs, Ring(P2PTRACE_TRANSPORT_SHM, true, P2PTRACE_TRANSPORT_P2P, {env}));
+  EXPECT_EQ(f.verdict.rfind("2 rings of communicator 12345678 run at the pace of node0 GPU1 -> GPU2", 0), 0u) << f.verdict;
   // The node forbids P2P there: a slow hop, not a fallback the user can undo.
   f = FindSlowRank(j.comms, j.procs, Ring(P2PTRACE_TRANSPORT_SHM, false, P2PTRACE_TRANSPORT_SHM, {}));
   EXPECT_EQ(f.kind, "slow-hop");
