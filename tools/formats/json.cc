@@ -341,7 +341,7 @@ json SlowRankJson(const SlowRankFinding& f) {
           {"nranks", f.nranks}, {"rank", f.rank >= 0 ? json(f.rank) : json(nullptr)}, {"host", text(f.host)},
           {"gpu", text(f.gpu)}, {"pid", f.pid > 0 ? json(f.pid) : json(nullptr)}, {"compared", f.compared},
           {"last", f.last}, {"late_median_ms", number(f.late_median_ms)}, {"late_p90_ms", number(f.late_p90_ms)},
-          {"step_collectives", f.step_collectives}, {"steps", f.steps}, {"wait_per_step_ms", number(f.wait_per_step_ms)},
+          {"wait_share", number(f.wait_share)}, {"step_collectives", f.step_collectives}, {"steps", f.steps}, {"wait_per_step_ms", number(f.wait_per_step_ms)},
           {"wait_seconds", number(f.wait_seconds)}, {"pair", text(f.pair)}, {"transport", text(f.transport)},
           {"causes", f.causes}, {"rings", f.rings}, {"ring_gbps", number(f.ring_gbps)},
           {"class_gbps_low", f.class_gbps_low > 0 ? json(f.class_gbps_low) : json(nullptr)}, {"evidence", f.evidence},

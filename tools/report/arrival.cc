@@ -16,11 +16,17 @@ namespace p2ptrace::cli {
 namespace {
 
 // What makes a rank "the late one" rather than chance: enough collectives, last in at least half of
-// them and far more often than 1 in n would be by chance, by a margin no scheduler jitter gives.
+// them and far more often than 1 in n would be by chance, by a margin no scheduler jitter gives, and
+// by a margin that is most of the waiting. The last test tells a late rank from a busy host: where
+// every rank jitters by milliseconds, the one woken last (sharing a core, say) can be last more often
+// than chance by a millisecond or two, yet had it been on time the others would have waited nearly as
+// long for one another. The median collective is asked, not the sum: one long preemption would
+// otherwise count as much as a whole job's lateness.
 constexpr uint64_t kMinCompared = 10;
 constexpr double kMinShare = 0.5;
 constexpr double kMaxChance = 1e-3;
 constexpr double kMinMarginMs = 1.0;
+constexpr double kMinWaitShare = 0.5;
 // Between hosts the wall clocks are compared: NTP keeps them within milliseconds, so less is not
 // claimed.
 constexpr double kHostsFloorMs = 20.0;
@@ -69,6 +75,10 @@ struct Compared {
   std::vector<const StoppedMember*> by_rank;
   int late = -1;  // the rank last most often
   double chance = 1, margin_median_ms = -1;
+  // The share of the ranks' waiting its margin makes, in the median collective: had it called with
+  // the next-to-last, each of the other n-1 ranks would have waited its margin less (0 where it was
+  // not last).
+  double wait_share = 0;
   std::vector<double> late_ms;  // its call minus the others' median, per collective
   double wait_ns = 0;           // the others' waiting in collectives where it was last
   std::vector<std::tuple<int, uint64_t, int>> sig;
@@ -150,15 +160,21 @@ Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs)
   for (size_t r = 0; r < std::min(n, kSeriesRanks); ++r) out.a.series_ranks.push_back(static_cast<int>(r));
   if (L >= kSeriesRanks) out.a.series_ranks.back() = out.late;
   int64_t to_real = one_boot ? procs[out.by_rank[0]->process].realtime_minus_monotonic_ns : 0;
-  std::vector<double> others;
+  std::vector<double> others, shares;
   for (uint64_t seq = lo; seq <= hi; ++seq) {
     if (!times(seq)) continue;
     others.clear();
     for (size_t r = 0; r < n; ++r)
       if (r != L) others.push_back(static_cast<double>(t[r]));
     out.late_ms.push_back((static_cast<double>(t[L]) - Quantile(others, 0.5)) * 1e-6);
-    if (last_of() == L)
-      for (size_t r = 0; r < n; ++r) out.wait_ns += static_cast<double>(t[L] - t[r]);
+    double share = 0;
+    if (last_of() == L) {
+      double wait = 0, second = *std::max_element(others.begin(), others.end());
+      for (size_t r = 0; r < n; ++r) wait += static_cast<double>(t[L] - t[r]);
+      out.wait_ns += wait;
+      if (wait > 0) share = static_cast<double>(n - 1) * (static_cast<double>(t[L]) - second) / wait;
+    }
+    shares.push_back(share);
     int64_t first = *std::min_element(t.begin(), t.end());
     CommArrivals::Point p;
     p.first_realtime_ns = static_cast<uint64_t>(first + to_real);
@@ -172,6 +188,7 @@ Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs)
   size_t compared = skews.size();
   out.chance = ChanceAtLeast(compared, k, 1.0 / static_cast<double>(n));
   out.margin_median_ms = Quantile(margins[L], 0.5);
+  out.wait_share = Quantile(shares, 0.5);
   double share = static_cast<double>(k) / static_cast<double>(compared);
   double floor = out.a.across_hosts ? kHostsFloorMs : kMinMarginMs;
   if (compared < kMinCompared) {
@@ -182,6 +199,11 @@ Compared Compare(const StoppedComm& c, const std::vector<StoppedProcess>& procs)
     out.why_not = fmt::format("rank {} called last in {:.0f}% of them, but by a median {} only (less than {}{})", out.late,
                               100 * share, Ms(out.margin_median_ms), Ms(floor),
                               out.a.across_hosts ? ": the hosts' clocks are not trusted closer" : "");
+  } else if (out.wait_share < kMinWaitShare) {
+    out.why_not = fmt::format("rank {} called last in {:.0f}% of them, by a median {}, but that makes {:.0f}% of the ranks' "
+                              "waiting only in the median collective (less than {:.0f}%): they differ among themselves about "
+                              "as much",
+                              out.late, 100 * share, Ms(out.margin_median_ms), 100 * out.wait_share, 100 * kMinWaitShare);
   } else {
     out.qualifies = true;
   }
@@ -210,6 +232,7 @@ void DescribeLate(const Report& rep, const Compared& c, const std::vector<Stoppe
   f->last = c.a.last_by_rank[static_cast<size_t>(c.late)];
   f->late_median_ms = Quantile(c.late_ms, 0.5);
   f->late_p90_ms = Quantile(c.late_ms, 0.9);
+  f->wait_share = c.wait_share;
   f->wait_seconds = c.wait_ns * 1e-9;
   f->step_collectives = StepLength(c.sig);
   if (f->step_collectives > 0) {
@@ -224,8 +247,9 @@ void DescribeLate(const Report& rep, const Compared& c, const std::vector<Stoppe
                            f->wait_per_step_ms >= 0 ? fmt::format("{} per step", Ms(f->wait_per_step_ms))
                                                     : fmt::format("{:.3g} s in all", f->wait_seconds));
   f->evidence.push_back(fmt::format("called last in {} of the {} collectives compared (the newest of each rank's; by chance "
-                                    "about 1 in {}: p = {:.1e}); by a median {} over the next-to-last",
-                                    f->last, f->compared, f->nranks, c.chance, Ms(c.margin_median_ms)));
+                                    "about 1 in {}: p = {:.1e}); by a median {} over the next-to-last, which makes {:.0f}% "
+                                    "of the ranks' waiting in the median collective",
+                                    f->last, f->compared, f->nranks, c.chance, Ms(c.margin_median_ms), 100 * c.wait_share));
   if (f->step_collectives > 0) {
     std::vector<std::string> ops;
     for (int i = 0; i < std::min(f->step_collectives, 4); ++i) {

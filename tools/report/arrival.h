@@ -59,6 +59,7 @@ struct SlowRankFinding {
   // collectives, 0 when none repeats) and over the compared collectives, the others' waiting for it.
   uint64_t compared = 0, last = 0;
   double late_median_ms = -1, late_p90_ms = -1;
+  double wait_share = -1;  // the share of the ranks' waiting its margin makes, in the median collective compared
   int step_collectives = 0;
   uint64_t steps = 0;
   double wait_per_step_ms = -1, wait_seconds = -1;  // summed over the other ranks

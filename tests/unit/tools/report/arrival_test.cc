@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -101,6 +102,34 @@ TEST(SlowRank, ASubMillisecondMarginIsJitterNotLateness) {
   EXPECT_FALSE(f.present);
   ASSERT_FALSE(f.notes.empty());
   EXPECT_NE(f.notes[0].find("by a median 0.3 ms only"), std::string::npos) << f.notes[0];
+}
+
+TEST(SlowRank, OnABusyHostARankLastByLessThanTheOthersDifferIsNotTheLateOne) {
+  // Every rank jitters by 0-6 ms; in 3 of every 5 collectives rank 0 comes 1.5 ms after the slowest
+  // of the others. It is last far more often than chance, by more than a millisecond, yet had it been
+  // on time the others would still wait for one another: most of the waiting is theirs.
+  auto jitter = [](uint64_t s, int r) { return static_cast<double>((s * 7919 + static_cast<uint64_t>(r) * 104729) % 600) / 100; };
+  auto at = [&](uint64_t s, int r) {
+    if (r != 0 || s % 5 >= 3) return jitter(s, r);
+    return std::max({jitter(s, 1), jitter(s, 2), jitter(s, 3)}) + 1.5;
+  };
+  Job busy = Make(4, 100, at);
+  SlowRankFinding f = FindSlowRank(busy.comms, busy.procs, Report{});
+  EXPECT_FALSE(f.present) << f.verdict;
+  ASSERT_EQ(f.comms.size(), 1u);
+  EXPECT_GE(f.comms[0].last_by_rank[0], 60u);
+  ASSERT_FALSE(f.notes.empty());
+  EXPECT_NE(f.notes[0].find("by a median 1.5 ms, but that makes 43% of the ranks' waiting only in the median collective"),
+            std::string::npos)
+      << f.notes[0];
+  // The same rank 8 ms after the others' slowest is the late one: its lateness is most of the waiting.
+  Job late = Make(4, 100, [&](uint64_t s, int r) { return r == 0 ? std::max({jitter(s, 1), jitter(s, 2), jitter(s, 3)}) + 8 : jitter(s, r); });
+  f = FindSlowRank(late.comms, late.procs, Report{});
+  ASSERT_TRUE(f.present) << (f.notes.empty() ? "" : f.notes[0]);
+  EXPECT_EQ(f.rank, 0);
+  EXPECT_NEAR(f.wait_share, 0.8, 0.01);
+  EXPECT_NE(f.evidence[0].find("which makes 80% of the ranks' waiting in the median collective"), std::string::npos)
+      << f.evidence[0];
 }
 
 TEST(SlowRank, AcrossHostsOnlyWhatTheWallClocksCanTell) {
