@@ -17,11 +17,11 @@ namespace {
 
 // What makes a rank "the late one" rather than chance: enough collectives, last in at least half of
 // them and far more often than 1 in n would be by chance, by a margin no scheduler jitter gives, and
-// by a margin that is most of the waiting. The last test tells a late rank from a busy host: where
-// every rank jitters by milliseconds, the one woken last (sharing a core, say) can be last more often
-// than chance by a millisecond or two, yet had it been on time the others would have waited nearly as
-// long for one another. The median collective is asked, not the sum: one long preemption would
-// otherwise count as much as a whole job's lateness.
+// by a margin that makes at least half of the waiting. The last test tells a late rank from a busy
+// host: where every rank jitters by milliseconds, the one woken last (sharing a core, say) can be
+// last more often than chance by a millisecond or two, yet had it been on time the others would have
+// waited nearly as long for one another. The median collective is asked, not the sum: one long
+// preemption would otherwise count as much as a whole job's lateness.
 constexpr uint64_t kMinCompared = 10;
 constexpr double kMinShare = 0.5;
 constexpr double kMaxChance = 1e-3;

@@ -1,7 +1,8 @@
 // The slow-rank finding's rules (tools/report/arrival.h) on communicators built by hand: chance is no
-// late rank, a margin under the clocks' trust is not claimed, collectives are compared only where every
-// rank has them and agrees on them, a step is the sequence that repeats; a ring bounded by a pair names
-// it, host-staged where the node allows P2P told apart from a slow link.
+// late rank, a margin under the clocks' trust is not claimed, nor one smaller than the others' own
+// jitter, collectives are compared only where every rank has them and agrees on them, a step is the
+// sequence that repeats; a ring bounded by a pair names it, host-staged where the node allows P2P
+// told apart from a slow link.
 #include "tools/report/arrival.h"
 
 #include <gtest/gtest.h>
@@ -108,22 +109,22 @@ TEST(SlowRank, OnABusyHostARankLastByLessThanTheOthersDifferIsNotTheLateOne) {
   // Every rank jitters by 0-6 ms; in 3 of every 5 collectives rank 0 comes 1.5 ms after the slowest
   // of the others. It is last far more often than chance, by more than a millisecond, yet had it been
   // on time the others would still wait for one another: most of the waiting is theirs.
-  auto jitter = [](uint64_t s, int r) { return static_cast<double>((s * 7919 + static_cast<uint64_t>(r) * 104729) % 600) / 100; };
-  auto at = [&](uint64_t s, int r) {
-    if (r != 0 || s % 5 >= 3) return jitter(s, r);
-    return std::max({jitter(s, 1), jitter(s, 2), jitter(s, 3)}) + 1.5;
+  auto jitter = [](uint64_t s, int r) {
+    return static_cast<double>((s * 7919 + static_cast<uint64_t>(r) * 104729) % 600) / 100;
   };
-  Job busy = Make(4, 100, at);
+  auto slowest_other = [&](uint64_t s) { return std::max({jitter(s, 1), jitter(s, 2), jitter(s, 3)}); };
+  Job busy = Make(4, 100, [&](uint64_t s, int r) { return r == 0 && s % 5 < 3 ? slowest_other(s) + 1.5 : jitter(s, r); });
   SlowRankFinding f = FindSlowRank(busy.comms, busy.procs, Report{});
   EXPECT_FALSE(f.present) << f.verdict;
   ASSERT_EQ(f.comms.size(), 1u);
   EXPECT_GE(f.comms[0].last_by_rank[0], 60u);
   ASSERT_FALSE(f.notes.empty());
-  EXPECT_NE(f.notes[0].find("by a median 1.5 ms, but that makes 43% of the ranks' waiting only in the median collective"),
+  EXPECT_NE(f.notes[0].find("by a median 1.5 ms, but that makes 43% of the ranks' waiting only in the median "
+                            "collective"),
             std::string::npos)
       << f.notes[0];
   // The same rank 8 ms after the others' slowest is the late one: its lateness is most of the waiting.
-  Job late = Make(4, 100, [&](uint64_t s, int r) { return r == 0 ? std::max({jitter(s, 1), jitter(s, 2), jitter(s, 3)}) + 8 : jitter(s, r); });
+  Job late = Make(4, 100, [&](uint64_t s, int r) { return r == 0 ? slowest_other(s) + 8 : jitter(s, r); });
   f = FindSlowRank(late.comms, late.procs, Report{});
   ASSERT_TRUE(f.present) << (f.notes.empty() ? "" : f.notes[0]);
   EXPECT_EQ(f.rank, 0);
